@@ -1,0 +1,17 @@
+"""Exception types. CLI catches :class:`ServesimError` and prints its message
+(no traceback as the user interface)."""
+
+
+class ServesimError(Exception):
+    """Base class for errors shown to the user as a one-line message."""
+
+
+class ConfigError(ServesimError, ValueError):
+    """A config value, file or key is invalid. The message names the file,
+    the key and the offending value, and lists valid values where there is a
+    fixed set."""
+
+
+class InfeasibleError(ServesimError):
+    """The deployment cannot run at all (the weights do not fit, no block
+    budget can hold one ``max_model_len`` sequence, ...)."""

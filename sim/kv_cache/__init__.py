@@ -1,0 +1,28 @@
+"""KV cache: block pool, paged manager (PagedAttention + prefix caching) and
+the contiguous-reservation baseline. Clock-free: tokens and blocks only."""
+
+from __future__ import annotations
+
+from sim.errors import ConfigError
+from sim.kv_cache.block_pool import BlockPool
+from sim.kv_cache.contiguous import RESERVE_MODES, ContiguousKVCacheManager
+from sim.kv_cache.manager import KVCacheManager
+
+KV_ALLOCATIONS = ("paged", "contiguous")
+
+__all__ = ["BlockPool", "KVCacheManager", "ContiguousKVCacheManager", "make_kv_cache_manager",
+           "KV_ALLOCATIONS", "RESERVE_MODES"]
+
+
+def make_kv_cache_manager(kv_allocation: str, num_gpu_blocks: int, block_size: int, *,
+                          enable_prefix_caching: bool, max_model_len: int, watermark: float = 0.0,
+                          contiguous_reserve: str = "max_model_len") -> KVCacheManager:
+    """Build the manager selected by the ``kv_allocation`` config key."""
+    if kv_allocation == "paged":
+        return KVCacheManager(num_gpu_blocks, block_size, enable_prefix_caching=enable_prefix_caching,
+                              max_model_len=max_model_len, watermark=watermark)
+    if kv_allocation == "contiguous":
+        return ContiguousKVCacheManager(num_gpu_blocks, block_size, enable_prefix_caching=enable_prefix_caching,
+                                        max_model_len=max_model_len, watermark=watermark,
+                                        reserve=contiguous_reserve)
+    raise ConfigError(f"kv_allocation must be one of {', '.join(KV_ALLOCATIONS)}, got {kv_allocation!r}")

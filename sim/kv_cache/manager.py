@@ -1,0 +1,319 @@
+"""Paged KV-cache manager (PagedAttention), as vLLM v0.24's ``KVCacheManager``.
+
+Follows ``vllm/v1/core/kv_cache_manager.py`` and
+``single_type_kv_cache_manager.py`` (ENGINE_SEMANTICS §2.2–§2.3): a request
+holds an append-only block table; ``allocate_slots`` grows it or returns None
+with no side effects; ``free`` releases it in reverse order; prefix-cache hits
+come from ``get_computed_blocks`` at admission.
+
+Clock-free: it counts tokens and blocks only. The scheduler owns
+``request.num_computed_tokens`` and sets it *after* ``allocate_slots``.
+
+Simplifications: one KV-cache group (full attention), no KV connector /
+external tokens, no encoder tokens, no sliding window; the v0.24
+``reserved_blocks`` argument (async KV loads) is absent. Block hashes come
+from content keys (``sim/kv_cache/hashing.py``), not token ids.
+"""
+
+from __future__ import annotations
+
+from sim.errors import ConfigError
+from sim.kv_cache.block_pool import BlockPool
+from sim.kv_cache.hashing import ensure_block_hashes
+from sim.request import RequestStatus
+
+_WAITING_STATES = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class _ReqState:
+    """Per-request block table, its capacity in slots (len(blocks) × bs) and
+    how many of its leading blocks are cached."""
+
+    __slots__ = ("request", "blocks", "capacity", "num_cached")
+
+    def __init__(self, request) -> None:
+        self.request = request
+        self.blocks: list[int] = []
+        self.capacity = 0
+        self.num_cached = 0
+
+
+class KVCacheManager:
+    """Paged KV cache over a :class:`BlockPool`.
+
+    Args:
+        num_gpu_blocks: blocks including vLLM's null block 0 (>= 2).
+        block_size: tokens per block (vLLM default 16).
+        enable_prefix_caching: automatic prefix caching (APC).
+        max_model_len: tokens; slot requests are capped here, as in vLLM.
+        watermark: fraction of ``num_gpu_blocks`` kept free when admitting a
+            WAITING/PREEMPTED request while others are scheduled (v0.24
+            ``watermark_blocks = int(watermark * num_blocks)``), in [0, 1).
+        use_eagle: drop the last hit block (vLLM does so for EAGLE drafters).
+    """
+
+    def __init__(self, num_gpu_blocks: int, block_size: int = 16, *, enable_prefix_caching: bool = False,
+                 max_model_len: int, watermark: float = 0.0, use_eagle: bool = False) -> None:
+        if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
+            raise ConfigError(f"block_size must be a positive int, got {block_size!r}")
+        if not isinstance(max_model_len, int) or max_model_len < 1:
+            raise ConfigError(f"max_model_len must be a positive int, got {max_model_len!r}")
+        if not (0.0 <= watermark < 1.0):
+            raise ConfigError(f"watermark must be in [0, 1), got {watermark!r}")
+        self.pool = BlockPool(num_gpu_blocks, enable_prefix_caching)
+        self.num_gpu_blocks = num_gpu_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = bool(enable_prefix_caching)
+        self.max_model_len = max_model_len
+        self.watermark = watermark
+        self.watermark_blocks = int(watermark * num_gpu_blocks)
+        self.use_eagle = use_eagle
+        self._states: dict[int, _ReqState] = {}
+        # vLLM PrefixCacheStats: first admissions vs resumed (preempted) ones.
+        self.prefix_cache_requests = 0
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
+        self.preempted_prefix_cache_requests = 0
+        self.preempted_prefix_cache_queries = 0
+        self.preempted_prefix_cache_hits = 0
+
+    # ---- prefix cache ---------------------------------------------------------
+    def get_computed_blocks(self, request, record_stats: bool = False) -> tuple[list[int], int]:
+        """Longest prefix-cache hit: (hit block ids, hit tokens).
+
+        Walks the hash chain from block 0 and stops at the first miss, over at
+        most ``floor((request.num_tokens - 1) / block_size)`` blocks: the last
+        token is always recomputed for its logits, and hits end on block
+        boundaries. ``([], 0)`` when caching is off. The pool is not touched
+        (hashes are memoised on ``request.block_hashes``).
+
+        Statistics: vLLM 0.24 records ``queries += num_tokens, hits += hit
+        tokens`` once per *admission* ("record at admission so unscheduled
+        lookups are not counted"), separately for resumed requests. The
+        scheduler may look a request up on several steps before it fits, so
+        counting happens only when ``record_stats=True`` (call with it on the
+        lookup that admits), or via :meth:`record_prefix_cache_stats`.
+        """
+        if not self.enable_prefix_caching:
+            return [], 0
+        bs = self.block_size
+        max_blocks = (request.num_tokens - 1) // bs
+        hashes = request.block_hashes or []
+        get = self.pool.get_cached_block
+        hits: list[int] = []
+        for i in range(max_blocks):
+            if i >= len(hashes):
+                hashes = ensure_block_hashes(request, bs, i + 1)  # lazily, up to the first miss
+            b = get(hashes[i])
+            if b is None:
+                break
+            hits.append(b)
+        if self.use_eagle and hits:
+            hits.pop()
+        num_hit = len(hits) * bs
+        if record_stats:
+            self.record_prefix_cache_stats(request, num_hit)
+        return hits, num_hit
+
+    def record_prefix_cache_stats(self, request, num_hits: int) -> None:
+        """Count one admission's lookup (vLLM ``record_prefix_cache_stats``)."""
+        self.record_prefix_lookup(request.num_tokens, num_hits, preempted=request.num_preemptions > 0)
+
+    def record_prefix_lookup(self, num_tokens: int, num_hits: int, preempted: bool = False) -> None:
+        """Count a lookup of ``num_tokens`` tokens with ``num_hits`` hit tokens;
+        ``preempted`` lookups go to the ``preempted_*`` counters (vLLM
+        ``PrefixCacheStats.record``). No-op when caching is off."""
+        if not self.enable_prefix_caching:
+            return
+        if preempted:
+            self.preempted_prefix_cache_requests += 1
+            self.preempted_prefix_cache_queries += num_tokens
+            self.preempted_prefix_cache_hits += num_hits
+        else:
+            self.prefix_cache_requests += 1
+            self.prefix_cache_queries += num_tokens
+            self.prefix_cache_hits += num_hits
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        """hits / queries over first admissions, whole run (vLLM's logged rate
+        uses the last 1000 requests); 0.0 before any query."""
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop all cached hashes; False (and nothing done) if any block is held."""
+        return self.pool.reset_prefix_cache()
+
+    # ---- allocation -----------------------------------------------------------
+    def allocate_slots(self, request, num_new_tokens: int, num_new_computed_tokens: int = 0,
+                       new_computed_blocks: list[int] | None = None, num_lookahead_tokens: int = 0,
+                       full_sequence_check: bool = False, has_scheduled_reqs: bool = True) -> list[int] | None:
+        """Make room for ``num_new_tokens`` more tokens; return the newly taken
+        block ids (possibly ``[]`` — test the result with ``is None``), or
+        None with no side effects when they do not fit.
+
+        Slots = min(num_computed + num_new_computed + num_new + lookahead,
+        max_model_len). Blocks to take = ceil(slots / bs) − held − hit blocks,
+        plus every hit block now in the free queue (touching it removes it
+        from the free pool). Fails if that + watermark exceeds free blocks.
+
+        ``full_sequence_check`` (v0.24 ``scheduler_reserve_full_isl``): also
+        fail unless the blocks for the request's whole current sequence
+        (``min(num_tokens, max_model_len)``) plus the watermark fit; only this
+        chunk is allocated. The watermark applies (as in v0.24) only to
+        WAITING/PREEMPTED requests and only if ``has_scheduled_reqs`` (pass
+        ``bool(running)``).
+
+        On success: touch the hit blocks, pop new ones from the free-queue
+        head, append both to the table, then hash the blocks that became full
+        counting tokens only up to ``request.num_tokens`` (drafts are never
+        cached).
+        """
+        st = self._states.get(request.request_id)
+        # Fast path (every decode step): a held table with room, nothing to touch.
+        if st is not None and not new_computed_blocks and not full_sequence_check and num_new_tokens > 0:
+            end = request.num_computed_tokens + num_new_tokens
+            slots = end + num_lookahead_tokens
+            if slots > self.max_model_len:
+                slots = self.max_model_len
+            if slots <= st.capacity and (not self.watermark_blocks or request.status not in _WAITING_STATES):
+                if self.enable_prefix_caching and end // self.block_size > st.num_cached:
+                    self._cache_full(st, min(end, request.num_tokens))
+                return []
+        return self._allocate_slow(request, st, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
+                                   num_lookahead_tokens, full_sequence_check, has_scheduled_reqs)
+
+    def _allocate_slow(self, request, st, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
+                       num_lookahead_tokens, full_sequence_check, has_scheduled_reqs) -> list[int] | None:
+        if num_new_tokens < 1:
+            raise ValueError(f"num_new_tokens must be >= 1, got {num_new_tokens}")
+        bs = self.block_size
+        hits = new_computed_blocks or []
+        held = len(st.blocks) if st is not None else 0
+        if hits and held:
+            raise ValueError(f"request {request.request_id}: prefix hits for a request that already holds blocks")
+        if num_new_computed_tokens != len(hits) * bs:
+            raise ValueError(f"num_new_computed_tokens={num_new_computed_tokens} does not match "
+                             f"{len(hits)} hit blocks of {bs}")
+        pool = self.pool
+        ref = pool.ref_cnt
+        evictable = sum(1 for b in hits if ref[b] == 0)
+        free = pool.num_free_blocks
+        wm = self.watermark_blocks if (has_scheduled_reqs and request.status in _WAITING_STATES) else 0
+        if full_sequence_check:
+            full = min(request.num_tokens, self.max_model_len)
+            if max(0, _cdiv(full, bs) - len(hits) - held) + evictable + wm > free:
+                return None
+        computed = request.num_computed_tokens + num_new_computed_tokens
+        slots = min(computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
+        num_new_blocks = max(0, _cdiv(slots, bs) - len(hits) - held)
+        if num_new_blocks + evictable + wm > free:
+            return None
+        # Commit.
+        if st is None:
+            st = self._states[request.request_id] = _ReqState(request)
+        if hits:
+            pool.touch(hits)
+            st.blocks.extend(hits)
+            st.num_cached = len(hits)
+        new = pool.get_new_blocks(num_new_blocks) if num_new_blocks else []
+        st.blocks.extend(new)
+        st.capacity = len(st.blocks) * bs
+        if self.enable_prefix_caching:
+            self._cache_full(st, min(computed + num_new_tokens, request.num_tokens))
+        return new
+
+    def _cache_full(self, st: _ReqState, num_tokens: int) -> None:
+        """Hash the table's blocks that are full within ``num_tokens``."""
+        num_full = num_tokens // self.block_size
+        if num_full <= st.num_cached:
+            return
+        hashes = ensure_block_hashes(st.request, self.block_size, num_full)
+        self.pool.cache_full_blocks(st.blocks[st.num_cached:num_full], hashes[st.num_cached:num_full])
+        st.num_cached = num_full
+
+    def free(self, request) -> None:
+        """Release the request's table in reverse order (chain tail evicted
+        first) and forget it. No-op for a request holding nothing."""
+        st = self._states.pop(request.request_id, None)
+        if st is not None:
+            self.pool.free_blocks(reversed(st.blocks))
+
+    # ---- queries --------------------------------------------------------------
+    @property
+    def usage(self) -> float:
+        """Fraction of usable blocks not free, in [0, 1]; cached-but-free
+        blocks count as free (vLLM ``kv_cache_usage``)."""
+        return self.pool.get_usage()
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
+
+    @property
+    def num_usable_blocks(self) -> int:
+        return self.pool.num_gpu_blocks - 1
+
+    @property
+    def num_requests(self) -> int:
+        """Requests currently holding a block table."""
+        return len(self._states)
+
+    def num_held_blocks(self, request) -> int:
+        st = self._states.get(request.request_id)
+        return len(st.blocks) if st is not None else 0
+
+    def block_table(self, request) -> list[int]:
+        """A copy of the request's block table ([] if it holds none)."""
+        st = self._states.get(request.request_id)
+        return list(st.blocks) if st is not None else []
+
+    def get_num_blocks_to_allocate(self, request, num_total_tokens: int) -> int:
+        """Blocks beyond those held to hold ``min(num_total_tokens,
+        max_model_len)`` tokens (TensorRT-LLM ``getRemainingBlocksToCompletion``
+        style); prefix hits are not counted."""
+        total = min(num_total_tokens, self.max_model_len)
+        return max(0, _cdiv(total, self.block_size) - self.num_held_blocks(request))
+
+    def can_ever_fit(self, num_tokens: int) -> bool:
+        """ceil(num_tokens / block_size) <= usable blocks."""
+        return _cdiv(num_tokens, self.block_size) <= self.num_usable_blocks
+
+    def slots_free_in_last_block(self, request) -> int:
+        """Tokens that still fit in the held blocks past ``num_computed_tokens``
+        (decode steps that need no new block)."""
+        return max(0, self.num_held_blocks(request) * self.block_size - request.num_computed_tokens)
+
+    @property
+    def reserved_unused_fraction(self) -> float:
+        """(held slots − slots holding computed tokens) / held slots: for paged
+        allocation the waste in partly filled last blocks. Held slots count
+        distinct blocks (a shared prefix block once); a request's tokens are
+        its ``num_computed_tokens``, so read this at step boundaries. 0.0 when
+        nothing is held."""
+        held_blocks = self.num_usable_blocks - self.pool.num_free_blocks
+        if held_blocks == 0:
+            return 0.0
+        bs = self.block_size
+        waste = 0
+        for st in self._states.values():
+            w = len(st.blocks) * bs - st.request.num_computed_tokens
+            if w > 0:
+                waste += w
+        return min(1.0, waste / (held_blocks * bs))
+
+    def check_invariants(self) -> None:
+        """O(N) test helper: pool invariants, and every block's ref count
+        equals the number of table entries holding it."""
+        self.pool.check_invariants()
+        counts = [0] * self.pool.num_gpu_blocks
+        for st in self._states.values():
+            for b in st.blocks:
+                counts[b] += 1
+        assert counts[0] == 0, "null block in a table"
+        assert counts[1:] == self.pool.ref_cnt[1:], "ref counts differ from table membership"
+        assert self.num_usable_blocks == self.pool.num_free_blocks + sum(c > 0 for c in counts)

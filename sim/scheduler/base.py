@@ -1,0 +1,284 @@
+"""The scheduler interface and the state every batching mode shares.
+
+Clock-free, as vLLM's ``vllm/v1/core/sched/scheduler.py``: a scheduler counts
+tokens and blocks; the engine owns time. One engine step is::
+
+    out = scheduler.schedule()          # who runs how many tokens; who was preempted
+    t = cost_model.step_time_s(out.new_tokens, out.context_lens)
+    finished = scheduler.update_from_output(out)   # advance, sample, stop, free
+
+``schedule()`` advances ``num_computed_tokens`` optimistically (vLLM does the
+same); ``update_from_output`` samples one token for every scheduled request
+whose ``num_computed_tokens`` reached ``num_tokens`` — partial prefill chunks
+emit nothing (ENGINE_SEMANTICS §1.3, step 5) — and finishes requests at
+``min(output_len, max_tokens)`` outputs or at ``max_model_len`` (``check_stop``).
+
+Subclasses implement :meth:`Scheduler._schedule`. A researcher's policy is a
+subclass registered with :func:`sim.scheduler.register_scheduler`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+
+from sim.request import Request, RequestStatus
+
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    """The scheduler's knobs, vLLM names (``vllm/config/scheduler.py``)."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    block_size: int = 16
+    long_prefill_token_threshold: int = 0
+    policy: str = "fcfs"
+    capacity_scheduler_policy: str | None = None
+
+    def __post_init__(self) -> None:
+        from sim.errors import ConfigError
+
+        for key in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size"):
+            v = getattr(self, key)
+            if not isinstance(v, int) or v <= 0:
+                raise ConfigError(f"{key} must be a positive integer, got {v!r}")
+        if self.policy not in ("fcfs", "priority"):
+            raise ConfigError(f"policy must be one of fcfs, priority; got {self.policy!r}")
+        if self.capacity_scheduler_policy not in (None, "guaranteed_no_evict", "max_utilization"):
+            raise ConfigError(
+                "capacity_scheduler_policy must be one of guaranteed_no_evict, max_utilization "
+                f"(or unset); got {self.capacity_scheduler_policy!r}"
+            )
+
+
+@dataclass
+class SchedulerOutput:
+    """One engine step's work.
+
+    ``scheduled[i]`` runs ``num_scheduled_tokens[i]`` tokens. ``new_tokens`` /
+    ``context_lens`` are what the cost model is charged for, one entry per
+    sequence in the forward pass (tokens this step; tokens already in the KV
+    cache); they equal the scheduled list except where a mode computes padding
+    (static batching keeps finished sequences in the batch). ``num_steps`` > 1
+    means the output stands for that many identical decode steps (fast mode).
+    """
+
+    scheduled: list[Request] = field(default_factory=list)
+    num_scheduled_tokens: list[int] = field(default_factory=list)
+    new_tokens: list[int] = field(default_factory=list)
+    context_lens: list[int] = field(default_factory=list)
+    preempted: list[Request] = field(default_factory=list)
+    num_prefill_tokens: int = 0
+    num_decode_tokens: int = 0
+    num_steps: int = 1
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decode_tokens
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.new_tokens
+
+
+class WaitingQueue:
+    """FCFS: a deque with preempted requests pushed to the front (vLLM
+    ``FCFSRequestQueue.prepend_request``). PRIORITY: a heap on
+    (priority, arrival_time, request_id) — lower runs first, as vLLM."""
+
+    def __init__(self, policy: str) -> None:
+        self.priority = policy == "priority"
+        self._dq: deque[Request] = deque()
+        self._heap: list[tuple[int, float, int, Request]] = []
+
+    def __len__(self) -> int:
+        return len(self._heap) if self.priority else len(self._dq)
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    def add(self, req: Request) -> None:
+        if self.priority:
+            heapq.heappush(self._heap, (req.priority, req.arrival_time, req.request_id, req))
+        else:
+            self._dq.append(req)
+
+    def prepend(self, req: Request) -> None:
+        if self.priority:
+            self.add(req)
+        else:
+            self._dq.appendleft(req)
+
+    def peek(self) -> Request:
+        return self._heap[0][3] if self.priority else self._dq[0]
+
+    def pop(self) -> Request:
+        return heapq.heappop(self._heap)[3] if self.priority else self._dq.popleft()
+
+    def reorder(self, key) -> None:
+        """Re-sort the queue by ``key(request)`` (stable): the hook custom
+        policies use to change the admission order. PRIORITY queues ignore it."""
+        if not self.priority:
+            ordered = sorted(self._dq, key=key)
+            self._dq.clear()
+            self._dq.extend(ordered)
+
+    def __iter__(self):
+        if self.priority:
+            return (t[3] for t in sorted(self._heap))
+        return iter(self._dq)
+
+
+class Scheduler:
+    """Base class: queues, admission checks, token sampling, stop checks.
+
+    ``kv`` is a KV-cache manager (``sim.kv_cache``): ``allocate_slots`` returns
+    the new blocks or ``None`` with no side effects; ``free`` returns them.
+    """
+
+    name = "base"
+    frees_on_finish = True  # static batching holds finished sequences' KV to batch end
+
+    def __init__(self, limits: SchedulerLimits, kv) -> None:
+        self.limits = limits
+        self.kv = kv
+        self.waiting = WaitingQueue(limits.policy)
+        self.running: list[Request] = []
+        self.rejected: list[Request] = []
+        self.finished: list[Request] = []
+        self.num_preemptions = 0
+        self._seq = itertools.count()
+
+    # ------------------------------------------------------------------ intake
+    def add_request(self, req: Request) -> bool:
+        """Queue a request, or reject it (returns False) when it can never run:
+        ``num_prompt_tokens + max_tokens > max_model_len`` (vLLM answers 400) or
+        more blocks than the whole KV cache. The reason lands in ``req.reason``."""
+        lim = self.limits
+        need = req.num_prompt_tokens + req.max_tokens
+        if need > lim.max_model_len:
+            return self._reject(
+                req,
+                f"prompt ({req.num_prompt_tokens}) + max_tokens ({req.max_tokens}) = {need} "
+                f"> max_model_len ({lim.max_model_len})",
+            )
+        if not self.kv.can_ever_fit(self._tokens_to_fit(req)):
+            return self._reject(req, f"{self._tokens_to_fit(req)} tokens exceed the whole KV cache "
+                                     f"({self.kv.num_usable_blocks} blocks of {lim.block_size})")
+        req.status = RequestStatus.WAITING
+        self.waiting.add(req)
+        return True
+
+    def _tokens_to_fit(self, req: Request) -> int:
+        """Tokens that must fit in the KV cache at once for the request to be
+        served: what reservation policies reserve (prompt + ``max_tokens``), else
+        what it will really hold at its end (prompt + true output length)."""
+        if self.limits.capacity_scheduler_policy == "guaranteed_no_evict":
+            return min(req.num_prompt_tokens + req.max_tokens, self.limits.max_model_len)
+        return req.num_prompt_tokens + req.num_output_tokens_target
+
+    def _reject(self, req: Request, reason: str) -> bool:
+        req.status = RequestStatus.REJECTED
+        req.reason = reason
+        self.rejected.append(req)
+        return False
+
+    # ------------------------------------------------------------------ state
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.running) or bool(self.waiting)
+
+    # ------------------------------------------------------------------ steps
+    def schedule(self) -> SchedulerOutput:
+        out = self._schedule()
+        # Optimistic advance (vLLM ``_update_after_schedule``), and the
+        # prefill/decode split of the step's tokens.
+        n_pre = n_dec = 0
+        for req, n in zip(out.scheduled, out.num_scheduled_tokens):
+            if n == 1 and req.num_output_tokens > 0 and req.num_computed_tokens == req.num_tokens - 1:
+                n_dec += 1
+            else:
+                n_pre += n
+            req.num_computed_tokens += n
+        out.num_prefill_tokens = n_pre
+        out.num_decode_tokens = n_dec
+        return out
+
+    def _schedule(self) -> SchedulerOutput:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def update_from_output(self, out: SchedulerOutput) -> tuple[list[Request], list[Request]]:
+        """Sample a token for each scheduled request whose whole sequence is now
+        computed; finish those that stop. Returns ``(emitted, finished)``: the
+        requests that received a token this step and those that finished."""
+        emitted: list[Request] = []
+        finished: list[Request] = []
+        max_len = self.limits.max_model_len
+        for req in out.scheduled:
+            if req.num_computed_tokens < req.num_tokens or req.status != RequestStatus.RUNNING:
+                continue
+            req.num_output_tokens += 1
+            emitted.append(req)
+            if req.num_output_tokens >= req.num_output_tokens_target or req.num_tokens >= max_len:
+                req.status = RequestStatus.FINISHED
+                finished.append(req)
+        if finished:
+            self._on_finished(finished)
+        return emitted, finished
+
+    def _on_finished(self, finished: list[Request]) -> None:
+        self.finished.extend(finished)
+        if self.frees_on_finish:
+            for req in finished:
+                self.kv.free(req)
+            self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
+
+    # ------------------------------------------------------------------ helpers
+    def _preempt(self, req: Request) -> None:
+        """Recompute preemption (vLLM ``_preempt_request``): free the blocks
+        (full ones keep their hashes), reset ``num_computed_tokens``, keep the
+        generated tokens, and put the request at the front of the waiting queue."""
+        self.kv.free(req)
+        req.preempted_at_tokens = max(req.preempted_at_tokens, req.num_computed_tokens)
+        req.num_computed_tokens = 0
+        req.status = RequestStatus.PREEMPTED
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.prepend(req)
+
+    def _cap_tokens(self, req: Request, n: int, budget: int) -> int:
+        """Cap a step's tokens as vLLM: long-prefill threshold, budget, and
+        ``max_model_len − 1 − num_computed_tokens``."""
+        thr = self.limits.long_prefill_token_threshold
+        if 0 < thr < n:
+            n = thr
+        if n > budget:
+            n = budget
+        room = self.limits.max_model_len - 1 - req.num_computed_tokens
+        if n > room:
+            n = max(room, 0)
+        return n
+
+    def _remaining_blocks_to_completion(self, req: Request) -> int:
+        """TensorRT-LLM ``getRemainingBlocksToCompletion``: blocks to hold prompt
+        + ``max_tokens`` (capped at ``max_model_len``) minus blocks held."""
+        total = min(req.num_prompt_tokens + req.max_tokens, self.limits.max_model_len)
+        return self.kv.get_num_blocks_to_allocate(req, total)
+
+    def _fits_no_evict(self, req: Request) -> bool:
+        """GUARANTEED_NO_EVICT admission (``capacityScheduler.cpp``): the
+        candidate's own blocks to completion must fit in the free blocks left
+        after every running request's remaining blocks to completion."""
+        reserved = sum(self._remaining_blocks_to_completion(r) for r in self.running)
+        return self._remaining_blocks_to_completion(req) <= self.kv.num_free_blocks - reserved

@@ -1,0 +1,147 @@
+"""``scheduler: chunked`` — vLLM v1's scheduler (chunked prefill, one token budget).
+
+Follows ``vllm/v1/core/sched/scheduler.py::schedule`` of vLLM 0.24
+(ENGINE_SEMANTICS §1.3):
+
+1. ``budget = max_num_batched_tokens``.
+2. RUNNING pass in list order while budget > 0: a request needs
+   ``num_tokens − num_computed_tokens`` tokens (1 for a decode, the rest of the
+   prompt for an unfinished prefill), capped by ``long_prefill_token_threshold``,
+   the budget and ``max_model_len − 1 − num_computed``. If its blocks do not fit,
+   preempt (FCFS: the running-list tail; PRIORITY: the largest
+   (priority, arrival)); a victim already scheduled this step gives its tokens
+   back; if the victim is the request itself, the pass stops.
+3. WAITING pass, only when nothing was preempted this step, while budget > 0 and
+   ``len(running) < max_num_seqs``: prefix-cache lookup, ``n = num_tokens − hits``
+   capped as above, ``allocate_slots`` with the full-sequence check of 0.24
+   (``scheduler_reserve_full_isl``). The first failure stops admission
+   (head-of-line blocking).
+
+``capacity_scheduler_policy`` switches admission to TensorRT-LLM's rules
+(``capacityScheduler.cpp``, ENGINE_SEMANTICS §4): ``guaranteed_no_evict``
+admits only requests whose blocks to completion (prompt + ``max_tokens``) fit
+beside every running request's remaining blocks, so nothing is ever preempted;
+``max_utilization`` reserves next-step blocks only and, on a shortfall, pauses
+the last-started request not yet scheduled this step (possibly the request
+itself). Simplification: TensorRT-LLM's chunk rounding to ``tokens_per_block``
+and its reuse-aware skip are not modelled.
+
+Speculative decoding (drafts, lookahead slots) is not modelled: every decode
+schedules one token.
+"""
+
+from __future__ import annotations
+
+from sim.request import Request, RequestStatus
+from sim.scheduler.base import Scheduler, SchedulerOutput
+
+
+class ChunkedPrefillScheduler(Scheduler):
+    name = "chunked"
+    chunked_prefill = True
+
+    def _schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self._schedule_running(out, self.limits.max_num_batched_tokens)
+        if not out.preempted:  # vLLM skips admission in a step that preempted
+            self._schedule_waiting(out, budget)
+        return self._finish_output(out)
+
+    @staticmethod
+    def _finish_output(out: SchedulerOutput) -> SchedulerOutput:
+        out.new_tokens = list(out.num_scheduled_tokens)
+        out.context_lens = [r.num_computed_tokens for r in out.scheduled]
+        return out
+
+    def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
+        """The RUNNING pass; returns the budget left."""
+        kv = self.kv
+        sched = out.scheduled
+        ntok = out.num_scheduled_tokens
+        running = self.running
+        cap_policy = self.limits.capacity_scheduler_policy
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            n = self._cap_tokens(req, req.num_tokens - req.num_computed_tokens, budget)
+            if n <= 0:
+                i += 1
+                continue
+            scheduled_ok = True
+            while kv.allocate_slots(req, n) is None:
+                victim_idx = self._pick_victim(i, cap_policy)
+                victim = running.pop(victim_idx)
+                if victim is not req and victim in sched:
+                    j = sched.index(victim)
+                    budget += ntok[j]
+                    del sched[j]
+                    del ntok[j]
+                if victim_idx < i:
+                    i -= 1
+                self._preempt(victim)
+                out.preempted.append(victim)
+                if victim is req:
+                    scheduled_ok = False
+                    break
+            if not scheduled_ok:
+                if cap_policy == "max_utilization":
+                    continue  # TRT-LLM pauses it and carries on with the next request
+                break
+            sched.append(req)
+            ntok.append(n)
+            budget -= n
+            i += 1
+        return budget
+
+    def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> int:
+        """The WAITING pass (admission); returns the budget left."""
+        lim = self.limits
+        kv = self.kv
+        waiting = self.waiting
+        running = self.running
+        cap_policy = lim.capacity_scheduler_policy
+        while waiting and budget > 0 and len(running) < lim.max_num_seqs:
+            req = waiting.peek()
+            hit_blocks, num_hit = kv.get_computed_blocks(req)
+            n = req.num_tokens - num_hit
+            if not self.chunked_prefill and n > budget:
+                break  # vLLM 0.24 stops here when chunking is off
+            n = self._cap_tokens(req, n, budget)
+            if n <= 0:
+                break
+            if cap_policy == "guaranteed_no_evict" and not self._fits_no_evict(req):
+                break
+            if kv.allocate_slots(req, n, num_hit, hit_blocks, full_sequence_check=True,
+                                 has_scheduled_reqs=bool(running)) is None:
+                break
+            waiting.pop()
+            self._admit(req, num_hit)
+            running.append(req)
+            out.scheduled.append(req)
+            out.num_scheduled_tokens.append(n)
+            budget -= n
+        return budget
+
+    def _pick_victim(self, current: int, cap_policy: str | None) -> int:
+        running = self.running
+        if cap_policy == "max_utilization":
+            # Last started among those not yet scheduled this pass (may be current).
+            return len(running) - 1
+        if self.limits.policy == "priority":
+            best = 0
+            for j in range(1, len(running)):
+                r, b = running[j], running[best]
+                if (r.priority, r.arrival_time, r.request_id) > (b.priority, b.arrival_time, b.request_id):
+                    best = j
+            return best
+        return len(running) - 1
+
+    def _admit(self, req: Request, num_hit: int) -> None:
+        """WAITING/PREEMPTED → RUNNING with ``num_hit`` prompt tokens from the
+        prefix cache. Hit statistics count first admissions only (vLLM 0.24
+        counts resumed requests separately)."""
+        if req.status != RequestStatus.PREEMPTED:
+            req.num_cached_tokens = num_hit
+        self.kv.record_prefix_cache_stats(req, num_hit)
+        req.num_computed_tokens = num_hit
+        req.status = RequestStatus.RUNNING

@@ -1,0 +1,67 @@
+"""Scheduler registry: batching modes by name, extensible without editing servesim.
+
+A researcher's policy::
+
+    from sim.scheduler import ChunkedPrefillScheduler, register_scheduler
+
+    class ShortestPromptFirst(ChunkedPrefillScheduler):
+        ...
+
+    register_scheduler("spf", ShortestPromptFirst)
+
+then ``scheduler: spf`` in a config (or ``--scheduler spf``). Packages can also
+register through the ``servesim.schedulers`` entry-point group
+(``name = "module:Class"``), loaded on first lookup.
+"""
+
+from __future__ import annotations
+
+from sim.errors import ConfigError
+from sim.scheduler.base import Scheduler, SchedulerLimits
+from sim.scheduler.chunked import ChunkedPrefillScheduler
+from sim.scheduler.continuous import ContinuousBatchingScheduler
+from sim.scheduler.static import StaticBatchingScheduler
+
+_REGISTRY: dict[str, type[Scheduler]] = {
+    "static": StaticBatchingScheduler,
+    "continuous": ContinuousBatchingScheduler,
+    "chunked": ChunkedPrefillScheduler,
+}
+_entry_points_loaded = False
+
+
+def register_scheduler(name: str, cls: type[Scheduler]) -> None:
+    """Register ``cls`` (a :class:`Scheduler` subclass) under ``name``."""
+    if not (isinstance(cls, type) and issubclass(cls, Scheduler)):
+        raise TypeError(f"register_scheduler({name!r}, ...): {cls!r} is not a Scheduler subclass")
+    _REGISTRY[name] = cls
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="servesim.schedulers"):
+        _REGISTRY.setdefault(ep.name, ep.load())
+
+
+def list_schedulers() -> list[str]:
+    _load_entry_points()
+    return sorted(_REGISTRY)
+
+
+def get_scheduler_class(name: str) -> type[Scheduler]:
+    _load_entry_points()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ConfigError(
+            f"scheduler: unknown batching mode {name!r}; valid values: {', '.join(list_schedulers())}"
+        ) from None
+
+
+def make_scheduler(name: str, limits: SchedulerLimits, kv) -> Scheduler:
+    return get_scheduler_class(name)(limits, kv)

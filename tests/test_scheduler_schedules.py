@@ -1,0 +1,107 @@
+"""Hand-worked schedules: three requests under each batching mode.
+
+Requests (block_size 4): A prompt 6 → 3 outputs, B prompt 5 → 2, C prompt 10 → 2.
+Each table row is one engine step: tokens scheduled per request, which
+requests receive a token (A1 = A's first output), which finish.
+"""
+
+from __future__ import annotations
+
+from sched_helpers import make, req, run_table
+
+A, B, C = 0, 1, 2
+
+
+def test_chunked_budget_8_all_arrive_at_once():
+    # budget 8, threshold 0. Worked by hand (vLLM v1 order: running first, then waiting):
+    # step | scheduled             | emitted        | finished
+    #  1   | A:6, B:2 (chunk)      | A1             |
+    #  2   | A:1, B:3, C:4 (chunk) | A2, B1         |
+    #  3   | A:1, B:1, C:6         | A3, B2, C1     | A, B
+    #  4   | C:1                   | C2             | C
+    s = make("chunked", max_num_batched_tokens=8)
+    rows = run_table(s, {1: [req(A, 6, 3), req(B, 5, 2), req(C, 10, 2)]})
+    assert [r[0] for r in rows] == [{A: 6, B: 2}, {A: 1, B: 3, C: 4}, {A: 1, B: 1, C: 6}, {C: 1}]
+    assert [r[1] for r in rows] == [[A], [A, B], [A, B, C], [C]]
+    assert [r[2] for r in rows] == [[], [], [A, B], [C]]
+    # Cost-model inputs of step 2: new tokens and context already cached.
+    out2 = rows[1][3]
+    assert out2.new_tokens == [1, 3, 4] and out2.context_lens == [6, 2, 0]
+    assert out2.num_decode_tokens == 1 and out2.num_prefill_tokens == 7
+
+
+def test_continuous_prefill_stalls_decodes():
+    # budget ≥ max_model_len (64); C arrives before step 2.
+    # step | scheduled       | emitted    | finished
+    #  1   | A:6, B:5        | A1, B1     |
+    #  2   | C:10 (prefill only: A and B stall) | C1 |
+    #  3   | A:1, B:1, C:1   | A2, B2, C2 | B, C
+    #  4   | A:1             | A3         | A
+    s = make("continuous", max_num_batched_tokens=64)
+    rows = run_table(s, {1: [req(A, 6, 3), req(B, 5, 2)], 2: [req(C, 10, 2)]})
+    assert [r[0] for r in rows] == [{A: 6, B: 5}, {C: 10}, {A: 1, B: 1, C: 1}, {A: 1}]
+    assert [r[1] for r in rows] == [[A, B], [C], [A, B, C], [A]]
+    assert [r[2] for r in rows] == [[], [], [B, C], [A]]
+
+
+def test_chunked_same_arrivals_as_continuous_mixes_prefill_and_decode():
+    # Same input as the continuous test, budget 8:
+    #  1 | A:6, B:2        | A1      |
+    #  2 | A:1, B:3, C:4   | A2, B1  |      (C arrived; B's prompt done; C chunked)
+    #  3 | A:1, B:1, C:6   | A3,B2,C1| A, B
+    #  4 | C:1             | C2      | C
+    s = make("chunked", max_num_batched_tokens=8)
+    rows = run_table(s, {1: [req(A, 6, 3), req(B, 5, 2)], 2: [req(C, 10, 2)]})
+    assert [r[0] for r in rows] == [{A: 6, B: 2}, {A: 1, B: 3, C: 4}, {A: 1, B: 1, C: 6}, {C: 1}]
+
+
+def test_static_batch_runs_to_the_longest_and_blocks_late_arrivals():
+    # C arrives before step 2 but cannot join the running batch.
+    # step | scheduled          | cost rows (new, ctx)    | emitted | finished
+    #  1   | A:6, B:5 (prefill) | (6,0) (5,0)             | A1, B1  |
+    #  2   | A:1, B:1           | (1,6) (1,5)             | A2, B2  | B
+    #  3   | A:1 + B as padding | (1,7) (1,6)             | A3      | A  → batch ends, KV freed
+    #  4   | C:10 (prefill)     | (10,0)                  | C1      |
+    #  5   | C:1                | (1,10)                  | C2      | C
+    s = make("static", max_num_batched_tokens=64)
+    rows = run_table(s, {1: [req(A, 6, 3), req(B, 5, 2)], 2: [req(C, 10, 2)]})
+    assert [r[0] for r in rows] == [{A: 6, B: 5}, {A: 1, B: 1}, {A: 1}, {C: 10}, {C: 1}]
+    assert [r[1] for r in rows] == [[A, B], [A, B], [A], [C], [C]]
+    assert [r[2] for r in rows] == [[], [B], [A], [], [C]]
+    out3 = rows[2][3]
+    assert out3.new_tokens == [1, 1] and out3.context_lens == [7, 6]
+    # B's reserved blocks stay held while A finishes; all are free at the end.
+    assert s.kv.num_free_blocks == s.kv.num_usable_blocks
+
+
+def test_static_reserves_prompt_plus_max_tokens():
+    # 4 usable blocks of 4 tokens. A: 6 + max_tokens 6 = 12 tokens = 3 blocks; B: 5 + 2 = 7 = 2 blocks.
+    # B does not fit beside A, so the first batch is A alone.
+    s = make("static", num_gpu_blocks=5, max_num_batched_tokens=64)
+    s.add_request(req(A, 6, 3, max_tokens=6))
+    s.add_request(req(B, 5, 2))
+    out = s.schedule()
+    assert [r.request_id for r in out.scheduled] == [A]
+    assert s.kv.num_free_blocks == 1
+
+
+def test_long_prefill_token_threshold_caps_chunks():
+    # threshold 3, budget 8: A (prompt 6) and B (prompt 5) both start chunked at 3 tokens.
+    s = make("chunked", max_num_batched_tokens=8, long_prefill_token_threshold=3)
+    rows = run_table(s, {1: [req(A, 6, 1), req(B, 5, 1)]})
+    assert [r[0] for r in rows] == [{A: 3, B: 3}, {A: 3, B: 2}]
+
+
+def test_max_num_seqs_limits_admission():
+    s = make("chunked", max_num_batched_tokens=64, max_num_seqs=2)
+    rows = run_table(s, {1: [req(A, 6, 1), req(B, 5, 1), req(C, 10, 1)]})
+    assert [r[0] for r in rows] == [{A: 6, B: 5}, {C: 10}]
+
+
+def test_priority_policy_orders_waiting_queue():
+    s = make("chunked", max_num_batched_tokens=10, policy="priority")
+    s.add_request(req(A, 6, 1, priority=5))
+    s.add_request(req(B, 5, 1, priority=0))
+    out = s.schedule()
+    # B (priority 0) first, then A gets the remaining 5 tokens of the budget.
+    assert [(r.request_id, n) for r, n in zip(out.scheduled, out.num_scheduled_tokens)] == [(B, 5), (A, 5)]
