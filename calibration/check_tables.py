@@ -1,0 +1,194 @@
+"""Score the cost model's per-operator formulas against measured kernel tables.
+
+    python -m calibration.check_tables DIR --profile NAME [--model-free] [--max-rows N]
+
+For every table in DIR (``*_gemm``, ``*_context_attention``,
+``*_generation_attention``, ``nccl_*``; format in ``calibration/tables.py``)
+predicts each row the cost model can model -- GEMM: ``gemm_time_s`` (2mnk FLOPs;
+bytes of A, B, C); attention: ``attention_time_s`` on a batch of identical
+sequences; NCCL all_reduce: ``all_reduce_time_s`` -- and prints MAPE and median
+APE (absolute percentage error, %) per table and per size band, plus the rows
+skipped and why. Unless ``--model-free``, adds a band of the rows whose shapes
+occur in the built-in model presets (TP 1, 2, 4, 8), the shapes a simulation uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from calibration.tables import READERS, find_tables
+from sim.cost_model.operators import (all_reduce_time_s, attention_time_s, gemm_time_s,
+                                      uniform_batch_sums)
+from sim.cost_model.roofline import gemm_dtype
+from sim.errors import ServesimError
+from sim.hardware import HardwareProfile, get_hardware
+from sim.model_spec import KV_CACHE_DTYPE_BYTES, get_model, list_models
+
+SMALL_M = 128          #: GEMM band: m <= 128 tokens is "small m" (decode-sized)
+SHORT_CONTEXT = 1024   #: attention band: isl / step <= 1024 tokens is "short"
+SMALL_MESSAGE = 1 << 20  #: NCCL band: <= 1 MiB is "small"
+PRESET_TP = (1, 2, 4, 8)
+
+
+@dataclass
+class TableResult:
+    """Scores of one table. ``bands``: name -> (rows, MAPE %, median APE %)."""
+    path: Path
+    kind: str
+    num_rows: int
+    num_predicted: int
+    bands: dict[str, tuple[int, float, float]] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+def ape(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    """Absolute percentage error, %."""
+    return 100.0 * np.abs(pred - meas) / meas
+
+
+def _skip(mask: np.ndarray, reason: str, skipped: dict[str, int]) -> np.ndarray:
+    n = int(mask.sum())
+    if n:
+        skipped[reason] = skipped.get(reason, 0) + n
+    return ~mask
+
+
+def _preset_shapes() -> tuple[set[tuple[int, int]], set[tuple[int, int, int]]]:
+    """GEMM (n, k) and attention (heads, kv_heads, head_dim) per rank of the presets."""
+    gemms, attns = set(), set()
+    for name in list_models():
+        m = get_model(name)
+        for tp in PRESET_TP:
+            try:
+                m.check_tensor_parallel_size(tp)
+            except ServesimError:
+                continue
+            h, d = m.hidden_size, m.head_dim
+            q, kv = m.num_attention_heads // tp, m.kv_heads_per_rank(tp)
+            inter = (m.moe_intermediate_size if m.is_moe else m.intermediate_size) // tp
+            gemms |= {((q + 2 * kv) * d, h), (h, q * d), (2 * inter, h), (h, inter)}
+            attns.add((q, kv, d))
+    return gemms, attns
+
+
+def _predict(kind: str, df: pd.DataFrame, hw: HardwareProfile, skipped: dict[str, int]):
+    """(row mask of predicted rows, predictions s, band labels (list of arrays, one
+    label per row each), shape columns for the preset-model band or None)."""
+    if kind == "gemm":
+        dtypes = df["gemm_dtype"].astype(str)
+        known = dtypes.isin(["bfloat16", "float16", "fp8", "fp8_block", "int8", "int4_wo", "nvfp4"])
+        keep = _skip(~known.to_numpy(), "gemm_dtype not modelled", skipped)
+        pred = np.full(len(df), np.nan)
+        for dt in dtypes[keep].unique():
+            rows = keep & (dtypes == dt).to_numpy()
+            s = df[rows]
+            pred[rows] = gemm_time_s(hw, s["m"].to_numpy(), s["n"].to_numpy(), s["k"].to_numpy(),
+                                     gemm_dtype(dt))
+        band = np.where(df["m"].to_numpy() <= SMALL_M, f"small m (<= {SMALL_M})", f"large m (> {SMALL_M})")
+        return keep, pred, [band, ("dtype " + dtypes).to_numpy()], ("n", "k")
+    if kind in ("context_attention", "generation_attention"):
+        kv = df["kv_cache_dtype"].astype(str)
+        keep = _skip((df["window_size"] > 0).to_numpy(), "sliding window not modelled", skipped)
+        keep &= _skip((~kv.isin(list(KV_CACHE_DTYPE_BYTES))).to_numpy() & keep,
+                      "kv_cache_dtype not modelled", skipped)
+        kv_bytes = kv.map(KV_CACHE_DTYPE_BYTES).fillna(2).to_numpy(dtype=float)
+        b = df["batch_size"].to_numpy()
+        if kind == "context_attention":
+            sums, length = uniform_batch_sums(b, df["isl"].to_numpy(), 0), df["isl"].to_numpy()
+        else:
+            sums, length = uniform_batch_sums(b, 1, df["step"].to_numpy()), df["step"].to_numpy()
+        pred = attention_time_s(hw, *sums, df["num_heads"].to_numpy(),
+                                df["num_key_value_heads"].to_numpy(), df["head_dim"].to_numpy(),
+                                kv_bytes)
+        band = np.where(length <= SHORT_CONTEXT, f"short context (<= {SHORT_CONTEXT})",
+                        f"long context (> {SHORT_CONTEXT})")
+        return keep, pred, [band, ("kv " + kv).to_numpy()], ("num_heads", "num_key_value_heads",
+                                                             "head_dim")
+    # nccl
+    keep = _skip((df["op_name"] != "all_reduce").to_numpy(), "collective not modelled "
+                 "(only all_reduce)", skipped)
+    pred = all_reduce_time_s(hw, df["message_bytes"].to_numpy(), df["num_gpus"].to_numpy())
+    band = np.where(df["message_bytes"].to_numpy() <= SMALL_MESSAGE, "small message (<= 1 MiB)",
+                    "large message (> 1 MiB)")
+    return keep, pred, [band, df["num_gpus"].map(lambda p: f"{p} GPUs").to_numpy()], None
+
+
+def check_table(kind: str, path: Path, hw: HardwareProfile, *, model_free: bool = False,
+                max_rows: int | None = None, seed: int = 0) -> TableResult:
+    """Score one table; ``max_rows`` samples rows (explicit seed) to keep it fast."""
+    df = READERS[kind](path)
+    if max_rows is not None and len(df) > max_rows:
+        df = df.sample(n=max_rows, random_state=np.random.default_rng(seed).integers(2**31))
+    df = df.reset_index(drop=True)
+    res = TableResult(path, kind, len(df), 0)
+    keep, pred, bands, shape_cols = _predict(kind, df, hw, res.skipped)
+    meas = df["latency_s"].to_numpy()
+    err = ape(pred, meas)
+    res.num_predicted = int(keep.sum())
+
+    def add(name: str, mask: np.ndarray) -> None:
+        if mask.any():
+            res.bands[name] = (int(mask.sum()), float(err[mask].mean()), float(np.median(err[mask])))
+
+    add("all", keep)
+    for band in bands:
+        for b in sorted(set(band[keep])):
+            add(b, keep & (band == b))
+    if not model_free and shape_cols is not None:
+        gemms, attns = _preset_shapes()
+        shapes = gemms if kind == "gemm" else attns
+        tuples = zip(*(df[c].to_numpy() for c in shape_cols))
+        add("preset-model shapes", keep & np.array([t in shapes for t in tuples], dtype=bool))
+    return res
+
+
+def check_dir(directory: str | Path, hw: HardwareProfile, *, model_free: bool = False,
+              max_rows: int | None = None, seed: int = 0) -> list[TableResult]:
+    """Score every known table in ``directory``."""
+    return [check_table(kind, path, hw, model_free=model_free, max_rows=max_rows, seed=seed)
+            for kind, path in find_tables(directory)]
+
+
+def format_results(results: list[TableResult]) -> str:
+    """Plain-text report: one block per table, one line per band."""
+    lines = []
+    for r in results:
+        lines.append(f"{r.path.name}  [{r.kind}]  rows {r.num_rows}, predicted {r.num_predicted}, "
+                     f"skipped {r.num_rows - r.num_predicted}")
+        for name, (n, mape, med) in r.bands.items():
+            lines.append(f"    {name:<32} n={n:<7} MAPE {mape:8.1f} %   median APE {med:7.1f} %")
+        for reason, n in r.skipped.items():
+            lines.append(f"    skipped {n:>7} rows: {reason}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m calibration.check_tables", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("directory", help="folder of kernel tables (e.g. ../shared/kernels/h100_sxm)")
+    ap.add_argument("--profile", required=True, help="hardware profile name or YAML path")
+    ap.add_argument("--model-free", action="store_true",
+                    help="do not consult model presets (no 'preset-model shapes' band)")
+    ap.add_argument("--max-rows", type=int, default=None, help="sample at most N rows per table")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the row sample")
+    args = ap.parse_args(argv)
+    try:
+        hw = get_hardware(args.profile)
+        results = check_dir(args.directory, hw, model_free=args.model_free,
+                            max_rows=args.max_rows, seed=args.seed)
+    except ServesimError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"profile {hw.name}: cost-model per-operator predictions vs measured latency")
+    print(format_results(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

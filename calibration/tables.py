@@ -1,0 +1,112 @@
+"""Readers for measured kernel tables (the ``../shared/kernels/`` format).
+
+Tables are CSV (optionally gzipped), one kernel call per row, ``latency`` in
+milliseconds (aiconfigurator-core 0.12.0 performance database). Each reader
+checks its required columns and that every latency is positive, raising
+:class:`~sim.errors.ConfigError` naming the file, column and row, and adds
+``latency_s`` (seconds).
+
+NCCL ``message_size`` is a number of *elements*, not bytes: aiconfigurator's
+``collector/collect_nccl.py`` runs nccl-tests with a size in bytes and logs
+``size // bytes_per_element`` (half: 2 B, int8: 1 B). The readers add
+``message_bytes``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from sim.errors import ConfigError
+
+GEMM_COLUMNS = ("gemm_dtype", "m", "n", "k", "latency")
+ATTENTION_COLUMNS = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim",
+                     "kv_cache_dtype", "step", "latency")
+NCCL_COLUMNS = ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency")
+NCCL_DTYPE_BYTES = {"half": 2, "float16": 2, "bfloat16": 2, "int8": 1, "float": 4, "float32": 4}
+
+#: table kind -> file-name suffix (before .csv / .csv.gz)
+TABLE_KINDS = {"gemm": "_gemm", "context_attention": "_context_attention",
+               "generation_attention": "_generation_attention", "nccl": None}
+
+
+def table_kind(path: str | Path) -> str | None:
+    """Kind of a table from its file name, or None if not a known table."""
+    name = Path(path).name
+    stem = name.removesuffix(".gz").removesuffix(".csv")
+    if not name.endswith((".csv", ".csv.gz")):
+        return None
+    if stem.startswith("nccl"):
+        return "nccl"
+    for kind, suffix in TABLE_KINDS.items():
+        if suffix and stem.endswith(suffix):
+            return kind
+    return None
+
+
+def find_tables(directory: str | Path) -> list[tuple[str, Path]]:
+    """(kind, path) of every known table in ``directory``, sorted by name."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise ConfigError(f"{d}: not a directory of kernel tables")
+    found = [(table_kind(p), p) for p in sorted(d.iterdir())]
+    return [(k, p) for k, p in found if k is not None]
+
+
+def _read(path: Path, columns: tuple[str, ...], nrows: int | None) -> pd.DataFrame:
+    try:
+        df = pd.read_csv(path, nrows=nrows)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: cannot read table: {e}") from e
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}; "
+                          f"found {', '.join(map(str, df.columns))}")
+    lat = pd.to_numeric(df["latency"], errors="coerce")
+    bad = lat.isna() | (lat <= 0)
+    if bad.any():
+        i = int(bad.to_numpy().nonzero()[0][0])
+        raise ConfigError(f"{path}: column latency, row {i + 2} (line in file): "
+                          f"value {df['latency'].iloc[i]!r} is not a positive number of ms")
+    for col in columns:
+        if col in ("latency", "gemm_dtype", "kv_cache_dtype", "op_name", "nccl_dtype"):
+            continue
+        vals = pd.to_numeric(df[col], errors="coerce")
+        neg = vals.isna() | (vals < 0)
+        if neg.any():
+            i = int(neg.to_numpy().nonzero()[0][0])
+            raise ConfigError(f"{path}: column {col}, row {i + 2}: value {df[col].iloc[i]!r} "
+                              f"is not a non-negative number")
+    df["latency_s"] = lat * 1e-3
+    return df
+
+
+def read_gemm_table(path: str | Path, nrows: int | None = None) -> pd.DataFrame:
+    """GEMM rows: C[m, n] = A[m, k] . B[k, n] at ``gemm_dtype``."""
+    return _read(Path(path), GEMM_COLUMNS, nrows)
+
+
+def read_attention_table(path: str | Path, nrows: int | None = None) -> pd.DataFrame:
+    """Context (``isl`` new tokens, ``step`` = 0) or generation (one new token,
+    ``step`` cached) attention rows. Adds ``window_size`` = 0 if absent."""
+    df = _read(Path(path), ATTENTION_COLUMNS, nrows)
+    if "window_size" not in df.columns:
+        df["window_size"] = 0
+    return df
+
+
+def read_nccl_table(path: str | Path, nrows: int | None = None) -> pd.DataFrame:
+    """NCCL collective rows; adds ``message_bytes`` (see module docstring)."""
+    path = Path(path)
+    df = _read(path, NCCL_COLUMNS, nrows)
+    unknown = sorted(set(df["nccl_dtype"]) - set(NCCL_DTYPE_BYTES))
+    if unknown:
+        raise ConfigError(f"{path}: column nccl_dtype: unknown value(s) {unknown}; "
+                          f"valid: {', '.join(NCCL_DTYPE_BYTES)}")
+    df["message_bytes"] = df["message_size"] * df["nccl_dtype"].map(NCCL_DTYPE_BYTES)
+    return df
+
+
+READERS = {"gemm": read_gemm_table, "context_attention": read_attention_table,
+           "generation_attention": read_attention_table, "nccl": read_nccl_table}

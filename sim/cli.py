@@ -1,0 +1,143 @@
+"""The ``servesim`` command (also ``python -m sim``): the top layer; it may import anything.
+
+Every subcommand takes the same config keys: a YAML file, named options, and
+``--set key=value`` (dotted for nested keys, e.g. ``workload.request_rate=4``).
+Errors are printed as one message (exit status 2), never as a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from sim.errors import ServesimError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="servesim: simulate LLM serving (vLLM-style schedulers, paged KV cache, roofline cost model) without a GPU.",
+)
+
+SET_HELP = "Override a config key: --set key=value (repeatable; dotted keys for workload.*, e.g. workload.request_rate=4)."
+
+
+def _overrides(**kw) -> dict:
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+@app.command()
+def run(
+    config: Optional[Path] = typer.Argument(None, help="YAML config file (flat vLLM-named keys; see README)."),
+    model: Optional[str] = typer.Option(None, help="Model preset or HF id (e.g. llama-3.1-8b) or path to config.json."),
+    hardware: Optional[str] = typer.Option(None, help="Hardware profile name (e.g. h100_sxm) or path to a profile YAML."),
+    scheduler: Optional[str] = typer.Option(None, help="Batching mode: static, continuous, chunked (or a registered one)."),
+    workload: Optional[str] = typer.Option(None, help="Built-in workload name or workload YAML path (default: 'default')."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
+    seed: Optional[int] = typer.Option(None, help="Seed of the run (arrivals, lengths, router)."),
+    goodput: Optional[List[str]] = typer.Option(None, help="SLOs for goodput, as vllm bench serve: ttft:MS tpot:MS e2el:MS."),
+    out: Path = typer.Option(Path("runs/latest"), help="Output folder for summary.json, requests.csv, steps.csv."),
+    exact_steps: bool = typer.Option(False, "--exact-steps", help="Reference mode: one event per engine step."),
+    quiet: bool = typer.Option(False, help="No progress bar."),
+) -> None:
+    """Simulate one deployment and workload; print the vllm-bench-style summary and write results."""
+    from sim.config import build_config
+    from sim.metrics import parse_goodput
+    from sim.output import write_results
+    from sim.report_text import print_run_summary
+    from sim.runner import run_simulation
+
+    slos = parse_goodput(goodput)
+    cfg = build_config(config, _overrides(model=model, hardware=hardware, scheduler=scheduler, seed=seed,
+                                          exact_steps=exact_steps or None), set_, workload)
+    with _progress_bar(quiet) as progress:
+        res = run_simulation(cfg, goodput=slos, progress=progress)
+    write_results(out, res.summary, res.result)
+    print_run_summary(res.summary, res.deployment)
+    typer.echo(f"results written to {out}/ (summary.json, requests.csv, steps.csv)")
+
+
+@app.command()
+def kv(
+    config: Optional[Path] = typer.Argument(None, help="YAML config file."),
+    model: Optional[str] = typer.Option(None, help="Model preset, HF id or config.json path."),
+    hardware: Optional[str] = typer.Option(None, help="Hardware profile name or YAML path."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
+    length: Optional[List[int]] = typer.Option(None, help="Also report how many sequences of this many tokens fit (repeatable)."),
+) -> None:
+    """KV-cache capacity arithmetic: bytes/token, weights, KV memory, blocks, sequences that fit."""
+    from sim.config import build_config
+    from sim.deployment import build_deployment
+    from sim.kv_cache.sizing import kv_report
+    from sim.report_text import print_kv_report
+
+    cfg = build_config(config, _overrides(model=model, hardware=hardware), set_, "default")
+    dep = build_deployment(cfg)
+    lengths = tuple(length) if length else (1024, 4096, dep.limits.max_model_len)
+    print_kv_report(kv_report(dep.sizing, lengths=lengths), dep)
+
+
+@app.command()
+def models() -> None:
+    """List the built-in model presets."""
+    from sim.model_spec import list_models
+    from sim.report_text import print_models
+
+    print_models(list_models())
+
+
+@app.command()
+def hardware() -> None:
+    """List the hardware profiles."""
+    from sim.hardware import list_hardware
+    from sim.report_text import print_hardware
+
+    print_hardware(list_hardware())
+
+
+class _progress_bar:
+    """A tqdm bar over completed requests (stderr; hidden when quiet or not a terminal)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet or not sys.stderr.isatty()
+        self.bar = None
+        self.last = 0
+
+    def __enter__(self):
+        if self.quiet:
+            return None
+        from tqdm import tqdm
+
+        self.bar = tqdm(unit="req", desc="simulating", file=sys.stderr, leave=False)
+        return self
+
+    def __call__(self, done: int) -> None:
+        self.bar.update(done - self.last)
+        self.last = done
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except ServesimError as e:
+        typer.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    except (typer.Exit, SystemExit) as e:
+        code = getattr(e, "exit_code", getattr(e, "code", 0))
+        sys.exit(code or 0)
+    except typer.Abort:
+        sys.exit(130)
+    except Exception as e:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        raise

@@ -1,0 +1,258 @@
+"""The run configuration: one flat set of vLLM-named keys (``../shared/DESIGN.md``,
+"The contract"), validated with pydantic v2.
+
+Sources merge in this order, later wins: built-in defaults → YAML config file →
+``--workload NAME`` → ``--set key=value`` overrides (dotted keys for nested
+fields, e.g. ``workload.request_rate=4``). Every error names the file (or
+``--set``), the key and the value; an unknown key is an error with the closest
+valid names, never ignored.
+
+Hardware-dependent defaults (``max_num_batched_tokens``, ``max_num_seqs``) are
+left ``None`` here and resolved by :func:`resolve_scheduler_limits` once the
+hardware profile is known, as vLLM does (``engine/arg_utils.py::get_batch_defaults``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sim.errors import ConfigError
+from sim.workload.config import WorkloadConfig
+
+SCHEDULERS = ("static", "continuous", "chunked")
+POLICIES = ("fcfs", "priority")
+CAPACITY_POLICIES = ("guaranteed_no_evict", "max_utilization")
+ROUTERS = ("round_robin", "least_outstanding_requests", "random", "prefix_aware")
+QUANTIZATIONS = ("fp8", "fp8_block", "int8", "int4_wo", "nvfp4")
+
+
+class SimConfig(BaseModel):
+    """Every key of a run. Units: seconds, tokens, bytes; fractions in [0, 1]."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False, protected_namespaces=())
+
+    model: str = "llama-3.1-8b"
+    hardware: str = "h100_sxm"
+    engine: Literal["vllm", "sglang", "trtllm"] | None = None
+
+    # Scheduler (vLLM names; ``vllm/config/scheduler.py``)
+    scheduler: str = "chunked"
+    enable_chunked_prefill: bool | None = None  # vLLM alias: true → chunked, false → continuous
+    policy: Literal["fcfs", "priority"] = "fcfs"
+    capacity_scheduler_policy: Literal["guaranteed_no_evict", "max_utilization"] | None = None
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    max_model_len: int | None = Field(default=None, ge=1)
+    long_prefill_token_threshold: int = Field(default=0, ge=0)
+
+    # KV cache (``vllm/config/cache.py``)
+    block_size: int = 16
+    gpu_memory_utilization: float = Field(default=0.92, gt=0.0, le=1.0)
+    num_gpu_blocks_override: int | None = Field(default=None, ge=2)
+    enable_prefix_caching: bool = False
+    kv_cache_dtype: Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
+    kv_allocation: Literal["paged", "contiguous"] = "paged"
+    contiguous_reserve: Literal["max_model_len", "max_tokens"] = "max_model_len"
+    watermark: float = Field(default=0.0, ge=0.0, lt=1.0)
+
+    # Precision
+    dtype: Literal["bfloat16", "float16", "auto"] = "bfloat16"
+    quantization: Literal["fp8", "fp8_block", "int8", "int4_wo", "nvfp4"] | None = None
+    attention_impl: Literal["flash", "naive"] = "flash"
+
+    # Parallelism and routing
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    num_replicas: int = Field(default=1, ge=1)
+    router: Literal["round_robin", "least_outstanding_requests", "random", "prefix_aware"] = "round_robin"
+
+    seed: int = 0
+    exact_steps: bool = False  # reference mode: one event per engine step, never merged
+    workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> "SimConfig":
+        if self.enable_chunked_prefill is not None:
+            self.scheduler = "chunked" if self.enable_chunked_prefill else "continuous"
+        if self.block_size <= 0:
+            raise ValueError(f"block_size must be a positive integer, got {self.block_size}")
+        if self.tensor_parallel_size & (self.tensor_parallel_size - 1):
+            raise ValueError(f"tensor_parallel_size must be a power of two, got {self.tensor_parallel_size}")
+        return self
+
+
+def resolve_scheduler_limits(cfg: SimConfig, hbm_bytes: float, hardware_name: str, max_model_len: int) -> SimConfig:
+    """Fill the hardware-dependent defaults as vLLM 0.24 ``vllm serve`` does
+    (ENGINE_SEMANTICS §1.1): on GPUs with ≥ 70 GiB that are not A100,
+    ``max_num_batched_tokens`` = 8192 and ``max_num_seqs`` = 1024; else 2048 / 256.
+    Without chunked prefill the budget is raised to ≥ ``max_model_len``.
+
+    Raises ConfigError when ``chunked`` gets ``max_num_batched_tokens < max_num_seqs``
+    (vLLM rejects that config).
+    """
+    large = hbm_bytes >= 70 * 2**30 and "a100" not in hardware_name.lower()
+    upd: dict[str, Any] = {"max_model_len": max_model_len}
+    mnbt = cfg.max_num_batched_tokens or (8192 if large else 2048)
+    mns = cfg.max_num_seqs or (1024 if large else 256)
+    if cfg.scheduler != "chunked":
+        mnbt = max(mnbt, max_model_len)
+    elif cfg.max_num_seqs is None:
+        mns = min(mns, mnbt)
+    if cfg.scheduler == "chunked" and mnbt < mns:
+        raise ConfigError(
+            f"max_num_batched_tokens ({mnbt}) must be >= max_num_seqs ({mns}) for scheduler 'chunked' "
+            "(vLLM rejects this config)"
+        )
+    upd["max_num_batched_tokens"] = mnbt
+    upd["max_num_seqs"] = mns
+    return cfg.model_copy(update=upd)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def parse_value(text: str) -> Any:
+    """``--set`` values are YAML scalars: ``4`` → int, ``true`` → bool, ``inf`` → float."""
+    if text.strip().lower() in ("inf", "+inf", "infinity"):
+        return math.inf
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def set_dotted(d: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    cur = d
+    for p in parts[:-1]:
+        nxt = cur.get(p)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            cur[p] = nxt
+        cur = nxt
+    cur[parts[-1]] = value
+
+
+def _valid_keys() -> list[str]:
+    keys = [k for k in SimConfig.model_fields if k != "workload"]
+    keys += [f"workload.{k}" for k in WorkloadConfig.model_fields]
+    return keys
+
+
+def check_known_keys(d: dict, source: str, prefix: str = "") -> None:
+    fields = SimConfig.model_fields if not prefix else WorkloadConfig.model_fields
+    for k, v in d.items():
+        full = f"{prefix}{k}"
+        if k not in fields:
+            close = difflib.get_close_matches(full, _valid_keys(), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else f"; valid keys: {', '.join(_valid_keys())}"
+            raise ConfigError(f"{source}: unknown config key '{full}'{hint}")
+        if k == "workload" and not prefix and isinstance(v, dict):
+            check_known_keys(v, source, "workload.")
+
+
+def read_yaml(path: str | Path) -> dict:
+    """Read a YAML mapping; a syntax error names the file and line."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{p}:{where}: malformed YAML: {getattr(e, 'problem', e)}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping of config keys, got {type(data).__name__}")
+    return data
+
+
+def _flatten_dotted(d: dict) -> dict:
+    """Accept dotted keys inside YAML too (``workload.request_rate: 4``)."""
+    out: dict = {}
+    for k, v in d.items():
+        if isinstance(k, str) and "." in k:
+            set_dotted(out, k, v)
+        elif isinstance(v, dict) and k in out and isinstance(out[k], dict):
+            out[k].update(v)
+        else:
+            out[k] = v
+    return out
+
+
+def format_validation_error(e: ValidationError, source: str) -> str:
+    lines = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith("function-"))
+        val = err.get("input")
+        val_s = "" if isinstance(val, dict) else f" (got {val!r})"
+        lines.append(f"{source}: {loc or 'config'}: {err['msg']}{val_s}")
+    return "\n".join(lines)
+
+
+def build_config(
+    config_file: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    set_args: list[str] | None = None,
+    workload: str | None = None,
+) -> SimConfig:
+    """Merge the sources (see module docstring) and validate.
+
+    ``overrides`` are dotted keys → values from CLI options (``--model``...);
+    ``set_args`` are raw ``key=value`` strings from ``--set``.
+    Raises ConfigError naming the source, key and value.
+    """
+    from sim.workload import load_workload_dict
+
+    data: dict = {}
+    sources: list[tuple[str, dict]] = []
+    if config_file is not None:
+        file_data = _flatten_dotted(read_yaml(config_file))
+        check_known_keys(file_data, str(config_file))
+        sources.append((str(config_file), file_data))
+    wl_name = workload
+    if wl_name is None:
+        file_wl = sources[0][1].get("workload", {}) if sources else {}
+        if not (isinstance(file_wl, dict) and (file_wl.get("trace") or file_wl.get("name"))):
+            wl_name = "default"
+    if wl_name is not None:
+        wl = dict(load_workload_dict(wl_name))
+        data["workload"] = wl
+    for src, sd in sources:
+        for k, v in sd.items():
+            if k == "workload" and isinstance(v, dict):
+                if v.get("name"):
+                    data["workload"] = dict(load_workload_dict(v["name"]))
+                data.setdefault("workload", {}).update(v)
+            else:
+                data[k] = v
+    set_src = "--set"
+    flat: dict = {}
+    for k, v in (overrides or {}).items():
+        if v is not None:
+            set_dotted(flat, k, v)
+    for item in set_args or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected key=value (e.g. workload.request_rate=4)")
+        k, v = item.split("=", 1)
+        set_dotted(flat, k.strip(), parse_value(v.strip()))
+    check_known_keys(flat, set_src)
+    if "workload" in flat and "name" in flat["workload"]:
+        data["workload"] = dict(load_workload_dict(flat["workload"]["name"]))
+    for k, v in flat.items():
+        if k == "workload":
+            data.setdefault("workload", {}).update(v)
+        else:
+            data[k] = v
+    try:
+        return SimConfig.model_validate(data)
+    except ValidationError as e:
+        src = str(config_file) if config_file else set_src
+        raise ConfigError(format_validation_error(e, src)) from None

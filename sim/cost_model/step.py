@@ -1,0 +1,209 @@
+"""Step time of one engine step (a batch of prefill chunks and decodes).
+
+A step is one forward pass on every TP rank; ranks run in lock-step, so the
+step time is one rank's time. Per layer (x num_hidden_layers):
+qkv_proj, attention, o_proj, ffn (dense) or moe_experts (router + grouped
+expert GEMMs), norms/elementwise, two TP all-reduces. Per step: embedding and
+final norm (in norms_elementwise), lm_head on sampled positions, one more
+all-reduce for the vocab-parallel embedding (vLLM
+``vocab_parallel_embedding.py``), and the fixed step overhead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.cost_model.operators import (ATTENTION_IMPLS, ATTENTION_KERNELS, attention_cost,
+                                      attention_peak_flops, gemm_cost)
+from sim.cost_model.roofline import ACT_BYTES, gemm_precision
+from sim.errors import ConfigError
+from sim.hardware import HardwareProfile
+from sim.model_spec import ModelSpec, kv_cache_dtype_bytes
+
+OP_NAMES_DENSE = ("qkv_proj", "attention", "o_proj", "ffn", "norms_elementwise", "lm_head",
+                  "tp_all_reduce", "step_overhead")
+OP_NAMES_MOE = tuple("moe_experts" if o == "ffn" else o for o in OP_NAMES_DENSE)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """``total_s`` = sum of ``ops`` (seconds, per operator, all layers)."""
+    total_s: float
+    ops: dict[str, float]
+
+
+class _Gemm:
+    """Linear time coefficients of one GEMM shape for all layers:
+    t(m) = max(f.m, b0 + b1.m) + c  (m tokens), = roofline of gemm_cost x layers."""
+    __slots__ = ("f", "b0", "b1", "c")
+
+    def __init__(self, n, k, prec, peak, bw, ce, me, launch, layers, weight_mats=1.0):
+        f1, by1 = gemm_cost(1.0, n, k, prec, weight_mats)
+        _, by0 = gemm_cost(0.0, n, k, prec, weight_mats)
+        self.f = float(f1) / (peak * ce) * layers
+        self.b0 = float(by0) / (bw * me) * layers
+        self.b1 = float(by1 - by0) / (bw * me) * layers
+        self.c = prec.num_kernels * launch * layers
+
+    def __call__(self, m: float) -> float:
+        return max(self.f * m, self.b0 + self.b1 * m) + self.c if m > 0 else 0.0
+
+
+class CostModel:
+    """Roofline step-time model of ``model`` on ``hw`` (one replica, TP ranks).
+
+    ``quantization`` (None = the checkpoint's, else bf16/fp16/fp8/fp8_block/
+    int8/int4_wo/nvfp4) sets weight bytes and GEMM peak; ``kv_cache_dtype``
+    (auto, fp8, ...) sets KV bytes; ``attention_impl`` is flash or naive.
+    """
+
+    def __init__(self, model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_size: int = 1,
+                 quantization: str | None = None, kv_cache_dtype: str = "auto",
+                 attention_impl: str = "flash") -> None:
+        model.check_tensor_parallel_size(tensor_parallel_size)
+        if attention_impl not in ATTENTION_IMPLS:
+            raise ConfigError(f"attention_impl: unknown value {attention_impl!r}; "
+                              f"valid: {', '.join(ATTENTION_IMPLS)}")
+        self.model, self.hw, self.tp = model, hw, tensor_parallel_size
+        self.attention_impl = attention_impl
+        self.kv_bytes = float(kv_cache_dtype_bytes(kv_cache_dtype))
+        tp, L, h = tensor_parallel_size, model.num_hidden_layers, model.hidden_size
+        self.prec = prec = gemm_precision(hw, quantization or model.quantization)
+        bf16 = gemm_precision(hw, "bf16")
+        bw = hw.hbm_bandwidth_bytes_per_s
+        eff = hw.efficiency
+        ce, me, launch = eff.operator_efficiency("gemm")
+        self.heads_r = model.num_attention_heads // tp
+        self.kv_heads_r = model.kv_heads_per_rank(tp)
+        d = model.head_dim
+        q_r, kv_r = self.heads_r * d, self.kv_heads_r * d
+
+        def gemm(n, k, p=prec, layers=L, mats=1.0):
+            return _Gemm(n, k, p, p.peak_flops_per_s, bw, ce, me, launch, layers, mats)
+
+        self._qkv = gemm(q_r + 2 * kv_r, h)
+        self._o = gemm(h, q_r)
+        self._lm = gemm(math.ceil(model.vocab_size / tp), h, p=bf16, layers=1)
+        if model.is_moe:
+            im_r = model.moe_intermediate_size // tp
+            self._router = gemm(model.num_experts, h, p=bf16)
+            # grouped expert GEMMs w13 (n=2I, k=h) and w2 (n=h, k=I), all layers:
+            # t = sum over both of max(f.m, a.m + w.touched) + c, m = T x top_k
+            # routed token rows, touched = distinct experts hit (gemm_cost terms)
+            self._moe = []
+            for n, k in ((2 * im_r, h), (h, im_r)):
+                f1, by1 = gemm_cost(1.0, n, k, prec, 0.0)
+                _, w1 = gemm_cost(0.0, n, k, prec, 1.0)
+                self._moe.append((float(f1) / (prec.peak_flops_per_s * ce) * L,
+                                  float(by1) / (bw * me) * L, float(w1) / (bw * me) * L,
+                                  prec.num_kernels * launch * L))
+            act_per_tok = model.num_experts_per_tok * 3 * im_r
+            moe_kernels = 3  # topk softmax, align/sort, un-permute sum
+        else:
+            i_r = model.intermediate_size // tp
+            self._up = gemm(2 * i_r, h)
+            self._down = gemm(h, i_r)
+            act_per_tok, moe_kernels = 3 * i_r, 0
+        # norms/elementwise: 2 fused add+RMSNorm (4h each), RoPE on q,k (r+w),
+        # Qwen3 q/k RMSNorm (r+w), SiLU-and-mul (read 2I, write I); per step:
+        # embedding gather (r+w h) and final norm (3h).
+        per_tok_layer = 8 * h + 2 * (q_r + kv_r) * (2 if model.qk_norm else 1) + act_per_tok
+        _, me_e, launch_e = eff.operator_efficiency("elementwise")
+        self._elem_per_tok = ACT_BYTES * (L * per_tok_layer + 5 * h) / (bw * me_e)
+        kernels = L * (4 + (2 if model.qk_norm else 0) + moe_kernels) + 2
+        self._elem_const = kernels * launch_e
+        # attention: time(layer) = max(flops/peak_eff, bytes/bw_eff) + launches
+        ce_a, me_a, launch_a = eff.operator_efficiency("attention")
+        self._attn_f = L / (attention_peak_flops(hw, self.kv_bytes) * ce_a)
+        self._attn_b = L / (bw * me_a)
+        self._attn_c = L * ATTENTION_KERNELS * launch_a
+        # all-reduces: 2 per layer + 1 (embedding) of T.h activations
+        ic = hw.interconnect
+        self._ar_count = 2 * L + 1 if tp > 1 else 0
+        self._ar_per_tok = (2.0 * (tp - 1) / tp * h * ACT_BYTES
+                            / (ic.bandwidth_bytes_per_s * eff.all_reduce_efficiency))
+        self._ar_lat = ic.latency_s
+        self._overhead = eff.step_overhead_s
+        self.op_names = OP_NAMES_MOE if model.is_moe else OP_NAMES_DENSE
+
+    # -- operators -------------------------------------------------------------
+    def _ffn(self, T: float) -> float:
+        if not self.model.is_moe:
+            return self._up(T) + self._down(T)
+        E, k = self.model.num_experts, self.model.num_experts_per_tok
+        touched = E * (1.0 - (1.0 - k / E) ** T)  # expected distinct experts (uniform routing)
+        m = T * k
+        t = self._router(T)
+        for f, a, w, c in self._moe:
+            t += max(f * m, a * m + w * touched) + c
+        return t
+
+    def _attention(self, N, C, X, Q2, maximum):
+        f, by = attention_cost(N, C, X, Q2, self.heads_r, self.kv_heads_r, self.model.head_dim,
+                               self.kv_bytes, self.attention_impl)
+        return maximum(f * self._attn_f, by * self._attn_b) + self._attn_c
+
+    def _linear_ops(self, T: float, ns: float) -> tuple[float, ...]:
+        """(qkv, o, ffn, norms, lm_head, all_reduce, overhead) for T tokens."""
+        ar = self._ar_count * (self._ar_per_tok * T + self._ar_lat)
+        return (self._qkv(T), self._o(T), self._ffn(T), self._elem_per_tok * T + self._elem_const,
+                self._lm(ns), ar, self._overhead)
+
+    @staticmethod
+    def _sums(n: np.ndarray, c: np.ndarray) -> tuple[int, int, int, int]:
+        if n.shape != c.shape or n.ndim != 1:
+            raise ConfigError(f"step batch: num_new_tokens shape {n.shape} and num_context_tokens "
+                              f"shape {c.shape} must be equal 1-D arrays")
+        return int(n.sum()), int(c.sum()), int(n @ c), int(n @ n)
+
+    # -- public API --------------------------------------------------------------
+    def step_time_s(self, num_new_tokens, num_context_tokens, num_sampled: int | None = None) -> float:
+        """Total step time in s. Arrays (int64, one entry per sequence): tokens
+        computed this step and tokens already in the KV cache before it.
+        ``num_sampled`` (lm_head rows) defaults to the number of sequences: vLLM
+        computes logits at every scheduled request's last position."""
+        n = np.asarray(num_new_tokens)
+        T, C, X, Q2 = self._sums(n, np.asarray(num_context_tokens))
+        if T == 0:
+            return 0.0
+        ns = n.shape[0] if num_sampled is None else num_sampled
+        qkv, o, ffn, norms, lm, ar, ov = self._linear_ops(float(T), float(ns))
+        attn = self._attention(float(T), float(C), float(X), float(Q2), max)
+        return qkv + attn + o + ffn + norms + lm + ar + ov
+
+    def step_time(self, num_new_tokens, num_context_tokens, num_sampled: int | None = None) -> StepTime:
+        """As :meth:`step_time_s`, with the per-operator breakdown (s)."""
+        n = np.asarray(num_new_tokens)
+        c = np.asarray(num_context_tokens)
+        if n.size and (n.min() < 0 or c.min() < 0):
+            raise ConfigError("step batch: token counts must be >= 0")
+        if num_sampled is not None and num_sampled < 0:
+            raise ConfigError(f"num_sampled: must be >= 0, got {num_sampled}")
+        T, C, X, Q2 = self._sums(n, c)
+        if T == 0:
+            return StepTime(0.0, dict.fromkeys(self.op_names, 0.0))
+        ns = n.shape[0] if num_sampled is None else num_sampled
+        qkv, o, ffn, norms, lm, ar, ov = self._linear_ops(float(T), float(ns))
+        attn = self._attention(float(T), float(C), float(X), float(Q2), max)
+        total = qkv + attn + o + ffn + norms + lm + ar + ov
+        return StepTime(total, dict(zip(self.op_names, (qkv, attn, o, ffn, norms, lm, ar, ov))))
+
+    def decode_steps_time_s(self, num_context_tokens, k: int) -> np.ndarray:
+        """Times (s, shape (k,)) of k consecutive decode-only steps of an
+        unchanged batch: step j has one new token per sequence and contexts
+        ``num_context_tokens + j``. Equal to k calls of :meth:`step_time_s`
+        (same floating-point operations, vectorised over j)."""
+        c = np.asarray(num_context_tokens)
+        S = c.shape[0]
+        if k < 0:
+            raise ConfigError(f"decode_steps_time_s: k must be >= 0, got {k}")
+        if S == 0 or k == 0:
+            return np.zeros(k)
+        C = float(int(c.sum()))
+        Cj = C + float(S) * np.arange(k, dtype=float)  # exact: integers < 2**53
+        qkv, o, ffn, norms, lm, ar, ov = self._linear_ops(float(S), float(S))
+        attn = self._attention(float(S), Cj, Cj, float(S), np.maximum)
+        return qkv + attn + o + ffn + norms + lm + ar + ov

@@ -1,0 +1,66 @@
+"""Resolve a :class:`~sim.config.SimConfig` into the pieces one replica runs
+with: model spec, hardware profile, cost model, KV sizing and scheduler limits.
+Everything a bad config can get wrong fails here, before the run starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.config import SimConfig, resolve_scheduler_limits
+from sim.cost_model import CostModel
+from sim.errors import ConfigError
+from sim.hardware import HardwareProfile, get_hardware
+from sim.kv_cache import make_kv_cache_manager
+from sim.kv_cache.sizing import KVSizing, compute_kv_sizing
+from sim.model_spec import ModelSpec, get_model
+from sim.scheduler import SchedulerLimits, get_scheduler_class
+
+
+@dataclass
+class Deployment:
+    cfg: SimConfig  # with hardware-dependent defaults filled in
+    model: ModelSpec
+    hardware: HardwareProfile
+    cost_model: CostModel
+    sizing: KVSizing
+    limits: SchedulerLimits
+
+    def make_kv_manager(self):
+        c = self.cfg
+        return make_kv_cache_manager(
+            c.kv_allocation, self.sizing.num_gpu_blocks, c.block_size,
+            enable_prefix_caching=c.enable_prefix_caching, max_model_len=self.limits.max_model_len,
+            watermark=c.watermark, contiguous_reserve=c.contiguous_reserve,
+        )
+
+    def make_scheduler(self, kv):
+        return get_scheduler_class(self.cfg.scheduler)(self.limits, kv)
+
+
+def build_deployment(cfg: SimConfig) -> Deployment:
+    """Raises ConfigError / InfeasibleError with the reason."""
+    get_scheduler_class(cfg.scheduler)  # unknown mode → ConfigError listing valid ones
+    if cfg.enable_prefix_caching and cfg.kv_allocation == "contiguous":
+        raise ConfigError("enable_prefix_caching: prefix caching needs kv_allocation 'paged', got 'contiguous'")
+    model = get_model(cfg.model)
+    hw = get_hardware(cfg.hardware)
+    max_model_len = cfg.max_model_len or model.max_position_embeddings
+    cfg = resolve_scheduler_limits(cfg, hw.memory_bytes, hw.name, max_model_len)
+    sizing = compute_kv_sizing(
+        model, hw, tensor_parallel_size=cfg.tensor_parallel_size,
+        gpu_memory_utilization=cfg.gpu_memory_utilization, block_size=cfg.block_size,
+        kv_cache_dtype=cfg.kv_cache_dtype, quantization=cfg.quantization,
+        max_num_batched_tokens=cfg.max_num_batched_tokens, max_model_len=max_model_len,
+        num_gpu_blocks_override=cfg.num_gpu_blocks_override, max_num_seqs=cfg.max_num_seqs,
+    )
+    cost = CostModel(
+        model, hw, tensor_parallel_size=cfg.tensor_parallel_size, quantization=cfg.quantization,
+        kv_cache_dtype=cfg.kv_cache_dtype, attention_impl=cfg.attention_impl,
+    )
+    limits = SchedulerLimits(
+        max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
+        max_model_len=max_model_len, block_size=cfg.block_size,
+        long_prefill_token_threshold=cfg.long_prefill_token_threshold, policy=cfg.policy,
+        capacity_scheduler_policy=cfg.capacity_scheduler_policy,
+    )
+    return Deployment(cfg, model, hw, cost, sizing, limits)

@@ -1,0 +1,161 @@
+"""How many KV-cache blocks fit on a GPU (vLLM ``gpu_worker.py::determine_available_memory``
+and ``kv_cache_utils.py::get_num_blocks``; ENGINE_SEMANTICS.md section 2.1).
+
+    available  = memory_bytes x gpu_memory_utilization
+                 - weight bytes per rank - activation/workspace estimate
+    num_blocks = floor(available / block_bytes),
+    block_bytes = block_size x kv_bytes_per_token (all layers, one rank)
+
+Activation/workspace estimate (vLLM profiles a dummy forward pass of
+``max_num_batched_tokens`` tokens and the sampler on ``max_num_seqs`` rows):
+  - persistent: hidden states and residual, 2 x T x hidden x 2 B;
+  - largest transient: max(q,k,v + attention output, gate_up + SiLU output) per rank,
+    MoE: x num_experts_per_tok routed copies;
+  - sampler: fp32 logits and probabilities, 2 x min(max_num_seqs, T) x vocab/tp x 4 B;
+  - non-torch memory (CUDA context, cuBLAS workspace, NCCL buffers): 1.79 GiB at
+    TP 1 and 3.58 GiB at TP > 1, as vLLM logged for Llama-3-8B on H100
+    (github.com/vllm-project/vllm/pull/10511: activation peak 1.26 GiB, non-torch
+    1.79 / 3.58 GiB). The CUDA-graph estimate vLLM 0.24 also subtracts (a few
+    hundred MiB for small models) is not modelled separately.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sim.errors import ConfigError, InfeasibleError
+from sim.hardware import HardwareProfile
+from sim.model_spec import ModelSpec
+
+GiB = float(1 << 30)
+NON_TORCH_BYTES_TP1 = 1.79 * GiB
+NON_TORCH_BYTES_TP_GT1 = 3.58 * GiB
+
+
+@dataclass(frozen=True)
+class KVSizing:
+    """Result of :func:`compute_kv_sizing`. Bytes are per TP rank."""
+    num_gpu_blocks: int
+    kv_bytes_per_token: int          #: one rank, all layers
+    block_bytes: int                 #: one block, all layers, one rank
+    weight_bytes_per_rank: float
+    activation_bytes_estimate: float
+    kv_cache_bytes: int              #: num_gpu_blocks x block_bytes
+    max_model_len: int
+    max_concurrency: float           #: blocks / ceil(max_model_len / block_size)
+    block_size: int
+    tensor_parallel_size: int
+    memory_bytes: int
+    gpu_memory_utilization: float
+
+
+def activation_bytes_estimate(model: ModelSpec, *, tensor_parallel_size: int = 1,
+                              max_num_batched_tokens: int = 8192, max_num_seqs: int = 1024) -> float:
+    """Peak activation + workspace bytes per rank (see module docstring)."""
+    tp, T, h = tensor_parallel_size, max_num_batched_tokens, model.hidden_size
+    q_r = model.num_attention_heads // tp * model.head_dim
+    kv_r = model.kv_heads_per_rank(tp) * model.head_dim
+    attn = q_r + 2 * kv_r + q_r
+    if model.is_moe:
+        mlp = model.num_experts_per_tok * 3 * (model.moe_intermediate_size // tp)
+    else:
+        mlp = 3 * (model.intermediate_size // tp)
+    torch_bytes = 2.0 * T * (2 * h + max(attn, mlp))
+    sampler = 2.0 * min(max_num_seqs, T) * math.ceil(model.vocab_size / tp) * 4.0
+    return torch_bytes + sampler + (NON_TORCH_BYTES_TP1 if tp == 1 else NON_TORCH_BYTES_TP_GT1)
+
+
+def _check(name: str, value, ok: bool, rule: str) -> None:
+    if not ok:
+        raise ConfigError(f"{name}: invalid value {value!r}; {rule}")
+
+
+def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_size: int = 1,
+                      gpu_memory_utilization: float = 0.92, block_size: int = 16,
+                      kv_cache_dtype: str = "auto", quantization: str | None = None,
+                      max_num_batched_tokens: int = 8192, max_model_len: int | None = None,
+                      num_gpu_blocks_override: int | None = None,
+                      max_num_seqs: int = 1024) -> KVSizing:
+    """Number of KV blocks per rank (defaults: vLLM 0.24 serve on a large GPU).
+
+    Raises InfeasibleError when the weights (plus the activation estimate) do
+    not fit in memory x utilization, or when one ``max_model_len`` sequence
+    needs more blocks than exist (vLLM ``check_enough_kv_cache_memory``).
+    """
+    tp = tensor_parallel_size
+    model.check_tensor_parallel_size(tp)
+    _check("gpu_memory_utilization", gpu_memory_utilization,
+           isinstance(gpu_memory_utilization, (int, float)) and 0 < gpu_memory_utilization <= 1,
+           "must be in (0, 1]")
+    _check("block_size", block_size, isinstance(block_size, int) and block_size >= 1, "must be an integer >= 1")
+    _check("max_num_batched_tokens", max_num_batched_tokens,
+           isinstance(max_num_batched_tokens, int) and max_num_batched_tokens >= 1, "must be an integer >= 1")
+    _check("max_num_seqs", max_num_seqs, isinstance(max_num_seqs, int) and max_num_seqs >= 1,
+           "must be an integer >= 1")
+    if max_model_len is None:
+        max_model_len = model.max_position_embeddings
+    _check("max_model_len", max_model_len,
+           isinstance(max_model_len, int) and 1 <= max_model_len <= model.max_position_embeddings,
+           f"must be an integer in 1..{model.max_position_embeddings} (max_position_embeddings of {model.name})")
+    if num_gpu_blocks_override is not None:
+        _check("num_gpu_blocks_override", num_gpu_blocks_override,
+               isinstance(num_gpu_blocks_override, int) and num_gpu_blocks_override >= 1,
+               "must be an integer >= 1")
+
+    kv_tok = model.kv_bytes_per_token(kv_cache_dtype, tp)
+    block_bytes = block_size * kv_tok
+    weights = model.weight_bytes(quantization, tp)
+    act = activation_bytes_estimate(model, tensor_parallel_size=tp,
+                                    max_num_batched_tokens=max_num_batched_tokens,
+                                    max_num_seqs=max_num_seqs)
+    usable = hw.memory_bytes * gpu_memory_utilization
+    available = usable - weights - act
+    if num_gpu_blocks_override is None and available < block_bytes:
+        raise InfeasibleError(
+            f"{model.name} does not fit on {hw.name} at TP {tp}: weights {weights / GiB:.2f} GiB "
+            f"+ activation/workspace estimate {act / GiB:.2f} GiB per rank leave "
+            f"{available / GiB:.2f} GiB of the usable {usable / GiB:.2f} GiB "
+            f"({hw.memory_bytes / GiB:.2f} GiB x gpu_memory_utilization {gpu_memory_utilization}) "
+            f"for the KV cache")
+    num_blocks = (num_gpu_blocks_override if num_gpu_blocks_override is not None
+                  else int(available // block_bytes))
+    blocks_per_seq = math.ceil(max_model_len / block_size)
+    if blocks_per_seq > num_blocks:
+        raise InfeasibleError(
+            f"one sequence of max_model_len {max_model_len} needs {blocks_per_seq} blocks "
+            f"({blocks_per_seq * block_bytes / GiB:.2f} GiB of KV cache per rank) but only "
+            f"{num_blocks} blocks ({num_blocks * block_bytes / GiB:.2f} GiB) fit on {hw.name} "
+            f"at TP {tp}; lower max_model_len or raise gpu_memory_utilization / tensor_parallel_size")
+    return KVSizing(num_blocks, kv_tok, block_bytes, weights, act, num_blocks * block_bytes,
+                    max_model_len, num_blocks / blocks_per_seq, block_size, tp,
+                    hw.memory_bytes, float(gpu_memory_utilization))
+
+
+def kv_report(sizing: KVSizing, lengths: tuple[int, ...] = (1024, 4096, 32768)) -> dict:
+    """The capacity arithmetic for ``servesim kv`` (GiB = 2**30 bytes): bytes
+    per token, weight / activation / KV memory per rank, blocks, token capacity,
+    and how many sequences of ``max_model_len`` and of each length fit
+    (``sequences_of_<n>_tokens``, whole sequences, each rounded up to blocks)."""
+    for n in lengths:
+        _check("lengths", n, isinstance(n, int) and n >= 1, "each length must be an integer >= 1")
+    bs = sizing.block_size
+    report = {
+        "kv_bytes_per_token": sizing.kv_bytes_per_token,
+        "block_size": bs,
+        "block_bytes": sizing.block_bytes,
+        "tensor_parallel_size": sizing.tensor_parallel_size,
+        "gpu_memory_gib": sizing.memory_bytes / GiB,
+        "gpu_memory_utilization": sizing.gpu_memory_utilization,
+        "weight_gib_per_rank": sizing.weight_bytes_per_rank / GiB,
+        "activation_gib_estimate": sizing.activation_bytes_estimate / GiB,
+        "kv_cache_gib": sizing.kv_cache_bytes / GiB,
+        "num_gpu_blocks": sizing.num_gpu_blocks,
+        "kv_cache_tokens": sizing.num_gpu_blocks * bs,
+        "max_model_len": sizing.max_model_len,
+        "max_concurrency_at_max_model_len": sizing.max_concurrency,
+        "sequences_at_max_model_len": sizing.num_gpu_blocks // math.ceil(sizing.max_model_len / bs),
+    }
+    for n in lengths:  # flat keys, one per length: sequences_of_<n>_tokens
+        report[f"sequences_of_{int(n)}_tokens"] = sizing.num_gpu_blocks // math.ceil(n / bs)
+    return report

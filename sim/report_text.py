@@ -1,0 +1,85 @@
+"""Terminal output (rich tables) for the CLI. Presentation only."""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+_console = Console()
+GIB = 2**30
+
+
+def _fmt(v, nd=2) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.{nd}f}"
+    return f"{v:,}" if isinstance(v, int) else str(v)
+
+
+def print_run_summary(s: dict, dep) -> None:
+    cfg = dep.cfg
+    t = Table(title=f"servesim run: {cfg.model} on {cfg.num_replicas}x{cfg.tensor_parallel_size} {cfg.hardware}, "
+                    f"scheduler={cfg.scheduler}", show_header=False)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    rows = [
+        ("Successful requests", s["completed"]),
+        ("Rejected requests", s["num_rejected"]),
+        ("Benchmark duration (s)", s["duration"]),
+        ("Total input tokens", s["total_input_tokens"]),
+        ("Total generated tokens", s["total_output_tokens"]),
+        ("Request throughput (req/s)", s["request_throughput"]),
+        ("Request goodput (req/s)", s["request_goodput"]),
+        ("Output token throughput (tok/s)", s["output_throughput"]),
+        ("Total token throughput (tok/s)", s["total_token_throughput"]),
+    ]
+    for r in rows:
+        t.add_row(r[0], _fmt(r[1]))
+    for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL")):
+        t.add_row(f"{label} mean / median / p99 (ms)",
+                  " / ".join(_fmt(s[f"{p}_{key}_ms"]) for p in ("mean", "median", "p99")))
+    t.add_row("Queue time mean / p99 (ms)", f"{_fmt(s['mean_queue_ms'])} / {_fmt(s['p99_queue_ms'])}")
+    t.add_row("Preemptions", _fmt(s["num_preemptions"]))
+    t.add_row("Prefix cache hit rate", _fmt(s["prefix_cache_hit_rate"], 3))
+    t.add_row("KV cache usage mean / max", f"{_fmt(s['mean_kv_cache_usage'], 3)} / {_fmt(s['max_kv_cache_usage'], 3)}")
+    t.add_row("Mean running seqs / batched tokens",
+              f"{_fmt(s['mean_num_running_seqs'], 1)} / {_fmt(s['mean_num_batched_tokens'], 1)}")
+    if not math.isnan(s.get("kv_reserved_unused_fraction", math.nan)):
+        t.add_row("KV reserved but unused", _fmt(s["kv_reserved_unused_fraction"], 3))
+    _console.print(t)
+    _console.print(
+        f"simulated {s['completed'] + s['num_rejected']} requests ({s['simulated_time_s']:.1f} s simulated) "
+        f"in {s['wall_time_s']:.2f} s wall: {s['sim_requests_per_wall_s']:,.0f} simulated req/s, "
+        f"{s['simulated_time_s'] / max(s['wall_time_s'], 1e-9):,.0f}x real time; "
+        f"{s['num_engine_steps']:,} engine steps in {s['num_events']:,} events"
+    )
+
+
+def print_kv_report(rep: dict, dep) -> None:
+    cfg = dep.cfg
+    t = Table(title=f"KV cache: {cfg.model} on {cfg.hardware}, TP={cfg.tensor_parallel_size}, "
+                    f"kv_cache_dtype={cfg.kv_cache_dtype}, block_size={cfg.block_size}", show_header=False)
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    for k, v in rep.items():
+        t.add_row(k, _fmt(v, 3) if isinstance(v, float) else _fmt(v))
+    _console.print(t)
+
+
+def print_models(names) -> None:
+    t = Table(title="model presets")
+    t.add_column("name")
+    for n in names:
+        t.add_row(str(n))
+    _console.print(t)
+
+
+def print_hardware(names) -> None:
+    t = Table(title="hardware profiles")
+    t.add_column("name")
+    for n in names:
+        t.add_row(str(n))
+    _console.print(t)

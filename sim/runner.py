@@ -1,0 +1,51 @@
+"""One simulation from a config: resolve, generate the workload, simulate,
+summarise. The CLI's ``run`` and ``compare`` are thin layers over this."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from sim import __version__
+from sim.config import SimConfig
+from sim.deployment import Deployment, build_deployment
+from sim.engine import RunResult, Simulation
+from sim.metrics import summarize
+from sim.workload import RequestSpecs, generate_requests
+
+
+@dataclass
+class RunOutput:
+    summary: dict
+    result: RunResult
+    deployment: Deployment
+    specs: RequestSpecs
+    wall_s: float
+
+
+def make_specs(dep: Deployment) -> RequestSpecs:
+    cfg = dep.cfg
+    return generate_requests(cfg.workload, seed=cfg.seed, max_model_len=dep.limits.max_model_len)
+
+
+def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, specs: RequestSpecs | None = None,
+                   progress=None) -> RunOutput:
+    """Raises ConfigError / InfeasibleError before simulating when the config is bad."""
+    dep = build_deployment(cfg)
+    if specs is None:
+        specs = make_specs(dep)
+    t0 = time.perf_counter()
+    result = Simulation(dep, specs, seed=cfg.seed, progress=progress).run()
+    wall = time.perf_counter() - t0
+    summary = summarize(result.requests, result.steps, result.itl, goodput=goodput,
+                        num_gpu_blocks=dep.sizing.num_gpu_blocks,
+                        kv_reserved_unused_fraction=result.kv_reserved_unused_fraction)
+    summary["num_engine_steps"] = result.num_steps
+    summary["num_events"] = result.num_events
+    summary["simulated_time_s"] = result.sim_time_s
+    summary["wall_time_s"] = wall
+    summary["sim_requests_per_wall_s"] = len(specs) / wall if wall > 0 else float("inf")
+    summary["workload_source"] = specs.source
+    summary["config"] = dep.cfg.model_dump(mode="json")
+    summary["servesim_version"] = __version__
+    return RunOutput(summary, result, dep, specs, wall)

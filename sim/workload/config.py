@@ -1,0 +1,345 @@
+"""``workload.*`` config: what requests to send and when (pydantic v2, ``extra="forbid"``).
+
+Three kinds of workload, told apart by which keys are set:
+
+* **built-in or file** — ``name: chat`` (or a path to a workload YAML); its keys are
+  read from ``workloads/NAME.yaml`` and any key given here overrides them
+  (:func:`sim.workload.builtin.resolve_workload`).
+* **trace** — ``trace: PATH``: arrivals and lengths from a real trace
+  (:mod:`sim.workload.traces`); the trace-only keys ``window_s``, ``speedup``,
+  ``sample_fraction``, ``jitter_s`` apply.
+* **synthetic** — ``input_len`` and ``output_len`` length specs plus an arrival
+  process and ``num_requests`` / ``duration_s``.
+
+With none of ``name``, ``trace``, ``input_len``, ``output_len`` set, the built-in
+``default`` workload is used and the keys given here override it.
+
+Arrivals follow ``vllm bench serve`` (``vllm/benchmarks/serve.py::get_request``):
+``request_rate`` in req/s (unset or ``inf`` = every request at t = 0, vLLM's
+default); gaps Gamma(shape = burstiness, scale = 1/(rate·burstiness)), rescaled so
+the last send is at N/rate. ``max_concurrency`` makes the run closed-loop (the
+engine then ignores the arrival times).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from sim.errors import ConfigError
+
+_STRICT = ConfigDict(extra="forbid")
+
+TRACE_FORMATS = ("azure", "mooncake", "burstgpt", "lengths", "generic")
+ARRIVALS = ("poisson", "gamma", "constant", "inf", "trace")
+
+
+# ---------------------------------------------------------------- length specs
+class FixedLen(BaseModel):
+    """Every request has ``value`` tokens."""
+
+    model_config = _STRICT
+    dist: Literal["fixed"]
+    value: int = Field(ge=1)
+
+
+class UniformLen(BaseModel):
+    """Integers uniform on [low, high] (inclusive), given either as ``low``/``high``
+    or vLLM-``random`` style as ``mean`` and ``range_ratio`` r: [⌊mean(1−r)⌋, ⌈mean(1+r)⌉]
+    (``vllm/benchmarks/datasets.py::RandomDataset``)."""
+
+    model_config = _STRICT
+    dist: Literal["uniform"]
+    low: int | None = None
+    high: int | None = None
+    mean: float | None = None
+    range_ratio: float | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "UniformLen":
+        bounds = self.low is not None or self.high is not None
+        ratio = self.mean is not None or self.range_ratio is not None
+        if bounds == ratio:
+            raise ValueError("give either low and high, or mean and range_ratio (not both, not neither)")
+        if bounds:
+            if self.low is None or self.high is None:
+                raise ValueError("low and high must both be given")
+        else:
+            if self.mean is None or self.range_ratio is None:
+                raise ValueError("mean and range_ratio must both be given")
+            if not 0 <= self.range_ratio < 1:
+                raise ValueError(f"range_ratio must be in [0, 1), got {self.range_ratio}")
+        lo, hi = self.bounds()
+        if lo < 1 or lo > hi:
+            raise ValueError(f"need 1 <= low <= high, got low={lo}, high={hi}")
+        return self
+
+    def bounds(self) -> tuple[int, int]:
+        if self.low is not None:
+            return int(self.low), int(self.high)  # type: ignore[arg-type]
+        return (int(math.floor(self.mean * (1 - self.range_ratio))),  # type: ignore[operator]
+                int(math.ceil(self.mean * (1 + self.range_ratio))))  # type: ignore[operator]
+
+
+class LognormalLen(BaseModel):
+    """Lognormal with distribution mean ``mean`` tokens and log-standard-deviation
+    ``sigma`` (so μ = ln(mean) − σ²/2), rounded to integers and clipped to
+    [``min``, ``max``]. ``mean`` is that of the unclipped distribution: clipping
+    moves the realised mean."""
+
+    model_config = _STRICT
+    dist: Literal["lognormal"]
+    mean: float = Field(gt=0)
+    sigma: float = Field(ge=0)
+    min: int = Field(default=1, ge=1)
+    max: int | None = None
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "LognormalLen":
+        if self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) > max ({self.max})")
+        return self
+
+
+class EmpiricalLen(BaseModel):
+    """Sampled with replacement from column ``column`` of the table at ``path``
+    (CSV, or JSON lines when the name ends in .jsonl/.json)."""
+
+    model_config = _STRICT
+    dist: Literal["empirical"]
+    path: str
+    column: str
+
+
+LengthSpec = Annotated[Union[FixedLen, UniformLen, LognormalLen, EmpiricalLen], Field(discriminator="dist")]
+
+
+# ---------------------------------------------------------------- other parts
+class ColumnsConfig(BaseModel):
+    """Column names of a ``generic`` trace. Without ``arrival`` the rows are
+    lengths only and the configured arrival process supplies the times."""
+
+    model_config = _STRICT
+    arrival: str | None = None
+    input: str
+    output: str
+    arrival_unit: Literal["s", "ms"] = "s"
+
+
+class SharedPrefixConfig(BaseModel):
+    """A ``fraction`` of requests (of sessions, with ``conversation``) start with
+    one of ``num_prefixes`` system prompts (chosen uniformly) of ``prefix_len``
+    tokens, *added* to the sampled input length."""
+
+    model_config = _STRICT
+    fraction: float = Field(default=1.0, ge=0, le=1)
+    num_prefixes: int = Field(default=1, ge=1)
+    prefix_len: int = Field(ge=1)
+
+
+class ConversationConfig(BaseModel):
+    """Multi-turn sessions. A ``fraction`` of sessions have ``num_turns`` turns
+    (an int, or [low, high] drawn uniformly); the rest are single requests.
+    Turn t+1 is sent ``think_time_s`` (fixed, or [low, high] uniform) after turn t
+    was *sent* — open loop; pick it above a turn's latency so the earlier turn's
+    KV blocks exist. Turn t+1's prompt = turn t's prompt + its output + a new
+    message of ``turn_input_len`` tokens (default: ``input_len``)."""
+
+    model_config = _STRICT
+    fraction: float = Field(default=1.0, ge=0, le=1)
+    num_turns: int | tuple[int, int]
+    think_time_s: float | tuple[float, float]
+    turn_input_len: LengthSpec | None = None
+
+    @field_validator("num_turns")
+    @classmethod
+    def _turns(cls, v: int | tuple[int, int]) -> int | tuple[int, int]:
+        lo, hi = (v, v) if isinstance(v, int) else v
+        if lo < 1 or lo > hi:
+            raise ValueError(f"need 1 <= low <= high turns, got {v}")
+        return v
+
+    @field_validator("think_time_s")
+    @classmethod
+    def _think(cls, v: float | tuple[float, float]) -> float | tuple[float, float]:
+        lo, hi = (v, v) if isinstance(v, (int, float)) else v
+        if not (0 <= lo <= hi < math.inf):
+            raise ValueError(f"need 0 <= low <= high < inf seconds, got {v}")
+        return v
+
+
+class PriorityClass(BaseModel):
+    model_config = _STRICT
+    fraction: float = Field(gt=0, le=1)
+    priority: int
+
+
+# ---------------------------------------------------------------- the config
+class WorkloadConfig(BaseModel):
+    """All ``workload.*`` keys. See the module docstring and ``workloads/README.md``."""
+
+    model_config = _STRICT
+
+    name: str | None = None
+    trace: str | None = None
+    trace_format: Literal["azure", "mooncake", "burstgpt", "lengths", "generic"] | None = None
+    columns: ColumnsConfig | None = None
+    num_requests: int | None = Field(default=None, ge=1)
+    duration_s: float | None = Field(default=None, gt=0)
+    arrival: Literal["poisson", "gamma", "constant", "inf", "trace"] | None = None
+    request_rate: float | None = None
+    burstiness: float = 1.0
+    max_concurrency: int | None = Field(default=None, ge=1)
+    input_len: LengthSpec | None = None
+    output_len: LengthSpec | None = None
+    max_tokens: int | Literal["output_len"] = "output_len"
+    shared_prefix: SharedPrefixConfig | None = None
+    conversation: ConversationConfig | None = None
+    priority_classes: list[PriorityClass] | None = None
+    num_warmup_requests: int = Field(default=0, ge=0)
+    seed: int | None = Field(default=None, ge=0)
+    # Key granularity (tokens) of synthetic prefix keys; 16 = vLLM's default block size.
+    prefix_chunk_tokens: int = Field(default=16, ge=1)
+    # Keys shared by every trace loader.
+    window_s: tuple[float, float] | None = None
+    speedup: float = Field(default=1.0, gt=0)
+    sample_fraction: float = Field(default=1.0, gt=0, le=1)
+    clip_to_max_model_len: bool = False
+    skip_bad_rows: bool = False
+    # Uniform [0, jitter_s) added to each trace timestamp, e.g. 3.0 for Mooncake,
+    # whose timestamps are quantised to ~3 s steps (see ../shared/traces/README.md).
+    jitter_s: float = Field(default=0.0, ge=0)
+
+    @field_validator("request_rate")
+    @classmethod
+    def _rate(cls, v: float | None) -> float | None:
+        if v is not None and (math.isnan(v) or v <= 0):
+            raise ValueError(f"request_rate must be > 0 req/s or inf, got {v}")
+        return v
+
+    @field_validator("burstiness")
+    @classmethod
+    def _burst(cls, v: float) -> float:
+        if math.isnan(v) or v <= 0:
+            raise ValueError(f"burstiness must be > 0 (1 = Poisson, inf = constant), got {v}")
+        return v
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _max_tokens(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 1:
+            raise ValueError(f"max_tokens must be >= 1 or 'output_len', got {v}")
+        return v
+
+    @field_validator("window_s")
+    @classmethod
+    def _window(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None and not (0 <= v[0] < v[1]):
+            raise ValueError(f"window_s must be (start, end) with 0 <= start < end seconds, got {v}")
+        return v
+
+    @field_validator("priority_classes")
+    @classmethod
+    def _classes(cls, v: list[PriorityClass] | None) -> list[PriorityClass] | None:
+        if v is not None:
+            total = sum(c.fraction for c in v)
+            if not v or abs(total - 1.0) > 1e-6:
+                raise ValueError(f"priority_classes fractions must sum to 1, got {total:g}")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "WorkloadConfig":
+        if self.name is not None and self.trace is not None:
+            raise ValueError("give either name (a built-in workload or workload file) or trace, not both")
+        if self.burstiness != 1.0 and self.arrival not in (None, "gamma"):
+            raise ValueError(f"burstiness={self.burstiness} applies to arrival: gamma, not {self.arrival} "
+                             "(poisson is gamma with burstiness 1)")
+        if self.arrival == "trace" and self.request_rate is not None:
+            raise ValueError("request_rate does not apply to arrival: trace (use speedup to replay faster)")
+        if self.columns is not None and self.trace_format not in (None, "generic"):
+            raise ValueError(f"columns applies to trace_format: generic, not {self.trace_format}")
+        if self.name is not None:
+            return self  # completed by the named workload; checked again after resolving
+        if self.arrival in ("poisson", "gamma", "constant") and self.request_rate is None and (
+                self.trace is not None or self.input_len is not None or self.output_len is not None):
+            raise ValueError(f"arrival: {self.arrival} needs request_rate (req/s)")
+        if self.trace is not None:
+            if self.input_len is not None or self.output_len is not None:
+                raise ValueError("input_len/output_len cannot be combined with trace (lengths come from the trace)")
+            if self.shared_prefix is not None or self.conversation is not None:
+                raise ValueError("shared_prefix/conversation apply to synthetic workloads only; "
+                                 "a trace's prefix structure comes from the trace (Mooncake hash_ids)")
+            return self
+        trace_only = {"trace_format": self.trace_format, "columns": self.columns, "window_s": self.window_s,
+                      "speedup": None if self.speedup == 1.0 else self.speedup,
+                      "sample_fraction": None if self.sample_fraction == 1.0 else self.sample_fraction,
+                      "jitter_s": None if self.jitter_s == 0.0 else self.jitter_s}
+        bad = [k for k, v in trace_only.items() if v is not None]
+        if bad:
+            raise ValueError(f"{', '.join(bad)} apply only to a trace (set trace: PATH)")
+        if self.arrival == "trace":
+            raise ValueError("arrival: trace needs trace: PATH")
+        if self.input_len is None and self.output_len is None:
+            return self  # the built-in default workload, overridden by the keys given
+        if self.input_len is None or self.output_len is None:
+            raise ValueError("a synthetic workload needs both input_len and output_len")
+        if self.num_requests is None and self.duration_s is None:
+            raise ValueError("a synthetic workload needs num_requests or duration_s")
+        if self.num_requests is None and self.is_infinite_rate():
+            raise ValueError("duration_s alone needs a finite request_rate (all-at-once arrivals never end)")
+        return self
+
+    # ------------------------------------------------------------ helpers
+    def is_infinite_rate(self) -> bool:
+        return self.arrival == "inf" or self.request_rate is None or math.isinf(self.request_rate)
+
+    def arrival_process(self, has_timestamps: bool) -> str:
+        """The arrival process used: ``trace`` for a timestamped trace unless set;
+        ``inf`` when the rate is unset or infinite; ``gamma`` when burstiness ≠ 1."""
+        if self.arrival is not None:
+            return "inf" if self.arrival != "trace" and self.is_infinite_rate() else self.arrival
+        if has_timestamps:
+            return "trace"
+        if self.is_infinite_rate():
+            return "inf"
+        return "poisson" if self.burstiness == 1.0 else "gamma"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "workload",
+                  key_lines: dict[str, int] | None = None) -> "WorkloadConfig":
+        """Validate ``data``; on failure raise :class:`ConfigError` with one line per
+        offending key: ``SOURCE[:LINE]: workload.KEY = VALUE: why`` (``key_lines`` maps
+        top-level keys to their line in the source file)."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"{source}: workload must be a mapping of keys, got {type(data).__name__}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(format_validation_error(exc, source, key_lines)) from None
+
+
+_UNION_TAGS = {"int", "float", "str", "bool", "none", "tuple[int, int]", "tuple[float, float]",
+               "literal['output_len']", "list[PriorityClass]", "fixed", "uniform", "lognormal", "empirical"}
+
+
+def format_validation_error(exc: ValidationError, source: str, key_lines: dict[str, int] | None = None) -> str:
+    """One line per offending key: ``SOURCE[:LINE]: workload.KEY = VALUE: why``."""
+    lines: dict[str, list[str]] = {}
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"] if str(p) not in _UNION_TAGS and not str(p).startswith("function-")]
+        key = "workload." + ".".join(loc) if loc else "workload"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            valid = f"; valid keys: {', '.join(WorkloadConfig.model_fields)}" if len(loc) == 1 else ""
+            msg = f"unknown key{valid}"
+        value = err.get("input")
+        shown = "" if isinstance(value, dict) and err["type"] != "extra_forbidden" else f" = {value!r}"
+        line = (key_lines or {}).get(loc[0]) if loc else None
+        where = f"{source}:{line}" if line else source
+        if key in lines:  # a union: say every alternative
+            lines[key][1] += f" or {msg[0].lower()}{msg[1:]}"
+        else:
+            lines[key] = [f"{where}: {key}{shown}: ", msg]
+    return "\n".join(a + b for a, b in lines.values())

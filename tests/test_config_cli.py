@@ -1,0 +1,108 @@
+"""Config loading and the CLI's handling of bad input (clear messages, exit 2, no traceback)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim.config import build_config, resolve_scheduler_limits
+from sim.deployment import build_deployment
+from sim.errors import ConfigError
+
+DATA = Path(__file__).parent / "data"
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "sim", *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def test_set_overrides_and_types():
+    cfg = build_config(set_args=["workload.request_rate=4", "enable_prefix_caching=true", "block_size=32"])
+    assert cfg.workload.request_rate == 4.0 and cfg.enable_prefix_caching is True and cfg.block_size == 32
+
+
+def test_unknown_set_key_is_an_error_with_suggestion():
+    with pytest.raises(ConfigError, match=r"unknown config key 'max_num_seq'.*max_num_seqs"):
+        build_config(set_args=["max_num_seq=4"])
+    with pytest.raises(ConfigError, match=r"workload.request_rat"):
+        build_config(set_args=["workload.request_rat=4"])
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("model: llama-3.1-8b\nscheduler: [chunked\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml.*line 3"):
+        build_config(p)
+
+
+def test_bad_values_name_the_key(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("block_size: 0\n")
+    with pytest.raises(ConfigError, match=r"c.yaml.*block_size.*0"):
+        build_config(p)
+    with pytest.raises(ConfigError, match="scheduler.*valid values: chunked, continuous, static"):
+        build_deployment(build_config(overrides={"scheduler": "fifo"}))
+
+
+def test_unknown_model_and_hardware_list_valid_names():
+    with pytest.raises(ConfigError, match="llama-3.1-8b"):
+        build_deployment(build_config(overrides={"model": "llama-9"}))
+    with pytest.raises(ConfigError, match="h100_sxm"):
+        build_deployment(build_config(overrides={"hardware": "h900"}))
+
+
+def test_enable_chunked_prefill_alias():
+    assert build_config(set_args=["enable_chunked_prefill=false"]).scheduler == "continuous"
+    assert build_config(set_args=["enable_chunked_prefill=true"]).scheduler == "chunked"
+
+
+def test_vllm_default_limits_per_gpu():
+    # vLLM 0.24 serve defaults: H100 (>= 70 GiB, not A100) 8192 / 1024; A100 2048 / 256.
+    cfg = build_config()
+    h100 = resolve_scheduler_limits(cfg, 80 * 2**30, "h100_sxm", 8192)
+    a100 = resolve_scheduler_limits(cfg, 80 * 2**30, "a100_sxm", 8192)
+    assert (h100.max_num_batched_tokens, h100.max_num_seqs) == (8192, 1024)
+    assert (a100.max_num_batched_tokens, a100.max_num_seqs) == (2048, 256)
+    cont = resolve_scheduler_limits(build_config(overrides={"scheduler": "continuous"}), 80 * 2**30, "h100_sxm", 32768)
+    assert cont.max_num_batched_tokens == 32768  # raised to max_model_len without chunking
+    with pytest.raises(ConfigError, match="max_num_batched_tokens .* must be >= max_num_seqs"):
+        resolve_scheduler_limits(build_config(set_args=["max_num_batched_tokens=64", "max_num_seqs=128"]),
+                                 80 * 2**30, "h100_sxm", 8192)
+
+
+def test_cli_errors_are_messages_not_tracebacks(tmp_path):
+    r = cli("run", "--set", "nope=1", "--quiet", "--out", str(tmp_path / "o"))
+    assert r.returncode == 2 and "unknown config key 'nope'" in r.stderr and "Traceback" not in r.stderr
+    r = cli("run", "--model", "gpt-5", "--quiet", "--out", str(tmp_path / "o"))
+    assert r.returncode == 2 and "llama-3.1-8b" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cli_run_writes_outputs(tmp_path):
+    out = tmp_path / "run"
+    r = cli("run", "--model", str(DATA / "test_model.json"), "--hardware", str(DATA / "test_gpu.yaml"),
+            "--set", "workload.num_requests=30", "--set", "workload.request_rate=50", "--quiet",
+            "--goodput", "ttft:50", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    s = json.loads((out / "summary.json").read_text())
+    # The default workload (prompts up to 8,192) meets max_model_len 4,096: over-long ones are rejected.
+    assert s["completed"] + s["num_rejected"] == 30 and s["request_goodput"] is not None
+    header = (out / "requests.csv").read_text().splitlines()[0].split(",")
+    assert header[:6] == ["request_id", "replica", "arrival_time_s", "first_scheduled_time_s",
+                          "first_token_time_s", "finish_time_s"]
+    assert (out / "steps.csv").read_text().startswith("replica,start_time_s,num_steps,step_time_s")
+    assert "simulated req/s" in r.stdout
+
+
+def test_cli_kv_prints_capacity():
+    r = cli("kv", "--model", "llama-3.1-8b", "--hardware", "h100_sxm")
+    assert r.returncode == 0, r.stderr
+    assert "131,072" in r.stdout  # bytes per token, Llama-3.1-8B bf16
+
+
+def test_cli_lists():
+    assert "llama-3.1-70b" in cli("models").stdout
+    assert "h200_sxm" in cli("hardware").stdout

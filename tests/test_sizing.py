@@ -1,0 +1,94 @@
+"""KV-cache sizing (ENGINE_SEMANTICS 2.1) on the test GPU/model, hand-computed."""
+
+import math
+from pathlib import Path
+
+import pytest
+
+from sim.errors import ConfigError, InfeasibleError
+from sim.hardware import get_hardware
+from sim.kv_cache.sizing import GiB, activation_bytes_estimate, compute_kv_sizing, kv_report
+from sim.model_spec import ModelSpec, get_model
+
+DATA = Path(__file__).parent / "data"
+HW = get_hardware(str(DATA / "test_gpu.yaml"))
+MODEL = ModelSpec.from_hf_config(DATA / "test_model.json")
+
+
+def test_activation_estimate_test_model():
+    T = 8192
+    torch_bytes = 2 * T * (2 * 1024 + 3 * 4096)           # residual+hidden, FFN transient
+    sampler = 2 * 1024 * 32768 * 4                       # fp32 logits + probs, 1024 rows
+    expected = torch_bytes + sampler + 1.79 * GiB
+    assert activation_bytes_estimate(MODEL) == pytest.approx(expected, rel=1e-12)
+
+
+def test_num_blocks_test_model():
+    s = compute_kv_sizing(MODEL, HW, max_model_len=4096)
+    weights = 255_870_976
+    act = 2 * 8192 * (2048 + 12288) + 2 * 1024 * 32768 * 4 + 1.79 * GiB
+    expected = math.floor((80e9 * 0.92 - weights - act) / (16 * 4096))
+    assert s.num_gpu_blocks == expected
+    assert s.block_bytes == 65_536 and s.kv_bytes_per_token == 4096
+    assert s.kv_cache_bytes == expected * 65_536
+    assert s.weight_bytes_per_rank == weights
+    assert s.max_concurrency == expected / 256
+
+
+def test_llama_8b_block_is_2_mib_and_vllm_log_agrees():
+    hw = get_hardware("h100_sxm")
+    s = compute_kv_sizing(get_model("llama-3.1-8b"), hw, gpu_memory_utilization=0.9,
+                          max_num_seqs=256, max_model_len=8192)
+    assert s.block_bytes == 2 * 1024 * 1024
+    # vLLM logged 53.29 GiB of KV cache for Llama-3-8B on H100, util 0.9, 8192 batched
+    # tokens (github.com/vllm-project/vllm/pull/10511); our estimate is within 1 %.
+    assert s.kv_cache_bytes / GiB == pytest.approx(53.29, rel=0.01)
+
+
+def test_tp_and_fp8_kv():
+    one = compute_kv_sizing(MODEL, HW, max_model_len=4096)
+    two = compute_kv_sizing(MODEL, HW, tensor_parallel_size=2, max_model_len=4096)
+    fp8 = compute_kv_sizing(MODEL, HW, kv_cache_dtype="fp8", max_model_len=4096)
+    assert two.kv_bytes_per_token == 2048 and fp8.kv_bytes_per_token == 2048
+    assert two.weight_bytes_per_rank < one.weight_bytes_per_rank
+    assert fp8.num_gpu_blocks == pytest.approx(2 * one.num_gpu_blocks, abs=1)
+
+
+def test_override_and_default_max_model_len():
+    s = compute_kv_sizing(MODEL, HW, num_gpu_blocks_override=1000)
+    assert s.num_gpu_blocks == 1000 and s.kv_cache_bytes == 1000 * 65_536
+    assert s.max_model_len == 4096  # max_position_embeddings
+    assert s.max_concurrency == 1000 / 256
+
+
+def test_infeasible_cases():
+    with pytest.raises(InfeasibleError, match="GiB") as e:
+        compute_kv_sizing(get_model("llama-3.1-70b"), get_hardware("h100_sxm"))
+    assert "131.42" in str(e.value)  # weight GiB in the message
+    with pytest.raises(InfeasibleError, match="256 blocks"):
+        compute_kv_sizing(MODEL, HW, num_gpu_blocks_override=10, max_model_len=4096)
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
+    ({"block_size": 0}, "block_size"),
+    ({"max_model_len": 5000}, "max_model_len"),
+    ({"tensor_parallel_size": 3}, "tensor_parallel_size"),
+    ({"kv_cache_dtype": "int4"}, "kv_cache_dtype"),
+    ({"quantization": "fp3"}, "quantization"),
+])
+def test_bad_config(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        compute_kv_sizing(MODEL, HW, **kw)
+
+
+def test_kv_report():
+    s = compute_kv_sizing(MODEL, HW, num_gpu_blocks_override=1000, max_model_len=4096)
+    r = kv_report(s, lengths=(1024, 1000, 17))
+    assert r["kv_bytes_per_token"] == 4096
+    assert r["num_gpu_blocks"] == 1000 and r["kv_cache_tokens"] == 16_000
+    assert r["sequences_at_max_model_len"] == 1000 // 256 == 3
+    assert (r["sequences_of_1024_tokens"], r["sequences_of_1000_tokens"],
+            r["sequences_of_17_tokens"]) == (1000 // 64, 1000 // 63, 1000 // 2)
+    assert r["weight_gib_per_rank"] == pytest.approx(255_870_976 / GiB)
+    assert r["kv_cache_gib"] == pytest.approx(1000 * 65_536 / GiB)
