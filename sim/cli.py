@@ -22,6 +22,7 @@ app = typer.Typer(
     help="servesim: simulate LLM serving (vLLM-style schedulers, paged KV cache, roofline cost model) without a GPU.",
 )
 
+DEFAULT_COMPARE_WORKLOAD = "code"
 SET_HELP = "Override a config key: --set key=value (repeatable; dotted keys for workload.*, e.g. workload.request_rate=4)."
 
 
@@ -58,6 +59,34 @@ def run(
     write_results(out, res.summary, res.result)
     print_run_summary(res.summary, res.deployment)
     typer.echo(f"results written to {out}/ (summary.json, requests.csv, steps.csv)")
+
+
+@app.command()
+def compare(
+    config: Optional[Path] = typer.Argument(None, help="YAML config file with the base config."),
+    schedulers: Optional[str] = typer.Option(None, help="Comma-separated batching modes to compare, one variant each "
+                                              "(default: static,continuous,chunked when no variant is given)."),
+    variant: Optional[List[str]] = typer.Option(None, help='A variant: "NAME key=value ..." (repeatable).'),
+    variants: Optional[Path] = typer.Option(None, help="YAML file: {NAME: {key: value, ...}, ...}."),
+    model: Optional[str] = typer.Option(None, help="Model preset, HF id or config.json path (default llama-3.1-8b)."),
+    hardware: Optional[str] = typer.Option(None, help="Hardware profile name or YAML path (default h100_sxm)."),
+    workload: Optional[str] = typer.Option(None, help=f"Built-in workload or workload YAML (default: '{DEFAULT_COMPARE_WORKLOAD}')."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
+    seed: Optional[int] = typer.Option(None, help="Seed of the run."),
+    goodput: Optional[List[str]] = typer.Option(None, help="SLOs for goodput: ttft:MS tpot:MS e2el:MS."),
+    out: Path = typer.Option(Path("runs/compare"), help="Output folder: comparison.csv, report.md, figures, NAME/summary.json."),
+    workers: Optional[int] = typer.Option(None, help="Parallel processes (default: one per variant, at most the CPU count)."),
+    quiet: bool = typer.Option(False, help="No progress bar."),
+) -> None:
+    """Compare batching policies / settings on the identical request stream and write a report.
+
+    With no arguments: static vs continuous vs chunked prefill for llama-3.1-8b on one h100_sxm,
+    on the built-in 'code' workload (Azure code-trace lengths and burstiness)."""
+    from sim.compare_cli import run_compare
+
+    run_compare(config=config, schedulers=schedulers, variant_args=variant, variants_file=variants, model=model,
+                hardware=hardware, workload=workload, set_args=set_, seed=seed, goodput=goodput, out=out,
+                workers=workers, quiet=quiet)
 
 
 @app.command()

@@ -78,10 +78,13 @@ def variants_from_args(schedulers: str | None, variant_args: list[str] | None,
 
 
 def apply_variant(base: SimConfig, v: Variant) -> SimConfig:
-    data = base.model_dump()
+    from sim.workload import merge_workload_dicts, resolve_workload_dict
+
+    data = base.model_dump(exclude_none=True)
+    data["workload"] = base.workload.model_dump(exclude_unset=True)
     for k, val in v.overrides.items():
         if k == "workload" and isinstance(val, dict):
-            data["workload"].update(val)
+            data["workload"] = resolve_workload_dict(merge_workload_dicts(data["workload"], val))
         else:
             data[k] = val
     if "scheduler" in v.overrides:

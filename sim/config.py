@@ -209,30 +209,17 @@ def build_config(
     ``set_args`` are raw ``key=value`` strings from ``--set``.
     Raises ConfigError naming the source, key and value.
     """
-    from sim.workload import load_workload_dict
+    from sim.workload import merge_workload_dicts, resolve_workload_dict
 
     data: dict = {}
-    sources: list[tuple[str, dict]] = []
+    wl: dict = {}  # raw workload keys, merged in order; names are expanded at the end
     if config_file is not None:
         file_data = _flatten_dotted(read_yaml(config_file))
         check_known_keys(file_data, str(config_file))
-        sources.append((str(config_file), file_data))
-    wl_name = workload
-    if wl_name is None:
-        file_wl = sources[0][1].get("workload", {}) if sources else {}
-        if not (isinstance(file_wl, dict) and (file_wl.get("trace") or file_wl.get("name"))):
-            wl_name = "default"
-    if wl_name is not None:
-        wl = dict(load_workload_dict(wl_name))
-        data["workload"] = wl
-    for src, sd in sources:
-        for k, v in sd.items():
-            if k == "workload" and isinstance(v, dict):
-                if v.get("name"):
-                    data["workload"] = dict(load_workload_dict(v["name"]))
-                data.setdefault("workload", {}).update(v)
-            else:
-                data[k] = v
+        wl = dict(file_data.pop("workload", None) or {})
+        data.update(file_data)
+    if workload is not None:
+        wl = merge_workload_dicts(wl, {"name": workload})
     set_src = "--set"
     flat: dict = {}
     for k, v in (overrides or {}).items():
@@ -244,13 +231,10 @@ def build_config(
         k, v = item.split("=", 1)
         set_dotted(flat, k.strip(), parse_value(v.strip()))
     check_known_keys(flat, set_src)
-    if "workload" in flat and "name" in flat["workload"]:
-        data["workload"] = dict(load_workload_dict(flat["workload"]["name"]))
-    for k, v in flat.items():
-        if k == "workload":
-            data.setdefault("workload", {}).update(v)
-        else:
-            data[k] = v
+    wl = merge_workload_dicts(wl, flat.pop("workload", None) or {})
+    data.update(flat)
+    # A named (or, with nothing given, the built-in 'default') workload, overridden key by key.
+    data["workload"] = resolve_workload_dict(wl)
     try:
         return SimConfig.model_validate(data)
     except ValidationError as e:

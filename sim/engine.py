@@ -45,7 +45,7 @@ class RunResult:
 
 
 class _Replica:
-    __slots__ = ("index", "scheduler", "kv", "wake", "outstanding", "unused_integral")
+    __slots__ = ("index", "scheduler", "kv", "wake", "outstanding", "unused_integral", "merging", "proc")
 
     def __init__(self, index: int, scheduler, kv) -> None:
         self.index = index
@@ -54,6 +54,8 @@ class _Replica:
         self.wake: simpy.Event | None = None
         self.outstanding = 0
         self.unused_integral = 0.0
+        self.merging = False  # inside a run of merged decode steps (interruptible)
+        self.proc = None
 
 
 class Simulation:
@@ -106,6 +108,9 @@ class Simulation:
             rep.outstanding += 1
             if rep.wake is not None and not rep.wake.triggered:
                 rep.wake.succeed()
+            elif rep.merging:
+                rep.merging = False
+                rep.proc.interrupt()
         else:
             self._record(req)
             self._on_done(req)
@@ -165,9 +170,11 @@ class Simulation:
         env = self.env
         sched = rep.scheduler
         kv = rep.kv
-        step_time_s = self.cost.step_time_s
+        cost = self.cost
+        step_time_s = cost.step_time_s
         itl_add = self.itl.add
         step_append = self.step_cols.append
+        fast = not self.dep.cfg.exact_steps
         while True:
             if not sched.has_unfinished_requests():
                 rep.wake = env.event()
@@ -185,8 +192,12 @@ class Simulation:
             for req in out.scheduled:
                 if req.first_scheduled_time < 0:
                     req.first_scheduled_time = start
-            dt = step_time_s(np.asarray(out.new_tokens, dtype=np.int64),
-                             np.asarray(out.context_lens, dtype=np.int64))
+            ctx = np.asarray(out.context_lens, dtype=np.int64)
+            k = sched.max_decode_run(out) if fast else 1
+            if k > 1:
+                yield from self._decode_run(rep, out, ctx, k, start)
+                continue
+            dt = step_time_s(np.asarray(out.new_tokens, dtype=np.int64), ctx)
             step_append(rep.index, start, 1, dt, sched.num_running, sched.num_waiting,
                         out.num_batched_tokens, out.num_prefill_tokens, out.num_decode_tokens,
                         kv.usage, len(out.preempted))
@@ -196,27 +207,82 @@ class Simulation:
             self.num_steps += 1
             now = env.now
             emitted, finished = sched.update_from_output(out)
-            same_gap = 0
-            for req in emitted:
-                last = req.last_token_time
-                if req.first_token_time < 0:
-                    req.first_token_time = now
-                elif last == start:
-                    same_gap += 1
-                else:
-                    itl_add(now - last, 1.0)
-                req.last_token_time = now
-            if same_gap:
-                itl_add(now - start, same_gap)
+            self._tokens_emitted(emitted, start, now)
             for req in out.scheduled:
                 if req.preempted_time >= 0 and req.num_computed_tokens >= req.preempted_at_tokens:
                     req.preempted_s += now - req.preempted_time
                     req.preempted_time = -1.0
-            for req in finished:
-                req.finish_time = now
-                rep.outstanding -= 1
-                self._record(req)
-                self._on_done(req)
+            self._finish(rep, finished, now)
+
+    def _tokens_emitted(self, emitted: list[Request], start: float, now: float) -> None:
+        """First-token times and ITL gaps of one step. Gaps equal to the step
+        (the token before came at the step's start) are pooled in one weighted
+        sample; nothing is stored per token."""
+        same_gap = 0
+        itl_add = self.itl.add
+        for req in emitted:
+            last = req.last_token_time
+            if req.first_token_time < 0:
+                req.first_token_time = now
+            elif last == start:
+                same_gap += 1
+            else:
+                itl_add(now - last, 1.0)
+            req.last_token_time = now
+        if same_gap:
+            itl_add(now - start, same_gap)
+
+    def _finish(self, rep: _Replica, finished: list[Request], now: float) -> None:
+        for req in finished:
+            req.finish_time = now
+            rep.outstanding -= 1
+            self._record(req)
+            self._on_done(req)
+
+    def _decode_run(self, rep: _Replica, out, ctx: np.ndarray, k: int, start: float):
+        """Up to ``k`` identical decode steps in one event. Step end times are
+        accumulated in the same floating-point order as ``k`` single steps, so
+        results equal the reference mode's. An arrival routed to this replica
+        interrupts the run; it then ends at the end of the step in progress,
+        as the reference mode would let the scheduler see the arrival there."""
+        env = self.env
+        sched = rep.scheduler
+        B = len(out.scheduled)
+        num_waiting = sched.num_waiting  # at the run's start, as a single step records it
+        times = self.cost.decode_steps_time_s(ctx, k, num_growing=B)
+        ends = np.empty(k)
+        t = start
+        for i in range(k):  # sequential adds: bit-identical to env.now in exact mode
+            t += times[i]
+            ends[i] = t
+        rep.merging = True
+        try:
+            yield env.timeout(ends[-1] - start)
+            j = k
+        except simpy.Interrupt:
+            rep.merging = False
+            now = env.now
+            j = min(int(np.searchsorted(ends, now, side="left")) + 1, k)
+            if ends[j - 1] > now:
+                yield env.timeout(ends[j - 1] - now)
+        rep.merging = False
+        self.num_events += 1
+        self.num_steps += j
+        end = float(ends[j - 1])
+        first_end = float(ends[0])
+        rep.unused_integral += rep.kv.reserved_unused_fraction * (end - start)
+        # Step 1 as a normal step (gaps since each request's last token), then j-1 pooled steps.
+        self._tokens_emitted(out.scheduled, start, first_end)
+        for i in range(1, j):
+            self.itl.add(float(ends[i] - ends[i - 1]), B)
+        for req in out.scheduled:
+            req.last_token_time = end
+            if req.preempted_time >= 0 and req.num_computed_tokens >= req.preempted_at_tokens:
+                req.preempted_s += first_end - req.preempted_time
+                req.preempted_time = -1.0
+        finished = sched.apply_decode_run(out, j)
+        self.step_cols.append(rep.index, start, j, end - start, B, num_waiting, B * j, 0, B * j, rep.kv.usage, 0)
+        self._finish(rep, finished, end)
 
     def _unstick(self, rep: _Replica) -> None:
         """Nothing could be scheduled although requests are waiting: on an idle
@@ -239,7 +305,7 @@ class Simulation:
     def run(self) -> RunResult:
         env = self.env
         for rep in self.replicas:
-            env.process(self._replica_loop(rep))
+            rep.proc = env.process(self._replica_loop(rep))
         if self.max_concurrency is None:
             env.process(self._arrivals())
         else:

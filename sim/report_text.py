@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+import sys
 
 from rich.console import Console
 from rich.table import Table
 
-_console = Console()
+_console = Console(width=None if sys.stdout.isatty() else 160)
 GIB = 2**30
 
 
@@ -82,4 +83,24 @@ def print_hardware(names) -> None:
     t.add_column("name")
     for n in names:
         t.add_row(str(n))
+    _console.print(t)
+
+
+COMPARE_COLUMNS = (
+    ("req/s", "request_throughput", 2), ("out tok/s", "output_throughput", 0),
+    ("TTFT p50", "median_ttft_ms", 1), ("TTFT p99", "p99_ttft_ms", 1),
+    ("TPOT p50", "median_tpot_ms", 2), ("TPOT p99", "p99_tpot_ms", 2), ("ITL p99", "p99_itl_ms", 2),
+    ("E2EL p99", "p99_e2el_ms", 0), ("goodput", "request_goodput", 2), ("KV mean", "mean_kv_cache_usage", 3),
+    ("preempt", "num_preemptions", 0), ("prefix hit", "prefix_cache_hit_rate", 3), ("rejected", "num_rejected", 0),
+)
+
+
+def print_compare_table(summaries: dict[str, dict]) -> None:
+    t = Table(title="servesim compare (latencies in ms)")
+    t.add_column("variant")
+    for head, _, _ in COMPARE_COLUMNS:
+        t.add_column(head, justify="right")
+    for name, s in summaries.items():
+        t.add_row(name, *(_fmt(s.get(k), nd) if isinstance(s.get(k), float) else _fmt(s.get(k))
+                          for _, k, nd in COMPARE_COLUMNS))
     _console.print(t)

@@ -191,19 +191,24 @@ class CostModel:
         total = qkv + attn + o + ffn + norms + lm + ar + ov
         return StepTime(total, dict(zip(self.op_names, (qkv, attn, o, ffn, norms, lm, ar, ov))))
 
-    def decode_steps_time_s(self, num_context_tokens, k: int) -> np.ndarray:
+    def decode_steps_time_s(self, num_context_tokens, k: int, num_growing: int | None = None) -> np.ndarray:
         """Times (s, shape (k,)) of k consecutive decode-only steps of an
         unchanged batch: step j has one new token per sequence and contexts
         ``num_context_tokens + j``. Equal to k calls of :meth:`step_time_s`
-        (same floating-point operations, vectorised over j)."""
+        (same floating-point operations, vectorised over j).
+
+        ``num_growing`` (default: all): only that many sequences' contexts grow
+        by one per step; the others stay fixed — static batching's finished
+        sequences computed as padding at their final length."""
         c = np.asarray(num_context_tokens)
         S = c.shape[0]
         if k < 0:
             raise ConfigError(f"decode_steps_time_s: k must be >= 0, got {k}")
         if S == 0 or k == 0:
             return np.zeros(k)
+        g = S if num_growing is None else num_growing
         C = float(int(c.sum()))
-        Cj = C + float(S) * np.arange(k, dtype=float)  # exact: integers < 2**53
+        Cj = C + float(g) * np.arange(k, dtype=float)  # exact: integers < 2**53
         qkv, o, ffn, norms, lm, ar, ov = self._linear_ops(float(S), float(S))
         attn = self._attention(float(S), Cj, Cj, float(S), np.maximum)
         return qkv + attn + o + ffn + norms + lm + ar + ov

@@ -244,6 +244,74 @@ class Scheduler:
                 self.kv.free(req)
             self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
 
+    # ------------------------------------------------------------------ decode runs
+    # The fast path (``exact_steps: false``): one output standing for k identical
+    # decode-only steps, advanced in one event. Exactly equivalent to k calls of
+    # schedule()/update_from_output() when nothing can change the batch in between.
+    supports_decode_runs = True  # a subclass whose decisions can change without an
+    #                              arrival, finish or preemption must set this False
+
+    def max_decode_run(self, out: SchedulerOutput) -> int:
+        """How many identical decode-only steps, starting with ``out`` (already
+        scheduled), are certain: every running request decodes one token each
+        step; no preemption (the free blocks cover every block boundary crossed);
+        no finish before the last of them; no admission (a waiting request that
+        could not be admitted this step cannot be before a finish: decode steps
+        only take blocks, never free them, and the budget and ``max_num_seqs``
+        stay as they are). Prefix caching disables runs (blocks are hashed as
+        they fill, which other replicas' routers may observe). Returns ≥ 1."""
+        sched = out.scheduled
+        if (out.preempted or out.num_prefill_tokens or not sched or not self.supports_decode_runs
+                or len(sched) != len(self.running) or getattr(self.kv, "enable_prefix_caching", False)):
+            return 1
+        mml = self.limits.max_model_len
+        k = min(min(r.num_output_tokens_target - r.num_output_tokens, mml - r.num_tokens) for r in sched)
+        if k <= 1:
+            return 1
+        kv = self.kv
+        bs = self.limits.block_size
+        free = kv.num_free_blocks
+        # Blocks each request needs to write tokens c+1 .. c+k (c = context before step 1).
+        extra = 0
+        needs = []
+        for r in sched:
+            room = kv.num_held_blocks(r) * bs - r.num_computed_tokens  # free slots after step 1
+            if room < k - 1:
+                needs.append(room)
+                extra += -(-(k - 1 - room) // bs)
+        if extra <= free:
+            return k
+        lo, hi = 1, k  # largest k' with need(k') <= free; need(1) = 0
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if sum(-(-(mid - 1 - room) // bs) for room in needs if room < mid - 1) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def apply_decode_run(self, out: SchedulerOutput, j: int) -> list[Request]:
+        """Advance the batch of ``out`` by ``j`` decode steps (step 1 included),
+        as ``j`` rounds of schedule()/update_from_output() would; ``j`` is at
+        most :meth:`max_decode_run`. Returns the requests that finished (only at
+        the last step)."""
+        kv = self.kv
+        mml = self.limits.max_model_len
+        finished = []
+        for r in out.scheduled:
+            if j > 1:
+                r.num_computed_tokens += j - 2  # the slots of steps 2..j, allocated at once
+                if kv.allocate_slots(r, 1) is None:
+                    raise RuntimeError("decode run: block allocation failed although it was planned")
+                r.num_computed_tokens += 1
+            r.num_output_tokens += j
+            if r.num_output_tokens >= r.num_output_tokens_target or r.num_tokens >= mml:
+                r.status = RequestStatus.FINISHED
+                finished.append(r)
+        if finished:
+            self._on_finished(finished)
+        return finished
+
     # ------------------------------------------------------------------ helpers
     def _preempt(self, req: Request) -> None:
         """Recompute preemption (vLLM ``_preempt_request``): free the blocks

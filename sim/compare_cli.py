@@ -1,0 +1,63 @@
+"""``servesim compare``: glue between the CLI options, the variant runner
+(:mod:`sim.compare`) and the report (:mod:`sim.report`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from sim.config import build_config
+from sim.metrics import parse_goodput
+
+
+def run_compare(*, config, schedulers, variant_args, variants_file, model, hardware, workload, set_args, seed,
+                goodput, out: Path, workers, quiet: bool) -> Path:
+    from sim.cli import DEFAULT_COMPARE_WORKLOAD
+    from sim.compare import run_variants, variants_from_args
+    from sim.output import _json_safe, write_results
+    from sim.report import write_compare_report
+    from sim.report_text import print_compare_table
+    from sim.variant_data import VariantData
+
+    slos = parse_goodput(goodput)
+    has_trace = any(s.startswith("workload.trace=") for s in (set_args or []))
+    wl = workload if workload is not None else (None if (has_trace or config) else DEFAULT_COMPARE_WORKLOAD)
+    overrides = {k: v for k, v in {"model": model, "hardware": hardware, "seed": seed}.items() if v is not None}
+    base = build_config(config, overrides, set_args, wl)
+    vs = variants_from_args(schedulers, variant_args, variants_file)
+
+    bar = None
+    if not quiet and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(vs), unit="variant", desc="simulating variants", file=sys.stderr)
+    try:
+        results = run_variants(base, vs, goodput=slos, workers=workers,
+                               on_done=(lambda name: bar.update(1)) if bar else None)
+    finally:
+        if bar:
+            bar.close()
+
+    out = Path(out)
+    variants = {}
+    for name, (summary, result) in results.items():
+        write_results(out / name, summary, result)
+        from sim.output import requests_frame, steps_frame
+
+        variants[name] = VariantData(name, summary, requests_frame(result), steps_frame(result), result.itl)
+    first = next(iter(results.values()))[0]
+    cfg = first["config"]
+    context = {
+        "model": cfg["model"], "hardware": cfg["hardware"],
+        "workload": first.get("workload_source", ""),
+        "command": "servesim " + " ".join(sys.argv[1:]) if sys.argv and "servesim" in sys.argv[0] else None,
+    }
+    context = {k: v for k, v in context.items() if v not in (None, "")}
+    title = f"Policy comparison: {cfg['model']} on {cfg['hardware']}"
+    report = write_compare_report(out, variants, title=title, context=context)
+    (out / "variants.json").write_text(json.dumps(_json_safe({n: s["config"] for n, (s, _) in results.items()}),
+                                                   indent=2) + "\n")
+    print_compare_table({n: s for n, (s, _) in results.items()})
+    print(f"report: {report}")
+    return report

@@ -1,0 +1,319 @@
+"""Diagnosis on hand-built runs (sim/diagnosis.py).
+
+Step times mimic llama-3.1-8b on one H100 (bf16): a decode step over 24
+running sequences ≈ 9 ms (weights read once per step); prefill ≈ 25 µs per
+token + 5 ms (compute-bound, ~650 TFLOP/s effective at 16 GFLOP/token). So a
+whole 4,000–8,000-token prompt is a 105–205 ms step, a 2,048-token chunk plus
+24 decodes ≈ 60 ms, a 512-token chunk ≈ 22 ms, a 48-token prompt ≈ 6 ms.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.diagnosis import Finding, compare_winners, diagnose, interference_stats
+from sim.variant_data import VariantData
+
+DECODE_S = 0.009
+N_DECODES = 24
+
+
+def prefill_s(tokens: int) -> float:
+    return tokens * 25e-6 + 0.005
+
+
+class StepTrace:
+    """Builds steps rows and ITL samples for a replica whose N_DECODES running
+    sequences emit in lockstep (each ITL gap = time since their previous token)."""
+
+    def __init__(self, merge_decodes: bool = False) -> None:
+        self.t = 0.0
+        self.last_emit = 0.0
+        self.rows: list[dict] = []
+        self.gaps: list[float] = []
+        self.weights: list[float] = []
+        self.merge = merge_decodes
+
+    def _row(self, dur, n_steps, prefill, decode, running, waiting=0, kv=0.5):
+        self.rows.append(dict(replica=0, start_time_s=self.t, num_steps=n_steps, step_time_s=dur,
+                              num_running_seqs=running, num_waiting_reqs=waiting,
+                              num_batched_tokens=prefill + decode, num_prefill_tokens=prefill,
+                              num_decode_tokens=decode, kv_cache_usage=kv, num_preempted=0))
+        self.t += dur
+
+    def _emit(self, n_tokens):
+        self.gaps.append(self.t - self.last_emit)
+        self.weights.append(n_tokens)
+        self.last_emit = self.t
+
+    def decode(self, k: int):
+        if k <= 0:
+            return
+        if self.merge:
+            self._row(k * DECODE_S, k, 0, k * N_DECODES, N_DECODES)
+            first = self.t - (k - 1) * DECODE_S  # end of the first step of the run
+            self.gaps.append(first - self.last_emit)
+            self.weights.append(N_DECODES)
+            if k > 1:
+                self.gaps.append(DECODE_S)
+                self.weights.append(N_DECODES * (k - 1))
+            self.last_emit = self.t
+            return
+        for _ in range(k):
+            self._row(DECODE_S, 1, 0, N_DECODES, N_DECODES)
+            self._emit(N_DECODES)
+
+    def prefill_only(self, tokens: int):
+        """Whole prompt(s) in a step with no decodes: every running decode stalls."""
+        self._row(prefill_s(tokens), 1, tokens, 0, N_DECODES + 1)
+
+    def mixed(self, chunk: int):
+        """A chunk of prefill plus one token for each running decode."""
+        self._row(prefill_s(chunk) - 0.005 + DECODE_S, 1, chunk, N_DECODES, N_DECODES + 1)
+        self._emit(N_DECODES)
+
+    def fill_decodes_until(self, t_end: float):
+        self.decode(int(max(t_end - self.t, 0.0) // DECODE_S))
+
+    def frames(self):
+        return pd.DataFrame(self.rows), (np.array(self.gaps), np.array(self.weights, dtype=float))
+
+
+def make_requests(n=200, gap_s=0.1, queue_ms=5.0, prefill_ms=60.0, decode_ms=2000.0, out_tokens=200,
+                  preemptions=None, preempted_ms=None, status=None, reason=None) -> pd.DataFrame:
+    arrival = np.arange(n) * gap_s
+    queue = np.broadcast_to(np.asarray(queue_ms, dtype=float), (n,)).copy()
+    prefill = np.full(n, prefill_ms)
+    decode = np.full(n, decode_ms)
+    status = np.array(status if status is not None else ["finished"] * n, dtype=object)
+    done = status == "finished"
+    nan = np.where(done, 1.0, np.nan)
+    ttft = (queue + prefill) * nan
+    e2el = (queue + prefill + decode) * nan
+    df = pd.DataFrame({
+        "request_id": np.arange(n), "replica": 0, "arrival_time_s": arrival,
+        "first_scheduled_time_s": (arrival + queue / 1e3) * nan,
+        "first_token_time_s": arrival + ttft / 1e3, "finish_time_s": arrival + e2el / 1e3,
+        "num_prompt_tokens": 1000, "num_output_tokens": np.where(done, out_tokens, 0), "max_tokens": 256,
+        "num_cached_tokens": 0,
+        "num_preemptions": np.zeros(n, int) if preemptions is None else np.asarray(preemptions),
+        "ttft_ms": ttft, "tpot_ms": decode / (out_tokens - 1) * nan, "e2el_ms": e2el,
+        "queue_ms": queue * nan, "prefill_ms": prefill * nan, "decode_ms": decode * nan,
+        "preempted_ms": (np.zeros(n) if preempted_ms is None else np.asarray(preempted_ms, float)) * nan,
+        "status": status, "reason": reason if reason is not None else [""] * n, "is_warmup": False,
+    })
+    return df
+
+
+def variant(name, steps, itl=None, requests=None, **summary) -> VariantData:
+    if itl is None:
+        itl = (np.full(10, DECODE_S), np.full(10, 100.0))
+    summary.setdefault("config", {"scheduler": "x"})
+    return VariantData(name, summary, make_requests() if requests is None else requests, steps, itl)
+
+
+def kinds(findings: list[Finding]) -> set[str]:
+    return {f.kind for f in findings}
+
+
+# ------------------------------------------------- the interference scenarios
+LONG_PROMPTS = (4000, 6000, 8000, 5000)  # one arrives every 0.5 s among 24 decodes
+PERIOD_S = 0.5
+
+
+def continuous_long(merge=True) -> VariantData:
+    tr = StepTrace(merge_decodes=merge)
+    for i in range(40):
+        tr.fill_decodes_until(i * PERIOD_S)
+        tr.prefill_only(LONG_PROMPTS[i % 4])
+    tr.fill_decodes_until(40 * PERIOD_S)
+    steps, itl = tr.frames()
+    return variant("continuous", steps, itl, config={"scheduler": "continuous"})
+
+
+def chunked(budget: int, prompts=LONG_PROMPTS, name="chunked") -> VariantData:
+    tr = StepTrace()
+    for i in range(40):
+        tr.fill_decodes_until(i * PERIOD_S)
+        left = prompts[i % len(prompts)]
+        while left > 0:
+            tr.mixed(min(budget, left))
+            left -= budget
+    tr.fill_decodes_until(40 * PERIOD_S)
+    steps, itl = tr.frames()
+    return variant(name, steps, itl, config={"scheduler": "chunked", "max_num_batched_tokens": budget})
+
+
+def continuous_with(prompt_tokens: int, period_s: float, n: int, name="continuous") -> VariantData:
+    tr = StepTrace()
+    for i in range(n):
+        tr.fill_decodes_until(i * period_s)
+        tr.prefill_only(prompt_tokens)
+    tr.fill_decodes_until(n * period_s)
+    steps, itl = tr.frames()
+    return variant(name, steps, itl, config={"scheduler": "continuous"})
+
+
+def test_continuous_with_long_prompts_names_prefill_interference():
+    v = continuous_long()
+    s = interference_stats(v)
+    assert s["decode_step_ms"] == pytest.approx(9.0)              # merged decode rows count per step
+    assert s["stall_step_ms"] == pytest.approx(prefill_s(8000) * 1e3)  # p90 by duration: the 8,000-token prompt
+    assert s["stall_ratio"] == pytest.approx(205 / 9)
+    assert s["long_prefill_share"] == 1.0
+    f = [x for x in diagnose("continuous", v) if x.kind == "prefill_interference"]
+    assert len(f) == 1 and f[0].severity == "high"
+    # Stalled gaps are prompt step + next decode step: 114/139/164/214 ms, 24 tokens each per 0.5 s
+    # among ~900 tokens (2.6 %), so p99 falls on the 6,000-token prompt's gap: 155 + 9 = 164 ms.
+    assert "ITL p99 164 ms vs median 9.00 ms" in f[0].evidence and "205 ms (p90), 23×" in f[0].evidence
+    assert kinds(diagnose("continuous", v)) == {"prefill_interference"}
+
+
+def test_unmerged_steps_give_the_same_verdict():
+    a, b = interference_stats(continuous_long(True)), interference_stats(continuous_long(False))
+    for k in ("decode_step_ms", "stall_step_ms", "itl_median_ms", "itl_p99_ms", "itl_max_ms"):
+        assert a[k] == pytest.approx(b[k])
+
+
+@pytest.mark.parametrize("budget", [512, 1024, 2048])
+def test_chunked_on_the_same_input_is_not_prefill_interference(budget):
+    v = chunked(budget)
+    s = interference_stats(v)
+    # The longest step is one full chunk plus the decodes.
+    assert s["stall_step_ms"] == pytest.approx((budget * 25e-6 + DECODE_S) * 1e3)
+    assert s["stall_ratio"] < 10
+    assert "prefill_interference" not in kinds(diagnose("chunked", v))
+
+
+def test_continuous_with_short_prompts_is_not_prefill_interference():
+    v = continuous_with(48, period_s=0.125, n=160)  # 8 req/s of 48-token prompts
+    s = interference_stats(v)
+    assert s["stall_step_ms"] == pytest.approx(6.2)
+    assert kinds(diagnose("continuous", v)) == set()
+
+
+def test_verdict_reads_the_numbers_not_the_scheduler_name():
+    long_run, chunk_run = continuous_long(), chunked(2048)
+    long_run.summary["config"] = {"scheduler": "chunked"}
+    chunk_run.summary["config"] = {"scheduler": "continuous"}
+    assert "prefill_interference" in kinds(diagnose("x", long_run))
+    assert "prefill_interference" not in kinds(diagnose("x", chunk_run))
+    # Whole 2,000-token prompts cost what a 2,048-token chunk does: not flagged either.
+    assert "prefill_interference" not in kinds(diagnose("x", continuous_with(2000, 0.5, 40)))
+
+
+# ------------------------------------------------------------------ queueing
+def queue_steps(n=400, running=256, waiting_growth=True, kv=0.5, running_curve=None) -> pd.DataFrame:
+    t = np.arange(n) * 0.05
+    run = np.full(n, running) if running_curve is None else running_curve
+    return pd.DataFrame(dict(replica=0, start_time_s=t, num_steps=1, step_time_s=0.05, num_running_seqs=run,
+                             num_waiting_reqs=np.arange(n) // 2 if waiting_growth else 3,
+                             num_batched_tokens=running, num_prefill_tokens=0, num_decode_tokens=running,
+                             kv_cache_usage=kv, num_preempted=0))
+
+
+def test_overload_names_queueing_and_the_full_batch():
+    req = make_requests(queue_ms=np.linspace(0, 8000, 200), prefill_ms=60.0)
+    v = variant("v", queue_steps(), requests=req, config={"max_num_seqs": 256})
+    f = [x for x in diagnose("v", v) if x.kind == "queueing"]
+    assert len(f) == 1 and f[0].severity == "high"
+    assert "keeps growing" in f[0].cause and "max_num_seqs=256" in f[0].cause
+    # mean queue 4,000 ms of mean TTFT 4,060 ms = 99 %
+    assert "4,000 ms" in f[0].evidence and "99 %" in f[0].evidence and "4,060 ms" in f[0].evidence
+
+
+def test_half_empty_batch_with_waiting_requests_blames_the_policy():
+    n = 400
+    drain = np.tile(np.linspace(32, 1, 40).round(), n // 40)  # a batch drains, then the next starts
+    req = make_requests(queue_ms=np.tile(np.linspace(100, 3000, 20), 10), prefill_ms=60.0)
+    v = variant("v", queue_steps(n, running=32, waiting_growth=False, kv=0.3, running_curve=drain), requests=req)
+    f = [x for x in diagnose("v", v) if x.kind == "queueing"]
+    assert len(f) == 1 and "held them back" in f[0].cause and "had room" in f[0].cause and "bursts" not in f[0].cause
+
+
+def test_bursty_queue_that_drains_is_named_as_peaks():
+    req = make_requests(queue_ms=np.tile(np.r_[np.linspace(0, 3000, 10), np.linspace(3000, 0, 10)], 10))
+    v = variant("v", queue_steps(waiting_growth=False), requests=req, config={"max_num_seqs": 256})
+    f = [x for x in diagnose("v", v) if x.kind == "queueing"]
+    assert len(f) == 1 and f[0].severity == "medium"
+    assert "drains between those peaks" in f[0].cause and "max_num_seqs=256" in f[0].cause
+
+
+def test_short_queues_are_not_queueing():
+    assert kinds(diagnose("v", variant("v", queue_steps(waiting_growth=False), requests=make_requests()))) == set()
+
+
+def test_queue_dominated_but_fast_ttft_is_not_queueing():
+    # 20 ms of queueing before a 5 ms prefill: 80 % of TTFT, but p99 TTFT 25 ms is no problem.
+    req = make_requests(queue_ms=20.0, prefill_ms=5.0)
+    assert "queueing" not in kinds(diagnose("v", variant("v", queue_steps(waiting_growth=False), requests=req)))
+
+
+# --------------------------------------------------------------- KV capacity
+def test_full_kv_with_preemptions_names_kv_capacity():
+    pre = np.zeros(200, int)
+    pre[:30] = 2
+    req = make_requests(preemptions=pre, preempted_ms=np.where(pre > 0, 150.0, 0.0))
+    v = variant("v", queue_steps(waiting_growth=False, kv=np.linspace(0.5, 0.97, 400)), requests=req)
+    f = [x for x in diagnose("v", v) if x.kind == "kv_capacity"]
+    assert len(f) == 1 and f[0].severity == "high"
+    # 60 preemptions on 30 of 200 requests (15 %); 30 × 150 ms = 4.50 s recomputed
+    assert "97 %" in f[0].evidence and "60 preemptions" in f[0].evidence and "15 %" in f[0].evidence
+    assert "4.50 s" in f[0].evidence and "fp8" in f[0].cause and "max_num_seqs" in f[0].cause
+
+
+def test_full_kv_without_preemptions_is_not_kv_capacity():
+    v = variant("v", queue_steps(waiting_growth=False, kv=0.97))
+    assert "kv_capacity" not in kinds(diagnose("v", v))
+
+
+def test_preemptions_with_kv_room_are_not_kv_capacity():
+    req = make_requests(preemptions=np.r_[np.ones(5, int), np.zeros(195, int)])
+    assert "kv_capacity" not in kinds(diagnose("v", variant("v", queue_steps(waiting_growth=False, kv=0.6),
+                                                           requests=req)))
+
+
+# ---------------------------------------------------------------- rejections
+def test_rejected_requests_quote_the_most_common_reason():
+    status = ["rejected"] * 5 + ["finished"] * 95
+    too_long = "prompt (9000) + max_tokens (512) > max_model_len (8192)"
+    reason = [too_long] * 4 + ["cannot be admitted even on an idle replica (KV cache too small for it)"] + [""] * 95
+    req = make_requests(n=100, status=status, reason=reason)
+    f = [x for x in diagnose("v", variant("v", queue_steps(waiting_growth=False), requests=req))
+         if x.kind == "rejected"]
+    assert len(f) == 1 and f[0].severity == "high"  # 5 % of requests
+    assert "5 of 100" in f[0].evidence and f"(4×): \"{too_long}\"" in f[0].evidence
+    assert "max_model_len" in f[0].cause
+
+
+def test_no_rejections_no_rejected_finding():
+    assert "rejected" not in kinds(diagnose("v", variant("v", queue_steps(waiting_growth=False))))
+
+
+def test_warmup_rejections_do_not_count():
+    req = make_requests(n=10, status=["rejected"] + ["finished"] * 9, reason=["x"] + [""] * 9)
+    req["is_warmup"] = [True] + [False] * 9
+    assert "rejected" not in kinds(diagnose("v", variant("v", queue_steps(waiting_growth=False), requests=req)))
+
+
+# ------------------------------------------------------------------- winners
+def _summ(name, **kw) -> VariantData:
+    return variant(name, queue_steps(10), **kw)
+
+
+def test_compare_winners_names_winner_and_factor():
+    a = _summ("a", request_throughput=10.0, p99_ttft_ms=100.0, p99_itl_ms=50.0, request_goodput=None)
+    b = _summ("b", request_throughput=5.0, p99_ttft_ms=400.0, p99_itl_ms=50.5, request_goodput=None)
+    lines = compare_winners({"a": a, "b": b})
+    text = "\n".join(lines)
+    assert "Request throughput: a wins with 10.00 req/s, 2.0× higher than b (5.00 req/s)." in lines
+    assert "p99 TTFT: a wins with 100 ms, 4.0× lower than b (400 ms)." in lines
+    assert "p99 ITL: a leads with 50.0 ms, about the same as b (50.5 ms)." in lines  # within 2 %
+    assert "Goodput" not in text
+    assert lines[-1] == "Overall: a wins 2 of 3 metrics."
+
+
+def test_compare_winners_single_variant_is_empty():
+    assert compare_winners({"a": _summ("a", request_throughput=1.0)}) == []
