@@ -45,7 +45,8 @@ class RunResult:
 
 
 class _Replica:
-    __slots__ = ("index", "scheduler", "kv", "wake", "outstanding", "unused_integral", "merging", "proc")
+    __slots__ = ("index", "scheduler", "kv", "wake", "outstanding", "unused_integral", "merging", "proc",
+                 "num_recovering")
 
     def __init__(self, index: int, scheduler, kv) -> None:
         self.index = index
@@ -55,6 +56,7 @@ class _Replica:
         self.outstanding = 0
         self.unused_integral = 0.0
         self.merging = False  # inside a run of merged decode steps (interruptible)
+        self.num_recovering = 0  # preempted requests not yet back where they were
         self.proc = None
 
 
@@ -90,6 +92,8 @@ class Simulation:
         self.progress_every = progress_every
         self._next_index = 0
         self.max_concurrency = cfg.workload.max_concurrency
+        # Reserved-but-unused KV is the contiguous baseline's metric; O(batch) a step.
+        self.track_unused = cfg.kv_allocation == "contiguous"
 
     # ------------------------------------------------------------------ requests
     def _make_request(self, i: int, now: float, client_id: int = -1) -> Request:
@@ -104,11 +108,12 @@ class Simulation:
     def _send(self, req: Request) -> None:
         rep = self._route(req)
         req.replica = rep.index
+        cut = rep.merging and rep.scheduler.arrival_may_change_schedule()
         if rep.scheduler.add_request(req):
             rep.outstanding += 1
             if rep.wake is not None and not rep.wake.triggered:
                 rep.wake.succeed()
-            elif rep.merging:
+            elif cut:
                 rep.merging = False
                 rep.proc.interrupt()
         else:
@@ -189,30 +194,45 @@ class Simulation:
             for req in out.preempted:
                 if req.preempted_time < 0:
                     req.preempted_time = start
-            for req in out.scheduled:
+                    rep.num_recovering += 1
+            for req in out.admitted:
                 if req.first_scheduled_time < 0:
                     req.first_scheduled_time = start
-            ctx = np.asarray(out.context_lens, dtype=np.int64)
+            if out.padding_contexts:
+                new = np.asarray(out.new_tokens, dtype=np.int64)
+                ctx = np.asarray(out.context_lens, dtype=np.int64)
+            else:
+                new = np.asarray(out.num_scheduled_tokens, dtype=np.int64)
+                ctx = np.asarray(out.num_computed_before, dtype=np.int64)
             k = sched.max_decode_run(out) if fast else 1
             if k > 1:
                 yield from self._decode_run(rep, out, ctx, k, start)
                 continue
-            dt = step_time_s(np.asarray(out.new_tokens, dtype=np.int64), ctx)
+            dt = step_time_s(new, ctx)
             step_append(rep.index, start, 1, dt, sched.num_running, sched.num_waiting,
                         out.num_batched_tokens, out.num_prefill_tokens, out.num_decode_tokens,
                         kv.usage, len(out.preempted))
-            rep.unused_integral += kv.reserved_unused_fraction * dt
+            if self.track_unused:
+                rep.unused_integral += kv.reserved_unused_fraction * dt
             yield env.timeout(dt)
             self.num_events += 1
             self.num_steps += 1
             now = env.now
             emitted, finished = sched.update_from_output(out)
             self._tokens_emitted(emitted, start, now)
-            for req in out.scheduled:
-                if req.preempted_time >= 0 and req.num_computed_tokens >= req.preempted_at_tokens:
-                    req.preempted_s += now - req.preempted_time
-                    req.preempted_time = -1.0
+            if rep.num_recovering:
+                self._recovered(rep, out.scheduled, now)
             self._finish(rep, finished, now)
+
+    @staticmethod
+    def _recovered(rep: _Replica, scheduled: list[Request], now: float) -> None:
+        """Close the preemption-recompute interval of requests that are back
+        where they were when preempted (``preempted_ms`` in requests.csv)."""
+        for req in scheduled:
+            if req.preempted_time >= 0 and req.num_computed_tokens >= req.preempted_at_tokens:
+                req.preempted_s += now - req.preempted_time
+                req.preempted_time = -1.0
+                rep.num_recovering -= 1
 
     def _tokens_emitted(self, emitted: list[Request], start: float, now: float) -> None:
         """First-token times and ITL gaps of one step. Gaps equal to the step
@@ -270,16 +290,18 @@ class Simulation:
         self.num_steps += j
         end = float(ends[j - 1])
         first_end = float(ends[0])
-        rep.unused_integral += rep.kv.reserved_unused_fraction * (end - start)
+        if self.track_unused:
+            rep.unused_integral += rep.kv.reserved_unused_fraction * (end - start)
         # Step 1 as a normal step (gaps since each request's last token), then j-1 pooled steps.
         self._tokens_emitted(out.scheduled, start, first_end)
-        for i in range(1, j):
-            self.itl.add(float(ends[i] - ends[i - 1]), B)
-        for req in out.scheduled:
-            req.last_token_time = end
-            if req.preempted_time >= 0 and req.num_computed_tokens >= req.preempted_at_tokens:
-                req.preempted_s += first_end - req.preempted_time
-                req.preempted_time = -1.0
+        if rep.num_recovering:
+            self._recovered(rep, out.scheduled, first_end)
+        if j > 1:
+            itl = self.itl
+            for i in range(1, j):
+                itl.add(float(ends[i] - ends[i - 1]), B)
+            for req in out.scheduled:
+                req.last_token_time = end
         finished = sched.apply_decode_run(out, j)
         self.step_cols.append(rep.index, start, j, end - start, B, num_waiting, B * j, 0, B * j, rep.kv.usage, 0)
         self._finish(rep, finished, end)

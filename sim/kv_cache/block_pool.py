@@ -26,7 +26,11 @@ Mirrors vLLM v0.24 ``vllm/v1/core/block_pool.py`` (``BlockPool``) and
   so block tables stay append-only.
 
 Block ids are plain ints; per-block state lives in flat lists (ref counts,
-hashes, prev/next links), so every operation is O(blocks touched).
+hashes, prev/next links), so every operation is O(blocks touched). Without
+prefix caching no block ever carries a hash, so every free goes to the head
+and every allocation pops the head: the queue is a stack, kept as a Python
+list (head = its end) whose slice operations run in C — the same block ids in
+the same order as the linked list, several times faster.
 Simplification: one KV-cache group (full attention); no KV events, no
 sliding window, no hybrid models.
 """
@@ -47,7 +51,7 @@ class BlockPool:
     """
 
     __slots__ = ("num_gpu_blocks", "enable_caching", "ref_cnt", "block_hash",
-                 "_prev", "_next", "_head", "_tail", "num_free_blocks", "_hash_to_blocks")
+                 "_prev", "_next", "_head", "_tail", "num_free_blocks", "_hash_to_blocks", "_stack")
 
     def __init__(self, num_gpu_blocks: int, enable_prefix_caching: bool = False) -> None:
         if not isinstance(num_gpu_blocks, int) or isinstance(num_gpu_blocks, bool) or num_gpu_blocks < 2:
@@ -69,6 +73,8 @@ class BlockPool:
             self._prev[b] = a
         self.num_free_blocks = n - 1
         self._hash_to_blocks: dict[int, dict[int, None]] = {}
+        # Caching off: the free queue as a stack, head at the list's end.
+        self._stack: list[int] | None = None if self.enable_caching else list(range(n - 1, 0, -1))
 
     # ---- free queue primitives (O(1) each) ---------------------------------
     def _unlink(self, b: int) -> None:
@@ -102,10 +108,14 @@ class BlockPool:
 
     def is_free(self, block_id: int) -> bool:
         """True when the block is in the free queue (ref count 0, not null)."""
+        if self._stack is not None:
+            return block_id != 0 and self.ref_cnt[block_id] == 0
         return self._prev[block_id] != -1
 
     def free_block_ids(self) -> list[int]:
         """The free queue from head (evicted first) to tail. O(free blocks)."""
+        if self._stack is not None:
+            return self._stack[::-1]
         out = []
         b = self._next[self._head]
         while b != self._tail:
@@ -119,6 +129,15 @@ class BlockPool:
         prefix hash they carry. Raises ValueError if fewer are free."""
         if num_blocks > self.num_free_blocks:
             raise ValueError(f"cannot get {num_blocks} free blocks, only {self.num_free_blocks} free")
+        stack = self._stack
+        if stack is not None:
+            out = stack[-num_blocks:][::-1] if num_blocks else []
+            del stack[len(stack) - num_blocks:]
+            ref = self.ref_cnt
+            for b in out:
+                ref[b] = 1
+            self.num_free_blocks -= num_blocks
+            return out
         out = []
         nxt, ref = self._next, self.ref_cnt
         for _ in range(num_blocks):
@@ -151,6 +170,20 @@ class BlockPool:
         """ref -= 1 for each block, given in eviction priority order (first is
         evicted first). Blocks reaching 0: hashed → tail, unhashed → head."""
         ref, hashes = self.ref_cnt, self.block_hash
+        stack = self._stack
+        if stack is not None:
+            freed = []
+            for b in ordered_block_ids:
+                r = ref[b] - 1
+                if r < 0:
+                    raise ValueError(f"block {b} freed more often than allocated")
+                ref[b] = r
+                if r == 0:
+                    freed.append(b)
+            freed.reverse()  # freed[0] must end up at the head (the list's end)
+            stack.extend(freed)
+            self.num_free_blocks += len(freed)
+            return
         unhashed = []
         for b in ordered_block_ids:
             r = ref[b] - 1

@@ -59,22 +59,32 @@ class SchedulerLimits:
 class SchedulerOutput:
     """One engine step's work.
 
-    ``scheduled[i]`` runs ``num_scheduled_tokens[i]`` tokens. ``new_tokens`` /
-    ``context_lens`` are what the cost model is charged for, one entry per
-    sequence in the forward pass (tokens this step; tokens already in the KV
-    cache); they equal the scheduled list except where a mode computes padding
-    (static batching keeps finished sequences in the batch). ``num_steps`` > 1
-    means the output stands for that many identical decode steps (fast mode).
+    ``scheduled[i]`` runs ``num_scheduled_tokens[i]`` tokens on top of
+    ``num_computed_before[i]`` tokens already in its KV cache.
+    ``padding_contexts`` are extra sequences the forward pass computes without
+    emitting anything (static batching keeps finished sequences in the batch,
+    one token each at their final length). :attr:`new_tokens` and
+    :attr:`context_lens` are what the cost model is charged for: the scheduled
+    sequences, then the padding. ``admitted`` are the requests that entered the
+    running set this step.
     """
 
     scheduled: list[Request] = field(default_factory=list)
     num_scheduled_tokens: list[int] = field(default_factory=list)
-    new_tokens: list[int] = field(default_factory=list)
-    context_lens: list[int] = field(default_factory=list)
+    num_computed_before: list[int] = field(default_factory=list)
+    padding_contexts: list[int] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)
+    admitted: list[Request] = field(default_factory=list)
     num_prefill_tokens: int = 0
     num_decode_tokens: int = 0
-    num_steps: int = 1
+
+    @property
+    def new_tokens(self) -> list[int]:
+        return self.num_scheduled_tokens + [1] * len(self.padding_contexts)
+
+    @property
+    def context_lens(self) -> list[int]:
+        return self.num_computed_before + self.padding_contexts
 
     @property
     def num_batched_tokens(self) -> int:
@@ -82,7 +92,7 @@ class SchedulerOutput:
 
     @property
     def is_empty(self) -> bool:
-        return not self.new_tokens
+        return not self.scheduled and not self.padding_contexts
 
 
 class WaitingQueue:
@@ -92,6 +102,7 @@ class WaitingQueue:
 
     def __init__(self, policy: str) -> None:
         self.priority = policy == "priority"
+        self.reordered = False
         self._dq: deque[Request] = deque()
         self._heap: list[tuple[int, float, int, Request]] = []
 
@@ -122,6 +133,7 @@ class WaitingQueue:
     def reorder(self, key) -> None:
         """Re-sort the queue by ``key(request)`` (stable): the hook custom
         policies use to change the admission order. PRIORITY queues ignore it."""
+        self.reordered = True  # a new arrival may now overtake the head
         if not self.priority:
             ordered = sorted(self._dq, key=key)
             self._dq.clear()
@@ -201,19 +213,36 @@ class Scheduler:
 
     # ------------------------------------------------------------------ steps
     def schedule(self) -> SchedulerOutput:
-        out = self._schedule()
-        # Optimistic advance (vLLM ``_update_after_schedule``), and the
-        # prefill/decode split of the step's tokens.
-        n_pre = n_dec = 0
-        for req, n in zip(out.scheduled, out.num_scheduled_tokens):
-            if n == 1 and req.num_output_tokens > 0 and req.num_computed_tokens == req.num_tokens - 1:
-                n_dec += 1
-            else:
-                n_pre += n
-            req.num_computed_tokens += n
-        out.num_prefill_tokens = n_pre
-        out.num_decode_tokens = n_dec
-        return out
+        """One step's decisions. ``num_computed_tokens`` of every scheduled
+        request is advanced optimistically, as vLLM's ``_update_after_schedule``."""
+        return self._schedule()
+
+    def _add_scheduled(self, out: SchedulerOutput, req: Request, n: int) -> None:
+        """Schedule ``n`` tokens of ``req``: record it, classify the tokens as
+        decode (one token after the last sampled one) or prefill (prompt chunks
+        and recompute after preemption), and advance ``num_computed_tokens``."""
+        c = req.num_computed_tokens
+        out.scheduled.append(req)
+        out.num_scheduled_tokens.append(n)
+        out.num_computed_before.append(c)
+        if n == 1 and req.num_output_tokens and c == req.num_prompt_tokens + req.num_output_tokens - 1:
+            out.num_decode_tokens += 1
+        else:
+            out.num_prefill_tokens += n
+        req.num_computed_tokens = c + n
+
+    def _unschedule(self, out: SchedulerOutput, req: Request) -> int:
+        """Undo :meth:`_add_scheduled` for ``req`` (a preemption victim gives its
+        tokens back, vLLM 0.24); returns the tokens given back."""
+        j = out.scheduled.index(req)
+        n, c = out.num_scheduled_tokens[j], out.num_computed_before[j]
+        req.num_computed_tokens = c
+        if n == 1 and req.num_output_tokens and c == req.num_prompt_tokens + req.num_output_tokens - 1:
+            out.num_decode_tokens -= 1
+        else:
+            out.num_prefill_tokens -= n
+        del out.scheduled[j], out.num_scheduled_tokens[j], out.num_computed_before[j]
+        return n
 
     def _schedule(self) -> SchedulerOutput:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -226,11 +255,13 @@ class Scheduler:
         finished: list[Request] = []
         max_len = self.limits.max_model_len
         for req in out.scheduled:
-            if req.num_computed_tokens < req.num_tokens or req.status != RequestStatus.RUNNING:
-                continue
-            req.num_output_tokens += 1
+            o = req.num_output_tokens
+            if req.num_computed_tokens < req.num_prompt_tokens + o:
+                continue  # a partial prefill chunk emits nothing
+            o += 1
+            req.num_output_tokens = o
             emitted.append(req)
-            if req.num_output_tokens >= req.num_output_tokens_target or req.num_tokens >= max_len:
+            if o >= req.num_output_tokens_target or req.num_prompt_tokens + o >= max_len:
                 req.status = RequestStatus.FINISHED
                 finished.append(req)
         if finished:
@@ -251,6 +282,15 @@ class Scheduler:
     supports_decode_runs = True  # a subclass whose decisions can change without an
     #                              arrival, finish or preemption must set this False
 
+    def arrival_may_change_schedule(self) -> bool:
+        """Could a request arriving now change the next step? Called by the
+        engine, before adding it, to decide whether a run of merged decode steps
+        must be cut. Under FCFS a new request joins the tail of a non-empty
+        queue whose head is blocked (that is why the queue is non-empty during a
+        decode run), so it cannot be admitted before a finish. The base class
+        answers True (always safe)."""
+        return True
+
     def max_decode_run(self, out: SchedulerOutput) -> int:
         """How many identical decode-only steps, starting with ``out`` (already
         scheduled), are certain: every running request decodes one token each
@@ -265,17 +305,26 @@ class Scheduler:
                 or len(sched) != len(self.running) or getattr(self.kv, "enable_prefix_caching", False)):
             return 1
         mml = self.limits.max_model_len
-        k = min(min(r.num_output_tokens_target - r.num_output_tokens, mml - r.num_tokens) for r in sched)
+        k = mml
+        for r in sched:
+            o = r.num_output_tokens
+            left = r.num_output_tokens_target - o
+            if left < k:
+                k = left
+            left = mml - r.num_prompt_tokens - o
+            if left < k:
+                k = left
         if k <= 1:
             return 1
         kv = self.kv
         bs = self.limits.block_size
         free = kv.num_free_blocks
+        held = kv.num_held_blocks
         # Blocks each request needs to write tokens c+1 .. c+k (c = context before step 1).
         extra = 0
         needs = []
         for r in sched:
-            room = kv.num_held_blocks(r) * bs - r.num_computed_tokens  # free slots after step 1
+            room = held(r) * bs - r.num_computed_tokens  # free slots after step 1
             if room < k - 1:
                 needs.append(room)
                 extra += -(-(k - 1 - room) // bs)

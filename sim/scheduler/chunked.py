@@ -45,37 +45,37 @@ class ChunkedPrefillScheduler(Scheduler):
         budget = self._schedule_running(out, self.limits.max_num_batched_tokens)
         if not out.preempted:  # vLLM skips admission in a step that preempted
             self._schedule_waiting(out, budget)
-        return self._finish_output(out)
-
-    @staticmethod
-    def _finish_output(out: SchedulerOutput) -> SchedulerOutput:
-        out.new_tokens = list(out.num_scheduled_tokens)
-        out.context_lens = [r.num_computed_tokens for r in out.scheduled]
         return out
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
-        """The RUNNING pass; returns the budget left."""
-        kv = self.kv
-        sched = out.scheduled
-        ntok = out.num_scheduled_tokens
+        """The RUNNING pass; returns the budget left. (Hot path: the token cap
+        of :meth:`_cap_tokens` is inlined.)"""
+        alloc = self.kv.allocate_slots
         running = self.running
         cap_policy = self.limits.capacity_scheduler_policy
+        thr = self.limits.long_prefill_token_threshold
+        last_pos = self.limits.max_model_len - 1
+        add = self._add_scheduled
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            n = self._cap_tokens(req, req.num_tokens - req.num_computed_tokens, budget)
+            c = req.num_computed_tokens
+            n = req.num_prompt_tokens + req.num_output_tokens - c
+            if 0 < thr < n:
+                n = thr
+            if n > budget:
+                n = budget
+            if n > last_pos - c:
+                n = last_pos - c
             if n <= 0:
                 i += 1
                 continue
             scheduled_ok = True
-            while kv.allocate_slots(req, n) is None:
+            while alloc(req, n) is None:
                 victim_idx = self._pick_victim(i, cap_policy)
                 victim = running.pop(victim_idx)
-                if victim is not req and victim in sched:
-                    j = sched.index(victim)
-                    budget += ntok[j]
-                    del sched[j]
-                    del ntok[j]
+                if victim is not req and victim in out.scheduled:
+                    budget += self._unschedule(out, victim)
                 if victim_idx < i:
                     i -= 1
                 self._preempt(victim)
@@ -87,8 +87,7 @@ class ChunkedPrefillScheduler(Scheduler):
                 if cap_policy == "max_utilization":
                     continue  # TRT-LLM pauses it and carries on with the next request
                 break
-            sched.append(req)
-            ntok.append(n)
+            add(out, req, n)
             budget -= n
             i += 1
         return budget
@@ -117,10 +116,14 @@ class ChunkedPrefillScheduler(Scheduler):
             waiting.pop()
             self._admit(req, num_hit)
             running.append(req)
-            out.scheduled.append(req)
-            out.num_scheduled_tokens.append(n)
+            out.admitted.append(req)
+            self._add_scheduled(out, req, n)
             budget -= n
         return budget
+
+    def arrival_may_change_schedule(self) -> bool:
+        w = self.waiting
+        return w.priority or w.reordered or not w
 
     def _pick_victim(self, current: int, cap_policy: str | None) -> int:
         running = self.running

@@ -29,4 +29,4 @@ class ContinuousBatchingScheduler(ChunkedPrefillScheduler):
         if not out.scheduled:
             # Nothing admissible: a decode-only step over every running request.
             self._schedule_running(out, self.limits.max_num_batched_tokens)
-        return self._finish_output(out)
+        return out

@@ -36,23 +36,15 @@ class StaticBatchingScheduler(ChunkedPrefillScheduler):
 
     def _schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
-        forming = not self.batch
-        if forming:
+        if not self.batch:
             self._form_batch(out)
-        else:
-            for req in self.batch:
-                if req.status == RequestStatus.RUNNING:
-                    out.scheduled.append(req)
-                    out.num_scheduled_tokens.append(1)
-                    self.kv.allocate_slots(req, 1)  # reserved at formation: never fails
-        # Cost: every batch member, finished ones as padding at their final length.
-        out.new_tokens = list(out.num_scheduled_tokens)
-        out.context_lens = [r.num_computed_tokens for r in out.scheduled]
-        if not forming:
-            for req in self.batch:
-                if req.status == RequestStatus.FINISHED:
-                    out.new_tokens.append(1)
-                    out.context_lens.append(req.num_tokens - 1)
+            return out
+        for req in self.batch:
+            if req.status == RequestStatus.RUNNING:
+                self.kv.allocate_slots(req, 1)  # reserved at formation: never fails
+                self._add_scheduled(out, req, 1)
+            else:  # finished: still computed, as padding, at its final length
+                out.padding_contexts.append(req.num_tokens - 1)
         return out
 
     def _form_batch(self, out: SchedulerOutput) -> None:
@@ -67,8 +59,11 @@ class StaticBatchingScheduler(ChunkedPrefillScheduler):
             self._admit(req, 0)
             self.batch.append(req)
             self.running.append(req)
-            out.scheduled.append(req)
-            out.num_scheduled_tokens.append(req.num_prompt_tokens)
+            out.admitted.append(req)
+            self._add_scheduled(out, req, req.num_prompt_tokens)
+
+    def arrival_may_change_schedule(self) -> bool:
+        return not self.batch  # nobody joins a batch in flight
 
     def _on_finished(self, finished: list[Request]) -> None:
         self.finished.extend(finished)

@@ -1,0 +1,128 @@
+"""Simulator speed benchmark (issue: simulator speed). Not a timed test.
+
+    python benchmarks/speed.py            # all cases, writes reports/speed.md
+    python benchmarks/speed.py --case a   # one case, prints a JSON line
+
+llama-3.1-8b on one h100_sxm, ``chunked`` with vLLM defaults, prefix caching
+off; lengths lognormal with sigma 1.0 (of the log), means 1,024 prompt tokens
+(clipped to 8,192) and 256 output tokens (clipped to 2,048), ``max_tokens`` =
+true output length; Poisson arrivals; seed 0. Cases:
+(a) 10,000 requests at 8 req/s; (b) 100,000 at 8 req/s; (c) 10,000 at 40 req/s
+(overload); (d) case (a) in the reference one-step-at-a-time mode.
+
+Each case runs in its own process so that peak RSS is the case's own.
+``wall_s`` is the simulation itself (first arrival to last completion, results
+aggregated): workload generation, ``Simulation.run`` and ``summarize``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = {
+    "a": (10_000, 8.0, False),
+    "b": (100_000, 8.0, False),
+    "c": (10_000, 40.0, False),
+    "d": (10_000, 8.0, True),
+}
+
+
+def case_config(n: int, rate: float, exact: bool):
+    from sim.config import build_config
+
+    return build_config(overrides={
+        "model": "llama-3.1-8b", "hardware": "h100_sxm", "scheduler": "chunked", "seed": 0,
+        "enable_prefix_caching": False, "exact_steps": exact,
+        "workload.arrival": "poisson", "workload.request_rate": rate, "workload.num_requests": n,
+        "workload.input_len": {"dist": "lognormal", "mean": 1024, "sigma": 1.0, "min": 1, "max": 8192},
+        "workload.output_len": {"dist": "lognormal", "mean": 256, "sigma": 1.0, "min": 1, "max": 2048},
+        "workload.max_tokens": "output_len",
+    })
+
+
+def run_case(name: str) -> dict:
+    from sim.deployment import build_deployment
+    from sim.engine import Simulation
+    from sim.metrics import summarize
+    from sim.runner import make_specs
+
+    n, rate, exact = CASES[name]
+    dep = build_deployment(case_config(n, rate, exact))
+    t0 = time.perf_counter()
+    specs = make_specs(dep)
+    res = Simulation(dep, specs, seed=0).run()
+    summary = summarize(res.requests, res.steps, res.itl, num_gpu_blocks=dep.sizing.num_gpu_blocks)
+    wall = time.perf_counter() - t0
+    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {
+        "case": name, "requests": n, "rate": rate, "wall_s": wall, "sim_req_per_s": n / wall,
+        "sim_s_per_wall_s": res.sim_time_s / wall, "events": res.num_events, "steps": res.num_steps,
+        "peak_rss_mib": rss_mib, "completed": summary["completed"], "preemptions": summary["num_preemptions"],
+        "mean_ttft_ms": summary["mean_ttft_ms"], "mean_tpot_ms": summary["mean_tpot_ms"],
+    }
+
+
+def whole_process_seconds() -> float:
+    """`servesim run` for case (a), interpreter start-up and writing results included."""
+    cmd = [sys.executable, "-m", "sim", "run", "--quiet", "--out", str(ROOT / "runs" / "speed-a"),
+           "--model", "llama-3.1-8b", "--hardware", "h100_sxm", "--scheduler", "chunked", "--seed", "0",
+           "--set", "workload.arrival=poisson", "--set", "workload.request_rate=8",
+           "--set", "workload.num_requests=10000",
+           "--set", "workload.input_len={dist: lognormal, mean: 1024, sigma: 1.0, min: 1, max: 8192}",
+           "--set", "workload.output_len={dist: lognormal, mean: 256, sigma: 1.0, min: 1, max: 2048}"]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--case", choices=sorted(CASES), help="run one case in this process and print JSON")
+    ap.add_argument("--out", type=Path, default=ROOT / "reports" / "speed.md")
+    args = ap.parse_args()
+    if args.case:
+        print(json.dumps(run_case(args.case)))
+        return
+    rows = []
+    for name in sorted(CASES):
+        r = subprocess.run([sys.executable, __file__, "--case", name], check=True, capture_output=True, text=True)
+        rows.append(json.loads(r.stdout.strip().splitlines()[-1]))
+        print(f"case {name}: {rows[-1]['wall_s']:.2f} s", file=sys.stderr)
+    whole = whole_process_seconds()
+    cols = ("case", "requests", "rate", "wall_s", "sim_req_per_s", "sim_s_per_wall_s", "events", "steps",
+            "peak_rss_mib")
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        lines.append(f"| {r['case']} | {r['requests']:,} | {r['rate']:g} | {r['wall_s']:.2f} | "
+                     f"{r['sim_req_per_s']:,.0f} | {r['sim_s_per_wall_s']:,.0f} | {r['events']:,} | "
+                     f"{r['steps']:,} | {r['peak_rss_mib']:.0f} |")
+    table = "\n".join(lines)
+    import platform
+
+    text = (
+        "# Simulator speed\n\n"
+        "Generated by `python benchmarks/speed.py` (regenerate after any engine change). "
+        "llama-3.1-8b on one h100_sxm, `chunked` with vLLM defaults, prefix caching off, lognormal "
+        "lengths (sigma 1.0; means 1,024 / 256 tokens, clipped to 8,192 / 2,048), Poisson arrivals, seed 0. "
+        "(d) is (a) in the reference one-step-at-a-time mode (`--exact-steps`).\n\n"
+        f"{table}\n\n"
+        f"Whole `servesim run` process for case (a) (start-up, imports, writing results): {whole:.2f} s.\n\n"
+        f"Results: mean TTFT / TPOT (ms) per case: "
+        + ", ".join(f"{r['case']}: {r['mean_ttft_ms']:.1f} / {r['mean_tpot_ms']:.2f}" for r in rows)
+        + f"; preemptions in (c): {rows[2]['preemptions']}.\n\n"
+        f"Machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}.\n"
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
