@@ -30,6 +30,14 @@ def _overrides(**kw) -> dict:
     return {k: v for k, v in kw.items() if v is not None}
 
 
+def _check_config_arg(config: Optional[Path]) -> None:
+    """``--goodput ttft:500 tpot:50`` (vLLM style) leaves ``tpot:50`` as the
+    positional CONFIG argument; say how to write it instead."""
+    if config is not None and str(config).split(":")[0] in ("ttft", "tpot", "e2el") and not config.exists():
+        raise ServesimError(f"{config} looks like an SLO, not a config file: repeat --goodput for each SLO "
+                            f"or quote them together, e.g. --goodput 'ttft:500 tpot:50'")
+
+
 @app.command()
 def run(
     config: Optional[Path] = typer.Argument(None, help="YAML config file (flat vLLM-named keys; see README)."),
@@ -39,7 +47,7 @@ def run(
     workload: Optional[str] = typer.Option(None, help="Built-in workload name or workload YAML path (default: 'default')."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
     seed: Optional[int] = typer.Option(None, help="Seed of the run (arrivals, lengths, router)."),
-    goodput: Optional[List[str]] = typer.Option(None, help="SLOs for goodput, as vllm bench serve: ttft:MS tpot:MS e2el:MS."),
+    goodput: Optional[List[str]] = typer.Option(None, help="SLOs for goodput, as vllm bench serve: 'ttft:MS tpot:MS e2el:MS' (quoted, or repeat --goodput)."),
     out: Path = typer.Option(Path("runs/latest"), help="Output folder for summary.json, requests.csv, steps.csv."),
     exact_steps: bool = typer.Option(False, "--exact-steps", help="Reference mode: one event per engine step."),
     quiet: bool = typer.Option(False, help="No progress bar."),
@@ -51,6 +59,7 @@ def run(
     from sim.report_text import print_run_summary
     from sim.runner import run_simulation
 
+    _check_config_arg(config)
     slos = parse_goodput(goodput)
     cfg = build_config(config, _overrides(model=model, hardware=hardware, scheduler=scheduler, seed=seed,
                                           exact_steps=exact_steps or None), set_, workload)
@@ -73,7 +82,7 @@ def compare(
     workload: Optional[str] = typer.Option(None, help=f"Built-in workload or workload YAML (default: '{DEFAULT_COMPARE_WORKLOAD}')."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
     seed: Optional[int] = typer.Option(None, help="Seed of the run."),
-    goodput: Optional[List[str]] = typer.Option(None, help="SLOs for goodput: ttft:MS tpot:MS e2el:MS."),
+    goodput: Optional[List[str]] = typer.Option(None, help="SLOs for goodput: 'ttft:MS tpot:MS e2el:MS' (quoted, or repeat --goodput)."),
     out: Path = typer.Option(Path("runs/compare"), help="Output folder: comparison.csv, report.md, figures, NAME/summary.json."),
     workers: Optional[int] = typer.Option(None, help="Parallel processes (default: one per variant, at most the CPU count)."),
     quiet: bool = typer.Option(False, help="No progress bar."),
@@ -84,6 +93,7 @@ def compare(
     on the built-in 'code' workload (Azure code-trace lengths and burstiness)."""
     from sim.compare_cli import run_compare
 
+    _check_config_arg(config)
     run_compare(config=config, schedulers=schedulers, variant_args=variant, variants_file=variants, model=model,
                 hardware=hardware, workload=workload, set_args=set_, seed=seed, goodput=goodput, out=out,
                 workers=workers, quiet=quiet)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -51,7 +52,7 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
     context = {
         "model": cfg["model"], "hardware": cfg["hardware"],
         "workload": first.get("workload_source", ""),
-        "command": "servesim " + " ".join(sys.argv[1:]) if sys.argv and "servesim" in sys.argv[0] else None,
+        "command": "servesim " + shlex.join(sys.argv[1:]),
     }
     context = {k: v for k, v in context.items() if v not in (None, "")}
     title = f"Policy comparison: {cfg['model']} on {cfg['hardware']}"

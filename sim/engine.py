@@ -302,8 +302,8 @@ class Simulation:
                 itl.add(float(ends[i] - ends[i - 1]), B)
             for req in out.scheduled:
                 req.last_token_time = end
-        finished = sched.apply_decode_run(out, j)
-        self.step_cols.append(rep.index, start, j, end - start, B, num_waiting, B * j, 0, B * j, rep.kv.usage, 0)
+        finished, usage = sched.apply_decode_run(out, j)
+        self.step_cols.append(rep.index, start, j, end - start, B, num_waiting, B * j, 0, B * j, usage, 0)
         self._finish(rep, finished, end)
 
     def _unstick(self, rep: _Replica) -> None:

@@ -16,8 +16,8 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 
 from sim.variant_data import VariantData, num_replicas_of, step_timeseries  # noqa: E402
@@ -333,6 +333,7 @@ def plot_latency_breakdown(variants: dict[str, VariantData], path) -> Path:
         ax.set_yticks(ypos, labels, fontsize=8)
         ax.set_xlim(0, xmax * 1.22 if xmax > 0 else 1)
         ax.set_xlabel("time (ms)")
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5))  # wide thousands labels must not collide
         ax.xaxis.set_major_formatter(_THOUSANDS)
         ax.set_title(title)
         ax.grid(True, axis="x", alpha=0.3)

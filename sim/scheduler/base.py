@@ -339,11 +339,13 @@ class Scheduler:
                 hi = mid - 1
         return lo
 
-    def apply_decode_run(self, out: SchedulerOutput, j: int) -> list[Request]:
+    def apply_decode_run(self, out: SchedulerOutput, j: int) -> tuple[list[Request], float]:
         """Advance the batch of ``out`` by ``j`` decode steps (step 1 included),
         as ``j`` rounds of schedule()/update_from_output() would; ``j`` is at
         most :meth:`max_decode_run`. Returns the requests that finished (only at
-        the last step)."""
+        the last step) and the KV-cache usage during the last step (after its
+        allocation, before the finished requests free their blocks — what a
+        single step records)."""
         kv = self.kv
         mml = self.limits.max_model_len
         finished = []
@@ -357,9 +359,10 @@ class Scheduler:
             if r.num_output_tokens >= r.num_output_tokens_target or r.num_tokens >= mml:
                 r.status = RequestStatus.FINISHED
                 finished.append(r)
+        usage = kv.usage
         if finished:
             self._on_finished(finished)
-        return finished
+        return finished, usage
 
     # ------------------------------------------------------------------ helpers
     def _preempt(self, req: Request) -> None:

@@ -1,0 +1,94 @@
+"""servesim compare end to end: paired variants, and the diagnosis reading the
+numbers of real engine runs (llama-3.1-8b on h100_sxm)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.compare import Variant, parse_variant, run_variants, variants_from_args
+from sim.config import build_config
+from sim.diagnosis import diagnose
+from sim.errors import ConfigError
+from sim.output import requests_frame, steps_frame
+from sim.variant_data import VariantData
+
+
+def write_trace(path, rows):
+    path.write_text("arrival_s,input,output\n" + "".join(f"{a:.6f},{i},{o}\n" for a, i, o in rows))
+    return str(path)
+
+
+def mixed_trace(tmp_path, long_prompt: int, name: str):
+    """Decoding chat requests (100 in / 200 out) at 8 req/s, with a long prompt
+    (``long_prompt`` in / 10 out) every 10th request."""
+    rng = np.random.default_rng(0)
+    t = np.cumsum(rng.exponential(1 / 8.0, 300))
+    rows = [(t[i], long_prompt if i % 10 == 5 else 100, 10 if i % 10 == 5 else 200) for i in range(300)]
+    return write_trace(tmp_path / name, rows)
+
+
+def base_cfg(trace, **kw):
+    ov = {"model": "llama-3.1-8b", "hardware": "h100_sxm", "workload.trace": trace, "workload.trace_format": "generic",
+          "workload.columns": {"arrival": "arrival_s", "input": "input", "output": "output"}}
+    ov.update(kw)
+    return build_config(overrides=ov)
+
+
+def variants_data(results):
+    return {n: VariantData(n, s, requests_frame(r), steps_frame(r), r.itl) for n, (s, r) in results.items()}
+
+
+def kinds(v):
+    return {f.kind for f in diagnose(v.name, v)}
+
+
+@pytest.fixture(scope="module")
+def interference_runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("interf")
+    long_trace = mixed_trace(tmp, 7000, "long.csv")
+    short_trace = mixed_trace(tmp, 48, "short.csv")
+    vs = [Variant("continuous", {"scheduler": "continuous"}),
+          Variant("chunked", {"scheduler": "chunked", "max_num_batched_tokens": 512})]
+    long_res = run_variants(base_cfg(long_trace), vs, workers=1)
+    short_res = run_variants(base_cfg(short_trace), [vs[0]], workers=1)
+    return variants_data(long_res), variants_data(short_res), long_res
+
+
+def test_variants_see_identical_arrivals(interference_runs):
+    _, _, res = interference_runs
+    a = res["continuous"][1].requests
+    b = res["chunked"][1].requests
+    for key in ("arrival_time_s", "num_prompt_tokens", "max_tokens"):
+        assert np.array_equal(a[key], b[key])
+
+
+def test_prefill_interference_named_for_continuous_not_chunked(interference_runs):
+    long_v, short_v, _ = interference_runs
+    assert "prefill_interference" in kinds(long_v["continuous"])
+    assert "prefill_interference" not in kinds(long_v["chunked"])
+    # Only short prompts: continuous has prefill-only steps too, but they are short.
+    assert "prefill_interference" not in kinds(short_v["continuous"])
+
+
+def test_forced_preemptions_name_kv_capacity(tmp_path):
+    rng = np.random.default_rng(1)
+    rows = [(float(t), 1500, 400) for t in np.cumsum(rng.exponential(1 / 20.0, 80))]
+    trace = write_trace(tmp_path / "kv.csv", rows)
+    res = run_variants(base_cfg(trace, num_gpu_blocks_override=600, max_model_len=4096), [Variant("chunked", {})],
+                       workers=1)
+    v = variants_data(res)["chunked"]
+    assert v.summary["num_preemptions"] > 0
+    assert "kv_capacity" in kinds(v)
+
+
+def test_variant_parsing_errors():
+    assert parse_variant("fp8 quantization=fp8 workload.request_rate=4").overrides == {
+        "quantization": "fp8", "workload": {"request_rate": 4}}
+    with pytest.raises(ConfigError, match="name comes first"):
+        parse_variant("scheduler=chunked")
+    with pytest.raises(ConfigError, match="unknown config key 'max_num_seq'"):
+        parse_variant("x max_num_seq=4")
+    with pytest.raises(ConfigError, match="unique"):
+        variants_from_args("chunked,chunked", None, None)
+    assert [v.name for v in variants_from_args(None, None, None)] == ["static", "continuous", "chunked"]
