@@ -123,18 +123,18 @@ def kv(
 def models() -> None:
     """List the built-in model presets."""
     from sim.model_spec import list_models
-    from sim.report_text import print_models
+    from sim.report_text import print_names
 
-    print_models(list_models())
+    print_names("model presets", list_models())
 
 
 @app.command()
 def hardware() -> None:
     """List the hardware profiles."""
     from sim.hardware import list_hardware
-    from sim.report_text import print_hardware
+    from sim.report_text import print_names
 
-    print_hardware(list_hardware())
+    print_names("hardware profiles", list_hardware())
 
 
 class _progress_bar:

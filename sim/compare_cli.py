@@ -16,7 +16,7 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
                 goodput, out: Path, workers, quiet: bool) -> Path:
     from sim.cli import DEFAULT_COMPARE_WORKLOAD
     from sim.compare import run_variants, variants_from_args
-    from sim.output import _json_safe, write_results
+    from sim.output import json_safe, write_results
     from sim.report import write_compare_report
     from sim.report_text import print_compare_table
     from sim.variant_data import VariantData
@@ -57,7 +57,7 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
     context = {k: v for k, v in context.items() if v not in (None, "")}
     title = f"Policy comparison: {cfg['model']} on {cfg['hardware']}"
     report = write_compare_report(out, variants, title=title, context=context)
-    (out / "variants.json").write_text(json.dumps(_json_safe({n: s["config"] for n, (s, _) in results.items()}),
+    (out / "variants.json").write_text(json.dumps(json_safe({n: s["config"] for n, (s, _) in results.items()}),
                                                    indent=2) + "\n")
     print_compare_table({n: s for n, (s, _) in results.items()})
     print(f"report: {report}")

@@ -56,22 +56,22 @@ def steps_frame(result: RunResult):
     return df
 
 
-def _json_safe(obj):
+def json_safe(obj):
     if isinstance(obj, float) and (math.isnan(obj) or math.isinf(obj)):
         return None
     if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
+        return {k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
+        return [json_safe(v) for v in obj]
     if isinstance(obj, np.generic):
-        return _json_safe(obj.item())
+        return json_safe(obj.item())
     return obj
 
 
 def write_results(out_dir: str | Path, summary: dict, result: RunResult) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(_json_safe(summary), indent=2, default=str) + "\n")
+    (out / "summary.json").write_text(json.dumps(json_safe(summary), indent=2, default=str) + "\n")
     requests_frame(result).to_csv(out / "requests.csv", index=False, float_format="%.9g")
     steps_frame(result).to_csv(out / "steps.csv", index=False, float_format="%.9g")
     return out

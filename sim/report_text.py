@@ -70,16 +70,8 @@ def print_kv_report(rep: dict, dep) -> None:
     _console.print(t)
 
 
-def print_models(names) -> None:
-    t = Table(title="model presets")
-    t.add_column("name")
-    for n in names:
-        t.add_row(str(n))
-    _console.print(t)
-
-
-def print_hardware(names) -> None:
-    t = Table(title="hardware profiles")
+def print_names(title: str, names) -> None:
+    t = Table(title=title)
     t.add_column("name")
     for n in names:
         t.add_row(str(n))

@@ -170,31 +170,26 @@ class BlockPool:
         """ref -= 1 for each block, given in eviction priority order (first is
         evicted first). Blocks reaching 0: hashed → tail, unhashed → head."""
         ref, hashes = self.ref_cnt, self.block_hash
-        stack = self._stack
-        if stack is not None:
-            freed = []
-            for b in ordered_block_ids:
-                r = ref[b] - 1
-                if r < 0:
-                    raise ValueError(f"block {b} freed more often than allocated")
-                ref[b] = r
-                if r == 0:
-                    freed.append(b)
-            freed.reverse()  # freed[0] must end up at the head (the list's end)
-            stack.extend(freed)
-            self.num_free_blocks += len(freed)
-            return
-        unhashed = []
+        freed = []
         for b in ordered_block_ids:
             r = ref[b] - 1
             if r < 0:
                 raise ValueError(f"block {b} freed more often than allocated")
             ref[b] = r
             if r == 0:
-                if hashes[b] is None:
-                    unhashed.append(b)
-                else:
-                    self._append(b)
+                freed.append(b)
+        stack = self._stack
+        if stack is not None:  # caching off: all unhashed, freed[0] ends at the head (list end)
+            freed.reverse()
+            stack.extend(freed)
+            self.num_free_blocks += len(freed)
+            return
+        unhashed = []
+        for b in freed:
+            if hashes[b] is None:
+                unhashed.append(b)
+            else:
+                self._append(b)
         self._prepend_n(unhashed)
 
     # ---- prefix cache -------------------------------------------------------
