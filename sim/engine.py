@@ -179,7 +179,11 @@ class Simulation:
         step_time_s = cost.step_time_s
         itl_add = self.itl.add
         step_append = self.step_cols.append
-        fast = not self.dep.cfg.exact_steps
+        cfg = self.dep.cfg
+        # A prefix-aware router reads other replicas' caches mid-run, where merged runs
+        # hash their filled blocks only at the run's end: keep exact steps there.
+        fast = not cfg.exact_steps and not (cfg.enable_prefix_caching and cfg.router == "prefix_aware"
+                                            and cfg.num_replicas > 1)
         while True:
             if not sched.has_unfinished_requests():
                 rep.wake = env.event()

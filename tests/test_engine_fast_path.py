@@ -18,6 +18,13 @@ SCENARIOS = {
                             "workload.output_len": {"dist": "uniform", "low": 20, "high": 200},
                             "num_gpu_blocks_override": 120, "max_model_len": 1024,
                             "max_num_batched_tokens": 512},
+    "prefix_caching_shared_prompts": {"workload.arrival": "poisson", "workload.request_rate": 200.0,
+                                      "workload.num_requests": 400, "enable_prefix_caching": True,
+                                      "workload.input_len": {"dist": "uniform", "low": 20, "high": 200},
+                                      "workload.output_len": {"dist": "uniform", "low": 5, "high": 100},
+                                      "workload.shared_prefix": {"fraction": 0.8, "num_prefixes": 3,
+                                                                 "prefix_len": 160},
+                                      "num_gpu_blocks_override": 200, "max_model_len": 1024},
     "closed_loop_two_replicas": {"workload.max_concurrency": 6, "workload.num_requests": 200,
                                  "num_replicas": 2, "router": "least_outstanding_requests",
                                  "workload.input_len": {"dist": "uniform", "low": 20, "high": 200},
@@ -37,7 +44,8 @@ def test_fast_mode_equals_reference(scheduler, scenario):
     assert fast.num_steps == ref.num_steps
     assert fast.num_events < ref.num_steps  # steps really were merged
     assert ref.num_events >= ref.num_steps
-    for key in ("num_output_tokens", "num_prompt_tokens", "num_preemptions", "status", "replica"):
+    for key in ("num_output_tokens", "num_prompt_tokens", "num_preemptions", "status", "replica",
+                "num_cached_tokens"):
         assert np.array_equal(fast.requests[key], ref.requests[key]), key
     for key in ("arrival_time_s", "first_scheduled_time_s", "first_token_time_s", "finish_time_s"):
         np.testing.assert_allclose(fast.requests[key], ref.requests[key], rtol=1e-9, atol=0)

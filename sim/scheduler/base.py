@@ -298,11 +298,15 @@ class Scheduler:
         no finish before the last of them; no admission (a waiting request that
         could not be admitted this step cannot be before a finish: decode steps
         only take blocks, never free them, and the budget and ``max_num_seqs``
-        stay as they are). Prefix caching disables runs (blocks are hashed as
-        they fill, which other replicas' routers may observe). Returns ≥ 1."""
+        stay as they are). With prefix caching, runs need an empty waiting queue
+        (an arrival then cuts the run, so admission sees the same hashed blocks as
+        in the reference mode). Returns ≥ 1."""
         sched = out.scheduled
         if (out.preempted or out.num_prefill_tokens or not sched or not self.supports_decode_runs
-                or len(sched) != len(self.running) or getattr(self.kv, "enable_prefix_caching", False)):
+                or len(sched) != len(self.running)):
+            return 1
+        if self.waiting and getattr(self.kv, "enable_prefix_caching", False):
+            # Blocks are hashed as they fill; a waiting request could start to hit them.
             return 1
         mml = self.limits.max_model_len
         k = mml
@@ -351,11 +355,16 @@ class Scheduler:
         finished = []
         for r in out.scheduled:
             if j > 1:
-                r.num_computed_tokens += j - 2  # the slots of steps 2..j, allocated at once
+                # The state before step j, then step j's allocation: it takes the
+                # blocks of steps 2..j at once and hashes those that filled.
+                r.num_output_tokens += j - 1
+                r.num_computed_tokens += j - 2
                 if kv.allocate_slots(r, 1) is None:
                     raise RuntimeError("decode run: block allocation failed although it was planned")
                 r.num_computed_tokens += 1
-            r.num_output_tokens += j
+                r.num_output_tokens += 1
+            else:
+                r.num_output_tokens += 1
             if r.num_output_tokens >= r.num_output_tokens_target or r.num_tokens >= mml:
                 r.status = RequestStatus.FINISHED
                 finished.append(r)
