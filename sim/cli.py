@@ -137,6 +137,18 @@ def hardware() -> None:
     print_names("hardware profiles", list_hardware())
 
 
+def _register_late_commands() -> None:
+    # Defined in their own modules (typer-annotated functions); imported here
+    # only to register them — their heavy imports happen when they run.
+    from sim.sweep_cli import plan, sweep
+
+    app.command()(sweep)
+    app.command()(plan)
+
+
+_register_late_commands()
+
+
 class _progress_bar:
     """A tqdm bar over completed requests (stderr; hidden when quiet or not a terminal)."""
 

@@ -65,12 +65,15 @@ class BlockPool:
         # Doubly linked free list over block ids; n and n+1 are the head/tail
         # sentinels; -1 marks "not in the queue".
         self._head, self._tail = n, n + 1
-        self._prev: list[int] = [-1] * (n + 2)
-        self._next: list[int] = [-1] * (n + 2)
-        order = [self._head, *range(1, n), self._tail]  # block 0 (null) never enters
-        for a, b in zip(order, order[1:]):
-            self._next[a] = b
-            self._prev[b] = a
+        self._prev: list[int] = []
+        self._next: list[int] = []
+        if self.enable_caching:  # without caching the stack below replaces the linked list
+            self._prev = [-1] * (n + 2)
+            self._next = [-1] * (n + 2)
+            order = [self._head, *range(1, n), self._tail]  # block 0 (null) never enters
+            for a, b in zip(order, order[1:]):
+                self._next[a] = b
+                self._prev[b] = a
         self.num_free_blocks = n - 1
         self._hash_to_blocks: dict[int, dict[int, None]] = {}
         # Caching off: the free queue as a stack, head at the list's end.

@@ -1,0 +1,185 @@
+"""servesim plan: SLO parsing, the rate bisection on stubs with a known
+boundary, the replica count and cost for a target rate, infeasible candidates,
+stability, and one small end-to-end plan on the tiny test model."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import sim.plan as plan_mod
+from sim.config import build_config
+from sim.errors import ConfigError
+from sim.plan import (SLO, Candidate, PlanSettings, check, find_max_rate, make_candidates, parse_slos,
+                      plan_candidate)
+from sim.plan_report import plan_table, run_plan
+from sim.stability import assess_stability
+
+DATA = Path(__file__).parent / "data"
+MODEL, GPU = str(DATA / "test_model.json"), str(DATA / "test_gpu.yaml")
+
+
+def ttft_stub(knee: float):
+    """p99 TTFT = 100 / (knee − rate) ms: with SLO 500 ms the boundary is knee − 0.2."""
+    def evaluate(rate: float) -> dict:
+        return {"p99_ttft_ms": 100.0 / (knee - rate) if rate < knee else math.inf, "stable": True}
+    return evaluate
+
+
+# ------------------------------------------------------------------ SLOs
+def test_parse_slos():
+    slos = parse_slos(["p99_ttft_ms=500 p99_tpot_ms<=50", "goodput_fraction=0.9"], goodput={"ttft": 0.5})
+    assert slos == [SLO("p99_ttft_ms", "<=", 500.0), SLO("p99_tpot_ms", "<=", 50.0), SLO("goodput_fraction", ">=", 0.9)]
+    with pytest.raises(ConfigError, match="unknown metric 'p99_ttft'"):
+        parse_slos(["p99_ttft=500"])
+    with pytest.raises(ConfigError, match="needs --goodput"):
+        parse_slos(["goodput_fraction>=0.9"])
+    with pytest.raises(ConfigError, match="not a number"):
+        parse_slos(["p99_ttft_ms=fast"])
+
+
+def test_check_reports_every_reason():
+    slos = [SLO("p99_ttft_ms", "<=", 500.0), SLO("goodput_fraction", ">=", 0.9)]
+    assert check({"p99_ttft_ms": 400.0, "goodput_fraction": 0.95, "stable": True}, slos) == []
+    why = check({"p99_ttft_ms": 600.0, "goodput_fraction": 0.5, "stable": False, "stability_reason": "grows"}, slos)
+    assert why == ["unstable: grows", "p99_ttft_ms = 600 > 500", "goodput_fraction = 0.5 < 0.9"]
+    assert check({"status": "infeasible", "reason": "does not fit"}, slos) == ["infeasible: does not fit"]
+
+
+# ------------------------------------------------------------------ bisection
+@pytest.mark.parametrize("knee,start", [(10.0, 1.0), (10.0, 37.0), (0.3, 4.0), (250.0, 1.0)])
+def test_bisection_finds_known_threshold(knee, start):
+    boundary = knee - 0.2  # 100 / (knee - r) = 500
+    res = find_max_rate(ttft_stub(knee), [SLO("p99_ttft_ms", "<=", 500.0)], start_rate=start, rel_tol=0.02)
+    assert boundary * (1 - 0.02) <= res.max_rate <= boundary
+    assert all(e.passed == (e.rate <= boundary) for e in res.evals)
+    assert len(res.evals) <= 20
+
+
+def test_bisection_respects_stability():
+    def evaluate(rate):  # latency fine everywhere, but the queue grows above 7 req/s
+        return {"p99_ttft_ms": 1.0, "stable": rate <= 7.0, "stability_reason": "queue grows"}
+
+    res = find_max_rate(evaluate, [SLO("p99_ttft_ms", "<=", 500.0)], start_rate=2.0, rel_tol=0.01)
+    assert 7.0 * 0.99 <= res.max_rate <= 7.0
+
+
+def test_bisection_no_rate_and_cap():
+    never = find_max_rate(lambda r: {"p99_ttft_ms": 900.0, "stable": True}, [SLO("p99_ttft_ms", "<=", 500.0)],
+                          start_rate=1.0, min_rate=0.1)
+    assert never.max_rate == 0 and "fails even at" in never.reason and "p99_ttft_ms = 900 > 500" in never.reason
+    always = find_max_rate(lambda r: {"p99_ttft_ms": 1.0, "stable": True}, [SLO("p99_ttft_ms", "<=", 500.0)],
+                           start_rate=1.0, max_rate=20.0)
+    assert always.max_rate == 20.0 and "highest rate tried" in always.reason
+
+
+# ------------------------------------------------------------------ replicas and cost
+def fake_simulate(base, c, rate, replicas=1, goodput=None):
+    """One replica sustains 4 req/s (p99 TTFT 100 / (4.2 − load) ms ≤ 500 up to load 4)."""
+    load = rate / replicas
+    return {"status": "ok", "stable": True, "p99_ttft_ms": 100.0 / (4.2 - load) if load < 4.2 else math.inf,
+            "median_ttft_ms": 1.0, "median_tpot_ms": 1.0, "p99_tpot_ms": 2.0, "completed": 100,
+            "total_output_tokens": 20_000, "output_throughput": 200.0 * load, "candidate": c.name,
+            **c.overrides, "num_replicas": replicas, "workload.request_rate": rate}
+
+
+def test_replicas_and_cost_for_target(monkeypatch):
+    monkeypatch.setattr(plan_mod, "simulate", fake_simulate)
+    base = build_config(overrides={"model": MODEL, "hardware": GPU, "max_model_len": 1024})
+    s = PlanSettings([SLO("p99_ttft_ms", "<=", 500.0)], target_rate=10.0, rel_tol=0.01, start_rate=1.0)
+    good = Candidate("test tp2", {"hardware": GPU, "tensor_parallel_size": 2})
+    bad = Candidate("test tp4 tiny", {"hardware": GPU, "tensor_parallel_size": 4, "gpu_memory_utilization": 0.002})
+    odd = Candidate("test tp3", {"hardware": GPU, "tensor_parallel_size": 3})
+    plans = [plan_candidate(base, c, s) for c in (bad, good, odd)]
+    p = plans[1]
+    assert p.status == "ok" and 4.0 * 0.99 <= p.max_rate <= 4.0
+    assert p.replicas == 3  # ceil(10 / 4)
+    assert p.target_row["phase"] == "verify" and p.target_row["num_replicas"] == 3
+    assert plans[0].status == "infeasible" and "does not fit" in plans[0].reason
+    assert plans[2].status == "infeasible" and "power of two" in plans[2].reason
+    table = plan_table(plans, s)
+    assert list(table["candidate"]) == ["test tp2", "test tp4 tiny", "test tp3"]
+    row = table.iloc[0]
+    assert row["num_gpus"] == 6 and row["cost_per_hour_usd"] == pytest.approx(6.0)  # 3 × TP 2 × $1
+    # $6/h over 10 req/s × 200 output tokens per request × 3600 s
+    assert row["usd_per_million_output_tokens"] == pytest.approx(6.0 / (10 * 200 * 3600) * 1e6)
+    # with only 1 or 2 replicas allowed the target cannot be met
+    s2 = PlanSettings(s.slos, target_rate=10.0, replicas=[1, 2], rel_tol=0.01, start_rate=1.0)
+    p2 = plan_candidate(base, good, s2)
+    assert p2.status == "target_unmet" and "needs >= 3 replicas" in p2.reason
+
+
+def test_make_candidates():
+    cs = make_candidates(["h100_sxm", "h200_sxm"], [2, 4], ["chunked", "continuous"], {"max_num_seqs": [64, 128]})
+    assert len(cs) == 16
+    assert cs[0].name == "h100_sxm tp2 chunked max_num_seqs=64"
+    assert cs[0].overrides == {"hardware": "h100_sxm", "tensor_parallel_size": 2, "scheduler": "chunked",
+                               "max_num_seqs": 64}
+
+
+# ------------------------------------------------------------------ stability
+def _run(arrivals, first_sched, steps_n, step_t):
+    n = len(arrivals)
+    req = {"is_warmup": np.zeros(n), "status": np.zeros(n), "arrival_time_s": np.asarray(arrivals, float),
+           "first_scheduled_time_s": np.asarray(first_sched, float)}
+    steps = {"start_time_s": np.asarray(step_t, float), "step_time_s": np.ones(len(step_t)),
+             "num_running_seqs": np.asarray(steps_n, float), "num_waiting_reqs": np.zeros(len(step_t))}
+    return req, steps
+
+
+def test_stability_flat_vs_growing():
+    t = np.arange(30.0)  # one arrival per second, window 0..29 s, thirds of 9.67 s
+    flat = assess_stability(*_run(t, t + 0.05, [5.0] * 30, t))
+    assert flat["stable"] and flat["in_system_first"] == pytest.approx(5.0) and flat["queue_last_ms"] == pytest.approx(50)
+    grow = assess_stability(*_run(t, t + t * 0.1, list(t), t))  # backlog grows linearly
+    assert not grow["stable"]
+    assert "requests in system grow" in grow["stability_reason"] and "queueing time grows" in grow["stability_reason"]
+    assert flat["offered_rate"] == pytest.approx(29 / 29)
+
+
+# ------------------------------------------------------------------ end to end
+def test_run_plan_tiny_model(tmp_path):
+    base = build_config(overrides={"model": MODEL, "hardware": GPU, "max_model_len": 1024,
+                                   "num_gpu_blocks_override": 1024,
+                                   "workload.input_len": {"dist": "fixed", "value": 512},
+                                   "workload.output_len": {"dist": "fixed", "value": 8},
+                                   "workload.num_requests": 40, "workload.request_rate": 50.0})
+    s = PlanSettings(parse_slos(["p99_ttft_ms<=3"]), target_rate=400.0, rel_tol=0.1)
+    cands = make_candidates([GPU], [1, 2], ["chunked"]) + [Candidate("tp3", {"hardware": GPU,
+                                                                             "tensor_parallel_size": 3})]
+    table, plans = run_plan(base, cands, s, tmp_path, workers=1, quiet=True, context={"model": "test"})
+    assert list(table["status"]) == ["ok", "ok", "infeasible"]
+    ok = table[table["status"] == "ok"]
+    assert ok["cost_per_hour_usd"].is_monotonic_increasing
+    assert (ok["max_rate_per_replica"] * ok["replicas"] >= 400.0 * 0.999).all() or (ok["verified"]).all()
+    for f in ("plan.csv", "plan.md", "results.csv", "results.parquet", "pareto.png"):
+        assert (tmp_path / f).is_file(), f
+    pngs = list((tmp_path / "latency_vs_load").glob("*.png"))
+    assert len(pngs) == 2 and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    res = pd.read_csv(tmp_path / "results.csv")
+    assert set(res["phase"]) == {"search", "verify"}
+    assert "Cheapest for 400 req/s" in (tmp_path / "plan.md").read_text()
+
+
+def test_cli_plan_positional_slos(tmp_path, monkeypatch):
+    import typer
+    from typer.testing import CliRunner
+
+    from sim.sweep_cli import plan
+
+    monkeypatch.setattr(plan_mod, "simulate", fake_simulate)
+    app = typer.Typer()
+    app.command()(plan)
+    app.command()(lambda: None)
+    r = CliRunner().invoke(app, [
+        "plan", "--model", MODEL, "--hardware", GPU, "--tp", "1,2", "--slo", "p99_ttft_ms=500", "p99_tpot_ms<=50",
+        "--target-rate", "10", "--set", "max_model_len=1024", "--out", str(tmp_path), "--workers", "1", "--quiet"])
+    assert r.exit_code == 0, r.output
+    table = pd.read_csv(tmp_path / "plan.csv")
+    assert list(table["replicas"]) == [3, 3] and list(table["num_gpus"]) == [3, 6]  # ceil(10 / 4) replicas
+    assert "Cheapest for 10 req/s: 3 × (test_gpu tp1 chunked) = 3 GPUs, $3.00/hour" in r.output
+    assert "p99_tpot_ms <= 50" in (tmp_path / "plan.md").read_text()
