@@ -5,10 +5,12 @@
 For every table in DIR (``*_gemm``, ``*_context_attention``,
 ``*_generation_attention``, ``nccl_*``; format in ``calibration/tables.py``)
 predicts each row the cost model can model -- GEMM: ``gemm_time_s`` (2mnk FLOPs;
-bytes of A, B, C); attention: ``attention_time_s`` on a batch of identical
-sequences; NCCL all_reduce: ``all_reduce_time_s`` -- and prints MAPE and median
-APE (absolute percentage error, %) per table and per size band, plus the rows
-skipped and why. Unless ``--model-free``, adds a band of the rows whose shapes
+bytes of A, B, C); attention: ``attention_uniform_time_s`` on a batch of
+identical sequences; NCCL all_reduce: ``all_reduce_time_s`` -- with the
+profile's efficiency form (``scalar`` or ``fitted_v1``: size-dependent
+efficiencies per kernel family), and prints MAPE and median APE (absolute
+percentage error, %) per table and per size band (and per kernel where a table
+mixes kernels), plus the rows skipped and why. Unless ``--model-free``, adds a band of the rows whose shapes
 occur in the built-in model presets (TP 1, 2, 4, 8), the shapes a simulation uses.
 """
 
@@ -23,8 +25,7 @@ import numpy as np
 import pandas as pd
 
 from calibration.tables import READERS, find_tables
-from sim.cost_model.operators import (all_reduce_time_s, attention_time_s, gemm_time_s,
-                                      uniform_batch_sums)
+from sim.cost_model.operators import all_reduce_time_s, attention_uniform_time_s, gemm_time_s
 from sim.cost_model.roofline import gemm_dtype
 from sim.errors import ServesimError
 from sim.hardware import HardwareProfile, get_hardware
@@ -77,6 +78,13 @@ def _preset_shapes() -> tuple[set[tuple[int, int]], set[tuple[int, int, int]]]:
     return gemms, attns
 
 
+def _kernel_band(df: pd.DataFrame) -> list[np.ndarray]:
+    """A band per kernel where the table mixes kernels (fitted_v1 fits one per dtype)."""
+    if "kernel_source" not in df.columns or df["kernel_source"].nunique() < 2:
+        return []
+    return [("kernel " + df["kernel_source"].astype(str)).to_numpy()]
+
+
 def _predict(kind: str, df: pd.DataFrame, hw: HardwareProfile, skipped: dict[str, int]):
     """(row mask of predicted rows, predictions s, band labels (list of arrays, one
     label per row each), shape columns for the preset-model band or None)."""
@@ -91,7 +99,7 @@ def _predict(kind: str, df: pd.DataFrame, hw: HardwareProfile, skipped: dict[str
             pred[rows] = gemm_time_s(hw, s["m"].to_numpy(), s["n"].to_numpy(), s["k"].to_numpy(),
                                      gemm_dtype(dt))
         band = np.where(df["m"].to_numpy() <= SMALL_M, f"small m (<= {SMALL_M})", f"large m (> {SMALL_M})")
-        return keep, pred, [band, ("dtype " + dtypes).to_numpy()], ("n", "k")
+        return keep, pred, [band, ("dtype " + dtypes).to_numpy()] + _kernel_band(df), ("n", "k")
     if kind in ("context_attention", "generation_attention"):
         kv = df["kv_cache_dtype"].astype(str)
         keep = _skip((df["window_size"] > 0).to_numpy(), "sliding window not modelled", skipped)
@@ -100,16 +108,16 @@ def _predict(kind: str, df: pd.DataFrame, hw: HardwareProfile, skipped: dict[str
         kv_bytes = kv.map(KV_CACHE_DTYPE_BYTES).fillna(2).to_numpy(dtype=float)
         b = df["batch_size"].to_numpy()
         if kind == "context_attention":
-            sums, length = uniform_batch_sums(b, df["isl"].to_numpy(), 0), df["isl"].to_numpy()
+            new, ctx, length = df["isl"].to_numpy(), 0, df["isl"].to_numpy()
         else:
-            sums, length = uniform_batch_sums(b, 1, df["step"].to_numpy()), df["step"].to_numpy()
-        pred = attention_time_s(hw, *sums, df["num_heads"].to_numpy(),
-                                df["num_key_value_heads"].to_numpy(), df["head_dim"].to_numpy(),
-                                kv_bytes)
+            new, ctx, length = 1, df["step"].to_numpy(), df["step"].to_numpy()
+        pred = attention_uniform_time_s(hw, b, new, ctx, df["num_heads"].to_numpy(),
+                                        df["num_key_value_heads"].to_numpy(),
+                                        df["head_dim"].to_numpy(), kv_bytes)
         band = np.where(length <= SHORT_CONTEXT, f"short context (<= {SHORT_CONTEXT})",
                         f"long context (> {SHORT_CONTEXT})")
-        return keep, pred, [band, ("kv " + kv).to_numpy()], ("num_heads", "num_key_value_heads",
-                                                             "head_dim")
+        return keep, pred, [band, ("kv " + kv).to_numpy()] + _kernel_band(df), (
+            "num_heads", "num_key_value_heads", "head_dim")
     # nccl
     keep = _skip((df["op_name"] != "all_reduce").to_numpy(), "collective not modelled "
                  "(only all_reduce)", skipped)
@@ -162,7 +170,7 @@ def format_results(results: list[TableResult]) -> str:
         lines.append(f"{r.path.name}  [{r.kind}]  rows {r.num_rows}, predicted {r.num_predicted}, "
                      f"skipped {r.num_rows - r.num_predicted}")
         for name, (n, mape, med) in r.bands.items():
-            lines.append(f"    {name:<32} n={n:<7} MAPE {mape:8.1f} %   median APE {med:7.1f} %")
+            lines.append(f"    {name:<44} n={n:<7} MAPE {mape:8.1f} %   median APE {med:7.1f} %")
         for reason, n in r.skipped.items():
             lines.append(f"    skipped {n:>7} rows: {reason}")
     return "\n".join(lines)

@@ -25,7 +25,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from sim.errors import ConfigError
 from sim.workload.config import WorkloadConfig
 
-SCHEDULERS = ("static", "continuous", "chunked")
+SCHEDULERS = ("static", "continuous", "chunked", "mixed", "prefill_first", "prefill_first_whole")
+#: Modes that split long prompts at the token budget (the budget is then not
+#: raised to ``max_model_len``).
+CHUNKING_MODES = ("chunked", "prefill_first")
+KV_MEMORY_RULES = ("utilization", "free_fraction", "static_fraction")
 POLICIES = ("fcfs", "priority")
 CAPACITY_POLICIES = ("guaranteed_no_evict", "max_utilization")
 ROUTERS = ("round_robin", "least_outstanding_requests", "random", "prefix_aware")
@@ -39,6 +43,7 @@ class SimConfig(BaseModel):
 
     model: str = "llama-3.1-8b"
     hardware: str = "h100_sxm"
+    # A preset of defaults for the keys below (sim/engines.py); explicit keys win.
     engine: Literal["vllm", "sglang", "trtllm"] | None = None
 
     # Scheduler (vLLM names; ``vllm/config/scheduler.py``)
@@ -50,10 +55,18 @@ class SimConfig(BaseModel):
     max_num_batched_tokens: int | None = Field(default=None, ge=1)
     max_model_len: int | None = Field(default=None, ge=1)
     long_prefill_token_threshold: int = Field(default=0, ge=0)
+    # SGLang max_prefill_tokens: new tokens of one prefill batch (prefill_first modes); None = budget
+    max_prefill_tokens: int | None = Field(default=None, ge=1)
 
     # KV cache (``vllm/config/cache.py``)
     block_size: int = 16
-    gpu_memory_utilization: float = Field(default=0.92, gt=0.0, le=1.0)
+    # Fraction of memory for the KV rule below; None = the engine's default
+    # (vLLM 0.92; TensorRT-LLM 0.9; SGLang's mem_fraction_static heuristic).
+    gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0)
+    # utilization: KV = total x f - weights - activations (vLLM); free_fraction:
+    # KV = f x (total - weights - activations) (TensorRT-LLM free_gpu_memory_fraction);
+    # static_fraction: KV = total x f - weights - non-torch (SGLang mem_fraction_static).
+    kv_memory_rule: Literal["utilization", "free_fraction", "static_fraction"] = "utilization"
     num_gpu_blocks_override: int | None = Field(default=None, ge=2)
     enable_prefix_caching: bool = False
     kv_cache_dtype: Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
@@ -71,13 +84,46 @@ class SimConfig(BaseModel):
     num_replicas: int = Field(default=1, ge=1)
     router: Literal["round_robin", "least_outstanding_requests", "random", "prefix_aware"] = "round_robin"
 
+    # CPU/framework overheads outside the cost model (sim/overheads.py): per
+    # engine step (s), per scheduled sequence per step (s); overlapped with the
+    # GPU (step = max(gpu, cpu)) or serial (gpu + cpu).
+    cpu_step_overhead_s: float = Field(default=0.0, ge=0.0)
+    cpu_seq_overhead_s: float = Field(default=0.0, ge=0.0)
+    overlap_scheduling: bool = False
+    # Extra host time (s) of a step with prefill tokens (no CUDA graph: every kernel launched).
+    eager_step_overhead_s: float = Field(default=0.0, ge=0.0)
+    # Per request (s): sent → seen by the engine's scheduler (HTTP, tokenization,
+    # hand-off to the engine process); counted in TTFT.
+    frontend_latency_s: float = Field(default=0.0, ge=0.0)
+    # Per streamed output token (s): the frontend's single-threaded output path
+    # (detokenize, serialize, send), one step's tokens after the other; clients see
+    # tokens (and send their next request) when it is done.
+    frontend_token_s: float = Field(default=0.0, ge=0.0)
+    # Closed loop: mean (s) of the exponential delay between a client receiving
+    # its last token and sending its next request (client processing, network);
+    # not part of TTFT. 0 = at once.
+    client_think_time_s: float = Field(default=0.0, ge=0.0)
+    # Closed loop: each client's first send is at a uniform random time in
+    # [0, this) (s), then think times as above. 0 = all start together.
+    client_start_spread_s: float = Field(default=0.0, ge=0.0)
+
     seed: int = 0
     exact_steps: bool = False  # reference mode: one event per engine step, never merged
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_preset(cls, data: Any) -> Any:
+        """Fill the keys the caller did not set from ``engine``'s preset."""
+        if isinstance(data, dict) and data.get("engine") in ("vllm", "sglang", "trtllm"):
+            from sim.engines import apply_preset
+
+            return apply_preset(data)
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> "SimConfig":
-        if self.enable_chunked_prefill is not None:
+        if self.enable_chunked_prefill is not None and self.engine is None:
             self.scheduler = "chunked" if self.enable_chunked_prefill else "continuous"
         if self.block_size <= 0:
             raise ValueError(f"block_size must be a positive integer, got {self.block_size}")
@@ -87,23 +133,44 @@ class SimConfig(BaseModel):
 
 
 def resolve_scheduler_limits(cfg: SimConfig, hbm_bytes: float, hardware_name: str, max_model_len: int) -> SimConfig:
-    """Fill the hardware-dependent defaults as vLLM 0.24 ``vllm serve`` does
-    (ENGINE_SEMANTICS §1.1): on GPUs with ≥ 70 GiB that are not A100,
-    ``max_num_batched_tokens`` = 8192 and ``max_num_seqs`` = 1024; else 2048 / 256.
-    Without chunked prefill the budget is raised to ≥ ``max_model_len``.
+    """Fill the hardware-dependent defaults.
 
-    Raises ConfigError when ``chunked`` gets ``max_num_batched_tokens < max_num_seqs``
-    (vLLM rejects that config).
+    Without an engine or with ``engine: vllm``, as vLLM 0.24 ``vllm serve``
+    (ENGINE_SEMANTICS §1.1): on GPUs with ≥ 70 GiB that are not A100,
+    ``max_num_batched_tokens`` = 8192 and ``max_num_seqs`` = 1024; else 2048 /
+    256; without chunked prefill the budget is raised to ≥ ``max_model_len``;
+    ``gpu_memory_utilization`` 0.92. ``engine: trtllm``: the preset's 8192 /
+    2048, never raised (TensorRT-LLM packs at most ``max_num_tokens``).
+    ``engine: sglang``: ``chunked_prefill_size`` and ``mem_fraction_static``
+    from SGLang's GPU-memory heuristics (:mod:`sim.engines`);
+    ``max_num_seqs`` stays None here and is set from the KV pool by
+    :func:`sim.deployment.build_deployment`.
+
+    Raises ConfigError when vLLM's ``chunked`` gets ``max_num_batched_tokens <
+    max_num_seqs`` (vLLM rejects that config).
     """
-    large = hbm_bytes >= 70 * 2**30 and "a100" not in hardware_name.lower()
+    from sim import engines
+
+    eng = cfg.engine
     upd: dict[str, Any] = {"max_model_len": max_model_len}
-    mnbt = cfg.max_num_batched_tokens or (8192 if large else 2048)
-    mns = cfg.max_num_seqs or (1024 if large else 256)
-    if cfg.scheduler != "chunked":
+    vllm_like = eng in (None, "vllm")
+    if eng == "sglang":
+        mnbt = cfg.max_num_batched_tokens or engines.sglang_chunked_prefill_size(hbm_bytes)
+        mns = cfg.max_num_seqs
+        if cfg.gpu_memory_utilization is None:
+            upd["gpu_memory_utilization"] = engines.sglang_mem_fraction_static(
+                hbm_bytes, cfg.tensor_parallel_size, mnbt)
+    else:
+        d_mnbt, d_mns = (8192, 2048) if eng == "trtllm" else engines.vllm_batch_defaults(hbm_bytes, hardware_name)
+        mnbt = cfg.max_num_batched_tokens or d_mnbt
+        mns = cfg.max_num_seqs or d_mns
+        if cfg.gpu_memory_utilization is None:
+            upd["gpu_memory_utilization"] = 0.9 if eng == "trtllm" else 0.92
+    if vllm_like and cfg.scheduler not in CHUNKING_MODES:
         mnbt = max(mnbt, max_model_len)
-    elif cfg.max_num_seqs is None:
+    elif vllm_like and cfg.max_num_seqs is None:
         mns = min(mns, mnbt)
-    if cfg.scheduler == "chunked" and mnbt < mns:
+    if vllm_like and cfg.scheduler == "chunked" and mnbt < mns:
         raise ConfigError(
             f"max_num_batched_tokens ({mnbt}) must be >= max_num_seqs ({mns}) for scheduler 'chunked' "
             "(vLLM rejects this config)"

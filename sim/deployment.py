@@ -13,6 +13,7 @@ from sim.hardware import HardwareProfile, get_hardware
 from sim.kv_cache import make_kv_cache_manager
 from sim.kv_cache.sizing import KVSizing, compute_kv_sizing
 from sim.model_spec import ModelSpec, get_model
+from sim.overheads import StepOverheads
 from sim.scheduler import SchedulerLimits, get_scheduler_class
 
 
@@ -24,6 +25,7 @@ class Deployment:
     cost_model: CostModel
     sizing: KVSizing
     limits: SchedulerLimits
+    overheads: StepOverheads = StepOverheads()
 
     def make_kv_manager(self):
         c = self.cfg
@@ -51,8 +53,14 @@ def build_deployment(cfg: SimConfig) -> Deployment:
         gpu_memory_utilization=cfg.gpu_memory_utilization, block_size=cfg.block_size,
         kv_cache_dtype=cfg.kv_cache_dtype, quantization=cfg.quantization,
         max_num_batched_tokens=cfg.max_num_batched_tokens, max_model_len=max_model_len,
-        num_gpu_blocks_override=cfg.num_gpu_blocks_override, max_num_seqs=cfg.max_num_seqs,
+        num_gpu_blocks_override=cfg.num_gpu_blocks_override, max_num_seqs=cfg.max_num_seqs or 2048,
+        kv_memory_rule=cfg.kv_memory_rule,
     )
+    if cfg.max_num_seqs is None:  # SGLang: the request pool, sized from the KV pool
+        from sim.engines import sglang_max_running_requests
+
+        kv_tokens = (sizing.num_gpu_blocks - 1) * cfg.block_size
+        cfg = cfg.model_copy(update={"max_num_seqs": sglang_max_running_requests(kv_tokens, max_model_len)})
     cost = CostModel(
         model, hw, tensor_parallel_size=cfg.tensor_parallel_size, quantization=cfg.quantization,
         kv_cache_dtype=cfg.kv_cache_dtype, attention_impl=cfg.attention_impl,
@@ -61,6 +69,8 @@ def build_deployment(cfg: SimConfig) -> Deployment:
         max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
         max_model_len=max_model_len, block_size=cfg.block_size,
         long_prefill_token_threshold=cfg.long_prefill_token_threshold, policy=cfg.policy,
-        capacity_scheduler_policy=cfg.capacity_scheduler_policy,
+        capacity_scheduler_policy=cfg.capacity_scheduler_policy, max_prefill_tokens=cfg.max_prefill_tokens,
     )
-    return Deployment(cfg, model, hw, cost, sizing, limits)
+    overheads = StepOverheads(cfg.cpu_step_overhead_s, cfg.cpu_seq_overhead_s, cfg.overlap_scheduling,
+                              cfg.eager_step_overhead_s)
+    return Deployment(cfg, model, hw, cost, sizing, limits, overheads)

@@ -7,11 +7,25 @@ Processes:
   C clients, each sending its next request the moment its previous one
   completes (or is rejected), as ``vllm bench serve --max-concurrency``; the
   send time is when the client sends, so waiting for a client slot is not TTFT.
+  With ``client_think_time_s`` = m > 0, each send (the first ones included)
+  comes an exponential time of mean m after the client's previous request
+  completed (client-side processing and network; not part of TTFT), drawn from
+  a seeded stream: clients drift apart as real ones do instead of staying in
+  lock-step. A request reaches the router ``frontend_latency_s`` after it was
+  sent (the serving frontend's HTTP handling and tokenization; counted in TTFT).
+  With ``overlap_scheduling`` (TensorRT-LLM's overlap scheduler, SGLang's
+  overlap schedule, vLLM's async scheduling) the batch of step N+1 is formed
+  when step N starts, so a request that arrives while a step runs joins the
+  batch after the next one; an idle replica takes it at once. The client sees
+  tokens when the frontend has streamed them (``frontend_token_s`` per token,
+  one step's batch after the other); TTFT, TPOT and E2EL are measured there,
+  as ``vllm bench serve`` does; ITL gaps are the engine's.
 - **router**: ``round_robin``, ``least_outstanding_requests``, ``random``
   (seeded), ``prefix_aware`` (the replica whose prefix cache holds the longest
   prefix of the request; ties → fewest outstanding).
 - **replica loop** (one per replica): ``schedule()`` → step time from the cost
-  model for exactly the scheduled batch → ``yield env.timeout(step_time)`` →
+  model for exactly the scheduled batch, plus the engine's CPU overheads
+  (``sim/overheads.py``) → ``yield env.timeout(step_time)`` →
   ``update_from_output()``. An idle replica waits on an event an arrival
   triggers; it never polls. One SimPy event per engine step.
 
@@ -20,6 +34,7 @@ Metrics are appended to compact columns as the run goes (``sim.metrics``).
 
 from __future__ import annotations
 
+import gc
 import math
 from dataclasses import dataclass
 
@@ -46,7 +61,7 @@ class RunResult:
 
 class _Replica:
     __slots__ = ("index", "scheduler", "kv", "wake", "outstanding", "unused_integral", "merging", "proc",
-                 "num_recovering")
+                 "num_recovering", "busy", "pending", "last_step_start", "frontend_done")
 
     def __init__(self, index: int, scheduler, kv) -> None:
         self.index = index
@@ -58,6 +73,12 @@ class _Replica:
         self.merging = False  # inside a run of merged decode steps (interruptible)
         self.num_recovering = 0  # preempted requests not yet back where they were
         self.proc = None
+        # Overlap scheduling: the next step's batch is formed when a step starts, so
+        # requests arriving while the replica is busy wait one more step ("pending").
+        self.busy = False
+        self.pending: list[tuple[float, Request]] = []  # (arrival at the replica, request)
+        self.last_step_start = 0.0  # start of the last step that ran (of a merged run: its last step)
+        self.frontend_done = 0.0  # when the frontend has streamed every token emitted so far
 
 
 class Simulation:
@@ -79,6 +100,11 @@ class Simulation:
             kv = dep.make_kv_manager()
             self.replicas.append(_Replica(i, dep.make_scheduler(kv), kv))
         self.router_rng = np.random.default_rng(np.random.SeedSequence([seed, 2]))
+        self.client_rng = np.random.default_rng(np.random.SeedSequence([seed, 3]))
+        self.think_s = cfg.client_think_time_s
+        self.frontend_s = cfg.frontend_latency_s
+        self.frontend_tok_s = cfg.frontend_token_s
+        self.overheads = dep.overheads
         self._rr = 0
         self.req_cols = Columns(REQUEST_COLUMNS)
         self.step_cols = Columns(STEP_COLUMNS)
@@ -108,6 +134,15 @@ class Simulation:
     def _send(self, req: Request) -> None:
         rep = self._route(req)
         req.replica = rep.index
+        if rep.busy:  # overlap scheduling: seen by the batch after the next one
+            rep.pending.append((self.env.now, req))
+            if rep.merging and rep.scheduler.arrival_may_change_schedule():
+                rep.merging = False
+                rep.proc.interrupt()
+            return
+        self._admit_to(rep, req)
+
+    def _admit_to(self, rep: _Replica, req: Request) -> None:
         cut = rep.merging and rep.scheduler.arrival_may_change_schedule()
         if rep.scheduler.add_request(req):
             rep.outstanding += 1
@@ -144,20 +179,57 @@ class Simulation:
             if t > env.now:
                 yield env.timeout(t - env.now)
                 self.num_events += 1
-            self._send(self._make_request(i, env.now))
+            self._ingress(self._make_request(i, env.now))
 
     def _client_next(self, client_id: int) -> None:
         if self._next_index < len(self.specs):
             i = self._next_index
             self._next_index += 1
-            self._send(self._make_request(i, self.env.now, client_id))
+            self._ingress(self._make_request(i, self.env.now, client_id))
 
-    def _on_done(self, req: Request) -> None:
+    def _ingress(self, req: Request) -> None:
+        """Hand a just-sent request to the router after the engine's
+        ``frontend_latency_s`` (network, HTTP handling, tokenization, hand-off
+        to the engine process; part of TTFT since the clock started at the send)."""
+        if self.frontend_s <= 0.0:
+            self._send(req)
+            return
+        ev = self.env.timeout(self.frontend_s)
+        ev.callbacks.append(lambda _ev, r=req: self._send(r))
+
+    def _deliver(self, rep: _Replica, now: float, num_tokens: int) -> float:
+        """When the tokens a step emitted at ``now`` reach the clients: the
+        frontend streams ``frontend_token_s`` per token, one step's batch after
+        the other (a single-threaded FIFO: detokenize, serialize, send)."""
+        if self.frontend_tok_s <= 0.0:
+            return now
+        f = rep.frontend_done
+        rep.frontend_done = (now if now > f else f) + self.frontend_tok_s * num_tokens
+        return rep.frontend_done
+
+    def _on_done(self, req: Request, delay: float = 0.0) -> None:
         self.num_done += 1
         if self.progress is not None and self.num_done % self.progress_every == 0:
             self.progress(self.num_done)
         if self.max_concurrency is not None:
-            self._client_next(req.client_id)
+            self._client_turn(req.client_id, delay)
+
+    def _client_turn(self, client_id: int, delay: float = 0.0) -> None:
+        """The client's next send: ``delay`` (its last token still streaming)
+        plus an exponential think time, or at once."""
+        if self.think_s <= 0.0 and delay <= 0.0:
+            self._client_next(client_id)
+            return
+        if self._next_index >= len(self.specs):
+            return
+        if self.think_s > 0.0:
+            delay += float(self.client_rng.exponential(self.think_s))
+        ev = self.env.timeout(delay)
+        ev.callbacks.append(lambda _ev, c=client_id: self._think_done(c))
+
+    def _think_done(self, client_id: int) -> None:
+        self.num_events += 1
+        self._client_next(client_id)
 
     def _record(self, req: Request) -> None:
         rejected = req.status == RequestStatus.REJECTED
@@ -179,22 +251,42 @@ class Simulation:
         step_time_s = cost.step_time_s
         itl_add = self.itl.add
         step_append = self.step_cols.append
+        overheads = self.overheads
         cfg = self.dep.cfg
         # A prefix-aware router reads other replicas' caches mid-run, where merged runs
         # hash their filled blocks only at the run's end: keep exact steps there.
         fast = not cfg.exact_steps and not (cfg.enable_prefix_caching and cfg.router == "prefix_aware"
                                             and cfg.num_replicas > 1)
+        lag = cfg.overlap_scheduling
         while True:
-            if not sched.has_unfinished_requests():
+            if not sched.has_unfinished_requests() and not rep.pending:
+                rep.busy = False
                 rep.wake = env.event()
                 yield rep.wake
                 rep.wake = None
                 continue
             start = env.now
+            flushed = False
+            if rep.pending:
+                # Arrived before the last step started (inside a merged run): the
+                # reference mode saw them one step later, i.e. before this schedule().
+                early = [r for t, r in rep.pending if t < rep.last_step_start]
+                if early:
+                    rep.pending = [(t, r) for t, r in rep.pending if t >= rep.last_step_start]
+                    for req in early:
+                        self._admit_to(rep, req)
+                    flushed = True
             out = sched.schedule()
+            if rep.pending:  # arrived during the last step: visible from the next schedule()
+                pending, rep.pending = rep.pending, []
+                for _, req in pending:
+                    self._admit_to(rep, req)
+                flushed = True
             if out.is_empty:
-                self._unstick(rep)
+                if not flushed:
+                    self._unstick(rep)
                 continue
+            rep.busy = lag
             for req in out.preempted:
                 if req.preempted_time < 0:
                     req.preempted_time = start
@@ -208,11 +300,12 @@ class Simulation:
             else:
                 new = np.asarray(out.num_scheduled_tokens, dtype=np.int64)
                 ctx = np.asarray(out.num_computed_before, dtype=np.int64)
-            k = sched.max_decode_run(out) if fast else 1
+            k = sched.max_decode_run(out) if fast and not flushed else 1
             if k > 1:
                 yield from self._decode_run(rep, out, ctx, k, start)
                 continue
-            dt = step_time_s(new, ctx)
+            dt = overheads.apply(step_time_s(new, ctx), len(new), out.num_prefill_tokens > 0)
+            rep.last_step_start = start
             step_append(rep.index, start, 1, dt, sched.num_running, sched.num_waiting,
                         out.num_batched_tokens, out.num_prefill_tokens, out.num_decode_tokens,
                         kv.usage, len(out.preempted))
@@ -223,10 +316,11 @@ class Simulation:
             self.num_steps += 1
             now = env.now
             emitted, finished = sched.update_from_output(out)
-            self._tokens_emitted(emitted, start, now)
+            seen = self._deliver(rep, now, len(emitted))
+            self._tokens_emitted(emitted, start, now, seen)
             if rep.num_recovering:
                 self._recovered(rep, out.scheduled, now)
-            self._finish(rep, finished, now)
+            self._finish(rep, finished, now, seen)
 
     @staticmethod
     def _recovered(rep: _Replica, scheduled: list[Request], now: float) -> None:
@@ -238,16 +332,17 @@ class Simulation:
                 req.preempted_time = -1.0
                 rep.num_recovering -= 1
 
-    def _tokens_emitted(self, emitted: list[Request], start: float, now: float) -> None:
-        """First-token times and ITL gaps of one step. Gaps equal to the step
-        (the token before came at the step's start) are pooled in one weighted
-        sample; nothing is stored per token."""
+    def _tokens_emitted(self, emitted: list[Request], start: float, now: float, seen: float) -> None:
+        """First-token times (as the client sees them: ``seen``) and ITL gaps
+        (engine side) of one step. Gaps equal to the step (the token before came
+        at the step's start) are pooled in one weighted sample; nothing is
+        stored per token."""
         same_gap = 0
         itl_add = self.itl.add
         for req in emitted:
             last = req.last_token_time
             if req.first_token_time < 0:
-                req.first_token_time = now
+                req.first_token_time = seen
             elif last == start:
                 same_gap += 1
             else:
@@ -256,12 +351,14 @@ class Simulation:
         if same_gap:
             itl_add(now - start, same_gap)
 
-    def _finish(self, rep: _Replica, finished: list[Request], now: float) -> None:
+    def _finish(self, rep: _Replica, finished: list[Request], now: float, seen: float) -> None:
+        """Engine-side completion at ``now`` (KV freed); the client sees the
+        last token at ``seen`` and sends its next request from then on."""
         for req in finished:
-            req.finish_time = now
+            req.finish_time = seen
             rep.outstanding -= 1
             self._record(req)
-            self._on_done(req)
+            self._on_done(req, seen - now)
 
     def _decode_run(self, rep: _Replica, out, ctx: np.ndarray, k: int, start: float):
         """Up to ``k`` identical decode steps in one event. Step end times are
@@ -273,7 +370,7 @@ class Simulation:
         sched = rep.scheduler
         B = len(out.scheduled)
         num_waiting = sched.num_waiting  # at the run's start, as a single step records it
-        times = self.cost.decode_steps_time_s(ctx, k, num_growing=B)
+        times = self.overheads.apply_run(self.cost.decode_steps_time_s(ctx, k, num_growing=B), len(ctx))
         ends = np.empty(k)
         t = start
         for i in range(k):  # sequential adds: bit-identical to env.now in exact mode
@@ -293,11 +390,15 @@ class Simulation:
         self.num_events += 1
         self.num_steps += j
         end = float(ends[j - 1])
+        rep.last_step_start = float(ends[j - 2]) if j > 1 else start
         first_end = float(ends[0])
         if self.track_unused:
             rep.unused_integral += rep.kv.reserved_unused_fraction * (end - start)
+        seen = first_seen = self._deliver(rep, first_end, B)
+        for i in range(1, j):  # the frontend streams each step's tokens in turn
+            seen = self._deliver(rep, float(ends[i]), B)
         # Step 1 as a normal step (gaps since each request's last token), then j-1 pooled steps.
-        self._tokens_emitted(out.scheduled, start, first_end)
+        self._tokens_emitted(out.scheduled, start, first_end, first_seen)
         if rep.num_recovering:
             self._recovered(rep, out.scheduled, first_end)
         if j > 1:
@@ -308,7 +409,7 @@ class Simulation:
                 req.last_token_time = end
         finished, usage = sched.apply_decode_run(out, j)
         self.step_cols.append(rep.index, start, j, end - start, B, num_waiting, B * j, 0, B * j, usage, 0)
-        self._finish(rep, finished, end)
+        self._finish(rep, finished, end, seen)
 
     def _unstick(self, rep: _Replica) -> None:
         """Nothing could be scheduled although requests are waiting: on an idle
@@ -335,9 +436,23 @@ class Simulation:
         if self.max_concurrency is None:
             env.process(self._arrivals())
         else:
+            spread = self.dep.cfg.client_start_spread_s
             for c in range(min(self.max_concurrency, len(self.specs))):
-                self._client_next(c)
-        env.run()
+                if spread > 0.0:
+                    ev = env.timeout(float(self.client_rng.uniform(0.0, spread)))
+                    ev.callbacks.append(lambda _ev, cid=c: self._client_turn(cid))
+                else:
+                    self._client_turn(c)
+        # The run allocates many short-lived objects and no reference cycles worth
+        # collecting; the cyclic GC would repeatedly scan the KV pool's large
+        # lists (1.3-1.5x slower). Paused for the run, restored afterwards.
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            env.run()
+        finally:
+            if was_enabled:
+                gc.enable()
         total = sum(r.unused_integral for r in self.replicas)
         busy = float(sum(self.step_cols.cols["step_time_s"]))
         req = self.req_cols.to_numpy()

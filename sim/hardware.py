@@ -5,26 +5,27 @@ a ``provenance`` entry (datasheet URL, or the measured table it was fitted to).
 Loading validates every field (pydantic v2, unknown keys forbidden); any
 problem is a :class:`~sim.errors.ConfigError` naming the file, key and value.
 
-The ``efficiency`` section declares its ``form``. Forms are registered in
-:data:`EFFICIENCY_FORMS`; ``scalar`` (one compute and one memory efficiency for
-every operator) is built in, and calibration may register richer forms. A form
-answers :meth:`EfficiencyBase.operator_efficiency` for each operator class.
+The ``efficiency`` section declares its ``form``. Forms (``sim/efficiency.py``)
+are registered in :data:`EFFICIENCY_FORMS`: ``scalar`` (one compute and one
+memory efficiency for every operator) and ``fitted_v1`` (size-dependent
+efficiencies per kernel family, fitted by ``calibration`` to measured kernels)
+are built in; :func:`register_efficiency_form` adds others.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import (BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError,
                       model_validator)
 
+from sim.efficiency import (EFFICIENCY_FORMS, OPERATOR_CLASSES, EfficiencyBase,  # noqa: F401
+                            FittedEfficiency, ScalarEfficiency, register_efficiency_form)
 from sim.errors import ConfigError
 from sim.paths import hardware_profiles_dir
 
-#: Operator classes the cost model asks efficiencies for.
-OPERATOR_CLASSES = ("gemm", "attention", "elementwise", "all_reduce")
 #: Compute dtypes a profile may list peaks for.
 PEAK_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4")
 #: Top-level fields whose numbers must have a provenance entry.
@@ -60,48 +61,6 @@ class Interconnect(_Strict):
     name: str
     bandwidth_bytes_per_s: float = _Pos  #: per GPU, per direction
     latency_s: float = _NonNeg           #: fixed cost of one all-reduce
-
-
-class EfficiencyBase(_Strict):
-    """Base of the efficiency forms; subclasses set ``form`` to a Literal and
-    also provide ``step_overhead_s`` (s per step) and ``all_reduce_efficiency``
-    (fraction of link bandwidth an all-reduce achieves)."""
-    form: str
-
-    def operator_efficiency(self, op_class: str) -> tuple[float, float, float]:
-        """(compute efficiency, memory efficiency, launch overhead s per kernel)."""
-        raise NotImplementedError
-
-
-class ScalarEfficiency(EfficiencyBase):
-    """``form: scalar`` -- the same efficiencies for every operator.
-
-    time = max(FLOPs / (peak x compute_efficiency), bytes / (bw x memory_efficiency))
-           + launch_overhead_s per kernel; + step_overhead_s once per step
-    (scheduler, input preparation, sampling); all-reduce bandwidth is scaled
-    by all_reduce_efficiency.
-    """
-    form: Literal["scalar"]
-    compute_efficiency: float = Field(gt=0, le=1)
-    memory_efficiency: float = Field(gt=0, le=1)
-    launch_overhead_s: float = _NonNeg
-    step_overhead_s: float = _NonNeg
-    all_reduce_efficiency: float = Field(gt=0, le=1)
-
-    def operator_efficiency(self, op_class: str) -> tuple[float, float, float]:
-        if op_class not in OPERATOR_CLASSES:
-            raise ConfigError(f"efficiency: unknown operator class {op_class!r}; "
-                              f"valid: {', '.join(OPERATOR_CLASSES)}")
-        return self.compute_efficiency, self.memory_efficiency, self.launch_overhead_s
-
-
-#: form name -> model class; calibration registers richer forms here.
-EFFICIENCY_FORMS: dict[str, type[EfficiencyBase]] = {"scalar": ScalarEfficiency}
-
-
-def register_efficiency_form(name: str, cls: type[EfficiencyBase]) -> None:
-    """Make ``form: <name>`` loadable (``cls`` validates that section)."""
-    EFFICIENCY_FORMS[name] = cls
 
 
 class HardwareProfile(_Strict):

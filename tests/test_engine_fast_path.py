@@ -29,14 +29,31 @@ SCENARIOS = {
                                  "num_replicas": 2, "router": "least_outstanding_requests",
                                  "workload.input_len": {"dist": "uniform", "low": 20, "high": 200},
                                  "workload.output_len": {"dist": "uniform", "low": 2, "high": 80}},
+    # Engine CPU overheads (serial and overlapped), frontend latency, client think
+    # times and start spread: sends land at arbitrary times inside merged runs.
+    "closed_loop_overheads_serial": {"workload.max_concurrency": 12, "workload.num_requests": 240,
+                                     "workload.num_warmup_requests": 24,
+                                     "workload.input_len": {"dist": "fixed", "value": 120},
+                                     "workload.output_len": {"dist": "fixed", "value": 60},
+                                     "cpu_step_overhead_s": 2e-4, "cpu_seq_overhead_s": 3e-5,
+                                     "frontend_latency_s": 1e-3, "client_think_time_s": 2e-3,
+                                     "frontend_token_s": 2e-5, "eager_step_overhead_s": 5e-4,
+                                     "client_start_spread_s": 0.01},
+    "closed_loop_overheads_overlap": {"workload.max_concurrency": 12, "workload.num_requests": 240,
+                                      "workload.input_len": {"dist": "uniform", "low": 20, "high": 200},
+                                      "workload.output_len": {"dist": "uniform", "low": 2, "high": 80},
+                                      "cpu_step_overhead_s": 3e-4, "cpu_seq_overhead_s": 2e-5,
+                                      "overlap_scheduling": True, "client_think_time_s": 1e-3,
+                                      "frontend_token_s": 3e-5, "eager_step_overhead_s": 1e-3},
 }
+MODES = ["chunked", "continuous", "static", "mixed", "prefill_first"]
 
 
-@pytest.mark.parametrize("scheduler", ["chunked", "continuous", "static"])
+@pytest.mark.parametrize("scheduler", MODES)
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_fast_mode_equals_reference(scheduler, scenario):
     kw = dict(SCENARIOS[scenario], scheduler=scheduler)
-    if scheduler == "continuous":
+    if scheduler in ("continuous", "mixed"):
         kw["max_num_batched_tokens"] = 4096
     _, ref, _ = simulate(cfg_for(exact_steps=True, **kw))
     _, fast, _ = simulate(cfg_for(exact_steps=False, **kw))
@@ -76,3 +93,23 @@ def test_fast_mode_kv_usage_matches_reference(scheduler):
     assert sf["max_kv_cache_usage"] == sr["max_kv_cache_usage"]
     assert sf["mean_kv_cache_usage"] == pytest.approx(sr["mean_kv_cache_usage"], rel=0.05)
     assert sf["mean_num_running_seqs"] == pytest.approx(sr["mean_num_running_seqs"], rel=1e-9)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "trtllm", "sglang"])
+def test_fast_mode_equals_reference_with_engine_presets(engine):
+    # Each preset's batching mode, admission and KV rules with nonzero CPU overheads,
+    # frontend latency and client think times (the validate protocol, in small).
+    kw = {"engine": engine, "scheduler": None, "max_num_batched_tokens": None, "max_num_seqs": None,
+          "workload.max_concurrency": 16, "workload.num_requests": 320, "workload.num_warmup_requests": 32,
+          "workload.input_len": {"dist": "fixed", "value": 300}, "workload.output_len": {"dist": "fixed", "value": 40},
+          "num_gpu_blocks_override": 400, "max_model_len": 340, "enable_prefix_caching": False,
+          "cpu_step_overhead_s": 1e-4, "cpu_seq_overhead_s": 2e-5, "frontend_latency_s": 5e-4,
+          "frontend_token_s": 2e-5, "eager_step_overhead_s": 5e-4, "client_think_time_s": 1e-3}
+    _, ref, _ = simulate(cfg_for(exact_steps=True, **kw))
+    _, fast, _ = simulate(cfg_for(exact_steps=False, **kw))
+    assert fast.num_steps == ref.num_steps
+    assert fast.num_events < ref.num_events
+    for key in ("num_output_tokens", "num_preemptions", "status"):
+        assert np.array_equal(fast.requests[key], ref.requests[key]), key
+    for key in ("arrival_time_s", "first_scheduled_time_s", "first_token_time_s", "finish_time_s"):
+        np.testing.assert_allclose(fast.requests[key], ref.requests[key], rtol=1e-9, atol=0)

@@ -18,7 +18,8 @@ def test_all_builtin_profiles_load():
     for name in BUILTIN:
         hw = get_hardware(name)
         assert hw.name == name
-        assert hw.efficiency.form == "scalar"
+        # fitted to measured kernels (h100, a100) or transferred from them (calibration)
+        assert hw.efficiency.form == "fitted_v1"
 
 
 def test_datasheet_values():

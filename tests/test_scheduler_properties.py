@@ -13,7 +13,7 @@ request_st = st.tuples(st.integers(1, 40), st.integers(1, 20), st.integers(0, 12
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    mode=st.sampled_from(["chunked", "continuous", "static"]),
+    mode=st.sampled_from(["chunked", "continuous", "static", "mixed", "prefill_first", "prefill_first_whole"]),
     cap=st.sampled_from([None, "guaranteed_no_evict", "max_utilization"]),
     policy=st.sampled_from(["fcfs", "priority"]),
     reqs=st.lists(request_st, min_size=1, max_size=12),
@@ -23,11 +23,11 @@ request_st = st.tuples(st.integers(1, 40), st.integers(1, 20), st.integers(0, 12
     prefix=st.booleans(),
 )
 def test_invariants_hold_for_random_streams(mode, cap, policy, reqs, num_blocks, budget, max_num_seqs, prefix):
-    if mode == "static":
-        cap = None
+    if mode in ("static", "prefill_first", "prefill_first_whole"):
+        cap = None  # these modes have their own admission rules
     max_model_len = 64
     budget = max(budget, max_num_seqs)
-    if mode == "continuous":
+    if mode in ("continuous", "mixed"):
         budget = max(budget, max_model_len)
     s = make(mode, num_gpu_blocks=num_blocks, max_num_batched_tokens=budget, max_num_seqs=max_num_seqs,
              max_model_len=max_model_len, prefix=prefix, policy=policy, capacity_scheduler_policy=cap)
@@ -50,8 +50,10 @@ def test_invariants_hold_for_random_streams(mode, cap, policy, reqs, num_blocks,
         running_ids = {r.request_id for r in s.running}
         assert all(r.request_id in running_ids for r in out.scheduled)
         assert len(s.running) <= max_num_seqs
-        if mode != "static":
+        if mode not in ("static", "prefill_first_whole"):  # these run a whole batch / prompt
             assert sum(out.num_scheduled_tokens) <= budget
+        if mode.startswith("prefill_first"):  # prefill steps never carry decodes
+            assert out.num_prefill_tokens == 0 or out.num_decode_tokens == 0
         assert all(n >= 1 for n in out.num_scheduled_tokens)
         s.update_from_output(out)
         # Blocks conserved: free + held = usable.

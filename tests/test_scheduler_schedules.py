@@ -105,3 +105,96 @@ def test_priority_policy_orders_waiting_queue():
     out = s.schedule()
     # B (priority 0) first, then A gets the remaining 5 tokens of the budget.
     assert [(r.request_id, n) for r, n in zip(out.scheduled, out.num_scheduled_tokens)] == [(B, 5), (A, 5)]
+
+
+# --------------------------------------------------------------------------- mixed (TRT IFB)
+
+
+def test_mixed_packs_whole_prompts_with_decodes():
+    # budget 12, no chunking: a prompt that does not fit what is left waits whole.
+    # step | scheduled            | emitted     | finished
+    #  1   | A:6, B:5 (C: 10 > 1) | A1, B1      |
+    #  2   | A:1, B:1, C:10       | A2, B2, C1  | B
+    #  3   | A:1, C:1             | A3, C2      | A, C
+    s = make("mixed", max_num_batched_tokens=12)
+    rows = run_table(s, {1: [req(A, 6, 3), req(B, 5, 2), req(C, 10, 2)]})
+    assert [r[0] for r in rows] == [{A: 6, B: 5}, {A: 1, B: 1, C: 10}, {A: 1, C: 1}]
+    assert [r[1] for r in rows] == [[A, B], [A, B, C], [A, C]]
+    assert [r[2] for r in rows] == [[], [B], [A, C]]
+    # Step 2 packs two decodes and a whole 10-token context: (new, ctx) rows.
+    out2 = rows[1][3]
+    assert out2.new_tokens == [1, 1, 10] and out2.context_lens == [6, 5, 0]
+
+
+def test_mixed_late_arrival_joins_decodes_unlike_continuous():
+    # Same arrivals as test_continuous_prefill_stalls_decodes (C before step 2), budget 64:
+    # mixed never stalls A and B for C's prefill.
+    #  1 | A:6, B:5         | A1, B1     |
+    #  2 | A:1, B:1, C:10   | A2, B2, C1 | B
+    #  3 | A:1, C:1         | A3, C2     | A, C
+    s = make("mixed", max_num_batched_tokens=64)
+    rows = run_table(s, {1: [req(A, 6, 3), req(B, 5, 2)], 2: [req(C, 10, 2)]})
+    assert [r[0] for r in rows] == [{A: 6, B: 5}, {A: 1, B: 1, C: 10}, {A: 1, C: 1}]
+
+
+def test_mixed_rejects_prompt_larger_than_budget():
+    s = make("mixed", max_num_batched_tokens=8)
+    big = req(C, 10, 2)
+    assert not s.add_request(big)
+    assert "max_num_batched_tokens" in big.reason
+
+
+# --------------------------------------------------------------------------- prefill_first (SGLang)
+
+
+def test_prefill_first_runs_prefill_batches_before_any_decode():
+    # chunk budget 8, input budget (max_prefill_tokens) 16, ample KV.
+    # step | scheduled                      | emitted    | finished
+    #  1   | A:6, B:2 (B cut at the chunk)  | A1         |
+    #  2   | B:3 (chunked first), C:5 (cut) | B1         |       A stalls: no decode
+    #  3   | C:5                            | C1         |       A, B stall
+    #  4   | A:1, B:1, C:1 (decode)         | A2, B2, C2 | B, C
+    #  5   | A:1                            | A3         | A
+    s = make("prefill_first", max_num_batched_tokens=8, max_prefill_tokens=16)
+    rows = run_table(s, {1: [req(A, 6, 3), req(B, 5, 2), req(C, 10, 2)]})
+    assert [r[0] for r in rows] == [{A: 6, B: 2}, {B: 3, C: 5}, {C: 5}, {A: 1, B: 1, C: 1}, {A: 1}]
+    assert [r[1] for r in rows] == [[A], [B], [C], [A, B, C], [A]]
+    assert [r[2] for r in rows] == [[], [], [], [B, C], [A]]
+    assert rows[1][3].num_decode_tokens == 0  # prefill steps carry no decodes
+
+
+def test_prefill_first_whole_never_cuts_prompts():
+    # input budget 16: A (6) and B (5) fit; C (10 >= 5 left) waits for the next batch.
+    #  1 | A:6, B:5        | A1, B1     |
+    #  2 | C:10            | C1         |
+    #  3 | A:1, B:1, C:1   | A2, B2, C2 | B, C
+    #  4 | A:1             | A3         | A
+    s = make("prefill_first_whole", max_num_batched_tokens=8, max_prefill_tokens=16)
+    rows = run_table(s, {1: [req(A, 6, 3), req(B, 5, 2), req(C, 10, 2)]})
+    assert [r[0] for r in rows] == [{A: 6, B: 5}, {C: 10}, {A: 1, B: 1, C: 1}, {A: 1}]
+    assert [r[2] for r in rows] == [[], [], [B, C], [A]]
+
+
+def test_prefill_first_admission_reserves_and_decode_oom_retracts():
+    # Token-granular pool (block_size 1) of 20 usable tokens; A, B, C: prompt 2, 6 outputs.
+    # Admission (SGLang PrefillAdder): input + min(max_new, 4096) must stay below
+    # free − Σ running (max_new − generated) × new_token_ratio (0.7 before any decode).
+    #  1 | A:2, B:2  | A: 2+6=8 < 20; B: 8 < 20-8=12; C: 8 >= 20-16=4 stops
+    #  2 | C:2       | free 16, reserved (5+5) x 0.7 = 7: 8 < 9 → C admitted; A, B stall
+    #  3-6 | A,B,C:1 | decodes; held 9, 12, 15, 18 tokens
+    #  7 | A:1       | 3 more tokens needed, 2 free → retract C (fewest outputs, ties keep
+    #    |           | order: the last), then B (the rest need 20 steps x 1 token each);
+    #    |           | A emits its 6th token and finishes
+    #  8 | C:7, B:1  | retracted requests recompute prompt + 5 outputs: C whole, B cut at
+    #    |           | the 8-token chunk budget; C emits its 6th token
+    #  9 | B:6       | B's last chunk; B emits its 6th token
+    s = make("prefill_first", num_gpu_blocks=21, block_size=1, max_num_batched_tokens=8, max_prefill_tokens=16)
+    rows = run_table(s, {1: [req(A, 2, 6), req(B, 2, 6), req(C, 2, 6)]})
+    assert [r[0] for r in rows] == ([{A: 2, B: 2}, {C: 2}] + [{A: 1, B: 1, C: 1}] * 4
+                                    + [{A: 1}, {C: 7, B: 1}, {B: 6}])
+    assert [r.request_id for r in rows[6][3].preempted] == [C, B]
+    assert [r[2] for r in rows] == [[]] * 6 + [[A], [C], [B]]
+    assert s.num_preemptions == 2
+    # After the retraction the ratio is recomputed from A alone: (5 + 20) / 6 → capped at 1.
+    assert s.new_token_ratio == 1.0
+    assert s.kv.num_free_blocks == s.kv.num_usable_blocks

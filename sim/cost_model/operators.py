@@ -1,16 +1,20 @@
 """Per-operator costs, vectorised over numpy arrays (one layer, one TP rank).
 
 Each ``*_cost`` returns (FLOPs, bytes); each ``*_time_s`` applies the roofline
-with the profile's efficiencies for that operator class. The cost model sums
-these per step; ``calibration.check_tables`` predicts measured kernels with
-them directly.
+with the profile's efficiencies for that operator class -- for ``form:
+fitted_v1`` profiles, the size-dependent formulas of ``sim/cost_model/fitted.py``.
+The cost model sums these per step; ``calibration.check_tables`` predicts
+measured kernels with them directly.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from sim.cost_model.fitted import (all_reduce_fitted_s, gemm_family, gemm_fitted_s,
+                                   uniform_attention_s)
 from sim.cost_model.roofline import ACT_BYTES, GemmPrecision, gemm_precision, roofline_time_s
+from sim.efficiency import FittedEfficiency
 from sim.errors import ConfigError
 from sim.hardware import HardwareProfile
 
@@ -37,7 +41,14 @@ def gemm_time_s(hw: HardwareProfile, m, n, k, quantization: str | None = "bf16")
     """Time in s of one linear layer (arrays broadcast). ``quantization`` as
     the config key (bf16, fp8, fp8_block, int8, int4_wo, nvfp4)."""
     prec = gemm_precision(hw, quantization)
-    ce, me, launch = hw.efficiency.operator_efficiency("gemm")
+    eff = hw.efficiency
+    if isinstance(eff, FittedEfficiency):
+        w8a8 = prec.act_quant_bytes > 0
+        return gemm_fitted_s(gemm_family(eff, prec.quantization, w8a8), np.asarray(m, dtype=float),
+                             n, k, prec.peak_flops_per_s, hw.hbm_bandwidth_bytes_per_s,
+                             weight_bytes=prec.weight_bytes, w8a8=w8a8,
+                             act_quant_bytes=prec.act_quant_bytes)
+    ce, me, launch = eff.operator_efficiency("gemm")
     flops, nbytes = gemm_cost(m, n, k, prec)
     return roofline_time_s(flops, nbytes, prec.peak_flops_per_s, hw.hbm_bandwidth_bytes_per_s,
                            ce, me, prec.num_kernels * launch)
@@ -86,13 +97,48 @@ ATTENTION_KERNELS = 2
 
 
 def attention_time_s(hw: HardwareProfile, sum_new, sum_ctx, sum_new_ctx, sum_new_sq,
-                     num_heads, num_kv_heads, head_dim, kv_bytes=2.0, impl="flash"):
-    """Time in s of one layer's attention over a batch (one varlen kernel)."""
+                     num_heads, num_kv_heads, head_dim, kv_bytes=2.0, impl="flash",
+                     num_seqs=None):
+    """Time in s of one layer's attention over a batch (one varlen kernel).
+    ``fitted_v1`` profiles need the batch's sequences: give ``num_seqs``
+    (the batch is then taken as ``num_seqs`` identical sequences), or use
+    :func:`attention_uniform_time_s`; the cost model passes per-sequence
+    lengths itself."""
+    if isinstance(hw.efficiency, FittedEfficiency):
+        if num_seqs is None:
+            raise ConfigError("attention_time_s: a fitted_v1 profile needs num_seqs "
+                              "(the tile and per-sequence terms depend on sequence lengths)")
+        b = np.asarray(num_seqs, dtype=float)
+        return attention_uniform_time_s(hw, b, np.asarray(sum_new) / b, np.asarray(sum_ctx) / b,
+                                        num_heads, num_kv_heads, head_dim, kv_bytes, impl)
     ce, me, launch = hw.efficiency.operator_efficiency("attention")
     flops, nbytes = attention_cost(sum_new, sum_ctx, sum_new_ctx, sum_new_sq, num_heads,
                                    num_kv_heads, head_dim, kv_bytes, impl)
     return roofline_time_s(flops, nbytes, attention_peak_flops(hw, kv_bytes),
                            hw.hbm_bandwidth_bytes_per_s, ce, me, ATTENTION_KERNELS * launch)
+
+
+def attention_uniform_time_s(hw: HardwareProfile, batch_size, new_tokens, context_tokens,
+                             num_heads, num_kv_heads, head_dim, kv_bytes=2.0, impl="flash"):
+    """Time in s of one attention call over ``batch_size`` identical sequences
+    of ``new_tokens`` new and ``context_tokens`` cached tokens (arrays
+    broadcast); any efficiency form. ``fitted_v1``: generation parameters where
+    one new token, context parameters otherwise; naive adds its score-matrix
+    passes at the context kernel's peak memory efficiency."""
+    eff = hw.efficiency
+    if not isinstance(eff, FittedEfficiency):
+        return attention_time_s(hw, *uniform_batch_sums(batch_size, new_tokens, context_tokens),
+                                num_heads, num_kv_heads, head_dim, kv_bytes, impl)
+    if impl not in ATTENTION_IMPLS:
+        raise ConfigError(f"attention_impl: unknown value {impl!r}; valid: {', '.join(ATTENTION_IMPLS)}")
+    bw = hw.hbm_bandwidth_bytes_per_s
+    t = uniform_attention_s(eff, attention_peak_flops(hw, kv_bytes), bw, hw.num_sms, batch_size,
+                            new_tokens, context_tokens, num_heads, num_kv_heads, head_dim, kv_bytes)
+    if impl == "naive":
+        _, sum_ctx, sum_nc, sum_nn = uniform_batch_sums(batch_size, new_tokens, context_tokens)
+        t = t + 4.0 * ACT_BYTES * np.asarray(num_heads) * (sum_nc + sum_nn) / (
+            bw * eff.context_attention.memory_efficiency_max)
+    return t
 
 
 def uniform_batch_sums(batch_size, new_tokens, context_tokens):
@@ -113,9 +159,12 @@ def elementwise_time_s(hw: HardwareProfile, nbytes, num_kernels):
 def all_reduce_time_s(hw: HardwareProfile, nbytes, num_gpus):
     """Ring all-reduce of ``nbytes`` per GPU over ``num_gpus``: each GPU sends
     and receives 2(p-1)/p x bytes (Patarasuk & Yuan 2009; NCCL "busBw" in
-    nccl-tests PERFORMANCE.md) over its link, plus the link latency. 0 if p = 1."""
+    nccl-tests PERFORMANCE.md) over its link, plus the link latency. 0 if p = 1.
+    ``fitted_v1``: NCCL latency and bus bandwidth fitted per GPU count."""
     p = np.asarray(num_gpus, dtype=float)
     ic = hw.interconnect
+    if isinstance(hw.efficiency, FittedEfficiency):
+        return all_reduce_fitted_s(hw.efficiency.all_reduce, ic.bandwidth_bytes_per_s, nbytes, p)
     t = (2.0 * (p - 1.0) / p * np.asarray(nbytes, dtype=float)
          / (ic.bandwidth_bytes_per_s * hw.efficiency.all_reduce_efficiency) + ic.latency_s)
     return np.where(p > 1, t, 0.0)

@@ -18,7 +18,10 @@ import numpy as np
 
 from sim.cost_model.operators import (ATTENTION_IMPLS, ATTENTION_KERNELS, attention_cost,
                                       attention_peak_flops, gemm_cost)
+from sim.cost_model.fitted_step import (FittedAllReduce, FittedAttention, FittedGemm,
+                                        FittedMoe)
 from sim.cost_model.roofline import ACT_BYTES, gemm_precision
+from sim.efficiency import FittedEfficiency
 from sim.errors import ConfigError
 from sim.hardware import HardwareProfile
 from sim.model_spec import ModelSpec, kv_cache_dtype_bytes
@@ -75,6 +78,8 @@ class CostModel:
         bf16 = gemm_precision(hw, "bf16")
         bw = hw.hbm_bandwidth_bytes_per_s
         eff = hw.efficiency
+        self.fitted = isinstance(eff, FittedEfficiency)
+        self._memo: dict[tuple[float, float], tuple[float, ...]] = {}
         ce, me, launch = eff.operator_efficiency("gemm")
         self.heads_r = model.num_attention_heads // tp
         self.kv_heads_r = model.kv_heads_per_rank(tp)
@@ -82,6 +87,8 @@ class CostModel:
         q_r, kv_r = self.heads_r * d, self.kv_heads_r * d
 
         def gemm(n, k, p=prec, layers=L, mats=1.0):
+            if self.fitted:
+                return FittedGemm(eff, n, k, p, bw, layers)
             return _Gemm(n, k, p, p.peak_flops_per_s, bw, ce, me, launch, layers, mats)
 
         self._qkv = gemm(q_r + 2 * kv_r, h)
@@ -90,6 +97,9 @@ class CostModel:
         if model.is_moe:
             im_r = model.moe_intermediate_size // tp
             self._router = gemm(model.num_experts, h, p=bf16)
+            if self.fitted:
+                self._moe_fitted = FittedMoe(self._router, gemm(2 * im_r, h), gemm(h, im_r),
+                                             model.num_experts, model.num_experts_per_tok)
             # grouped expert GEMMs w13 (n=2I, k=h) and w2 (n=h, k=I), all layers:
             # t = sum over both of max(f.m, a.m + w.touched) + c, m = T x top_k
             # routed token rows, touched = distinct experts hit (gemm_cost terms)
@@ -123,9 +133,14 @@ class CostModel:
         # all-reduces: 2 per layer + 1 (embedding) of T.h activations
         ic = hw.interconnect
         self._ar_count = 2 * L + 1 if tp > 1 else 0
-        self._ar_per_tok = (2.0 * (tp - 1) / tp * h * ACT_BYTES
-                            / (ic.bandwidth_bytes_per_s * eff.all_reduce_efficiency))
-        self._ar_lat = ic.latency_s
+        if self.fitted:
+            self._attn_fitted = FittedAttention(eff, hw, self.heads_r, self.kv_heads_r, d,
+                                                self.kv_bytes, L, attention_impl == "naive")
+            self._ar_fitted = FittedAllReduce(eff, hw, h, tp, self._ar_count)
+        else:
+            self._ar_per_tok = (2.0 * (tp - 1) / tp * h * ACT_BYTES
+                                / (ic.bandwidth_bytes_per_s * eff.all_reduce_efficiency))
+            self._ar_lat = ic.latency_s
         self._overhead = eff.step_overhead_s
         self.op_names = OP_NAMES_MOE if model.is_moe else OP_NAMES_DENSE
 
@@ -133,6 +148,8 @@ class CostModel:
     def _ffn(self, T: float) -> float:
         if not self.model.is_moe:
             return self._up(T) + self._down(T)
+        if self.fitted:
+            return self._moe_fitted(T)
         E, k = self.model.num_experts, self.model.num_experts_per_tok
         touched = E * (1.0 - (1.0 - k / E) ** T)  # expected distinct experts (uniform routing)
         m = T * k
@@ -148,6 +165,16 @@ class CostModel:
 
     def _linear_ops(self, T: float, ns: float) -> tuple[float, ...]:
         """(qkv, o, ffn, norms, lm_head, all_reduce, overhead) for T tokens."""
+        if self.fitted:  # nonlinear in T: memoised (T, ns) repeat across steps
+            key = (T, ns)
+            ops = self._memo.get(key)
+            if ops is None:
+                if len(self._memo) > 1 << 16:
+                    self._memo.clear()
+                ops = self._memo[key] = (
+                    self._qkv(T), self._o(T), self._ffn(T), self._elem_per_tok * T + self._elem_const,
+                    self._lm(ns), self._ar_fitted(T), self._overhead)
+            return ops
         ar = self._ar_count * (self._ar_per_tok * T + self._ar_lat)
         return (self._qkv(T), self._o(T), self._ffn(T), self._elem_per_tok * T + self._elem_const,
                 self._lm(ns), ar, self._overhead)
@@ -171,7 +198,10 @@ class CostModel:
             return 0.0
         ns = n.shape[0] if num_sampled is None else num_sampled
         qkv, o, ffn, norms, lm, ar, ov = self._linear_ops(float(T), float(ns))
-        attn = self._attention(float(T), float(C), float(X), float(Q2), max)
+        if self.fitted:
+            attn = self._attn_fitted.step_s(n, np.asarray(num_context_tokens), T, C, Q2)
+        else:
+            attn = self._attention(float(T), float(C), float(X), float(Q2), max)
         return qkv + attn + o + ffn + norms + lm + ar + ov
 
     def step_time(self, num_new_tokens, num_context_tokens, num_sampled: int | None = None) -> StepTime:
@@ -187,7 +217,10 @@ class CostModel:
             return StepTime(0.0, dict.fromkeys(self.op_names, 0.0))
         ns = n.shape[0] if num_sampled is None else num_sampled
         qkv, o, ffn, norms, lm, ar, ov = self._linear_ops(float(T), float(ns))
-        attn = self._attention(float(T), float(C), float(X), float(Q2), max)
+        if self.fitted:
+            attn = self._attn_fitted.step_s(n, c, T, C, Q2)
+        else:
+            attn = self._attention(float(T), float(C), float(X), float(Q2), max)
         total = qkv + attn + o + ffn + norms + lm + ar + ov
         return StepTime(total, dict(zip(self.op_names, (qkv, attn, o, ffn, norms, lm, ar, ov))))
 
@@ -197,8 +230,8 @@ class CostModel:
         ``num_context_tokens + j``. Equal to k calls of :meth:`step_time_s`
         (same floating-point operations, vectorised over j).
 
-        ``num_growing`` (default: all): only that many sequences' contexts grow
-        by one per step; the others stay fixed — static batching's finished
+        ``num_growing`` (default: all): only the first that many sequences'
+        contexts grow by one per step; the others stay fixed — static batching's finished
         sequences computed as padding at their final length."""
         c = np.asarray(num_context_tokens)
         S = c.shape[0]
@@ -207,8 +240,11 @@ class CostModel:
         if S == 0 or k == 0:
             return np.zeros(k)
         g = S if num_growing is None else num_growing
+        qkv, o, ffn, norms, lm, ar, ov = self._linear_ops(float(S), float(S))
+        if self.fitted:
+            attn = self._attn_fitted.decode_run_s(c, k, g)
+            return qkv + attn + o + ffn + norms + lm + ar + ov
         C = float(int(c.sum()))
         Cj = C + float(g) * np.arange(k, dtype=float)  # exact: integers < 2**53
-        qkv, o, ffn, norms, lm, ar, ov = self._linear_ops(float(S), float(S))
         attn = self._attention(float(S), Cj, Cj, float(S), np.maximum)
         return qkv + attn + o + ffn + norms + lm + ar + ov

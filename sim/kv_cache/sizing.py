@@ -6,6 +6,18 @@ and ``kv_cache_utils.py::get_num_blocks``; ENGINE_SEMANTICS.md section 2.1).
     num_blocks = floor(available / block_bytes),
     block_bytes = block_size x kv_bytes_per_token (all layers, one rank)
 
+That is ``kv_memory_rule="utilization"`` (vLLM). Two other engines' rules
+(``sim/engines.py``), with f = ``gpu_memory_utilization``:
+  - ``free_fraction`` (TensorRT-LLM ``KvCacheConfig.free_gpu_memory_fraction``,
+    default 0.9): available = f x (memory - weights - activation/workspace
+    estimate), a fraction of the memory still free after loading the model
+    and profiling a forward pass;
+  - ``static_fraction`` (SGLang ``mem_fraction_static``): weights + KV pool
+    take f of the total, so available = memory x f - weights - non-torch
+    memory (CUDA context, NCCL; ``model_runner.py::profile_max_num_token``
+    subtracts total x (1 - f) from the memory free after loading weights);
+    activations live in the reserved (1 - f).
+
 Activation/workspace estimate (vLLM profiles a dummy forward pass of
 ``max_num_batched_tokens`` tokens and the sampler on ``max_num_seqs`` rows):
   - persistent: hidden states and residual, 2 x T x hidden x 2 B;
@@ -31,6 +43,7 @@ from sim.model_spec import ModelSpec
 GiB = float(1 << 30)
 NON_TORCH_BYTES_TP1 = 1.79 * GiB
 NON_TORCH_BYTES_TP_GT1 = 3.58 * GiB
+KV_MEMORY_RULES = ("utilization", "free_fraction", "static_fraction")
 
 
 @dataclass(frozen=True)
@@ -76,7 +89,7 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
                       kv_cache_dtype: str = "auto", quantization: str | None = None,
                       max_num_batched_tokens: int = 8192, max_model_len: int | None = None,
                       num_gpu_blocks_override: int | None = None,
-                      max_num_seqs: int = 1024) -> KVSizing:
+                      max_num_seqs: int = 1024, kv_memory_rule: str = "utilization") -> KVSizing:
     """Number of KV blocks per rank (defaults: vLLM 0.24 serve on a large GPU).
 
     Raises InfeasibleError when the weights (plus the activation estimate) do
@@ -109,15 +122,23 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
     act = activation_bytes_estimate(model, tensor_parallel_size=tp,
                                     max_num_batched_tokens=max_num_batched_tokens,
                                     max_num_seqs=max_num_seqs)
+    _check("kv_memory_rule", kv_memory_rule, kv_memory_rule in KV_MEMORY_RULES,
+           f"must be one of {', '.join(KV_MEMORY_RULES)}")
     usable = hw.memory_bytes * gpu_memory_utilization
-    available = usable - weights - act
+    if kv_memory_rule == "utilization":
+        available = usable - weights - act
+    elif kv_memory_rule == "free_fraction":
+        usable = hw.memory_bytes - weights - act  # free after load and profiling
+        available = gpu_memory_utilization * usable
+    else:  # static_fraction
+        act = NON_TORCH_BYTES_TP1 if tp == 1 else NON_TORCH_BYTES_TP_GT1
+        available = usable - weights - act
     if num_gpu_blocks_override is None and available < block_bytes:
         raise InfeasibleError(
             f"{model.name} does not fit on {hw.name} at TP {tp}: weights {weights / GiB:.2f} GiB "
             f"+ activation/workspace estimate {act / GiB:.2f} GiB per rank leave "
-            f"{available / GiB:.2f} GiB of the usable {usable / GiB:.2f} GiB "
-            f"({hw.memory_bytes / GiB:.2f} GiB x gpu_memory_utilization {gpu_memory_utilization}) "
-            f"for the KV cache")
+            f"{available / GiB:.2f} GiB for the KV cache ({hw.memory_bytes / GiB:.2f} GiB, "
+            f"kv_memory_rule {kv_memory_rule}, gpu_memory_utilization {gpu_memory_utilization})")
     num_blocks = (num_gpu_blocks_override if num_gpu_blocks_override is not None
                   else int(available // block_bytes))
     blocks_per_seq = math.ceil(max_model_len / block_size)

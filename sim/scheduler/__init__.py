@@ -3,6 +3,8 @@
 from sim.scheduler.base import Scheduler, SchedulerLimits, SchedulerOutput
 from sim.scheduler.chunked import ChunkedPrefillScheduler
 from sim.scheduler.continuous import ContinuousBatchingScheduler
+from sim.scheduler.mixed import MixedBatchingScheduler
+from sim.scheduler.prefill_first import PrefillFirstScheduler, WholePrefillFirstScheduler
 from sim.scheduler.registry import (
     get_scheduler_class,
     list_schedulers,
@@ -13,6 +15,7 @@ from sim.scheduler.static import StaticBatchingScheduler
 
 __all__ = [
     "Scheduler", "SchedulerLimits", "SchedulerOutput", "ChunkedPrefillScheduler",
-    "ContinuousBatchingScheduler", "StaticBatchingScheduler", "get_scheduler_class",
+    "ContinuousBatchingScheduler", "StaticBatchingScheduler", "MixedBatchingScheduler",
+    "PrefillFirstScheduler", "WholePrefillFirstScheduler", "get_scheduler_class",
     "list_schedulers", "make_scheduler", "register_scheduler",
 ]

@@ -38,6 +38,8 @@ class SchedulerLimits:
     long_prefill_token_threshold: int = 0
     policy: str = "fcfs"
     capacity_scheduler_policy: str | None = None
+    #: SGLang ``max_prefill_tokens``: new tokens of one prefill batch (prefill_first modes)
+    max_prefill_tokens: int | None = None
 
     def __post_init__(self) -> None:
         from sim.errors import ConfigError
@@ -46,6 +48,9 @@ class SchedulerLimits:
             v = getattr(self, key)
             if not isinstance(v, int) or v <= 0:
                 raise ConfigError(f"{key} must be a positive integer, got {v!r}")
+        mpt = self.max_prefill_tokens
+        if mpt is not None and (not isinstance(mpt, int) or mpt <= 0):
+            raise ConfigError(f"max_prefill_tokens must be a positive integer or unset, got {mpt!r}")
         if self.policy not in ("fcfs", "priority"):
             raise ConfigError(f"policy must be one of fcfs, priority; got {self.policy!r}")
         if self.capacity_scheduler_policy not in (None, "guaranteed_no_evict", "max_utilization"):

@@ -20,12 +20,17 @@ from sim.errors import ConfigError
 from sim.scheduler.base import Scheduler, SchedulerLimits
 from sim.scheduler.chunked import ChunkedPrefillScheduler
 from sim.scheduler.continuous import ContinuousBatchingScheduler
+from sim.scheduler.mixed import MixedBatchingScheduler
+from sim.scheduler.prefill_first import PrefillFirstScheduler, WholePrefillFirstScheduler
 from sim.scheduler.static import StaticBatchingScheduler
 
 _REGISTRY: dict[str, type[Scheduler]] = {
     "static": StaticBatchingScheduler,
     "continuous": ContinuousBatchingScheduler,
     "chunked": ChunkedPrefillScheduler,
+    "mixed": MixedBatchingScheduler,
+    "prefill_first": PrefillFirstScheduler,
+    "prefill_first_whole": WholePrefillFirstScheduler,
 }
 _entry_points_loaded = False
 

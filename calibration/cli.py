@@ -1,0 +1,240 @@
+"""``servesim calibrate`` / ``python -m calibration``: fit a hardware profile.
+
+    python -m calibration --device cuda --out hardware_profiles/my_gpu.yaml
+    python -m calibration --device cpu --out /tmp/cpu.yaml --quick
+    python -m calibration --from-table ../shared/kernels/h100_sxm --base-profile h100_sxm --out h100.yaml
+
+Live (``--device``): runs ``calibration.microbench`` (needs torch), writes the
+raw CSVs beside the profile (``<out stem>_kernels/``), fits and writes the
+profile and a fit-vs-measured PNG per family there. From tables
+(``--from-table``): fits the tables of one GPU onto ``--base-profile``'s
+datasheet numbers. Either way the profile's ``provenance`` says what was
+measured, when, with which versions, and the fit's error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from calibration.datasets import family_rows
+from calibration.fit import Device, FitResult, ape, fit_any, predict
+from calibration.profile_writer import (build_efficiency, fit_error_summary, today,
+                                        update_profile_file, with_efficiency, write_profile)
+from sim.efficiency import ElementwiseParams
+from sim.errors import ConfigError, ServesimError
+from sim.hardware import HardwareProfile, _validate, get_hardware
+
+#: substrings of CUDA device names -> built-in profile with their datasheet peaks
+KNOWN_GPUS = (("H200", "h200_sxm"), ("H100", "h100_sxm"), ("A100", "a100_sxm"), ("B200", "b200_sxm"),
+              ("GB200", "gb200"), ("L40S", "l40s"), ("MI300X", "mi300x"))
+FAMILY_ORDER = ("gemm.bf16", "gemm.fp8", "gemm.fp8_block", "context_attention",
+                "generation_attention", "all_reduce")
+
+
+def _progress(quiet: bool):
+    if quiet:
+        return lambda it, **kw: it
+    from tqdm import tqdm  # noqa: PLC0415
+    return lambda it, **kw: tqdm(list(it), leave=False, **kw)
+
+
+def fit_directory(directory: str | Path, dev: Device, *, quiet: bool = False,
+                  families: tuple[str, ...] | None = None
+                  ) -> tuple[dict[str, FitResult], dict[str, tuple[int, float, float]], dict]:
+    """Fit every family with rows in ``directory``: (fits, in-sample scores
+    family -> (rows, MAPE %, median APE %), family -> rows)."""
+    rows = family_rows(directory)
+    names = [f for f in FAMILY_ORDER if f in rows and (families is None or f in families)]
+    if dev.peak_fp8 is None:
+        names = [f for f in names if f not in ("gemm.fp8", "gemm.fp8_block")]
+    fits, scores = {}, {}
+    for fam in _progress(quiet)(names, desc="fitting families"):
+        r = rows[fam].rows
+        fits[fam] = fit_any(fam, r, dev)
+        e = ape(predict(fam, fits[fam].params, r, dev), r["latency_s"].to_numpy())
+        scores[fam] = (len(r), float(e.mean()), float(np.median(e)))
+    return fits, scores, {f: rows[f] for f in names}
+
+
+def _table_versions(rows: dict) -> str:
+    """Devices and versions recorded in the tables (vLLM kernels, NCCL from file names)."""
+    devices, vllm, nccl = set(), set(), set()
+    for r in rows.values():
+        if r.kind == "all_reduce":
+            nccl |= {re.sub(r"\.csv(\.gz)?$", "", s).removeprefix("nccl_") for s in r.sources}
+            continue
+        for col, acc in (("device", devices), ("version", vllm)):
+            if col in r.rows.columns:
+                acc |= set(map(str, r.rows[col].dropna().unique()))
+    parts = [f"device {', '.join(sorted(devices))}" if devices else "",
+             f"kernels measured with vLLM {', '.join(sorted(vllm))}" if vllm else "",
+             f"NCCL {', '.join(sorted(nccl))}" if nccl else ""]
+    return "; ".join(p for p in parts if p) or "not recorded"
+
+
+def _plots(out_dir: Path, label: str, fits, rows, dev: Device) -> list[Path]:
+    from calibration.plots import plot_fit  # noqa: PLC0415 -- matplotlib only when plotting
+    paths = []
+    for fam, fit in fits.items():
+        r = rows[fam].rows
+        pred = predict(fam, fit.params, r, dev)
+        e = ape(pred, r["latency_s"].to_numpy())
+        title = f"{label} {fam}: median APE {np.median(e):.1f} %, MAPE {e.mean():.1f} % (in-sample)"
+        paths.append(plot_fit(out_dir / f"fit_{fam.replace('.', '_')}.png", title,
+                              r["latency_s"].to_numpy(), pred))
+    return paths
+
+
+def _copy_elementwise(path: Path, bw: float) -> tuple[ElementwiseParams, float]:
+    """(elementwise params, best copy bandwidth B/s) from copy_bandwidth.csv:
+    a copy moves 2 x bytes; the smallest copy's time is the launch cost."""
+    df = pd.read_csv(path)
+    moved = 2.0 * df["bytes"].to_numpy(float)
+    sec = df["latency"].to_numpy(float) * 1e-3
+    best = float((moved / sec).max())
+    return ElementwiseParams(memory_efficiency=min(1.5, best / bw), launch_s=float(sec.min())), best
+
+
+def _cpu_base(info: dict, kernels: Path) -> HardwareProfile:
+    """A profile describing this CPU from its own measurements: peak bf16 =
+    the best GEMM rate measured, memory bandwidth = the best copy rate."""
+    g = pd.read_csv(kernels / "torch_gemm.csv")
+    peak = float((2.0 * g["m"] * g["n"] * g["k"] / (g["latency"] * 1e-3)).max())
+    c = pd.read_csv(kernels / "copy_bandwidth.csv")
+    bw = float((2.0 * c["bytes"] / (c["latency"] * 1e-3)).max())
+    name = "cpu_" + re.sub(r"[^a-z0-9]+", "_", str(info["name"]).lower()).strip("_")[:40]
+    src = f"measured live on {info['name']} (torch {info['torch']}), {today()}"
+    data = {
+        "name": name, "description": f"{info['name']} (CPU, measured with torch; not a GPU)",
+        "memory_bytes": int(info["memory_bytes"]), "hbm_bandwidth_bytes_per_s": bw,
+        "peak_flops_per_s": {"bf16": peak}, "num_sms": int(info["num_sms"]),
+        "interconnect": {"name": "none (single device)", "bandwidth_bytes_per_s": bw, "latency_s": 0.0},
+        "efficiency": {"form": "scalar", "compute_efficiency": 1.0, "memory_efficiency": 1.0,
+                       "launch_overhead_s": 0.0, "step_overhead_s": 0.0, "all_reduce_efficiency": 1.0},
+        "price_per_gpu_hour_usd": 0.0,
+        "provenance": {"memory_bytes": "physical memory (sysconf)",
+                       "hbm_bandwidth_bytes_per_s": f"best device copy rate, {src}",
+                       "peak_flops_per_s": f"best bf16 GEMM rate (torch.nn.functional.linear), {src}",
+                       "num_sms": "torch.get_num_threads() (CPU threads stand in for SMs)",
+                       "interconnect": "none: one device; all-reduce parameters are placeholders",
+                       "efficiency": "replaced by the fit below",
+                       "price_per_gpu_hour_usd": "not applicable (0)"}}
+    return _validate(data, f"<cpu profile {name}>")
+
+
+def _base_for(device: str, info: dict, base_profile: str | None, kernels: Path) -> HardwareProfile:
+    if base_profile:
+        return get_hardware(base_profile)
+    if device == "cpu":
+        return _cpu_base(info, kernels)
+    for key, name in KNOWN_GPUS:
+        if key in str(info["name"]).upper().replace(" ", ""):
+            return get_hardware(name)
+    raise ConfigError(f"device {info['name']!r}: no built-in profile with its datasheet peaks; "
+                      "pass --base-profile (a built-in name or a YAML path with its peaks)")
+
+
+def calibrate(device: str | None = None, from_table: Path | None = None,
+              base_profile: str | None = None, out: Path = Path("profile.yaml"),
+              quick: bool = False, quiet: bool = False, plots: bool = True) -> Path:
+    """Fit a ``fitted_v1`` profile and write it to ``out`` (returns the path).
+
+    Exactly one of ``device`` (``cuda``/``cpu``: live microbenchmarks, raw CSVs
+    and plots in ``<out stem>_kernels/``) and ``from_table`` (a directory of
+    tables in the ``../shared/kernels`` format; needs ``base_profile`` for the
+    datasheet numbers) must be given. ``quick``: a smaller GPU sweep."""
+    out = Path(out)
+    if (device is None) == (from_table is None):
+        raise ConfigError("calibrate: give exactly one of --device and --from-table")
+    if from_table is not None:
+        if not base_profile:
+            raise ConfigError("calibrate --from-table: --base-profile is required (datasheet peaks)")
+        base = get_hardware(base_profile)
+        kernels, plot_dir = Path(from_table), out.parent / f"{out.stem}_plots"
+        source = f"tables {kernels}"
+        versions, elementwise = "as recorded in the tables", None
+    else:
+        if device not in ("cuda", "cpu"):
+            raise ConfigError(f"--device: unknown value {device!r}; valid: cuda, cpu")
+        from calibration.microbench import device_info, run_microbenchmarks  # noqa: PLC0415
+        kernels = plot_dir = out.parent / f"{out.stem}_kernels"
+        info = device_info(device)
+        run_microbenchmarks(device, kernels, quick=quick, progress=_progress(quiet))
+        base = _base_for(device, info, base_profile, kernels)
+        source = f"live microbenchmarks on {info['name']} ({kernels.name}/)"
+        versions = f"torch {info['torch']}, CUDA {info['cuda']}, driver {info['driver']}"
+        elementwise, _ = _copy_elementwise(kernels / "copy_bandwidth.csv", base.hbm_bandwidth_bytes_per_s)
+    dev = Device.of(base)
+    fits, scores, rows = fit_directory(kernels, dev, quiet=quiet)
+    if from_table is not None:
+        files = sorted({s.split(" (")[0] for r in rows.values() for s in r.sources})
+        source = f"tables in {kernels} ({', '.join(files)})"
+        versions = _table_versions(rows)
+    eff = build_efficiency(fits, base, elementwise=elementwise)
+    fitted = ", ".join(fits) or "none"
+    gemm_missing = [f for f in FAMILY_ORDER if f.startswith("gemm.fp8") and f not in fits
+                    and f.split(".")[1] not in eff.gemm]
+    missing = [f for f in FAMILY_ORDER if f not in fits and f not in gemm_missing]
+    rest = (f"; not measured, taken from {base.name}'s parameters: {', '.join(missing)}"
+            if missing else "")
+    if gemm_missing:
+        rest += (f"; no {', '.join(gemm_missing)} rows: W8A8 GEMMs use the bf16 family's "
+                 "efficiencies at the fp8/int8 peak")
+    prov = {"efficiency": (f"fitted_v1 fitted ({today()}) by calibration.fit to {source}; families "
+                           f"fitted: {fitted}; elementwise kernels: "
+                           + ("the measured copy bandwidth" if elementwise else
+                              "the bf16 GEMM's memory efficiency and launch cost") + rest),
+            "efficiency_source": source, "efficiency_date": today(),
+            "efficiency_versions": versions,
+            "efficiency_fit_error": fit_error_summary(scores) + (
+                " (in-sample; errors on held-out shapes: benchmarks/calibration_accuracy.py, "
+                "reports/calibration/README.md)" if from_table is not None else " (in-sample)")}
+    step_note = re.search(r"step_overhead_s[^;]*", base.provenance.get("efficiency", ""))
+    prov["efficiency"] += "; " + (step_note.group(0) if step_note else
+                                  f"step_overhead_s {eff.step_overhead_s:g} kept from {base.name}")
+    note = "; latency_s is the scalar form's: fitted_v1 uses efficiency.all_reduce"
+    if note not in base.provenance.get("interconnect", ""):
+        prov["interconnect"] = base.provenance.get("interconnect", "") + note
+    hw = with_efficiency(base, eff, prov)
+    header = (f"{hw.description}. Units: bytes, bytes/s, FLOP/s (dense), s, USD.\n"
+              f"efficiency: fitted_v1, written by `python -m calibration` on {today()} from\n"
+              f"{source}.\nThe fit's error and sources are in provenance.")
+    if out.is_file() and (yaml.safe_load(out.read_text()) or {}).get("name") == hw.name:
+        update_profile_file(out, hw)  # same profile: keep its comments, swap efficiency
+    else:
+        write_profile(out, hw, header)
+    if plots and fits:
+        _plots(plot_dir, hw.name, fits, rows, dev)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m calibration", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--device", choices=["cuda", "cpu"], help="measure live on this device (torch)")
+    src.add_argument("--from-table", type=Path, help="folder of kernel tables (../shared/kernels format)")
+    ap.add_argument("--base-profile", help="profile with the datasheet peaks (name or YAML path)")
+    ap.add_argument("--out", type=Path, required=True, help="profile YAML to write")
+    ap.add_argument("--quick", action="store_true", help="smaller GPU sweep (about a minute)")
+    ap.add_argument("--quiet", action="store_true", help="no progress bars")
+    ap.add_argument("--no-plots", action="store_true", help="skip the fit-vs-measured PNGs")
+    args = ap.parse_args(argv)
+    try:
+        path = calibrate(args.device, args.from_table, args.base_profile, args.out, args.quick,
+                         quiet=args.quiet, plots=not args.no_plots)
+    except ServesimError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except ImportError as e:
+        print(f"error: live calibration needs torch ({e}); pip install torch", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,121 @@
+"""Measured rows per kernel family, and held-out shape splits.
+
+From the tables of one GPU (``calibration.tables`` format) this selects the
+rows each ``fitted_v1`` family is fitted on:
+
+- ``gemm.bf16``, ``gemm.fp8``, ``gemm.fp8_block``: GEMM rows by ``gemm_dtype``
+  (``bfloat16``/``float16`` -> bf16). Where a table mixes kernels for one
+  dtype (H100 ``fp8_block``: DeepGemm, Cutlass, FlashInfer) the family is the
+  kernel with the most rows, and the others are extra families
+  ``gemm.<dtype>@<kernel_source>`` (scored in reports, not in profiles).
+- ``context_attention``, ``generation_attention``: the plain rows
+  (``../shared/kernels/README.md``): full attention (``window_size`` == 0), KV
+  cache bf16, and on H100 the ``vllm_flash_attn_fa3`` kernel (the few
+  ``fa4`` rows are a different kernel).
+- ``all_reduce``: NCCL ``all_reduce`` rows of every nccl table, deduplicated.
+
+Held-out splits hold out whole shapes (a random row split on a dense grid only
+measures interpolation): 30 % of the (n, k) pairs for GEMMs, of the (heads,
+KV heads, head_dim) combinations for attention, of the message sizes for
+all-reduce, drawn with an explicit seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from calibration.tables import READERS, find_tables
+from sim.errors import ConfigError
+
+GEMM_DTYPE_FAMILY = {"bfloat16": "bf16", "float16": "bf16", "bf16": "bf16", "fp16": "bf16",
+                     "fp8": "fp8", "fp8_block": "fp8_block"}
+#: family -> columns whose distinct combinations are the held-out unit
+SHAPE_COLUMNS = {"gemm": ("n", "k"), "context_attention": ("num_heads", "num_key_value_heads",
+                                                           "head_dim"),
+                 "generation_attention": ("num_heads", "num_key_value_heads", "head_dim"),
+                 "all_reduce": ("message_bytes",)}
+PLAIN_ATTENTION_KERNELS = ("vllm_flash_attn_fa3", "vllm_flash_attn", "torch_sdpa")
+
+
+@dataclass
+class FamilyRows:
+    """Rows of one family: ``family`` (e.g. ``gemm.bf16``), the rows (with
+    ``latency_s``) and where they came from."""
+    family: str
+    rows: pd.DataFrame
+    sources: list[str]
+
+    @property
+    def kind(self) -> str:
+        return self.family.split(".")[0]
+
+    @property
+    def base_family(self) -> str:
+        """The family whose formulas apply (``gemm.fp8_block@X`` -> ``gemm.fp8_block``)."""
+        return self.family.split("@")[0]
+
+
+def _plain_attention(df: pd.DataFrame) -> pd.DataFrame:
+    keep = (df["window_size"] == 0) & (df["kv_cache_dtype"].astype(str).isin(["bfloat16", "auto"]))
+    if "kernel_source" in df.columns:
+        keep &= df["kernel_source"].astype(str).isin(PLAIN_ATTENTION_KERNELS)
+    return df[keep]
+
+
+def family_rows(directory: str | Path) -> dict[str, FamilyRows]:
+    """Every family with rows in ``directory`` (raises if there is none)."""
+    out: dict[str, FamilyRows] = {}
+
+    def add(family: str, rows: pd.DataFrame, source: str) -> None:
+        if len(rows) == 0:
+            return
+        if family in out:
+            out[family].rows = pd.concat([out[family].rows, rows], ignore_index=True)
+            out[family].sources.append(source)
+        else:
+            out[family] = FamilyRows(family, rows.reset_index(drop=True), [source])
+
+    for kind, path in find_tables(directory):
+        df = READERS[kind](path)
+        if kind == "gemm":
+            fam = df["gemm_dtype"].astype(str).map(GEMM_DTYPE_FAMILY)
+            for name in sorted(fam.dropna().unique()):
+                sub = df[fam == name]
+                src = sub["kernel_source"].astype(str) if "kernel_source" in sub else None
+                if src is None or src.nunique() == 1:
+                    add(f"gemm.{name}", sub, path.name)
+                    continue
+                counts = src.value_counts()
+                add(f"gemm.{name}", sub[src == counts.index[0]], f"{path.name} ({counts.index[0]})")
+                for other in counts.index[1:]:
+                    add(f"gemm.{name}@{other}", sub[src == other], f"{path.name} ({other})")
+        elif kind in ("context_attention", "generation_attention"):
+            add(kind, _plain_attention(df), path.name)
+        else:
+            add("all_reduce", df[df["op_name"] == "all_reduce"], path.name)
+    if "all_reduce" in out:  # several nccl files repeat the same sizes: keep the median
+        r = out["all_reduce"].rows
+        out["all_reduce"].rows = (r.groupby(["num_gpus", "message_bytes"], as_index=False)
+                                  ["latency_s"].median())
+    if not out:
+        raise ConfigError(f"{directory}: no kernel tables with modelled rows "
+                          "(*_gemm, *_context_attention, *_generation_attention, nccl_*)")
+    return out
+
+
+def holdout_mask(rows: pd.DataFrame, kind: str, frac: float = 0.3, seed: int = 0) -> np.ndarray:
+    """True for the rows of a seeded ``frac`` of the distinct shapes (see
+    :data:`SHAPE_COLUMNS`); at least one shape is held out and one kept."""
+    cols = list(SHAPE_COLUMNS[kind])
+    shapes = rows[cols].drop_duplicates().sort_values(cols).to_numpy()
+    if len(shapes) < 2:
+        return np.zeros(len(rows), dtype=bool)
+    n_out = min(max(1, int(round(frac * len(shapes)))), len(shapes) - 1)
+    picked = np.random.default_rng(seed).permutation(len(shapes))[:n_out]
+    held = {tuple(s) for s in shapes[picked]}
+    return np.array([tuple(t) in held for t in rows[cols].itertuples(index=False, name=None)],
+                    dtype=bool)

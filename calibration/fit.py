@@ -1,0 +1,237 @@
+"""Fit ``fitted_v1`` efficiency parameters to measured kernel rows.
+
+Least squares on log time (``scipy.optimize.least_squares``, trust-region
+reflective with bounds, parameters in log space, soft-L1 loss with scale 0.2
+so a few broken measurements -- a 766 us outlier among 85 us neighbours --
+cannot drag the fit), separately per family: ``gemm.<dtype>``,
+``context_attention``, ``generation_attention``, ``all_reduce``. The formulas
+are the cost model's own (``sim/cost_model/fitted.py``), so a fitted profile
+predicts exactly what was fitted.
+
+    fit = fit_family("gemm.bf16", rows, device)            # FitResult
+    fit.params                                              # GemmParams
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from sim.cost_model.fitted import (all_reduce_fitted_s, gemm_fitted_s, uniform_context_s,
+                                   uniform_generation_s)
+from sim.efficiency import (AllReduceParams, ContextAttentionParams, GemmParams,
+                            GenerationAttentionParams)
+from sim.errors import ConfigError
+from sim.hardware import HardwareProfile
+
+#: parameter -> (start, lower, upper); fitted in log space
+SPACE = {
+    "compute_efficiency_max": (0.7, 0.02, 1.0),
+    "compute_half_flops": (1e9, 1e3, 1e15),
+    "compute_exponent": (1.0, 0.1, 5.0),
+    "memory_efficiency_max": (0.7, 0.02, 1.0),
+    "memory_half_bytes": (1e6, 1.0, 1e12),
+    "memory_exponent": (1.0, 0.1, 5.0),
+    "launch_s": (2e-6, 1e-9, 1e-3),
+    "k_serial_s": (1e-9, 1e-15, 1e-6),
+    "k_split": (2e3, 16.0, 1e6),
+    "act_quant_row_s": (5e-9, 1e-15, 1e-5),
+    "act_quant_memory_efficiency": (0.5, 0.01, 1.5),
+    "softmax_flops_per_score": (300.0, 1e-3, 1e5),
+    "seq_head_s": (1e-8, 1e-14, 1e-5),
+    "cta_token_s": (1e-8, 1e-14, 1e-5),
+    "latency_s": (5e-6, 1e-8, 1e-3),
+    "latency_per_gpu_s": (1e-6, 1e-11, 1e-3),
+    "bus": (0.7, 0.01, 1.5),
+    "half_bytes": (1e6, 1.0, 1e12),
+    "exponent": (0.5, 0.05, 5.0),
+}
+_MEMORY = ("memory_efficiency_max", "memory_half_bytes", "memory_exponent", "launch_s")
+_CORE = ("compute_efficiency_max", "compute_half_flops", "compute_exponent") + _MEMORY
+#: family kind -> (params class, free parameters); the rest keep their defaults
+FREE = {
+    "gemm": (GemmParams, _CORE + ("k_serial_s", "k_split")),
+    "gemm_w8a8": (GemmParams, _CORE + ("k_serial_s", "k_split", "act_quant_row_s",
+                                       "act_quant_memory_efficiency")),
+    "context_attention": (ContextAttentionParams, _CORE + ("softmax_flops_per_score", "seq_head_s")),
+    # decode attention is memory-bound (query heads per KV head << the ridge point):
+    # its compute term stays the plain roofline (efficiency 1), not fitted
+    "generation_attention": (GenerationAttentionParams, _MEMORY + ("seq_head_s",)),
+    "all_reduce": (AllReduceParams, ("latency_s", "latency_per_gpu_s", "half_bytes", "exponent")),
+}
+FIXED_DEFAULTS = {"compute_efficiency_max": 1.0, "compute_half_flops": 1.0, "compute_exponent": 1.0,
+                  "k_serial_s": 0.0, "k_split": 1e6, "softmax_flops_per_score": 0.0, "seq_head_s": 0.0}
+W8A8_FAMILIES = ("gemm.fp8", "gemm.fp8_block")
+
+
+@dataclass(frozen=True)
+class Device:
+    """The datasheet numbers the formulas scale: peaks (FLOP/s), HBM bandwidth
+    (B/s), SM count, link bandwidth per direction (B/s)."""
+    peak_bf16: float
+    peak_fp8: float | None
+    hbm_bw: float
+    num_sms: int
+    link_bw: float
+
+    @classmethod
+    def of(cls, hw: HardwareProfile) -> Device:
+        pk = hw.peak_flops_per_s
+        return cls(pk.bf16, pk.get("fp8") or pk.get("int8"), hw.hbm_bandwidth_bytes_per_s,
+                   hw.num_sms, hw.interconnect.bandwidth_bytes_per_s)
+
+    def gemm_peak(self, family: str) -> float:
+        if family in W8A8_FAMILIES:
+            if self.peak_fp8 is None:
+                raise ConfigError(f"{family}: the device has no fp8/int8 peak to fit against")
+            return self.peak_fp8
+        return self.peak_bf16
+
+
+@dataclass
+class FitResult:
+    """A fitted family: parameters, rows used, and the training fit's errors."""
+    family: str
+    params: object
+    num_rows: int
+    cost: float
+    log_rmse: float
+    extra: dict = field(default_factory=dict)
+
+
+def spec_for(family: str) -> tuple[type, tuple[str, ...]]:
+    """(params class, free parameter names) of a family name."""
+    family = family.split("@")[0]
+    kind = family.split(".")[0]
+    if kind == "gemm":
+        return FREE["gemm_w8a8" if family in W8A8_FAMILIES else "gemm"]
+    if kind not in FREE:
+        raise ConfigError(f"unknown kernel family {family!r}")
+    return FREE[kind]
+
+
+_COLUMNS = {"gemm": ("m", "n", "k"),
+            "context_attention": ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim"),
+            "generation_attention": ("batch_size", "step", "num_heads", "num_key_value_heads",
+                                     "head_dim"),
+            "all_reduce": ("message_bytes", "num_gpus")}
+
+
+def prepare(family: str, rows: pd.DataFrame | dict) -> dict[str, np.ndarray]:
+    """The float arrays :func:`predict` needs (done once per fit, not per step)."""
+    if isinstance(rows, dict):
+        return rows
+    kind = family.split(".")[0]
+    cols = {c: rows[c].to_numpy(float) for c in _COLUMNS[kind]}
+    if kind in ("context_attention", "generation_attention"):
+        kv = rows["kv_cache_dtype"].astype(str) if "kv_cache_dtype" in rows else pd.Series([""] * len(rows))
+        cols["kv_bytes"] = np.where(kv.str.startswith("fp8").to_numpy(), 1.0, 2.0)
+    return cols
+
+
+def predict(family: str, params, rows: pd.DataFrame | dict, dev: Device) -> np.ndarray:
+    """Predicted latency (s) of every row with the cost model's formulas
+    (``rows``: a table's rows or :func:`prepare`'s arrays)."""
+    family = family.split("@")[0]
+    kind = family.split(".")[0]
+    a = prepare(family, rows)
+    if kind == "gemm":
+        w8a8 = family in W8A8_FAMILIES
+        return gemm_fitted_s(params, a["m"], a["n"], a["k"], dev.gemm_peak(family), dev.hbm_bw,
+                             weight_bytes=1.0 if w8a8 else 2.0, w8a8=w8a8)
+    if kind == "context_attention":
+        return uniform_context_s(params, dev.peak_bf16, dev.hbm_bw, dev.num_sms, a["batch_size"],
+                                 a["isl"], 0.0, a["num_heads"], a["num_key_value_heads"],
+                                 a["head_dim"], a["kv_bytes"])
+    if kind == "generation_attention":
+        return uniform_generation_s(params, dev.peak_bf16, dev.hbm_bw, dev.num_sms, a["batch_size"],
+                                    a["step"], a["num_heads"], a["num_key_value_heads"],
+                                    a["head_dim"], a["kv_bytes"])
+    return all_reduce_fitted_s(params, dev.link_bw, a["message_bytes"], a["num_gpus"])
+
+
+def _build(cls, names, x, fixed):
+    values = dict(fixed)
+    bus = {}
+    for name, v in zip(names, np.exp(x)):
+        if name.startswith("bus_"):
+            bus[int(name[4:])] = float(v)
+        else:
+            values[name] = float(v)
+    if bus:
+        values["bus_efficiency"] = bus
+    return cls.model_construct(**values)
+
+
+def fit_family(family: str, rows: pd.DataFrame, dev: Device, *, start: dict | None = None,
+               fixed: dict | None = None, extra_free: tuple[str, ...] = (),
+               max_nfev: int = 400) -> FitResult:
+    """Fit one family to ``rows`` (with ``latency_s``). ``start`` overrides
+    start values (parameter -> value; ``bus_<p>`` for all-reduce), ``fixed``
+    pins parameters (they are then not fitted)."""
+    cls, free = spec_for(family)
+    free = free + tuple(extra_free)
+    y = rows["latency_s"].to_numpy(float)
+    if len(y) == 0:
+        raise ConfigError(f"{family}: no rows to fit")
+    fixed = {**{k: v for k, v in FIXED_DEFAULTS.items() if k in cls.model_fields and k not in free},
+             **(fixed or {})}
+    names = [n for n in free if n not in fixed]
+    if family == "all_reduce":
+        names += [f"bus_{int(p)}" for p in sorted(rows["num_gpus"].unique()) if p > 1]
+    # start the fixed costs at half the fastest call: the floor is mostly launch/latency
+    start = {"launch_s": 0.5 * float(y.min()), "latency_s": 0.5 * float(y.min()), **(start or {})}
+    x0, lo, hi = [], [], []
+    for n in names:
+        s0, a, b = SPACE["bus" if n.startswith("bus_") else n]
+        x0.append(np.log(np.clip(start.get(n, s0), a * 1.0000001, b * 0.9999999)))
+        lo.append(np.log(a))
+        hi.append(np.log(b))
+    fixed = {k: v for k, v in fixed.items() if k not in names}
+    log_y = np.log(y)
+    arrays = prepare(family, rows)
+
+    def resid(x):
+        pred = predict(family, _build(cls, names, x, fixed), arrays, dev)
+        return np.log(np.maximum(pred, 1e-30)) - log_y
+
+    bounds = (np.array(lo), np.array(hi))
+    # plain least squares first (a start far off sits where soft-L1 is flat), then the
+    # robust loss from there
+    res = least_squares(resid, np.array(x0), bounds=bounds, x_scale=1.0, max_nfev=max_nfev,
+                        ftol=1e-10, xtol=1e-10)
+    res = least_squares(resid, res.x, bounds=bounds, loss="soft_l1", f_scale=0.2, x_scale=1.0,
+                        max_nfev=max_nfev, ftol=1e-10, xtol=1e-10)
+    params = cls.model_validate(_build(cls, names, res.x, fixed).model_dump())
+    r = resid(res.x)
+    return FitResult(family, params, len(y), float(res.cost), float(np.sqrt(np.mean(r * r))))
+
+
+def fit_generation(rows: pd.DataFrame, dev: Device, *, start: dict | None = None) -> FitResult:
+    """Decode attention, choosing from the data whether MHA (one query head
+    per KV head) runs without split-KV: fitted both ways where such rows
+    exist, the lower training cost wins."""
+    group = rows["num_heads"] / rows["num_key_value_heads"]
+    best = fit_family("generation_attention", rows, dev, start=start,
+                      fixed={"split_kv_min_group": 1, "cta_token_s": 0.0})
+    if (group < 2).any() and (group >= 2).any():
+        alt = fit_family("generation_attention", rows, dev, start=start,
+                         fixed={"split_kv_min_group": 2}, extra_free=("cta_token_s",))
+        if alt.cost < best.cost:
+            best = alt
+    return best
+
+
+def fit_any(family: str, rows: pd.DataFrame, dev: Device, **kw) -> FitResult:
+    """:func:`fit_generation` for decode attention, :func:`fit_family` otherwise."""
+    if family == "generation_attention" and not kw.get("fixed"):
+        return fit_generation(rows, dev, start=kw.get("start"))
+    return fit_family(family, rows, dev, **kw)
+
+
+def ape(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    """Absolute percentage error, %."""
+    return 100.0 * np.abs(pred - meas) / meas

@@ -1,0 +1,295 @@
+"""Live kernel microbenchmarks with torch (the only module that imports it,
+lazily, inside the functions that run kernels).
+
+    paths = run_microbenchmarks("cuda", out_dir, quick=False)
+
+Measures, on ``cuda`` (CUDA events) or ``cpu`` (``time.perf_counter``, tiny
+sizes), and writes CSVs in the ``../shared/kernels/`` column format
+(``latency`` in ms per call) so ``calibration.datasets`` reads them like the
+published tables:
+
+- ``torch_gemm.csv``: ``torch.nn.functional.linear`` in bf16 over m (tokens)
+  x (n, k) -- a generic grid plus model layer shapes; fp8 W8A8 on GPUs with
+  fp8 tensor cores (sm_89+): per-tensor activation quantization +
+  ``torch._scaled_mm``, as vLLM's CUTLASS fp8 linear does.
+- ``torch_context_attention.csv``: causal
+  ``torch.nn.functional.scaled_dot_product_attention`` (GQA through
+  ``enable_gqa``) over batch x prompt length x (heads, KV heads, head_dim).
+- ``torch_generation_attention.csv``: one query token per sequence against a
+  KV cache of ``step`` tokens (GQA shapes).
+- ``copy_bandwidth.csv``: device-to-device copies (bytes, latency) -- the
+  memory bandwidth elementwise kernels reach.
+- ``nccl_torch.csv``: ``all_reduce`` over 2..N GPUs (torch.distributed, NCCL)
+  when several GPUs are present.
+
+Timing: warm-up calls, synchronisation (CUDA events on GPU), the median of
+repeats, random inputs (seeded), and for memory-bound work a rotation of
+buffer sets whose total exceeds the last-level cache, so every call reads
+from DRAM/HBM.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import time
+from pathlib import Path
+from typing import Callable
+
+#: (n, k) layer shapes per rank of common models (qkv, o, gate_up, down), plus a grid
+MODEL_SHAPES = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336),  # Llama-3.1-8B
+                (10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672),  # Llama-3.1-70B TP1 widths
+                (1280, 8192), (1024, 8192), (7168, 8192), (8192, 3584),     # 70B TP8
+                (5120, 4096), (4096, 1536), (2048, 2048)]
+GRID = [256, 1024, 4096, 16384]
+FULL = {"m": [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384],
+        "attn_shapes": [(32, 8, 128), (64, 8, 128), (32, 32, 128), (8, 1, 128), (16, 2, 256),
+                        (40, 8, 128), (28, 4, 128), (12, 12, 64), (64, 64, 128)],
+        "ctx_batch": [1, 4, 16, 64], "isl": [64, 256, 1024, 4096, 8192], "ctx_tokens_max": 65536,
+        "gen_batch": [1, 8, 32, 128, 512], "step": [15, 255, 1023, 4095, 16383],
+        "gen_tokens_max": 1 << 21, "copy_bytes": [1 << p for p in range(16, 31, 2)], "reps": 20}
+TINY = {"m": [1, 4, 16, 64], "nk": [(64, 64), (128, 256), (256, 128), (256, 256), (64, 512)],
+        "attn_shapes": [(4, 1, 32), (4, 4, 32), (8, 2, 64)],
+        "ctx_batch": [1, 4], "isl": [16, 64, 128], "ctx_tokens_max": 512,
+        "gen_batch": [1, 8], "step": [15, 127, 511], "gen_tokens_max": 4096,
+        "copy_bytes": [1 << p for p in range(12, 23, 2)], "reps": 5}
+QUICK_GPU = {**FULL, "m": [1, 16, 128, 1024, 8192], "reps": 10, "isl": [256, 2048, 8192],
+             "ctx_batch": [1, 8], "gen_batch": [1, 32, 256], "step": [255, 4095, 32767]}
+
+
+def _torch():
+    import torch  # noqa: PLC0415 -- lazy: only live calibration needs torch
+    return torch
+
+
+class Timer:
+    """Median latency (s) of ``fn(i)`` over ``reps`` calls after ``warmup``;
+    ``i`` indexes the buffer set to use (rotation)."""
+
+    def __init__(self, device: str, reps: int, warmup: int = 3) -> None:
+        self.torch = _torch()
+        self.cuda = device.startswith("cuda")
+        self.reps, self.warmup = reps, warmup
+
+    def __call__(self, fn: Callable[[int], object], num_sets: int = 1) -> float:
+        torch = self.torch
+        for i in range(self.warmup):
+            fn(i % num_sets)
+        times = []
+        if self.cuda:
+            torch.cuda.synchronize()
+            for i in range(self.reps):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn(i % num_sets)
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) * 1e-3)
+        else:
+            for i in range(self.reps):
+                t0 = time.perf_counter()
+                fn(i % num_sets)
+                times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+
+def _num_sets(nbytes: float, cache_bytes: float, cap_bytes: float = 4e9) -> int:
+    """Buffer sets so their total exceeds twice the cache (at most ``cap_bytes``)."""
+    if nbytes <= 0:
+        return 1
+    return int(max(1, min(2 * cache_bytes // nbytes + 1, cap_bytes // nbytes, 64)))
+
+
+def device_info(device: str) -> dict[str, str | float | int]:
+    """Name, versions, cache size and SM/core count of the device."""
+    torch = _torch()
+    info: dict[str, str | float | int] = {"torch": torch.__version__}
+    if device.startswith("cuda"):
+        p = torch.cuda.get_device_properties(0)
+        info.update(name=p.name, cuda=str(torch.version.cuda), num_sms=p.multi_processor_count,
+                    memory_bytes=int(p.total_memory), cache_bytes=getattr(p, "L2_cache_size", 64 << 20),
+                    capability=f"{p.major}.{p.minor}", gpus=torch.cuda.device_count())
+        try:
+            import subprocess  # noqa: PLC0415
+            drv = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=10).stdout.split("\n")[0]
+            info["driver"] = drv.strip() or "unknown"
+        except (OSError, ValueError, subprocess.SubprocessError):
+            info["driver"] = "unknown"
+    else:
+        import os  # noqa: PLC0415
+        import platform  # noqa: PLC0415
+        info.update(name=platform.processor() or platform.machine() or "cpu", cuda="none",
+                    driver="none", num_sms=torch.get_num_threads(), cache_bytes=32 << 20,
+                    memory_bytes=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), gpus=0)
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("model name"):
+                    info["name"] = line.split(":", 1)[1].strip()
+                    break
+        except OSError:
+            pass
+    return info
+
+
+def _write(path: Path, header: list[str], rows: list[list]) -> Path:
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+def bench_gemm(device: str, sizes: dict, timer: Timer, cache: float, progress) -> list[list]:
+    """Rows (version, device, kernel_source, gemm_dtype, m, n, k, latency ms)."""
+    torch = _torch()
+    F = torch.nn.functional
+    gen = torch.Generator(device=device).manual_seed(0)
+    dev_name = str(device_info(device)["name"])
+    nk = sizes.get("nk") or sorted(set(MODEL_SHAPES) | {(n, k) for n in GRID for k in GRID})
+    fp8 = device.startswith("cuda") and torch.cuda.get_device_capability(0) >= (8, 9)
+    rows = []
+    for n, k in progress(nk, desc="GEMM shapes"):
+        for m in sizes["m"]:
+            for dtype in (["bfloat16", "fp8"] if fp8 else ["bfloat16"]):
+                if dtype == "fp8" and not fp8:
+                    continue
+                wbytes = k * n * (1 if dtype == "fp8" else 2)
+                sets = _num_sets(wbytes + 2 * m * (k + n), cache)
+                x = [torch.randn(m, k, device=device, dtype=torch.bfloat16, generator=gen) for _ in range(sets)]
+                w = [torch.randn(n, k, device=device, dtype=torch.bfloat16, generator=gen) for _ in range(sets)]
+                if dtype == "fp8":
+                    f8 = torch.float8_e4m3fn
+                    wq = [(wi / (wi.abs().amax() / 448)).to(f8).t() for wi in w]
+                    ws = torch.ones((), device=device)
+
+                    def fn(i, x=x, wq=wq, ws=ws, f8=f8):
+                        s = x[i].abs().amax().float() / 448  # dynamic per-tensor activation scale
+                        xq = (x[i] / s).to(f8)
+                        return torch._scaled_mm(xq, wq[i], scale_a=s, scale_b=ws, out_dtype=torch.bfloat16)
+                    src = "torch._scaled_mm"
+                else:
+                    def fn(i, x=x, w=w):
+                        return F.linear(x[i], w[i])
+                    src = "torch.nn.functional.linear"
+                try:
+                    t = timer(fn, sets)
+                except RuntimeError as e:  # e.g. _scaled_mm shape limits: drop fp8, keep going
+                    if dtype != "fp8":
+                        raise
+                    fp8 = False
+                    print(f"fp8 GEMM skipped from here on: {e}")
+                    continue
+                rows.append([torch.__version__, dev_name, src, dtype, m, n, k, t * 1e3])
+                del x, w
+    return rows
+
+
+def bench_attention(device: str, sizes: dict, timer: Timer, progress) -> tuple[list, list]:
+    """(context rows, generation rows) in the attention table format."""
+    torch = _torch()
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    gen = torch.Generator(device=device).manual_seed(1)
+    dev_name = str(device_info(device)["name"])
+    bf = torch.bfloat16
+    ctx, dec = [], []
+    for h, kvh, d in progress(sizes["attn_shapes"], desc="attention shapes"):
+        for b in sizes["ctx_batch"]:
+            for isl in sizes["isl"]:
+                if b * isl > sizes["ctx_tokens_max"]:
+                    continue
+                q = torch.randn(b, h, isl, d, device=device, dtype=bf, generator=gen)
+                kv = torch.randn(2, b, kvh, isl, d, device=device, dtype=bf, generator=gen)
+                t = timer(lambda i: sdpa(q, kv[0], kv[1], is_causal=True, enable_gqa=kvh != h))
+                ctx.append([torch.__version__, dev_name, "torch_sdpa", b, isl, h, kvh, d, "bfloat16", "bfloat16", 0, 0,
+                            t * 1e3])
+        for b in sizes["gen_batch"]:
+            for step in sizes["step"]:
+                if b * step > sizes["gen_tokens_max"]:
+                    continue
+                q = torch.randn(b, h, 1, d, device=device, dtype=bf, generator=gen)
+                kv = torch.randn(2, b, kvh, step + 1, d, device=device, dtype=bf, generator=gen)
+                t = timer(lambda i: sdpa(q, kv[0], kv[1], enable_gqa=kvh != h))
+                dec.append([torch.__version__, dev_name, "torch_sdpa", b, 1, h, kvh, d, "bfloat16", "bfloat16", step, 0,
+                            t * 1e3])
+    return ctx, dec
+
+
+def bench_copy(device: str, sizes: dict, timer: Timer, cache: float) -> list[list]:
+    """(bytes, latency ms) of device-to-device copies (read + write = 2 x bytes)."""
+    torch = _torch()
+    rows = []
+    for nbytes in sizes["copy_bytes"]:
+        sets = _num_sets(2 * nbytes, cache)
+        gen = torch.Generator(device=device).manual_seed(2)
+        src = [torch.rand(nbytes // 2, device=device, generator=gen).to(torch.bfloat16)
+               for _ in range(sets)]
+        dst = [torch.empty_like(s) for s in src]
+        rows.append([nbytes, timer(lambda i: dst[i].copy_(src[i]), sets) * 1e3])
+    return rows
+
+
+def _all_reduce_worker(rank: int, world: int, sizes: list[int], port: int, out: str) -> None:
+    torch = _torch()
+    import torch.distributed as dist  # noqa: PLC0415
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    timer = Timer("cuda", reps=20)
+    rows = []
+    for n in sizes:
+        x = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        t = timer(lambda i: dist.all_reduce(x))
+        rows.append(["all_reduce", "half", world, n, t * 1e3])
+    if rank == 0:
+        _write(Path(out), ["op_name", "nccl_dtype", "num_gpus", "message_size", "latency"], rows)
+    dist.destroy_process_group()
+
+
+def bench_all_reduce(out_dir: Path, num_gpus: int, quick: bool) -> Path | None:
+    """NCCL all-reduce over 2, 4, 8 (up to ``num_gpus``) GPUs; None if < 2."""
+    if num_gpus < 2:
+        return None
+    torch = _torch()
+    import torch.multiprocessing as mp  # noqa: PLC0415
+    sizes = [1 << p for p in range(8, 28 if quick else 29, 2)]  # elements (bf16)
+    parts = []
+    for i, world in enumerate(w for w in (2, 4, 8) if w <= num_gpus):
+        part = out_dir / f".nccl_{world}.csv"
+        mp.spawn(_all_reduce_worker, args=(world, sizes, 29500 + i, str(part)), nprocs=world, join=True)
+        parts.append(part)
+    rows = []
+    for part in parts:
+        with part.open() as f:
+            rows += list(csv.reader(f))[1:]
+        part.unlink()
+    return _write(out_dir / "nccl_torch.csv", ["op_name", "nccl_dtype", "num_gpus", "message_size",
+                                                "latency"], rows)
+
+
+def run_microbenchmarks(device: str, out_dir: str | Path, quick: bool = False,
+                        progress: Callable = lambda it, **kw: it) -> dict[str, Path]:
+    """Run every benchmark on ``device`` and write the CSVs; returns name -> path."""
+    torch = _torch()
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda: torch sees no CUDA device")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    info = device_info(device)
+    sizes = TINY if device == "cpu" else (QUICK_GPU if quick else FULL)
+    timer = Timer(device, sizes["reps"])
+    cache = float(info["cache_bytes"])
+    attn_cols = ["version", "device", "kernel_source", "batch_size", "isl", "num_heads",
+                 "num_key_value_heads", "head_dim", "attn_dtype", "kv_cache_dtype", "step",
+                 "window_size", "latency"]
+    paths = {"gemm": _write(out_dir / "torch_gemm.csv", ["version", "device", "kernel_source", "gemm_dtype",
+                                                         "m", "n", "k", "latency"],
+                            bench_gemm(device, sizes, timer, cache, progress))}
+    ctx, dec = bench_attention(device, sizes, timer, progress)
+    paths["context_attention"] = _write(out_dir / "torch_context_attention.csv", attn_cols, ctx)
+    paths["generation_attention"] = _write(out_dir / "torch_generation_attention.csv", attn_cols, dec)
+    paths["copy"] = _write(out_dir / "copy_bandwidth.csv", ["bytes", "latency"],
+                           bench_copy(device, sizes, timer, cache))
+    nccl = bench_all_reduce(out_dir, int(info.get("gpus", 0)), quick) if device != "cpu" else None
+    if nccl is not None:
+        paths["nccl"] = nccl
+    return paths

@@ -1,0 +1,241 @@
+"""Per-step operators of :class:`~sim.cost_model.CostModel` for the
+``fitted_v1`` form: the formulas of ``sim/cost_model/fitted.py`` bound to one
+model shape, evaluated with Python floats on the engine's hot path and
+vectorised over consecutive decode steps.
+
+Attention sees the batch per sequence: sequences with one new token run the
+generation kernel's parameters (their KV read rounded up to whole tiles),
+sequences with more run the context kernel's; a mixed batch is one varlen
+kernel, so it pays one launch (the larger) and both cores.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.cost_model.fitted import bus_efficiency, gemm_family
+from sim.cost_model.roofline import ACT_BYTES, GemmPrecision
+from sim.efficiency import FittedEfficiency
+from sim.hardware import HardwareProfile
+
+
+def _power_terms(rate_max: float, half: float, exponent: float, scale: float = 1.0):
+    """(c1, c2, 1 - exponent) with amount x (1 + (half / amount)^exponent) / rate_max
+    = c1 u + c2 u^(1-exponent) for amount = scale x u (the saturating efficiency
+    of ``fitted._saturating_time`` expanded, so a call costs a few float ops)."""
+    return (scale / rate_max, half ** exponent * scale ** (1.0 - exponent) / rate_max,
+            1.0 - exponent)
+
+
+class FittedGemm:
+    """t(m) of one GEMM shape (n, k) summed over ``layers``; 0 if m <= 0.
+    The formulas of ``fitted.gemm_fitted_s`` with the shape's constants folded."""
+
+    def __init__(self, eff: FittedEfficiency, n, k, prec: GemmPrecision, bw: float, layers: float):
+        self.w8a8 = prec.act_quant_bytes > 0
+        p = self.p = gemm_family(eff, prec.quantization, self.w8a8)
+        self.layers = layers
+        n_tiled = -(-n // p.tile_n) * p.tile_n
+        self.tm = float(p.tile_m)
+        # compute: F = 2 m_tiled n_tiled k; memory: B = m (k act + 2 n) + groups k n wb
+        self.c1, self.c2, self.ce = _power_terms(prec.peak_flops_per_s * p.compute_efficiency_max,
+                                                 p.compute_half_flops, p.compute_exponent,
+                                                 2.0 * n_tiled * k)
+        self.m1, self.m2, self.me = _power_terms(bw * p.memory_efficiency_max, p.memory_half_bytes,
+                                                 p.memory_exponent)
+        act = prec.act_quant_bytes if self.w8a8 else ACT_BYTES
+        self.b_row, self.b_weights = k * act + ACT_BYTES * n, k * n * prec.weight_bytes
+        serial = p.k_serial_s * k / (1.0 + k / p.k_split)
+        self.serial_sq = serial * serial
+        self.quant_row = (p.act_quant_row_s + 3.0 * k / (bw * p.act_quant_memory_efficiency)
+                          if self.w8a8 else 0.0)
+        self.launch = p.launch_s
+
+    def time_s(self, m: float, groups: float = 1.0) -> float:
+        """One call with m rows (``groups`` experts share them, each reading its weights)."""
+        mt = groups * (-(-(m / groups) // self.tm)) * self.tm
+        tc = self.c1 * mt + self.c2 * mt ** self.ce
+        nbytes = m * self.b_row + groups * self.b_weights
+        tb = self.m1 * nbytes + self.m2 * nbytes ** self.me
+        return self.launch + (tc * tc + tb * tb + self.serial_sq) ** 0.5 + m * self.quant_row
+
+    def __call__(self, m: float) -> float:
+        return self.time_s(m) * self.layers if m > 0 else 0.0
+
+
+class FittedMoe:
+    """Router GEMM + grouped expert GEMMs w13 and w2 over all layers: the
+    T x top_k routed rows are spread over the expected number of distinct
+    experts hit (uniform routing), each expert's rows rounded up to the tile."""
+
+    def __init__(self, router: FittedGemm, w13: FittedGemm, w2: FittedGemm, num_experts: int,
+                 top_k: int) -> None:
+        self.router, self.w13, self.w2, self.E, self.k = router, w13, w2, num_experts, top_k
+
+    def __call__(self, T: float) -> float:
+        E, k = self.E, self.k
+        touched = E * (1.0 - (1.0 - k / E) ** T)
+        m = T * k
+        return self.router(T) + (self.w13.time_s(m, touched) + self.w2.time_s(m, touched)) * self.w13.layers
+
+
+class FittedAllReduce:
+    """``count`` all-reduces of T x hidden bf16 activations per step
+    (``fitted.all_reduce_fitted_s`` with the GPU count's constants folded)."""
+
+    def __init__(self, eff: FittedEfficiency, hw: HardwareProfile, hidden: int, tp: int,
+                 count: int) -> None:
+        p = eff.all_reduce
+        self.count, self.bytes_per_tok = count, hidden * ACT_BYTES
+        if count:
+            self.lat = p.latency_s + p.latency_per_gpu_s * (tp - 1.0)
+            rate = hw.interconnect.bandwidth_bytes_per_s * float(bus_efficiency(p, tp)) * tp / (2.0 * (tp - 1.0))
+            self.c1, self.c2, self.ex = _power_terms(rate, p.half_bytes, p.exponent)
+
+    def __call__(self, T: float) -> float:
+        if self.count == 0:
+            return 0.0
+        b = self.bytes_per_tok * T
+        return self.count * (self.lat + self.c1 * b + self.c2 * b ** self.ex)
+
+
+class FittedAttention:
+    """Attention of one layer x ``layers`` (one varlen FlashAttention call)."""
+
+    def __init__(self, eff: FittedEfficiency, hw: HardwareProfile, heads: int, kv_heads: int,
+                 head_dim: int, kv_bytes: float, layers: int, naive: bool = False) -> None:
+        self.ca, self.ga = eff.context_attention, eff.generation_attention
+        self.peak, self.bw, self.sms = hw.peak_flops_per_s.bf16, hw.hbm_bandwidth_bytes_per_s, hw.num_sms
+        self.h, self.kvh, self.d, self.kvb = float(heads), float(kv_heads), float(head_dim), kv_bytes
+        self.layers, self.naive = layers, naive
+        self.tile = self.ga.kv_tile
+        # power-of-two tiles: ceil via shift (numpy // on int64 is several times slower)
+        self.shift = self.tile.bit_length() - 1 if self.tile & (self.tile - 1) == 0 else -1
+        self.flops_per_score = 4.0 * self.h * self.d
+        self._gen_setup()
+        ca = self.ca
+        # context core as a function of the causal score count s per head (flops = 4 h d s;
+        # softmax on h s score elements):
+        # tc = (k1 s + k2 s^(1-a)) / util; tb = n1 B + n2 B^(1-e) + seqs kvh seq_head
+        self.k1, self.k2, self.kexp = _power_terms(self.peak * ca.compute_efficiency_max,
+                                                   ca.compute_half_flops, ca.compute_exponent,
+                                                   self.flops_per_score)
+        self.k1 += ca.softmax_flops_per_score * self.h / self.peak
+        self.n1, self.n2, self.nexp = _power_terms(self.bw * ca.memory_efficiency_max,
+                                                   ca.memory_half_bytes, ca.memory_exponent)
+        self.ctx_seq_head = self.kvh * ca.seq_head_s
+
+    def _gen_setup(self) -> None:
+        """Constants of the generation core as functions of L = sum of KV
+        lengths and the tiled token count (the formulas of
+        ``fitted.generation_attention_core_s``, expanded so a step costs a few
+        float operations): tc = c1 L + c2 L^(1-a); tb = m1 B + m2 B^(1-e) +
+        b seq_head; B = bq b + bk tiled."""
+        ga, f = self.ga, self.flops_per_score
+        p = self.peak * ga.compute_efficiency_max
+        a = ga.compute_exponent
+        self.c1, self.c2, self.ca_exp = f / p, ga.compute_half_flops ** a * f ** (1.0 - a) / p, 1.0 - a
+        w = self.bw * ga.memory_efficiency_max
+        e = ga.memory_exponent
+        self.m1, self.m2, self.me_exp = 1.0 / w, ga.memory_half_bytes ** e / w, 1.0 - e
+        hd, kvd = self.h * self.d, self.kvh * self.d
+        self.bq = 2.0 * ACT_BYTES * hd + 2.0 * kvd * (ACT_BYTES + self.kvb)
+        self.bk = 2.0 * kvd * self.kvb
+        self.seq_head = self.kvh * ga.seq_head_s
+        unsplit = self.h / self.kvh < ga.split_kv_min_group
+        self.cta = ga.cta_token_s if unsplit else 0.0
+
+    def _gen(self, b: float, sum_len, tiled):
+        """Generation core (s, one layer); ``sum_len``/``tiled`` floats or arrays."""
+        tc = self.c1 * sum_len + self.c2 * sum_len ** self.ca_exp
+        nbytes = self.bq * b + self.bk * tiled
+        tb = self.m1 * nbytes + self.m2 * nbytes ** self.me_exp + b * self.seq_head
+        if self.cta:
+            tp = -(-(b * self.kvh) // self.sms) * (tiled / b) * self.cta
+            return (tc * tc + tb * tb + tp * tp) ** 0.5
+        return (tc * tc + tb * tb) ** 0.5
+
+    def _naive_extra(self, score_elems):
+        """Unfused attention: 4 passes over the score matrix (bf16), per head."""
+        return 4.0 * ACT_BYTES * self.h * score_elems / (self.bw * self.ca.memory_efficiency_max)
+
+    def _tiles(self, c, axis=None):
+        """Sum over sequences of ceil((c + 1) / kv_tile): tiles read for a
+        context c plus the new token (int, or an array with ``axis``)."""
+        tiles = (c + self.tile) >> self.shift if self.shift >= 0 else (c + self.tile) // self.tile
+        return tiles.sum(axis=axis) if axis is not None else int(tiles.sum())
+
+    def step_s(self, n: np.ndarray, c: np.ndarray, T: int, C: int, Q2: int) -> float:
+        """Seconds over all layers for new tokens ``n`` and cached ``c`` per
+        sequence (T = sum n, C = sum c, Q2 = sum n^2)."""
+        S = n.shape[0]
+        if T == Q2 and T == S:  # decode only (every n is 1): the engine's common case
+            total = self._gen(float(S), float(C + S), float(self._tiles(c) * self.tile))
+            if self.naive:
+                total += self._naive_extra(float(C + S))
+            return (self.ga.launch_s + total) * self.layers
+        pre = np.flatnonzero(n > 1)
+        npf, cpf = n[pre], c[pre]
+        nl, cl = npf.tolist(), cpf.tolist()
+        if len(pre) <= 16:  # few prefill chunks: Python sums beat numpy call overhead
+            sn, sc = sum(nl), sum(cl)
+            snc = sum(a * b for a, b in zip(nl, cl))
+            snn = sum(a * a for a in nl)
+            tq = self.ca.tile_q
+            qtiles = sum(-(-a // tq) for a in nl)
+        else:
+            sn, sc, snc, snn = int(npf.sum()), int(cpf.sum()), int(npf @ cpf), int(npf @ npf)
+            qtiles = int(((npf + self.ca.tile_q - 1) // self.ca.tile_q).sum())
+        total, launch = 0.0, 0.0
+        b = S - len(pre)
+        if b != T - sn:  # some sequences have no new token: mask them out
+            dec = n == 1
+            b, cd = int(dec.sum()), c[dec]
+            sum_len, tiled = int(cd.sum()) + b, self._tiles(cd)
+        else:
+            t = self.tile
+            sum_len = C - sc + b
+            tiled = self._tiles(c) - (sum((x + t) // t for x in cl) if len(pre) <= 16
+                                      else self._tiles(cpf))
+        if b:
+            total += self._gen(float(b), float(sum_len), float(tiled * self.tile))
+            launch = self.ga.launch_s
+            if self.naive:
+                total += self._naive_extra(float(sum_len))
+        scores = snc + (snn + sn) / 2.0
+        ctas = self.h * qtiles
+        util = ctas / (-(-ctas // self.sms) * self.sms)
+        tc = (self.k1 * scores + self.k2 * scores ** self.kexp) / util
+        nbytes = self.bq * sn + self.bk * (sc + sn)
+        tb = self.n1 * nbytes + self.n2 * nbytes ** self.nexp + len(pre) * self.ctx_seq_head
+        total += (tc * tc + tb * tb) ** 0.5
+        if self.naive:
+            total += self._naive_extra(float(snc + snn))
+        return (max(launch, self.ca.launch_s) + total) * self.layers
+
+    def decode_run_s(self, c: np.ndarray, k: int, g: int) -> np.ndarray:
+        """Times (s, shape (k,)) of k decode steps: the first ``g`` sequences'
+        contexts grow by one per step. Tile counts are exact integers, equal
+        to :meth:`step_s`'s."""
+        t = self.tile
+        S = c.shape[0]
+        j = np.arange(k, dtype=np.int64)
+        x = c.astype(np.int64) + 1  # KV tokens read at step 0
+        grow = x[:g]
+        if g * k <= 1 << 16:  # small run: ceil over the (sequence, step) grid
+            tiles = self._tiles(grow[:, None] + (j - 1)[None, :], axis=0)
+        else:  # long run: sum_i ceil((x_i + j) / t) = sum q + g a + f(b), j = a t + b,
+            # f(b) = #{r + b >= 1} + #{r + b > t} (x = q t + r) depends on b only
+            q, r = np.divmod(grow, t)
+            cnt = np.bincount(r, minlength=t)
+            le = np.cumsum(cnt)  # le[v] = #{r <= v}
+            b_idx = np.arange(t)
+            f = np.where(b_idx == 0, g - cnt[0], 2 * g - le[(t - b_idx) % t])
+            a, bb = np.divmod(j, t)
+            tiles = int(q.sum()) + g * a + f[bb]
+        tiled = ((tiles + self._tiles(c[g:])) * t).astype(float)
+        sum_len = float(int(x.sum())) + float(g) * j.astype(float)
+        total = self._gen(float(S), sum_len, tiled)
+        if self.naive:
+            total = total + self._naive_extra(sum_len)
+        return (self.ga.launch_s + total) * self.layers

@@ -1,0 +1,213 @@
+"""Efficiency forms of a hardware profile's ``efficiency`` section.
+
+A form says how far below the datasheet roofline real kernels run. The profile
+declares it (``form: scalar`` or ``form: fitted_v1``); :data:`EFFICIENCY_FORMS`
+maps the name to the pydantic model that validates the section, and
+:func:`register_efficiency_form` lets others add forms. The cost model
+(``sim/cost_model``) turns a form's numbers into operator times:
+``scalar`` through :meth:`EfficiencyBase.operator_efficiency`, ``fitted_v1``
+through ``sim/cost_model/fitted.py``.
+
+``fitted_v1`` is what ``calibration.fit`` fits to measured kernels, one
+parameter set per kernel family (GEMM per dtype, context attention, generation
+attention, all-reduce); the formulas and their physics are documented in
+``sim/cost_model/fitted.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from sim.errors import ConfigError
+
+#: Operator classes the cost model asks efficiencies for.
+OPERATOR_CLASSES = ("gemm", "attention", "elementwise", "all_reduce")
+#: GEMM kernel families of ``fitted_v1`` (``bf16`` is required; the others
+#: fall back to it, see ``sim.cost_model.fitted.gemm_family``).
+GEMM_FAMILIES = ("bf16", "fp8", "fp8_block")
+
+_Pos = Field(gt=0)
+_NonNeg = Field(ge=0)
+_Eff = Field(gt=0, le=1.5)  # fraction of a datasheet peak; > 1 only where hardware beats it (NVLS)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EfficiencyBase(_Strict):
+    """Base of the efficiency forms; subclasses set ``form`` to a Literal and
+    also provide ``step_overhead_s`` (s per step) and ``all_reduce_efficiency``
+    (fraction of link bandwidth an all-reduce achieves)."""
+    form: str
+
+    def operator_efficiency(self, op_class: str) -> tuple[float, float, float]:
+        """(compute efficiency, memory efficiency, launch overhead s per kernel)."""
+        raise NotImplementedError
+
+
+def _check_op_class(op_class: str) -> None:
+    if op_class not in OPERATOR_CLASSES:
+        raise ConfigError(f"efficiency: unknown operator class {op_class!r}; "
+                          f"valid: {', '.join(OPERATOR_CLASSES)}")
+
+
+class ScalarEfficiency(EfficiencyBase):
+    """``form: scalar`` -- the same efficiencies for every operator.
+
+    time = max(FLOPs / (peak x compute_efficiency), bytes / (bw x memory_efficiency))
+           + launch_overhead_s per kernel; + step_overhead_s once per step
+    (scheduler, input preparation, sampling); all-reduce bandwidth is scaled
+    by all_reduce_efficiency.
+    """
+    form: Literal["scalar"]
+    compute_efficiency: float = Field(gt=0, le=1)
+    memory_efficiency: float = Field(gt=0, le=1)
+    launch_overhead_s: float = _NonNeg
+    step_overhead_s: float = _NonNeg
+    all_reduce_efficiency: float = Field(gt=0, le=1)
+
+    def operator_efficiency(self, op_class: str) -> tuple[float, float, float]:
+        _check_op_class(op_class)
+        return self.compute_efficiency, self.memory_efficiency, self.launch_overhead_s
+
+
+# -- fitted_v1 ------------------------------------------------------------------------
+class KernelParams(_Strict):
+    """Roofline of one kernel family with size-dependent efficiencies.
+
+    compute efficiency(F) = compute_efficiency_max / (1 + (compute_half_flops / F)^compute_exponent)
+    memory efficiency(B) = memory_efficiency_max / (1 + (memory_half_bytes / B)^memory_exponent)
+    (F FLOPs, B bytes of one kernel call); the compute, memory and family
+    terms are combined as sqrt(sum of squares) (a smooth max), + launch_s.
+    """
+    compute_efficiency_max: float = _Eff
+    compute_half_flops: float = _Pos       #: FLOPs at which compute efficiency is half its max
+    compute_exponent: float = Field(gt=0, le=10)
+    memory_efficiency_max: float = _Eff
+    memory_half_bytes: float = _Pos        #: bytes at which memory efficiency is half its max
+    memory_exponent: float = Field(gt=0, le=10)
+    launch_s: float = _NonNeg              #: fixed cost of one call (launch, setup), s
+
+
+class GemmParams(KernelParams):
+    """One GEMM family (dtype and kernel). Adds the serial latency of the
+    k-loop (``k_serial_s`` s per element of k, growth halved at ``k_split``
+    where split-K spreads the loop over more CTAs), m and n rounded up to the
+    tile, and for W8A8 dtypes the activation-quantization pass (per row
+    ``act_quant_row_s`` + reading 2 B and writing 1 B per element at
+    ``act_quant_memory_efficiency`` of HBM bandwidth)."""
+    k_serial_s: float = _NonNeg
+    k_split: float = _Pos
+    tile_m: int = Field(default=64, gt=0)
+    tile_n: int = Field(default=64, gt=0)
+    act_quant_row_s: float = Field(default=0.0, ge=0)
+    act_quant_memory_efficiency: float = Field(default=1.0, gt=0, le=1.5)
+
+
+class ContextAttentionParams(KernelParams):
+    """Prefill attention (FlashAttention varlen): adds the softmax cost per
+    score element (exp on the SFU, not the tensor cores) as tensor-core
+    FLOP-equivalents at the bf16 peak (so it scales with the chip), a fixed
+    cost per (sequence, KV head), and wave quantization of ``tile_q``-row query
+    tiles over the SMs."""
+    softmax_flops_per_score: float = _NonNeg
+    seq_head_s: float = _NonNeg
+    tile_q: int = Field(default=128, gt=0)
+
+
+class GenerationAttentionParams(KernelParams):
+    """Decode attention (one query token per sequence): the KV cache of each
+    (sequence, KV head) is read in whole ``kv_tile``-token tiles, plus a fixed
+    cost per (sequence, KV head). Where the kernel does not split the KV
+    sequence over CTAs (query heads per KV head < ``split_kv_min_group``; e.g.
+    FlashAttention-2 decode without GQA), each (sequence, KV head) streams its
+    cache from one CTA at ``cta_token_s`` s per token, in waves over the SMs."""
+    seq_head_s: float = _NonNeg
+    kv_tile: int = Field(default=64, gt=0)
+    cta_token_s: float = Field(default=0.0, ge=0)
+    split_kv_min_group: int = Field(default=1, ge=1)
+
+
+class ElementwiseParams(_Strict):
+    """Memory-bound kernels (norms, activations, RoPE)."""
+    memory_efficiency: float = _Eff
+    launch_s: float = _NonNeg
+
+
+class AllReduceParams(_Strict):
+    """NCCL all-reduce over p GPUs: latency_s + latency_per_gpu_s x (p - 1) +
+    2(p-1)/p x bytes / (link bandwidth x bus efficiency(p) / (1 + (half_bytes /
+    bytes)^exponent)). ``bus_efficiency`` lists p -> fraction of the link's
+    per-direction bandwidth (NVLS in-switch reduction can exceed 1); other p
+    use the nearest listed p."""
+    latency_s: float = _NonNeg
+    latency_per_gpu_s: float = _NonNeg
+    bus_efficiency: dict[int, float]
+    half_bytes: float = _Pos
+    exponent: float = Field(gt=0, le=10)
+
+    @field_validator("bus_efficiency")
+    @classmethod
+    def _check_bus(cls, v: dict[int, float]) -> dict[int, float]:
+        if not v:
+            raise ValueError("bus_efficiency: needs at least one GPU count")
+        bad = {p: e for p, e in v.items() if p < 2 or not 0 < e <= 1.5}
+        if bad:
+            raise ValueError(f"bus_efficiency: GPU counts must be >= 2 and efficiencies in "
+                             f"(0, 1.5], got {bad}")
+        return dict(sorted(v.items()))
+
+
+class FittedEfficiency(EfficiencyBase):
+    """``form: fitted_v1`` -- per-family parameters fitted to measured kernels
+    (``calibration.fit``); formulas in ``sim/cost_model/fitted.py``."""
+    form: Literal["fitted_v1"]
+    step_overhead_s: float = _NonNeg
+    gemm: dict[str, GemmParams]
+    context_attention: ContextAttentionParams
+    generation_attention: GenerationAttentionParams
+    elementwise: ElementwiseParams
+    all_reduce: AllReduceParams
+
+    @field_validator("gemm")
+    @classmethod
+    def _check_gemm(cls, v: dict[str, GemmParams]) -> dict[str, GemmParams]:
+        unknown = sorted(set(v) - set(GEMM_FAMILIES))
+        if unknown:
+            raise ValueError(f"gemm: unknown famil(ies) {unknown}; valid: {', '.join(GEMM_FAMILIES)}")
+        if "bf16" not in v:
+            raise ValueError("gemm: the bf16 family is required")
+        return v
+
+    @property
+    def all_reduce_efficiency(self) -> float:
+        """Bus efficiency at the smallest listed GPU count (legacy scalar view)."""
+        return next(iter(self.all_reduce.bus_efficiency.values()))
+
+    def operator_efficiency(self, op_class: str) -> tuple[float, float, float]:
+        """Large-kernel limits (max compute and memory efficiency, launch s), a
+        summary for callers that want one number; the cost model uses the
+        size-dependent formulas instead."""
+        _check_op_class(op_class)
+        if op_class == "gemm":
+            g = self.gemm["bf16"]
+            return g.compute_efficiency_max, g.memory_efficiency_max, g.launch_s
+        if op_class == "attention":
+            a = self.context_attention
+            return a.compute_efficiency_max, a.memory_efficiency_max, a.launch_s
+        if op_class == "elementwise":
+            return 1.0, self.elementwise.memory_efficiency, self.elementwise.launch_s
+        return 1.0, self.all_reduce_efficiency, 0.0
+
+
+#: form name -> model class; calibration may register richer forms here.
+EFFICIENCY_FORMS: dict[str, type[EfficiencyBase]] = {"scalar": ScalarEfficiency,
+                                                     "fitted_v1": FittedEfficiency}
+
+
+def register_efficiency_form(name: str, cls: type[EfficiencyBase]) -> None:
+    """Make ``form: <name>`` loadable (``cls`` validates that section)."""
+    EFFICIENCY_FORMS[name] = cls

@@ -1,0 +1,242 @@
+"""``servesim validate``: predict measured serving benchmarks row by row.
+
+Input: a CSV of closed-loop benchmark points in the layout of
+``../shared/silicon/dense_agg_dev.csv`` (README there): ``backend``,
+``model_path`` (Hugging Face id), ``system`` (hardware profile name),
+``precision`` / ``gemm_quant_mode``, ``isl``, ``osl``, ``concurrency``,
+``tp_size``, and the measured ``silicon_ttft_ms`` / ``silicon_tpot_ms``.
+
+Each row is simulated as it was run (:func:`row_overrides`):
+
+- ``engine`` = ``backend`` (its preset: batching mode, limits, KV rule,
+  overheads); ``model``, ``hardware``, ``tensor_parallel_size`` from the row;
+  ``quantization`` from ``gemm_quant_mode`` (else ``precision``): empty → the
+  checkpoint's bf16, ``fp8`` → per-tensor FP8, ``fp8_block`` → block-scaled FP8.
+- C = ``concurrency`` closed-loop clients; 2·C warm-up requests (excluded)
+  then ``requests_per_client``·C measured ones, every request ``isl`` tokens in
+  and exactly ``osl`` out (``max_tokens`` = osl, EOS ignored).
+- Clients are not in lock-step: each waits an exponential think time of mean
+  :data:`CLIENT_THINK_TIME_S` between its previous request's last token and its
+  next send (the benchmark client's own processing and the localhost round
+  trip; not part of TTFT), the first send included.
+- ``max_model_len`` = isl + osl: a benchmark whose every request has that many
+  tokens behaves the same under any longer context limit; it only spares the
+  start-up check that one maximum-length sequence fits (the KV-bound rows:
+  Qwen3-32B in bf16 on one H100).
+- Prefix caching off: the benchmark's random prompts never share a block, so
+  the cache cannot hit; turning it off only saves hashing work.
+- TensorRT-LLM rows in FP8 use an FP8 KV cache: NVIDIA's ModelOpt FP8
+  checkpoints that TensorRT-LLM serves declare ``kv_cache_quant_algo: FP8``
+  (e.g. ``../shared/models/nvidia--Llama-3.1-70B-Instruct-FP8_hf_quant_config.json``)
+  and TensorRT-LLM follows the checkpoint. vLLM and SGLang keep the model
+  dtype for the KV cache unless told otherwise (``kv_cache_dtype`` auto).
+- SGLang's KV pool is token-granular (page size 1, its preset's
+  ``block_size``); here it is counted in blocks of :data:`SGLANG_BLOCK_TOKENS`
+  tokens: the pool's capacity is the same, each request's last block wastes
+  fewer than 16 tokens (< 1.6 % of these requests' KV), and the block pool
+  does 16x fewer per-block operations (the simulator's KV pool is O(blocks)
+  per allocation and free).
+
+Rows that cannot be simulated (unknown model, backend or precision; weights
+that do not fit) are kept with ``status`` ``error`` / ``infeasible`` and the
+reason. Rows run in parallel processes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from sim.errors import ConfigError, InfeasibleError, ServesimError
+
+#: Mean client think time (s): benchmark client processing + localhost round trip.
+CLIENT_THINK_TIME_S = 0.002
+#: Block size (tokens) used for SGLang rows instead of its page size 1 (speed).
+SGLANG_BLOCK_TOKENS = 16
+REQUIRED_COLUMNS = ("backend", "model_path", "system", "isl", "osl", "concurrency", "tp_size",
+                    "silicon_ttft_ms", "silicon_tpot_ms")
+GROUP_KEYS = ("model_path", "system", "backend", "tp_size")
+ENGINES = ("vllm", "sglang", "trtllm")
+_QUANT = {"": None, "bf16": None, "bfloat16": None, "fp16": None, "fp8": "fp8", "fp8_block": "fp8_block"}
+
+
+@dataclass
+class ValidateOptions:
+    """How rows are simulated. ``engine_overrides`` maps an engine name to
+    config keys set for its rows (the fitting benchmark uses it)."""
+    requests_per_client: int = 10
+    warmup_per_client: int = 2
+    think_time_s: float = CLIENT_THINK_TIME_S
+    seed: int = 0
+    workers: int | None = None
+    engine_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    exact_steps: bool = False
+
+
+def _cell(row: dict, key: str) -> str:
+    v = row.get(key)
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    return str(v).strip()
+
+
+def row_quantization(row: dict) -> str | None:
+    """servesim ``quantization`` of a row (``gemm_quant_mode``, else ``precision``)."""
+    q = _cell(row, "gemm_quant_mode") or _cell(row, "precision")
+    if q.lower() not in _QUANT:
+        raise ConfigError(f"gemm_quant_mode/precision: unknown value {q!r}; valid: "
+                          f"{', '.join(k or '(empty)' for k in _QUANT)}")
+    return _QUANT[q.lower()]
+
+
+def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
+    """Config keys (dotted) that simulate one CSV row; ConfigError for bad cells."""
+    engine = _cell(row, "backend").lower()
+    if engine not in ENGINES:
+        raise ConfigError(f"backend: unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    try:
+        isl, osl, conc = int(float(row["isl"])), int(float(row["osl"])), int(float(row["concurrency"]))
+        tp = int(float(row["tp_size"]))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"isl/osl/concurrency/tp_size must be numbers: {e}") from None
+    if min(isl, osl, conc, tp) < 1:
+        raise ConfigError(f"isl, osl, concurrency, tp_size must be >= 1; got {isl}, {osl}, {conc}, {tp}")
+    ov: dict[str, Any] = {
+        "engine": engine, "model": _cell(row, "model_path"), "hardware": _cell(row, "system"),
+        "tensor_parallel_size": tp, "quantization": row_quantization(row),
+        "max_model_len": isl + osl, "enable_prefix_caching": False,
+        "client_think_time_s": opts.think_time_s, "seed": opts.seed, "exact_steps": opts.exact_steps,
+        "workload.max_concurrency": conc,
+        "workload.num_requests": opts.requests_per_client * conc,
+        "workload.num_warmup_requests": opts.warmup_per_client * conc,
+        "workload.input_len": {"dist": "fixed", "value": isl},
+        "workload.output_len": {"dist": "fixed", "value": osl},
+        "workload.arrival": "inf",
+    }
+    if engine == "sglang":
+        ov["block_size"] = SGLANG_BLOCK_TOKENS
+    if engine == "trtllm" and ov["quantization"] in ("fp8", "fp8_block"):
+        ov["kv_cache_dtype"] = "fp8"
+    ov.update(opts.engine_overrides.get(engine, {}))
+    return ov
+
+
+def simulate_row(row: dict, opts: ValidateOptions) -> dict[str, Any]:
+    """Predicted mean TTFT and TPOT (ms) of one row, or a status and reason."""
+    from sim.config import build_config
+    from sim.deployment import build_deployment
+    from sim.engine import Simulation
+    from sim.metrics import STATUS_FINISHED, request_latencies
+    from sim.workload import generate_requests
+
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {"pred_ttft_ms": math.nan, "pred_tpot_ms": math.nan, "status": "ok", "reason": ""}
+    try:
+        cfg = build_config(overrides=row_overrides(row, opts))
+        dep = build_deployment(cfg)
+        specs = generate_requests(cfg.workload, seed=cfg.seed, max_model_len=dep.limits.max_model_len)
+        res = Simulation(dep, specs, seed=cfg.seed).run()
+    except InfeasibleError as e:
+        out.update(status="infeasible", reason=str(e))
+    except (ServesimError, ValueError) as e:
+        out.update(status="error", reason=str(e).splitlines()[0])
+    else:
+        req = res.requests
+        done = (req["is_warmup"] == 0) & (req["status"] == STATUS_FINISHED)
+        if not done.any():
+            out.update(status="error", reason="no measured request finished")
+        else:
+            lat = request_latencies(req)
+            out["pred_ttft_ms"] = float(np.mean(lat["ttft_s"][done]) * 1e3)
+            out["pred_tpot_ms"] = float(np.nanmean(lat["tpot_s"][done]) * 1e3)
+            out["pred_queue_ms"] = float(np.mean(lat["queue_s"][done]) * 1e3)
+            out["num_preemptions"] = int(req["num_preemptions"][done].sum())
+            out["num_rejected"] = int((req["status"] != STATUS_FINISHED).sum())
+            out["num_gpu_blocks"] = int(dep.sizing.num_gpu_blocks)
+            out["num_engine_steps"] = int(res.num_steps)
+    out["sim_wall_s"] = time.perf_counter() - t0
+    return out
+
+
+def _work(args: tuple[int, dict, ValidateOptions]) -> tuple[int, dict]:
+    i, row, opts = args
+    return i, simulate_row(row, opts)
+
+
+def _cost(row: dict) -> float:
+    """Rough simulation cost of a row (for load balancing: biggest first)."""
+    try:
+        return float(row["concurrency"]) * (float(row["osl"]) + 0.01 * float(row["isl"]))
+    except (TypeError, ValueError, KeyError):
+        return 0.0
+
+
+def predict_rows(rows: list[dict], opts: ValidateOptions,
+                 progress: Callable[[int], None] | None = None) -> list[dict]:
+    """Simulate every row (parallel processes); results in input order."""
+    order = sorted(range(len(rows)), key=lambda i: -_cost(rows[i]))
+    results: list[dict | None] = [None] * len(rows)
+    workers = opts.workers or os.cpu_count() or 1
+    tasks = [(i, rows[i], opts) for i in order]
+    if workers <= 1 or len(rows) <= 1:
+        for n, t in enumerate(tasks, 1):
+            i, r = _work(t)
+            results[i] = r
+            if progress:
+                progress(n)
+    else:
+        with ProcessPoolExecutor(max_workers=min(workers, len(rows))) as ex:
+            for n, (i, r) in enumerate(ex.map(_work, tasks, chunksize=1), 1):
+                results[i] = r
+                if progress:
+                    progress(n)
+    return [r for r in results if r is not None]
+
+
+def read_rows(csv_path: str | Path):
+    """The CSV as a DataFrame; ConfigError naming missing columns."""
+    import pandas as pd
+
+    p = Path(csv_path)
+    if not p.is_file():
+        raise ConfigError(f"validate: CSV not found: {p}")
+    df = pd.read_csv(p, keep_default_na=True)
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise ConfigError(f"{p}: missing column(s) {', '.join(missing)}; required: {', '.join(REQUIRED_COLUMNS)}")
+    return df
+
+
+def run_validation(csv_path: str | Path, out_dir: str | Path | None = None, opts: ValidateOptions | None = None,
+                   progress: Callable[[int], None] | None = None, plots: bool = True):
+    """Predict every row of ``csv_path``; write ``predictions.csv``,
+    ``summary.json``, ``summary.md`` and the plots to ``out_dir`` (if given).
+    Returns (predictions DataFrame, summary dict)."""
+    import pandas as pd
+
+    from sim.validate_report import summarize_predictions, write_validation
+
+    opts = opts or ValidateOptions()
+    df = read_rows(csv_path)
+    t0 = time.perf_counter()
+    preds = predict_rows(df.to_dict("records"), opts, progress)
+    wall = time.perf_counter() - t0
+    pred_df = pd.DataFrame(preds, index=df.index)
+    full = pd.concat([df, pred_df], axis=1)
+    summary = summarize_predictions(full)
+    summary["wall_time_s"] = wall
+    summary["options"] = {"requests_per_client": opts.requests_per_client,
+                          "warmup_per_client": opts.warmup_per_client,
+                          "client_think_time_s": opts.think_time_s, "seed": opts.seed,
+                          "workers": opts.workers or os.cpu_count(),
+                          "engine_overrides": opts.engine_overrides}
+    if out_dir is not None:
+        write_validation(full, summary, out_dir, plots=plots)
+    return full, summary

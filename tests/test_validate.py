@@ -1,0 +1,97 @@
+"""servesim validate: the simulated closed-loop benchmark on a tiny case, and
+the output files on a small CSV (accuracy figures live in reports/validation)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim.validate import ValidateOptions, row_overrides, row_quantization, run_validation, simulate_row
+
+DATA = Path(__file__).parent / "data"
+MODEL = str(DATA / "test_model.json")
+GPU = str(DATA / "test_gpu.yaml")
+
+ROW = {"backend": "vllm", "model_path": MODEL, "system": GPU, "precision": "", "gemm_quant_mode": "",
+       "isl": 100, "osl": 3, "concurrency": 2, "tp_size": 1, "silicon_ttft_ms": 1.0, "silicon_tpot_ms": 1.0}
+
+
+def test_closed_loop_benchmark_matches_hand_schedule():
+    # Two clients, one warm-up and one measured request each, no think time, vLLM
+    # preset (chunked prefill) with a 128-token budget and a serial CPU overhead of
+    # 1 ms + 0.1 ms per scheduled sequence. Requests R0, R1 (warm-up), R2, R3: 100 in, 3 out.
+    # step | scheduled (new@ctx)     | events
+    #  1   | R0 100@0, R1 28@0       | R0 first token
+    #  2   | R0 1@100, R1 72@28      | R1 first token
+    #  3   | R0 1@101, R1 1@100      | R0 done (3 tokens) → its client sends R2 at t3
+    #  4   | R1 1@101, R2 100@0      | R1 done → R3 sent at t4; R2 first token
+    #  5   | R2 1@100, R3 100@0      | R3 first token
+    #  6   | R2 1@101, R3 1@100      | R2 done
+    #  7   | R3 1@101                | R3 done
+    from sim.config import build_config
+    from sim.deployment import build_deployment
+
+    opts = ValidateOptions(requests_per_client=1, warmup_per_client=1, think_time_s=0.0,
+                           engine_overrides={"vllm": {"max_num_batched_tokens": 128, "cpu_step_overhead_s": 1e-3,
+                                                      "cpu_seq_overhead_s": 1e-4, "frontend_latency_s": 0.0}})
+    cm = build_deployment(build_config(overrides=row_overrides(ROW, opts))).cost_model
+
+    def t(new, ctx):
+        return cm.step_time_s(np.array(new), np.array(ctx)) + 1e-3 + 1e-4 * len(new)
+
+    s4, s5 = t([1, 100], [101, 0]), t([1, 100], [100, 0])
+    s6, s7 = t([1, 1], [101, 100]), t([1], [101])
+    ttft = (s4 + s5) / 2            # R2: sent at t3, first token at t4; R3: sent t4, first t5
+    tpot = ((s5 + s6) / 2 + (s6 + s7) / 2) / 2
+    out = simulate_row(ROW, opts)
+    assert out["status"] == "ok"
+    assert out["pred_ttft_ms"] == pytest.approx(ttft * 1e3, rel=1e-9)
+    assert out["pred_tpot_ms"] == pytest.approx(tpot * 1e3, rel=1e-9)
+    assert out["num_engine_steps"] == 7
+
+
+def test_row_mapping():
+    assert row_quantization({"precision": "fp8", "gemm_quant_mode": "fp8_block"}) == "fp8_block"
+    assert row_quantization({"precision": "fp8", "gemm_quant_mode": "fp8"}) == "fp8"
+    assert row_quantization({"precision": float("nan"), "gemm_quant_mode": float("nan")}) is None
+    ov = row_overrides(dict(ROW, backend="trtllm", precision="fp8", gemm_quant_mode="fp8", tp_size=2.0),
+                       ValidateOptions())
+    assert ov["engine"] == "trtllm" and ov["tensor_parallel_size"] == 2 and ov["kv_cache_dtype"] == "fp8"
+    assert ov["workload.num_requests"] == 20 and ov["workload.num_warmup_requests"] == 4
+    assert ov["max_model_len"] == 103 and ov["workload.max_concurrency"] == 2
+    assert row_overrides(dict(ROW, backend="sglang"), ValidateOptions())["block_size"] == 16
+
+
+def test_validate_writes_summary_and_flags_unknown_model(tmp_path):
+    import pandas as pd
+
+    rows = [dict(ROW, id=f"r{i}", concurrency=c, osl=o, silicon_ttft_ms=m_t, silicon_tpot_ms=m_p)
+            for i, (c, o, m_t, m_p) in enumerate([(1, 4, 0.5, 0.3), (2, 4, 0.8, 0.3), (4, 8, 1.0, 0.4)])]
+    rows.append(dict(ROW, id="r3", backend="trtllm", concurrency=2, silicon_ttft_ms=0.7, silicon_tpot_ms=0.3))
+    rows.append(dict(ROW, id="r4", model_path="acme/NoSuchModel-7B"))
+    csv = tmp_path / "rows.csv"
+    pd.DataFrame(rows).to_csv(csv, index=False)
+    out = tmp_path / "out"
+    df, summary = run_validation(csv, out, ValidateOptions(requests_per_client=2, workers=1))
+    assert len(df) == 5  # nothing dropped
+    assert list(df["status"]) == ["ok"] * 4 + ["error"]
+    assert "NoSuchModel" in df.loc[4, "reason"]
+    assert np.isnan(df.loc[4, "pred_ttft_ms"]) and (df.loc[:3, "pred_ttft_ms"] > 0).all()
+    for name in ("predictions.csv", "summary.json", "summary.md", "scatter_ttft.png", "scatter_tpot.png",
+                 "residuals_by_group.png"):
+        assert (out / name).is_file(), name
+    js = json.loads((out / "summary.json").read_text())
+    assert js["num_rows"] == 5 and js["num_ok"] == 4
+    assert js["not_simulated"][0]["id"] == "r4"
+    assert set(js["by_engine"]) == {"vllm", "trtllm"}
+    o = js["overall"]
+    ape = (df.loc[:3, "pred_ttft_ms"] - df.loc[:3, "silicon_ttft_ms"]).abs() / df.loc[:3, "silicon_ttft_ms"]
+    assert o["ttft_mape"] == pytest.approx(100 * ape.mean()) and o["ttft_mdape"] == pytest.approx(100 * ape.median())
+    assert o["ttft_over_share"] == pytest.approx(float((df.loc[:3, "pred_ttft_ms"] > df.loc[:3, "silicon_ttft_ms"]).mean()))
+    md = (out / "summary.md").read_text()
+    assert "Rows not simulated" in md and "r4" in md
+    pred_csv = pd.read_csv(out / "predictions.csv")
+    assert {"pred_ttft_ms", "pred_tpot_ms", "status", "reason", "silicon_ttft_ms", "id"} <= set(pred_csv.columns)
