@@ -175,20 +175,19 @@ class _progress_bar:
 
 
 def main() -> None:
+    """Entry point. Usage errors and Ctrl-C are handled by typer (standalone
+    mode: a message and exit status 2, or "Aborted!" and 1); servesim's own
+    errors and file-system errors become one ``error:`` line and exit status 2."""
     try:
-        app(standalone_mode=False)
+        app()
     except ServesimError as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(2)
-    except (typer.Exit, SystemExit) as e:
-        code = getattr(e, "exit_code", getattr(e, "code", 0))
-        sys.exit(code or 0)
-    except typer.Abort:
-        sys.exit(130)
-    except Exception as e:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        raise
+    except OSError as e:  # e.g. --out names an existing file or an unwritable place
+        where = f": {e.filename}" if getattr(e, "filename", None) else ""
+        typer.echo(f"error: {e.strerror or e}{where}", err=True)
+        sys.exit(2)
+    except MemoryError:
+        typer.echo("error: out of memory (is num_gpu_blocks_override or workload.num_requests far too large?)",
+                   err=True)
+        sys.exit(2)

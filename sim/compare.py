@@ -12,6 +12,7 @@ than one CPU.
 from __future__ import annotations
 
 import os
+import re
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,23 @@ class Variant:
     overrides: dict[str, Any] = field(default_factory=dict)
 
 
+_NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+
+
+def _check_variant(name: str, overrides: dict, source: str) -> None:
+    """A variant name becomes a folder under ``--out``: letters, digits and
+    ``. _ + -`` only. Workload keys cannot differ between variants: every
+    variant replays the same request stream (use ``servesim sweep`` to vary it)."""
+    if not _NAME_OK.match(name):
+        raise ConfigError(f"{source}: variant name {name!r} must be letters, digits, '.', '_', '+' or '-' "
+                          "(it names a folder under --out)")
+    if "workload" in overrides:
+        keys = ", ".join(f"workload.{k}" for k in overrides["workload"])
+        raise ConfigError(f"{source}: variant {name!r} sets {keys}; every variant replays the identical request "
+                          "stream, so workload keys belong to the base config (--workload / --set); "
+                          "use servesim sweep to vary the workload")
+
+
 def parse_variant(text: str) -> Variant:
     """``"NAME key=value key=value"`` → Variant; errors name the text."""
     parts = text.split()
@@ -39,11 +57,14 @@ def parse_variant(text: str) -> Variant:
         k, v = p.split("=", 1)
         set_dotted(overrides, k, parse_value(v))
     check_known_keys(overrides, f"--variant {parts[0]}")
+    _check_variant(parts[0], overrides, "--variant")
     return Variant(parts[0], overrides)
 
 
 def load_variants_file(path: str | Path) -> list[Variant]:
     """A YAML mapping ``name: {key: value, ...}`` (dotted or nested keys)."""
+    if not Path(path).is_file():
+        raise ConfigError(f"--variants: file not found: {path}")
     data = read_yaml(path)
     out = []
     for name, ov in data.items():
@@ -53,6 +74,7 @@ def load_variants_file(path: str | Path) -> list[Variant]:
         for k, v in ov.items():
             set_dotted(flat, str(k), v)
         check_known_keys(flat, f"{path}: variant {name}")
+        _check_variant(str(name), flat, str(path))
         out.append(Variant(str(name), flat))
     return out
 

@@ -21,6 +21,10 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
     from sim.report_text import print_compare_table
     from sim.variant_data import VariantData
 
+    if workers is not None and workers < 1:
+        from sim.errors import ConfigError
+
+        raise ConfigError(f"--workers must be >= 1, got {workers}")
     slos = parse_goodput(goodput)
     has_trace = any(s.startswith("workload.trace=") for s in (set_args or []))
     wl = workload if workload is not None else (None if (has_trace or config) else DEFAULT_COMPARE_WORKLOAD)

@@ -83,8 +83,8 @@ def test_forced_preemptions_name_kv_capacity(tmp_path):
 
 
 def test_variant_parsing_errors():
-    assert parse_variant("fp8 quantization=fp8 workload.request_rate=4").overrides == {
-        "quantization": "fp8", "workload": {"request_rate": 4}}
+    assert parse_variant("fp8 quantization=fp8 max_num_batched_tokens=2048").overrides == {
+        "quantization": "fp8", "max_num_batched_tokens": 2048}
     with pytest.raises(ConfigError, match="name comes first"):
         parse_variant("scheduler=chunked")
     with pytest.raises(ConfigError, match="unknown config key 'max_num_seq'"):
