@@ -43,3 +43,16 @@ def test_variant_names_must_be_safe_folder_names():
 def test_variants_cannot_change_the_shared_request_stream():
     with pytest.raises(ConfigError, match="workload.request_rate.*identical request stream"):
         parse_variant("fast workload.request_rate=100")
+
+
+def test_request_rate_with_a_timestamped_trace_is_an_error(tmp_path):
+    from sim.workload import WorkloadConfig, generate_requests
+
+    p = tmp_path / "t.csv"
+    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                 "2023-11-16 18:17:03.9800000,100,10\n2023-11-16 18:17:04.9800000,200,20\n")
+    cfg = WorkloadConfig.from_dict({"trace": str(p), "request_rate": 10})
+    with pytest.raises(ConfigError, match="replayed at its own timestamps.*speedup"):
+        generate_requests(cfg, seed=0)
+    specs = generate_requests(WorkloadConfig.from_dict({"trace": str(p), "speedup": 2}), seed=0)
+    assert specs.arrival_time_s.tolist() == [0.0, 0.5]

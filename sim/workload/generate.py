@@ -132,6 +132,10 @@ def _from_trace(cfg: WorkloadConfig, seed: int, n_wanted: int | None):
     table = load_trace(cfg.trace, cfg.trace_format, cfg.columns, cfg.skip_bad_rows)  # type: ignore[arg-type]
     total_rows = len(table) + table.num_skipped_rows
     process = cfg.arrival_process(has_timestamps=table.arrival_s is not None)
+    if process == "trace" and cfg.request_rate is not None:
+        raise ConfigError(f"workload.request_rate = {cfg.request_rate:g}: {cfg.trace} is replayed at its own "
+                          "timestamps; use workload.speedup to replay it faster, or set workload.arrival "
+                          "(poisson, gamma, constant) to replace its timestamps with that process")
     if process == "trace" and table.arrival_s is None:
         raise ConfigError(f"workload.arrival: trace, but {cfg.trace} has no arrival times "
                           f"(a lengths table); set workload.arrival and request_rate")
