@@ -113,6 +113,17 @@ class SimConfig(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
+    def _no_bool_numbers(cls, data: Any) -> Any:
+        """``max_num_seqs: true`` is a mistake, not 1 (pydantic would coerce it)."""
+        if isinstance(data, dict):
+            for k, v in data.items():
+                f = cls.model_fields.get(k)
+                if isinstance(v, bool) and f is not None and "bool" not in str(f.annotation):
+                    raise ValueError(f"{k}: expected a number or name, got {v!r}")
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _engine_preset(cls, data: Any) -> Any:
         """Fill the keys the caller did not set from ``engine``'s preset."""
         if isinstance(data, dict) and data.get("engine") in ("vllm", "sglang", "trtllm"):
@@ -125,8 +136,9 @@ class SimConfig(BaseModel):
     def _check(self) -> "SimConfig":
         if self.enable_chunked_prefill is not None and self.engine is None:
             self.scheduler = "chunked" if self.enable_chunked_prefill else "continuous"
-        if self.block_size <= 0:
-            raise ValueError(f"block_size must be a positive integer, got {self.block_size}")
+        if self.block_size <= 0 or self.block_size > 1024 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size must be a power of two from 1 to 1024 (vLLM accepts 1, 8, 16, 32, "
+                             f"64, 128; TensorRT-LLM 32/64/128; SGLang pages of 1), got {self.block_size}")
         if self.tensor_parallel_size & (self.tensor_parallel_size - 1):
             raise ValueError(f"tensor_parallel_size must be a power of two, got {self.tensor_parallel_size}")
         return self
@@ -167,6 +179,13 @@ def resolve_scheduler_limits(cfg: SimConfig, hbm_bytes: float, hardware_name: st
         if cfg.gpu_memory_utilization is None:
             upd["gpu_memory_utilization"] = 0.9 if eng == "trtllm" else 0.92
     if vllm_like and cfg.scheduler not in CHUNKING_MODES:
+        if cfg.scheduler == "continuous" and cfg.max_num_batched_tokens is not None \
+                and cfg.max_num_batched_tokens < max_model_len:
+            raise ConfigError(
+                f"max_num_batched_tokens ({cfg.max_num_batched_tokens}) is smaller than max_model_len "
+                f"({max_model_len}) without chunked prefill: a prompt could never be scheduled, and vLLM "
+                "rejects this config; raise max_num_batched_tokens, lower max_model_len, or use scheduler "
+                "'chunked'")
         mnbt = max(mnbt, max_model_len)
     elif vllm_like and cfg.max_num_seqs is None:
         mns = min(mns, mnbt)
@@ -259,9 +278,24 @@ def format_validation_error(e: ValidationError, source: str) -> str:
     for err in e.errors():
         loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith("function-"))
         val = err.get("input")
-        val_s = "" if isinstance(val, dict) else f" (got {val!r})"
-        lines.append(f"{source}: {loc or 'config'}: {err['msg']}{val_s}")
+        msg = err["msg"].removeprefix("Value error, ")
+        # Our own validators already quote the value; pydantic's built-in checks do not.
+        val_s = "" if isinstance(val, dict) or "got " in msg else f" (got {val!r})"
+        lines.append(f"{source}: {loc + ': ' if loc else ''}{msg}{val_s}")
     return "\n".join(lines)
+
+
+def _workload_mapping(value: Any, source: str) -> dict:
+    """``workload:`` is a mapping of workload keys, or a built-in name / workload
+    file (``workload: chat`` = ``workload: {name: chat}``)."""
+    if value is None:
+        return {}
+    if isinstance(value, str) and value:
+        return {"name": value}
+    if isinstance(value, dict):
+        return dict(value)
+    raise ConfigError(f"{source}: workload: expected a built-in workload name, a workload file or a mapping of "
+                      f"workload keys, got {value!r}")
 
 
 def build_config(
@@ -283,7 +317,7 @@ def build_config(
     if config_file is not None:
         file_data = _flatten_dotted(read_yaml(config_file))
         check_known_keys(file_data, str(config_file))
-        wl = dict(file_data.pop("workload", None) or {})
+        wl = _workload_mapping(file_data.pop("workload", None), str(config_file))
         data.update(file_data)
     if workload is not None:
         wl = merge_workload_dicts(wl, {"name": workload})
@@ -298,7 +332,7 @@ def build_config(
         k, v = item.split("=", 1)
         set_dotted(flat, k.strip(), parse_value(v.strip()))
     check_known_keys(flat, set_src)
-    wl = merge_workload_dicts(wl, flat.pop("workload", None) or {})
+    wl = merge_workload_dicts(wl, _workload_mapping(flat.pop("workload", None), set_src))
     data.update(flat)
     # A named (or, with nothing given, the built-in 'default') workload, overridden key by key.
     data["workload"] = resolve_workload_dict(wl)

@@ -56,3 +56,27 @@ def test_request_rate_with_a_timestamped_trace_is_an_error(tmp_path):
         generate_requests(cfg, seed=0)
     specs = generate_requests(WorkloadConfig.from_dict({"trace": str(p), "speedup": 2}), seed=0)
     assert specs.arrival_time_s.tolist() == [0.0, 0.5]
+
+
+def test_config_values_vllm_would_reject(tmp_path):
+    from sim.config import build_config
+    from sim.deployment import build_deployment
+
+    with pytest.raises(ConfigError, match="max_num_seqs: expected a number or name, got True"):
+        build_config(set_args=["max_num_seqs=true"])
+    with pytest.raises(ConfigError, match="block_size must be a power of two .* got 7"):
+        build_config(set_args=["block_size=7"])
+    with pytest.raises(ConfigError, match=r"max_num_batched_tokens \(512\) is smaller than max_model_len"):
+        build_deployment(build_config(overrides={"scheduler": "continuous"},
+                                      set_args=["max_num_batched_tokens=512"]))
+
+
+def test_workload_given_by_name_in_a_config_file(tmp_path):
+    from sim.config import build_config
+
+    p = tmp_path / "c.yaml"
+    p.write_text("workload: chat\nworkload.num_requests: 50\n")
+    cfg = build_config(p)
+    assert cfg.workload.num_requests == 50 and cfg.workload.input_len is not None
+    with pytest.raises(ConfigError, match="workload: expected a built-in workload name"):
+        build_config(set_args=["workload=5"])
