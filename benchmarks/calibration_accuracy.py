@@ -163,7 +163,8 @@ def transfer(plots: Path) -> list[dict]:
         plot_fit(plots / f"transfer_h100_to_a100_{fam.replace('.', '_')}.png",
                  f"A100 {fam}, held-out shapes: H100 parameters (green) vs A100's own fit (orange)",
                  y[held], predict(fam, own, rows, a100)[held], np.ones(int(held.sum()), dtype=bool),
-                 extra=("H100 parameters, A100 peaks", predict(fam, p, rows, a100)[held]))
+                 extra=("H100 parameters, A100 peaks", predict(fam, p, rows, a100)[held]),
+                 labels=("", "A100's own fit"))
     return out
 
 
@@ -212,14 +213,26 @@ def write_report(path: Path, rows: list[dict], trans: list[dict], fits: dict, se
         lines.append(f"| {r['family']} | {r['band']} | {r['n']:,} | {r['median_transfer']:.1f} / "
                      f"{r['mape_transfer']:.1f} | {r['median_own']:.1f} / {r['mape_own']:.1f} | "
                      f"{r['median_transfer'] / r['median_own']:.2f} |")
-    lines += ["", "## Fitted parameters (H100, seed-0 training split)", "",
+    lines += ["", "Where the aim is missed, the tables disagree in kind, not in scale: A100 ran vLLM 0.14 "
+              "kernels (cuBLAS, FlashAttention-2) and H100 vLLM 0.24 kernels (FlashAttention-3); FA2 decode "
+              "attention on A100 does not split the KV sequence for MHA shapes (fitted `split_kv_min_group` "
+              "2 there, a per-CTA streaming term the H100 fit has no data for); A100's HBM2e reaches a "
+              "lower share of its datasheet bandwidth than H100's HBM3 (GEMM memory efficiency ~0.8 vs "
+              "~0.85-0.9), which H100's efficiencies cannot know; NCCL latency (5 vs 8.5 us + per-GPU "
+              "hops) and bus efficiency differ between NVLink 3 and NVLink 4. Transferred profiles "
+              "(h200_sxm, b200_sxm, gb200, l40s, mi300x) carry these errors; calibrate on the GPU "
+              "(`calibration/run_on_gpu.sh`) to remove them.", "",
+              "## Fitted parameters (H100, seed-0 training split)", "",
               "The shipped profiles (`hardware_profiles/h100_sxm.yaml`, `a100_sxm.yaml`) are fitted on all "
               "rows by `python -m calibration --from-table ../shared/kernels/<gpu> --base-profile <gpu> "
               "--out hardware_profiles/<gpu>.yaml`; the formulas are in `sim/cost_model/fitted.py`.", ""]
+    def fmt(v):
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{k}: {fmt(x)}" for k, x in v.items()) + "}"
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
     for fam, p in fits.get("h100_sxm", {}).items():
-        vals = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                         for k, v in p.model_dump().items())
-        lines.append(f"- `{fam}`: {vals}")
+        lines.append(f"- `{fam}`: " + ", ".join(f"{k} {fmt(v)}" for k, v in p.model_dump().items()))
     lines += ["", "## Plots", "",
               "One PNG per table and GPU (`<gpu>_<family>.png`: fitted rows blue, held-out shapes orange, "
               "log-log, ±20 % band grey) and per transferred table (`transfer_h100_to_a100_<family>.png`).", ""]

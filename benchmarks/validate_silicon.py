@@ -236,5 +236,89 @@ def _safe(x):
     return x
 
 
+
+NOTES = """## Reading the results
+
+**TPOT** is close to its target. It is dominated by the roofline step times and by
+*who shares a step with whom*: under chunked or mixed batching every prefill that
+lands in a request's lifetime stretches its decode steps, and under SGLang's
+prefill-first scheduling every admission stalls all running decodes for one
+prefill step. Host overheads matter at large batches and small models
+(`cpu_seq_overhead_s` 40-60 µs per sequence per step; TensorRT-LLM and SGLang
+overlap them with the GPU, vLLM 0.12 does not).
+
+**TTFT** is far from its targets. What decides it here is not the roofline but how
+the closed-loop clients' requests bunch together, and the simulator gets that
+bunching wrong (next section).
+
+## Known puzzles
+
+1. **TensorRT-LLM TTFT grows with the output length at fixed concurrency**
+   (Llama-3.1-8B, H100, TP1, C = 8: 190 / 318 / 550 ms for osl 128 / 256 / 512).
+   Across the TensorRT-LLM Llama-3.1-8B rows at C = 8-32, the measured TTFT is
+   about E2E/C plus a few tens of ms, at every TP. E2E/C is the mean time between
+   two completions in a closed loop of C clients, so each new request seems to
+   wait for *one more completion* before its prefill starts. Nothing we model or
+   found documented does that: the KV cache is far from full (TP 8 has eight times
+   the room and shows the same), and `max_batch_size` / `max_num_tokens` do not
+   bind at C = 8. The TensorRT-LLM Qwen3-32B rows of the same version do not show
+   it (272 / 273 / 263 ms for osl 128 / 256 / 512 at C = 8, TP1). Our reading: a
+   property of the client used for those rows, e.g. one that starts the TTFT clock
+   when the next request is prepared (at the previous completion) rather than when
+   it is sent, so the time waiting for a concurrency slot, about E2E/C, lands in
+   TTFT (`vllm bench serve` excludes it). It is not modelled; these rows are
+   under-predicted at long osl (residual plot).
+
+2. **SGLang TPOT is flat across TP at very high concurrency** (Llama-3.1-8B FP8,
+   H200, C = 512: ~23-34 ms at TP 2, 4 and 8). With hundreds of running requests
+   the step is bound by host work that does not shrink with TP: SGLang's Python
+   scheduler and output processing touch every running request every step. With
+   overlap scheduling the step lasts max(GPU, host) and the host part is
+   `cpu_step_overhead_s + n x cpu_seq_overhead_s` (2 ms + 512 x 40 µs ≈ 22 ms),
+   plus the frontend streaming each token (`frontend_token_s` 40 µs). The fitted
+   model reproduces the flat TPOT (SGLang TPOT MAPE ~6 %).
+
+3. **Where the KV cache binds, TTFT is all admission.** Qwen3-32B in bf16 on one
+   H100 under SGLang keeps about 13 k tokens of KV next to 61 GiB of weights
+   (`mem_fraction_static` 0.834): of 16 clients with 1,152-token requests only
+   ~11 run, the others queue for a completion, so TTFT grows with osl (6.8 / 14.6 /
+   28.9 s measured at osl 128 / 256 / 512). Likewise vLLM Qwen3-32B TP 2 with
+   4,096-token prompts at C = 128 (19-59 s). The simulator reproduces the queueing
+   (those vLLM rows 15-21 % low; the C = 64, osl 1,024 one, just at the edge of
+   the cache, a third of the measurement); the size of the error follows the KV
+   size, i.e. each engine's memory rule and its reserve constants. SGLang's TP 1
+   rows are still under-predicted 2-3x: its pool is probably smaller than the
+   0.834-of-memory heuristic gives for 0.5.8, or its retraction more frequent.
+
+## Where the model is still wrong, and why
+
+- **Batch synchronisation in closed loops (the main TTFT error).** With all C
+  clients starting together and responding within milliseconds, the simulated
+  engines settle into *cohorts*: requests admitted in the same step decode in the
+  same steps, finish in the same step and come back together, and a long prefill
+  step collects every request that arrives while it runs. TTFT is then a cohort's
+  prefill (up to the whole 8,192-token budget). The measured systems sit between
+  that and fully drifted clients: TTFT ≈ 2.5 prefills at C = 8 for vLLM and ≈ 4 for
+  TensorRT-LLM Qwen3-32B, at both 1,024 and 4,096 input tokens, where the
+  simulator gives about 6.7 at 1,024 and about 2 at 4,096. A random client think
+  time (2 ms here; 10-100 ms tried) does not reproduce this: small delays do not
+  split cohorts, large ones are collected by long prefill steps. What splits real
+  cohorts (jitter in the serving frontend and the client under load, step-time
+  noise) is not in the model. SGLang 0.5.1's Qwen3-32B rows behave like full
+  cohorts and are predicted within ~10 %; SGLang 0.5.6's Llama-3.1-8B H200 rows
+  (a different campaign: odd concurrencies, 1-8 k inputs) behave like nearly
+  drifted clients and are over-predicted 2-3x.
+- **The TensorRT-LLM Llama-3.1-8B client artefact** (puzzle 1).
+- **TensorRT-LLM at C = 128 with TP ≥ 2**: measured TTFT 0.5-2 s with TPOT 10-23 ms
+  looks like requests waiting for a slot (as if ~75-90 % of C were admitted); we
+  found no engine limit that explains it and predict 0.1-0.4 s.
+- **Fitted values at grid edges** (SGLang `frontend_latency_s` 80 ms, TensorRT-LLM
+  `frontend_token_s` 80 µs) are compensating for the above rather than measuring
+  a physical latency; read them as upper bounds.
+- The cost model's roofline efficiencies are being replaced by fitted per-kernel
+  curves (calibration work in progress); these scores use the scalar profiles.
+"""
+
+
 if __name__ == "__main__":
     main()

@@ -24,7 +24,7 @@ import pandas as pd
 import yaml
 
 from calibration.datasets import family_rows
-from calibration.fit import Device, FitResult, ape, fit_any, predict
+from calibration.fit import Device, FitResult, ape, fit_any, predict, spec_for
 from calibration.profile_writer import (build_efficiency, fit_error_summary, today,
                                         update_profile_file, with_efficiency, write_profile)
 from sim.efficiency import ElementwiseParams
@@ -45,11 +45,16 @@ def _progress(quiet: bool):
     return lambda it, **kw: tqdm(list(it), leave=False, **kw)
 
 
+#: a CPU has no tensor-core tiles: m, n, query and KV lengths are not rounded up
+CPU_TILES = {"tile_m": 1, "tile_n": 1, "tile_q": 1, "kv_tile": 1}
+
+
 def fit_directory(directory: str | Path, dev: Device, *, quiet: bool = False,
-                  families: tuple[str, ...] | None = None
+                  families: tuple[str, ...] | None = None, tiles: dict | None = None
                   ) -> tuple[dict[str, FitResult], dict[str, tuple[int, float, float]], dict]:
     """Fit every family with rows in ``directory``: (fits, in-sample scores
-    family -> (rows, MAPE %, median APE %), family -> rows)."""
+    family -> (rows, MAPE %, median APE %), family -> rows). ``tiles``
+    overrides the tile sizes (e.g. :data:`CPU_TILES`)."""
     rows = family_rows(directory)
     names = [f for f in FAMILY_ORDER if f in rows and (families is None or f in families)]
     if dev.peak_fp8 is None:
@@ -57,7 +62,8 @@ def fit_directory(directory: str | Path, dev: Device, *, quiet: bool = False,
     fits, scores = {}, {}
     for fam in _progress(quiet)(names, desc="fitting families"):
         r = rows[fam].rows
-        fits[fam] = fit_any(fam, r, dev)
+        fixed = {k: v for k, v in (tiles or {}).items() if k in spec_for(fam)[0].model_fields}
+        fits[fam] = fit_any(fam, r, dev, fixed=fixed) if fixed else fit_any(fam, r, dev)
         e = ape(predict(fam, fits[fam].params, r, dev), r["latency_s"].to_numpy())
         scores[fam] = (len(r), float(e.mean()), float(np.median(e)))
     return fits, scores, {f: rows[f] for f in names}
@@ -172,7 +178,8 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
         versions = f"torch {info['torch']}, CUDA {info['cuda']}, driver {info['driver']}"
         elementwise, _ = _copy_elementwise(kernels / "copy_bandwidth.csv", base.hbm_bandwidth_bytes_per_s)
     dev = Device.of(base)
-    fits, scores, rows = fit_directory(kernels, dev, quiet=quiet)
+    fits, scores, rows = fit_directory(kernels, dev, quiet=quiet,
+                                       tiles=CPU_TILES if device == "cpu" else None)
     if from_table is not None:
         files = sorted({s.split(" (")[0] for r in rows.values() for s in r.sources})
         source = f"tables in {kernels} ({', '.join(files)})"
@@ -190,7 +197,7 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
     prov = {"efficiency": (f"fitted_v1 fitted ({today()}) by calibration.fit to {source}; families "
                            f"fitted: {fitted}; elementwise kernels: "
                            + ("the measured copy bandwidth" if elementwise else
-                              "the bf16 GEMM's memory efficiency and launch cost") + rest),
+                              "the bf16 GEMM's memory efficiency at 64 MiB and its launch cost") + rest),
             "efficiency_source": source, "efficiency_date": today(),
             "efficiency_versions": versions,
             "efficiency_fit_error": fit_error_summary(scores) + (

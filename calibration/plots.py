@@ -8,7 +8,8 @@ import numpy as np
 
 
 def plot_fit(path: str | Path, title: str, measured_s: np.ndarray, predicted_s: np.ndarray,
-             held_out: np.ndarray | None = None, extra: tuple[str, np.ndarray] | None = None) -> Path:
+             held_out: np.ndarray | None = None, extra: tuple[str, np.ndarray] | None = None,
+             labels: tuple[str, str] = ("fitted rows", "held-out shapes")) -> Path:
     """Left: predicted vs measured latency (us, log-log) with the y = x line
     and a +-20 % band. Right: predicted / measured against measured (log x),
     where the error is readable. Held-out rows in a second colour; ``extra`` =
@@ -32,9 +33,9 @@ def plot_fit(path: str | Path, title: str, measured_s: np.ndarray, predicted_s: 
     ms = 4 if len(meas) > 3000 else 10
     sets = []
     if (~held).any():
-        sets.append((~held, pred, "tab:blue", f"fitted rows (n={int((~held).sum())})", 0.3))
+        sets.append((~held, pred, "tab:blue", f"{labels[0]} (n={int((~held).sum())})", 0.3))
     if held.any():
-        sets.append((held, pred, "tab:orange", f"held-out shapes (n={int(held.sum())})", 0.5))
+        sets.append((held, pred, "tab:orange", f"{labels[1]} (n={int(held.sum())})", 0.5))
     if extra is not None:
         label, other = extra
         sel = held if held.any() else np.ones(len(meas), dtype=bool)

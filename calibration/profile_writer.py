@@ -57,8 +57,8 @@ def scalar_as_fitted(hw: HardwareProfile) -> FittedEfficiency:
 def build_efficiency(fits: dict[str, FitResult], base: HardwareProfile, *,
                      elementwise: ElementwiseParams | None = None) -> FittedEfficiency:
     """A ``fitted_v1`` section from fitted families, the rest from ``base``.
-    Elementwise kernels (no table) default to the bf16 GEMM's large-transfer
-    memory efficiency and launch cost."""
+    Elementwise kernels (no table) default to the bf16 GEMM's memory efficiency
+    at a 64 MiB transfer (a norm over a few thousand tokens) and its launch cost."""
     fallback = scalar_as_fitted(base)
     gemm = dict(fallback.gemm)
     for fam, fit in fits.items():
@@ -67,8 +67,8 @@ def build_efficiency(fits: dict[str, FitResult], base: HardwareProfile, *,
     if elementwise is None:
         if "gemm.bf16" in fits:
             g = fits["gemm.bf16"].params
-            elementwise = ElementwiseParams(memory_efficiency=g.memory_efficiency_max,
-                                            launch_s=g.launch_s)
+            eff_64mib = g.memory_efficiency_max / (1.0 + (g.memory_half_bytes / 2**26) ** g.memory_exponent)
+            elementwise = ElementwiseParams(memory_efficiency=eff_64mib, launch_s=g.launch_s)
         else:
             elementwise = fallback.elementwise
     pick = {k: fits[k].params if k in fits else getattr(fallback, k)

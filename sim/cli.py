@@ -141,9 +141,28 @@ def _register_late_commands() -> None:
     # Defined in their own modules (typer-annotated functions); imported here
     # only to register them — their heavy imports happen when they run.
     from sim.sweep_cli import plan, sweep
+    from sim.validate_cli import validate
 
     app.command()(sweep)
     app.command()(plan)
+    app.command(name="validate")(validate)
+    app.command()(calibrate)
+
+
+def calibrate(
+    device: Optional[str] = typer.Option(None, help="Measure live: 'cuda' (your GPU) or 'cpu' (small, for trying the pipeline); needs torch."),
+    from_table: Optional[Path] = typer.Option(None, help="Fit from measured tables in the ../shared/kernels format (a directory)."),
+    base_profile: Optional[str] = typer.Option(None, help="With --from-table: the profile giving the datasheet peaks (e.g. h100_sxm)."),
+    out: Path = typer.Option(Path("profile.yaml"), help="The fitted hardware profile (YAML) to write."),
+    quick: bool = typer.Option(False, help="A smaller sweep (live mode)."),
+    quiet: bool = typer.Option(False, help="No progress bars."),
+) -> None:
+    """Fit a hardware profile's efficiency parameters from kernels measured live (torch) or from measured tables."""
+    from calibration.cli import calibrate as run_calibration
+
+    path = run_calibration(device=device, from_table=from_table, base_profile=base_profile, out=out,
+                           quick=quick, quiet=quiet)
+    typer.echo(f"profile written to {path}")
 
 
 _register_late_commands()

@@ -58,9 +58,11 @@ class EnginePreset:
 
 
 FIT_PROVENANCE = (
-    "fitted by benchmarks/validate_silicon.py on the seeded fit half (seed 0) of "
-    "../shared/silicon/dense_agg_dev.csv, 2026-06; see reports/validation/README.md"
+    "fitted by benchmarks/validate_silicon.py on the seeded fit half (SPLIT_SEED 0, 290 rows) of "
+    "../shared/silicon/dense_agg_dev.csv, 2026-11-30; see reports/validation/README.md"
 )
+EAGER_SOURCE = ("0: knob for the host cost of steps without a CUDA graph (steps with prefill tokens); "
+                "not fitted, its effect was not identifiable on the silicon rows")
 
 _VLLM = EnginePreset(
     name="vllm",
@@ -79,7 +81,7 @@ _VLLM = EnginePreset(
                                                    "recompute (docs/configuration/optimization.md)"),
         "cpu_step_overhead_s": Default(0.0, FIT_PROVENANCE),
         "cpu_seq_overhead_s": Default(0.0, FIT_PROVENANCE),
-        "eager_step_overhead_s": Default(0.0, FIT_PROVENANCE),
+        "eager_step_overhead_s": Default(0.0, EAGER_SOURCE),
         "frontend_latency_s": Default(0.0, FIT_PROVENANCE),
         "frontend_token_s": Default(0.0, FIT_PROVENANCE),
         "overlap_scheduling": Default(False, "async_scheduling defaults off before 0.14 (on from 0.14, "
@@ -113,7 +115,7 @@ _TRTLLM = EnginePreset(
         "policy": Default("fcfs", "requests are scheduled in arrival order (capacityScheduler.cpp)"),
         "cpu_step_overhead_s": Default(0.0, FIT_PROVENANCE),
         "cpu_seq_overhead_s": Default(0.0, FIT_PROVENANCE),
-        "eager_step_overhead_s": Default(0.0, FIT_PROVENANCE),
+        "eager_step_overhead_s": Default(0.0, EAGER_SOURCE),
         "frontend_latency_s": Default(0.0, FIT_PROVENANCE),
         "frontend_token_s": Default(0.0, FIT_PROVENANCE),
         "overlap_scheduling": Default(True, "PyTorch backend overlap scheduler on by default "
@@ -144,7 +146,7 @@ _SGLANG = EnginePreset(
                                                    "(schedule_policy.py), not TRT-LLM's"),
         "cpu_step_overhead_s": Default(0.0, FIT_PROVENANCE),
         "cpu_seq_overhead_s": Default(0.0, FIT_PROVENANCE),
-        "eager_step_overhead_s": Default(0.0, FIT_PROVENANCE),
+        "eager_step_overhead_s": Default(0.0, EAGER_SOURCE),
         "frontend_latency_s": Default(0.0, FIT_PROVENANCE),
         "frontend_token_s": Default(0.0, FIT_PROVENANCE),
         "overlap_scheduling": Default(True, "overlap scheduler on unless --disable-overlap-schedule "
@@ -165,12 +167,24 @@ _SGLANG = EnginePreset(
 
 PRESETS: dict[str, EnginePreset] = {p.name: p for p in (_VLLM, _TRTLLM, _SGLANG)}
 
-#: Fitted overhead values, filled in by benchmarks/validate_silicon.py's result
-#: (kept apart from the table above so the fit can be re-run and pasted here).
+#: Fitted values (benchmarks/validate_silicon.py → reports/validation/fitted_params.json;
+#: FIT_PROVENANCE). Meaning, per engine:
+#:   cpu_step_overhead_s  host time per engine step (scheduling, input preparation,
+#:                        graph launch, sampling bookkeeping), s;
+#:   cpu_seq_overhead_s   host time per scheduled sequence per step, s;
+#:   frontend_latency_s   send → scheduler latency of a request (HTTP, tokenization,
+#:                        hand-off to the engine process), s; counted in TTFT;
+#:   frontend_token_s     the frontend's time to stream one output token (detokenize,
+#:                        serialize, send), s; a FIFO that every step's tokens pass.
+#: The grid edges hit (sglang frontend_latency_s, trtllm frontend_token_s) compensate
+#: for closed-loop batching effects the simulator does not reproduce (see the report).
 FITTED: dict[str, dict[str, Any]] = {
-    "vllm": {"cpu_step_overhead_s": 0.5e-3, "cpu_seq_overhead_s": 40e-6, "frontend_latency_s": 0.0},
-    "trtllm": {"cpu_step_overhead_s": 0.0, "cpu_seq_overhead_s": 40e-6, "frontend_latency_s": 40e-3},
-    "sglang": {"cpu_step_overhead_s": 8e-3, "cpu_seq_overhead_s": 40e-6, "frontend_latency_s": 0.0},
+    "vllm": {"cpu_step_overhead_s": 1e-3, "cpu_seq_overhead_s": 40e-6, "frontend_latency_s": 0.0,
+             "frontend_token_s": 0.0},
+    "sglang": {"cpu_step_overhead_s": 2e-3, "cpu_seq_overhead_s": 40e-6, "frontend_latency_s": 80e-3,
+               "frontend_token_s": 40e-6},
+    "trtllm": {"cpu_step_overhead_s": 2e-3, "cpu_seq_overhead_s": 60e-6, "frontend_latency_s": 5e-3,
+               "frontend_token_s": 80e-6},
 }
 
 

@@ -15,10 +15,12 @@ Each row is simulated as it was run (:func:`row_overrides`):
 - C = ``concurrency`` closed-loop clients; 2·C warm-up requests (excluded)
   then ``requests_per_client``·C measured ones, every request ``isl`` tokens in
   and exactly ``osl`` out (``max_tokens`` = osl, EOS ignored).
-- Clients are not in lock-step: each waits an exponential think time of mean
-  :data:`CLIENT_THINK_TIME_S` between its previous request's last token and its
-  next send (the benchmark client's own processing and the localhost round
-  trip; not part of TTFT), the first send included.
+- Clients are not in lock-step by construction: each waits an exponential
+  think time of mean :data:`CLIENT_THINK_TIME_S` (seeded) between seeing its
+  previous request's last token and its next send (the benchmark client's own
+  processing and the localhost round trip; not part of TTFT), the first send
+  included. The engines' batching can still bunch them into cohorts (see
+  ``reports/validation/README.md``).
 - ``max_model_len`` = isl + osl: a benchmark whose every request has that many
   tokens behaves the same under any longer context limit; it only spares the
   start-up check that one maximum-length sequence fits (the KV-bound rows:

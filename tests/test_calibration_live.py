@@ -1,0 +1,49 @@
+"""Live calibration end to end on the CPU with tiny sizes (CI installs the CPU
+torch wheel): microbenchmarks -> tables in the ../shared/kernels format ->
+fit -> a profile the simulator loads."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="live calibration needs torch (pip install torch); "
+                                            "table fitting is tested without it")
+
+from calibration.cli import calibrate  # noqa: E402
+from calibration.datasets import family_rows  # noqa: E402
+from calibration.microbench import Timer, _num_sets  # noqa: E402
+from calibration.tables import READERS, find_tables  # noqa: E402
+from sim.cost_model import CostModel  # noqa: E402
+from sim.hardware import load_hardware  # noqa: E402
+from sim.model_spec import get_model  # noqa: E402
+
+
+def test_cpu_calibration_writes_tables_and_a_loadable_profile(tmp_path):
+    out = calibrate(device="cpu", out=tmp_path / "cpu.yaml", quick=True, quiet=True)
+    kernels = tmp_path / "cpu_kernels"
+    kinds = {k for k, _ in find_tables(kernels)}
+    assert kinds == {"gemm", "context_attention", "generation_attention"}  # one device: no NCCL
+    for kind, path in find_tables(kernels):
+        df = READERS[kind](path)  # the published tables' columns and checks
+        assert len(df) > 0 and (df["latency_s"] > 0).all()
+    assert set(family_rows(kernels)) == {"gemm.bf16", "context_attention", "generation_attention"}
+    hw = load_hardware(out)
+    assert hw.name.startswith("cpu_") and hw.efficiency.form == "fitted_v1"
+    # the CPU's own measured peaks, not a GPU datasheet
+    assert 0 < hw.peak_flops_per_s.bf16 < 1e14 and 0 < hw.hbm_bandwidth_bytes_per_s < 1e12
+    prov = hw.provenance
+    assert f"torch {torch.__version__}" in prov["efficiency_versions"]
+    assert prov["efficiency_date"] and "median APE" in prov["efficiency_fit_error"]
+    assert "all_reduce" in prov["efficiency"]  # said to be not measured
+    assert sorted(p.name for p in kernels.glob("fit_*.png")) == [
+        "fit_context_attention.png", "fit_gemm_bf16.png", "fit_generation_attention.png"]
+    cm = CostModel(get_model("llama-3.1-8b"), hw)
+    t = cm.step_time_s(np.ones(4, dtype=np.int64), np.full(4, 100))
+    assert np.isfinite(t) and t > 0
+
+
+def test_timer_takes_the_median_and_rotates_buffers():
+    calls = []
+    t = Timer("cpu", reps=5, warmup=2)(lambda i: calls.append(i), num_sets=3)
+    assert t >= 0 and calls == [0, 1, 0, 1, 2, 0, 1]  # warm-up, then reps cycling the sets
+    assert _num_sets(1 << 20, 32 << 20) == 64  # 1 MiB sets past a 32 MiB cache: capped at 64
+    assert _num_sets(1 << 30, 32 << 20) == 1
