@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -117,7 +118,9 @@ def main() -> None:
         f"Results: mean TTFT / TPOT (ms) per case: "
         + ", ".join(f"{r['case']}: {r['mean_ttft_ms']:.1f} / {r['mean_tpot_ms']:.2f}" for r in rows)
         + f"; preemptions in (c): {rows[2]['preemptions']}.\n\n"
-        f"Machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}.\n"
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}; 1-minute load average when the run ended: {os.getloadavg()[0]:.1f} "
+        "(numbers are only comparable on an otherwise idle machine).\n"
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
