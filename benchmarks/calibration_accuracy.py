@@ -176,7 +176,7 @@ def write_report(path: Path, rows: list[dict], trans: list[dict], fits: dict, se
                  wall: float) -> None:
     df = pd.DataFrame(rows)
     lines = ["# Calibration accuracy: the fitted cost model on held-out kernel shapes", "",
-             "Regenerate (about 4 minutes on 2 cores; needs `../shared/kernels`):", "",
+             "Regenerate (about 3-6 minutes on 2 cores; needs `../shared/kernels`):", "",
              "    python benchmarks/calibration_accuracy.py", "",
              "Each kernel family is fitted (`calibration.fit`, least squares on log time) on 70 % of its "
              "shapes and scored on the held-out 30 % — whole (n, k) pairs for GEMMs, whole (heads, KV heads, "

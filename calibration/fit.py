@@ -1,12 +1,15 @@
 """Fit ``fitted_v1`` efficiency parameters to measured kernel rows.
 
 Least squares on log time (``scipy.optimize.least_squares``, trust-region
-reflective with bounds, parameters in log space, soft-L1 loss with scale 0.2
-so a few broken measurements -- a 766 us outlier among 85 us neighbours --
-cannot drag the fit), separately per family: ``gemm.<dtype>``,
-``context_attention``, ``generation_attention``, ``all_reduce``. The formulas
-are the cost model's own (``sim/cost_model/fitted.py``), so a fitted profile
-predicts exactly what was fitted.
+reflective with bounds, parameters in log space), separately per family:
+``gemm.<dtype>``, ``context_attention``, ``generation_attention``,
+``all_reduce``. Each fit runs plain least squares, then a soft-L1 loss with
+scale 0.2 from there, so a few broken measurements -- a 766 us outlier among
+85 us neighbours -- cannot drag it; three starts that differ in the fixed
+cost are tried (on a seeded 4,000-row subsample for large tables) and the
+best is refined on all rows. The formulas are the cost model's own
+(``sim/cost_model/fitted.py``), so a fitted profile predicts exactly what was
+fitted.
 
     fit = fit_family("gemm.bf16", rows, device)            # FitResult
     fit.params                                              # GemmParams
@@ -49,9 +52,10 @@ SPACE = {
     "half_bytes": (1e6, 1.0, 1e12),
     "exponent": (0.5, 0.05, 5.0),
 }
-# The saturation exponents stay at 0.5 (efficiency ~ sqrt of size below the half
-# point): fitting them as well bought < 0.5 point of held-out error on the H100
-# and A100 tables, and made the half points poorly determined.
+# Fitted per family: the roofline terms (peak efficiencies, half points, saturation
+# exponents), the launch cost, and each family's own terms. Tile sizes are fixed
+# (64 x 64 GEMM tiles, 128-row query tiles, 64-token KV tiles: the kernels' CTA
+# tiles), and so is split_kv_min_group, chosen between 1 and 2 by fit_generation.
 _MEMORY = ("memory_efficiency_max", "memory_half_bytes", "memory_exponent", "launch_s")
 _CORE = ("compute_efficiency_max", "compute_half_flops", "compute_exponent") + _MEMORY
 #: family kind -> (params class, free parameters); the rest keep their defaults
@@ -66,7 +70,8 @@ FREE = {
     "all_reduce": (AllReduceParams, ("latency_s", "latency_per_gpu_s", "half_bytes", "exponent")),
 }
 FIXED_DEFAULTS = {"compute_efficiency_max": 1.0, "compute_half_flops": 1.0, "compute_exponent": 0.5,
-                  "memory_exponent": 0.5, "k_serial_s": 0.0, "k_split": 1e6, "softmax_flops_per_score": 0.0, "seq_head_s": 0.0}
+                  "memory_exponent": 0.5, "k_serial_s": 0.0, "k_split": 1e6,
+                  "softmax_flops_per_score": 0.0, "seq_head_s": 0.0}
 W8A8_FAMILIES = ("gemm.fp8", "gemm.fp8_block")
 #: tables larger than this pick their best start on a seeded subsample of this many rows
 SCREEN_ROWS = 4000

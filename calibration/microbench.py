@@ -162,8 +162,9 @@ def bench_gemm(device: str, dev_name: str, sizes: dict, timer: Timer, cache: flo
                     continue
                 wbytes = k * n * (1 if dtype == "fp8" else 2)
                 sets = _num_sets(wbytes + 2 * m * (k + n), cache)
-                x = [torch.randn(m, k, device=device, dtype=torch.bfloat16, generator=gen) for _ in range(sets)]
-                w = [torch.randn(n, k, device=device, dtype=torch.bfloat16, generator=gen) for _ in range(sets)]
+                bf = torch.bfloat16
+                x = [torch.randn(m, k, device=device, dtype=bf, generator=gen) for _ in range(sets)]
+                w = [torch.randn(n, k, device=device, dtype=bf, generator=gen) for _ in range(sets)]
                 if dtype == "fp8":
                     f8 = torch.float8_e4m3fn
                     wq = [(wi / (wi.abs().amax() / 448)).to(f8).t() for wi in w]
@@ -209,8 +210,8 @@ def bench_attention(device: str, dev_name: str, sizes: dict, timer: Timer,
                 q = torch.randn(b, h, isl, d, device=device, dtype=bf, generator=gen)
                 kv = torch.randn(2, b, kvh, isl, d, device=device, dtype=bf, generator=gen)
                 t = timer(lambda i: sdpa(q, kv[0], kv[1], is_causal=True, enable_gqa=kvh != h))
-                ctx.append([torch.__version__, dev_name, "torch_sdpa", b, isl, h, kvh, d, "bfloat16", "bfloat16", 0, 0,
-                            t * 1e3])
+                ctx.append([torch.__version__, dev_name, "torch_sdpa", b, isl, h, kvh, d, "bfloat16",
+                            "bfloat16", 0, 0, t * 1e3])
         for b in sizes["gen_batch"]:
             for step in sizes["step"]:
                 if b * step > sizes["gen_tokens_max"]:
@@ -218,8 +219,8 @@ def bench_attention(device: str, dev_name: str, sizes: dict, timer: Timer,
                 q = torch.randn(b, h, 1, d, device=device, dtype=bf, generator=gen)
                 kv = torch.randn(2, b, kvh, step + 1, d, device=device, dtype=bf, generator=gen)
                 t = timer(lambda i: sdpa(q, kv[0], kv[1], enable_gqa=kvh != h))
-                dec.append([torch.__version__, dev_name, "torch_sdpa", b, 1, h, kvh, d, "bfloat16", "bfloat16", step, 0,
-                            t * 1e3])
+                dec.append([torch.__version__, dev_name, "torch_sdpa", b, 1, h, kvh, d, "bfloat16",
+                            "bfloat16", step, 0, t * 1e3])
     return ctx, dec
 
 

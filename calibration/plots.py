@@ -18,6 +18,7 @@ def plot_fit(path: str | Path, title: str, measured_s: np.ndarray, predicted_s: 
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     meas = np.asarray(measured_s) * 1e6
     pred = np.asarray(predicted_s) * 1e6
@@ -45,6 +46,8 @@ def plot_fit(path: str | Path, title: str, measured_s: np.ndarray, predicted_s: 
                    rasterized=True)
         rx.scatter(meas[sel], p[sel] / meas[sel], s=ms, alpha=alpha, lw=0, color=color,
                    rasterized=True)
+    narrow = hi / lo < 300  # under ~2.5 decades: label 1, 2, 5 x 10^k instead of decades only
+    axes_log = [a.xaxis for a in (ax, rx)] + [ax.yaxis]
     for a in (ax, rx):
         a.set_xscale("log")
         a.set_xlim(lo, hi)
@@ -52,6 +55,11 @@ def plot_fit(path: str | Path, title: str, measured_s: np.ndarray, predicted_s: 
         a.grid(True, which="major", color="0.8", lw=0.5)
     ax.set_yscale("log")
     ax.set_ylim(lo, hi)
+    for axis in axes_log:
+        axis.set_minor_formatter(NullFormatter())  # no overlapping minor labels
+        if narrow:
+            axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_ylabel("predicted latency (µs)")
     ratio = np.concatenate([p[sel] / meas[sel] for sel, p, *_ in sets]) if sets else np.ones(1)
     rx.set_ylim(max(0.0, min(0.5, float(np.percentile(ratio, 0.5)) * 0.95)),

@@ -50,8 +50,8 @@ def derive(target: HardwareProfile, source: HardwareProfile, reason: str = "") -
                            "measurements. Compute, memory, softmax and all-reduce bandwidth terms scale "
                            f"with {target.name}'s datasheet; fixed costs (launch, per-sequence) are "
                            f"{source.name}'s as measured; NCCL latency is {source.name}'s x "
-                           f"{scale:.3g} (ratio of the interconnect latency_s entries). Calibrate on the GPU to replace "
-                           "them (calibration/run_on_gpu.sh)"),
+                           f"{scale:.3g} (ratio of the interconnect latency_s entries). Calibrate on "
+                           "the GPU to replace them (calibration/run_on_gpu.sh)"),
             "efficiency_source": f"transferred from {source.name}",
             "efficiency_date": today(),
             "efficiency_fit_error": (f"not measured on {target.name}; on {source.name}: "

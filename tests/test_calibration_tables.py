@@ -32,7 +32,8 @@ def test_missing_column_is_an_error_naming_file_and_column(tmp_path):
     with pytest.raises(ConfigError, match="missing column"):  # the fitting path reads the same way
         family_rows(tmp_path)
     q = tmp_path / "nccl_y.csv"
-    pd.DataFrame({"op_name": ["all_reduce"], "num_gpus": [2], "message_size": [4], "latency": [1.0]}).to_csv(q, index=False)
+    pd.DataFrame({"op_name": ["all_reduce"], "num_gpus": [2], "message_size": [4],
+                  "latency": [1.0]}).to_csv(q, index=False)
     with pytest.raises(ConfigError, match=r"nccl_y\.csv: missing column\(s\) nccl_dtype"):
         read_nccl_table(q)
 
@@ -56,7 +57,8 @@ def _model_tables(d: Path, hw) -> None:
     g["latency"] = 1e3 * predict("gemm.bf16", eff.gemm["bf16"], g, dev)
     g.to_csv(d / "t_gemm.csv", index=False)
     for kind, lens in (("context", [64, 512, 2048]), ("generation", [15, 1023, 16383])):
-        a = pd.DataFrame([(b, x, h, kv, 128) for b in (1, 8, 64) for x in lens for h, kv in ((32, 8), (8, 1))],
+        a = pd.DataFrame([(b, x, h, kv, 128) for b in (1, 8, 64) for x in lens
+                          for h, kv in ((32, 8), (8, 1))],
                          columns=["batch_size", "L", "num_heads", "num_key_value_heads", "head_dim"])
         a = a.assign(isl=a.L if kind == "context" else 1, step=0 if kind == "context" else a.L,
                      kv_cache_dtype="bfloat16").drop(columns="L")

@@ -76,7 +76,8 @@ class FittedMoe:
         E, k = self.E, self.k
         touched = E * (1.0 - (1.0 - k / E) ** T)
         m = T * k
-        return self.router(T) + (self.w13.time_s(m, touched) + self.w2.time_s(m, touched)) * self.w13.layers
+        experts = self.w13.time_s(m, touched) + self.w2.time_s(m, touched)
+        return self.router(T) + experts * self.w13.layers
 
 
 class FittedAllReduce:
@@ -89,7 +90,9 @@ class FittedAllReduce:
         self.count, self.bytes_per_tok = count, hidden * ACT_BYTES
         if count:
             self.lat = p.latency_s + p.latency_per_gpu_s * (tp - 1.0)
-            rate = hw.interconnect.bandwidth_bytes_per_s * float(bus_efficiency(p, tp)) * tp / (2.0 * (tp - 1.0))
+            # bytes/s of the message: link x bus efficiency / (2 (p-1) / p)
+            rate = (hw.interconnect.bandwidth_bytes_per_s * float(bus_efficiency(p, tp))
+                    * tp / (2.0 * (tp - 1.0)))
             self.c1, self.c2, self.ex = _power_terms(rate, p.half_bytes, p.exponent)
 
     def __call__(self, T: float) -> float:
