@@ -185,6 +185,7 @@ def write_report(path: Path, rows: list[dict], trans: list[dict], fits: dict, se
              "APE = |predicted − measured| / measured. Attention rows are the plain ones "
              "(`window_size` 0, KV cache bf16; H100 kernel `vllm_flash_attn_fa3`, A100 `vllm_flash_attn`). "
              "`scalar` is the hand-set form this replaces, on the same held-out rows.", "",
+             "Live torch-kernel measurements on an H200 (CUDA-graph timing) and how the transferred `h200_sxm` profile scores on them: [`h200_live/README.md`](h200_live/README.md).", "",
              "## Targets (held-out shapes, all sizes)", "",
              "| GPU | table | held-out rows | median APE % | MAPE % | target (median / MAPE) | met | "
              "seed spread median / MAPE % | scalar form median / MAPE % |",

@@ -70,7 +70,9 @@ def fit_directory(directory: str | Path, dev: Device, *, quiet: bool = False,
 
 
 def _table_versions(rows: dict) -> str:
-    """Devices and versions recorded in the tables (vLLM kernels, NCCL from file names)."""
+    """Devices and versions recorded in the tables (vLLM kernels, NCCL from file names;
+    a ``version`` with a ``+`` local tag, e.g. ``2.11.0+cu130``, is torch's, as
+    ``calibration.microbench`` writes it)."""
     devices, vllm, nccl = set(), set(), set()
     for r in rows.values():
         if r.kind == "all_reduce":
@@ -79,8 +81,11 @@ def _table_versions(rows: dict) -> str:
         for col, acc in (("device", devices), ("version", vllm)):
             if col in r.rows.columns:
                 acc |= set(map(str, r.rows[col].dropna().unique()))
+    torch_v = {v for v in vllm if "+" in v}
+    vllm -= torch_v
     parts = [f"device {', '.join(sorted(devices))}" if devices else "",
              f"kernels measured with vLLM {', '.join(sorted(vllm))}" if vllm else "",
+             f"kernels measured with torch {', '.join(sorted(torch_v))}" if torch_v else "",
              f"NCCL {', '.join(sorted(nccl))}" if nccl else ""]
     return "; ".join(p for p in parts if p) or "not recorded"
 
@@ -174,7 +179,8 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
         info = device_info(device)
         run_microbenchmarks(device, kernels, quick=quick, progress=_progress(quiet))
         base = _base_for(device, info, base_profile, kernels)
-        source = f"live microbenchmarks on {info['name']} ({kernels.name}/)"
+        timing = "CUDA-graph replays" if device == "cuda" else "perf_counter per call"
+        source = f"live microbenchmarks on {info['name']} ({kernels.name}/, {timing})"
         versions = f"torch {info['torch']}, CUDA {info['cuda']}, driver {info['driver']}"
         elementwise, _ = _copy_elementwise(kernels / "copy_bandwidth.csv", base.hbm_bandwidth_bytes_per_s)
     dev = Device.of(base)

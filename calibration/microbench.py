@@ -22,7 +22,8 @@ published tables:
 - ``nccl_torch.csv``: ``all_reduce`` over 2..N GPUs (torch.distributed, NCCL)
   when several GPUs are present.
 
-Timing: warm-up calls, synchronisation (CUDA events on GPU), the median of
+Timing: warm-up calls, then on GPU CUDA-graph replays of several calls timed
+with CUDA events (``Timer``), on CPU ``perf_counter`` per call; the median of
 repeats, random inputs (seeded), and for memory-bound work a rotation of
 buffer sets whose total exceeds the last-level cache, so every call reads
 from DRAM/HBM.
@@ -69,17 +70,32 @@ def _torch():
 
 class Timer:
     """Median latency (s) of ``fn(i)`` over ``reps`` calls after ``warmup``;
-    ``i`` indexes the buffer set to use (rotation)."""
+    ``i`` indexes the buffer set to use (rotation).
 
-    def __init__(self, device: str, reps: int, warmup: int = 3) -> None:
+    On CUDA the calls are captured in a CUDA graph (``graph_calls`` calls per
+    graph, the median of ``reps // 2`` timed replays divided by ``graph_calls``):
+    serving engines replay decode steps as CUDA graphs, and timing single
+    eager launches with events adds 5-15 us of launch jitter to small kernels
+    (two eager sweeps on an H200 differed by a median 14 % per GEMM row). A
+    function that cannot be captured falls back to events around single calls.
+    """
+
+    def __init__(self, device: str, reps: int, warmup: int = 3, graph_calls: int = 8) -> None:
         self.torch = _torch()
         self.cuda = device.startswith("cuda")
-        self.reps, self.warmup = reps, warmup
+        self.reps, self.warmup, self.graph_calls = reps, warmup, graph_calls
+        self.graph_failures = 0
 
     def __call__(self, fn: Callable[[int], object], num_sets: int = 1) -> float:
         torch = self.torch
         for i in range(self.warmup):
             fn(i % num_sets)
+        if self.cuda:
+            try:
+                return self._graph_time(fn, num_sets)
+            except RuntimeError:
+                self.graph_failures += 1
+                torch.cuda.synchronize()
         times = []
         if self.cuda:
             torch.cuda.synchronize()
@@ -95,6 +111,26 @@ class Timer:
                 t0 = time.perf_counter()
                 fn(i % num_sets)
                 times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    def _graph_time(self, fn: Callable[[int], object], num_sets: int) -> float:
+        torch = self.torch
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for i in range(self.graph_calls):
+                fn(i % num_sets)
+        graph.replay()  # first replay uploads the graph
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(max(3, self.reps // 2)):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e-3 / self.graph_calls)
+        del graph
         return statistics.median(times)
 
 
@@ -145,16 +181,32 @@ def _write(path: Path, header: list[str], rows: list[list]) -> Path:
     return path
 
 
+class _CsvSink(list):
+    """A row list that also appends each row to ``path`` as it arrives (flushed),
+    so a sweep cut short by a time limit still leaves its measurements."""
+
+    def __init__(self, path: Path, header: list[str]) -> None:
+        super().__init__()
+        self.path = path
+        _write(path, header, [])
+
+    def append(self, row: list) -> None:
+        super().append(row)
+        with self.path.open("a", newline="") as f:
+            csv.writer(f).writerow(row)
+
+
 def bench_gemm(device: str, dev_name: str, sizes: dict, timer: Timer, cache: float,
-               progress) -> list[list]:
-    """Rows (version, device, kernel_source, gemm_dtype, m, n, k, latency ms)."""
+               progress, rows: list | None = None) -> list[list]:
+    """Rows (version, device, kernel_source, gemm_dtype, m, n, k, latency ms),
+    appended to ``rows`` (a new list by default) as they are measured."""
     torch = _torch()
     F = torch.nn.functional
     gen = torch.Generator(device=device).manual_seed(0)
     nk = sizes.get("nk") or sorted(set(MODEL_SHAPES) | {(n, k) for n in GRID for k in GRID})
     fp8 = device.startswith("cuda") and torch.cuda.get_device_capability(0) >= (8, 9)
     fp8_failures = 0
-    rows = []
+    rows = [] if rows is None else rows
     for n, k in progress(nk, desc="GEMM shapes"):
         for m in sizes["m"]:
             for dtype in (["bfloat16", "fp8"] if fp8 else ["bfloat16"]):
@@ -195,13 +247,15 @@ def bench_gemm(device: str, dev_name: str, sizes: dict, timer: Timer, cache: flo
 
 
 def bench_attention(device: str, dev_name: str, sizes: dict, timer: Timer,
-                    progress) -> tuple[list, list]:
-    """(context rows, generation rows) in the attention table format."""
+                    progress, ctx: list | None = None, dec: list | None = None) -> tuple[list, list]:
+    """(context rows, generation rows) in the attention table format, appended to
+    ``ctx`` / ``dec`` (new lists by default) as they are measured."""
     torch = _torch()
     sdpa = torch.nn.functional.scaled_dot_product_attention
     gen = torch.Generator(device=device).manual_seed(1)
     bf = torch.bfloat16
-    ctx, dec = [], []
+    ctx = [] if ctx is None else ctx
+    dec = [] if dec is None else dec
     for h, kvh, d in progress(sizes["attn_shapes"], desc="attention shapes"):
         for b in sizes["ctx_batch"]:
             for isl in sizes["isl"]:
@@ -290,14 +344,19 @@ def run_microbenchmarks(device: str, out_dir: str | Path, quick: bool = False,
     attn_cols = ["version", "device", "kernel_source", "batch_size", "isl", "num_heads",
                  "num_key_value_heads", "head_dim", "attn_dtype", "kv_cache_dtype", "step",
                  "window_size", "latency"]
-    paths = {"gemm": _write(out_dir / "torch_gemm.csv", ["version", "device", "kernel_source", "gemm_dtype",
-                                                         "m", "n", "k", "latency"],
-                            bench_gemm(device, name, sizes, timer, cache, progress))}
-    ctx, dec = bench_attention(device, name, sizes, timer, progress)
-    paths["context_attention"] = _write(out_dir / "torch_context_attention.csv", attn_cols, ctx)
-    paths["generation_attention"] = _write(out_dir / "torch_generation_attention.csv", attn_cols, dec)
+    paths = {"gemm": out_dir / "torch_gemm.csv", "context_attention": out_dir / "torch_context_attention.csv",
+             "generation_attention": out_dir / "torch_generation_attention.csv"}
+    bench_gemm(device, name, sizes, timer, cache, progress,
+               _CsvSink(paths["gemm"], ["version", "device", "kernel_source", "gemm_dtype", "m", "n", "k",
+                                        "latency"]))
+    bench_attention(device, name, sizes, timer, progress,
+                    _CsvSink(paths["context_attention"], attn_cols),
+                    _CsvSink(paths["generation_attention"], attn_cols))
     paths["copy"] = _write(out_dir / "copy_bandwidth.csv", ["bytes", "latency"],
                            bench_copy(device, sizes, timer, cache))
+    if timer.graph_failures:
+        print(f"{timer.graph_failures} measurement(s) could not be captured in a CUDA graph: "
+              "timed as single eager calls")
     nccl = bench_all_reduce(out_dir, int(info.get("gpus", 0)), quick) if device != "cpu" else None
     if nccl is not None:
         paths["nccl"] = nccl

@@ -47,3 +47,21 @@ def test_timer_takes_the_median_and_rotates_buffers():
     assert t >= 0 and calls == [0, 1, 0, 1, 2, 0, 1]  # warm-up, then reps cycling the sets
     assert _num_sets(1 << 20, 32 << 20) == 64  # 1 MiB sets past a 32 MiB cache: capped at 64
     assert _num_sets(1 << 30, 32 << 20) == 1
+
+
+def test_csv_sink_writes_each_row_as_it_arrives(tmp_path):
+    # a sweep killed by a time limit must leave what it measured on disk
+    from calibration.microbench import _CsvSink  # noqa: PLC0415
+    path = tmp_path / "t.csv"
+    sink = _CsvSink(path, ["m", "latency"])
+    assert path.read_text().splitlines() == ["m,latency"]
+    sink.append([1, 0.5])
+    assert path.read_text().splitlines() == ["m,latency", "1,0.5"] and sink == [[1, 0.5]]
+
+
+def test_torch_versions_are_not_labelled_vllm(tmp_path):
+    from calibration.cli import _table_versions  # noqa: PLC0415
+    calibrate(device="cpu", out=tmp_path / "cpu.yaml", quick=True, quiet=True, plots=False)
+    rows = family_rows(tmp_path / "cpu_kernels")
+    text = _table_versions(rows)
+    assert f"kernels measured with torch {torch.__version__}" in text and "vLLM" not in text
