@@ -38,7 +38,7 @@ class Request:
         "status", "reason", "block_hashes",
         "first_scheduled_time", "first_token_time", "last_token_time", "finish_time",
         "preempted_time", "preempted_at_tokens", "preempted_s", "is_warmup",
-        "num_output_tokens_target",
+        "num_output_tokens_target", "kv_capacity",
     )
 
     def __init__(
@@ -89,6 +89,10 @@ class Request:
         self.preempted_time = -1.0
         self.preempted_at_tokens = 0
         self.preempted_s = 0.0
+        #: KV slots (tokens) its block table holds, kept by the KV-cache manager
+        #: so the scheduler's decode hot path can skip ``allocate_slots`` when
+        #: the next token fits in the blocks already held
+        self.kv_capacity = 0
 
     @property
     def num_tokens(self) -> int:

@@ -236,8 +236,10 @@ class FittedAttention:
             f = np.where(b_idx == 0, g - cnt[0], 2 * g - le[(t - b_idx) % t])
             a, bb = np.divmod(j, t)
             tiles = int(q.sum()) + g * a + f[bb]
-        tiled = ((tiles + self._tiles(c[g:])) * t).astype(float)
-        sum_len = float(int(x.sum())) + float(g) * j.astype(float)
+        if g < S:  # static batching's padding sequences: fixed contexts
+            tiles = tiles + self._tiles(c[g:])
+        tiled = (tiles * t).astype(float)
+        sum_len = float(int(x.sum())) + float(g) * np.arange(k, dtype=float)
         total = self._gen(float(S), sum_len, tiled)
         if self.naive:
             total = total + self._naive_extra(sum_len)

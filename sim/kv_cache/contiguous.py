@@ -86,7 +86,7 @@ class ContiguousKVCacheManager(KVCacheManager):
             st = self._states[request.request_id] = _ReqState(request)
         new = self.pool.get_new_blocks(need)
         st.blocks.extend(new)
-        st.capacity = len(st.blocks) * bs
+        st.capacity = request.kv_capacity = len(st.blocks) * bs
         return new
 
     def get_num_blocks_to_allocate(self, request, num_total_tokens: int) -> int:

@@ -45,6 +45,11 @@ class _ReqState:
 class KVCacheManager:
     """Paged KV cache over a :class:`BlockPool`.
 
+    Keeps ``request.kv_capacity`` (slots held) up to date. Without prefix
+    caching, ``allocate_slots(req, n)`` of a request with
+    ``num_computed_tokens + n <= kv_capacity`` is a no-op returning ``[]``
+    (:attr:`decode_skips_allocation`): schedulers may skip the call.
+
     Args:
         num_gpu_blocks: blocks including vLLM's null block 0 (>= 2).
         block_size: tokens per block (vLLM default 16).
@@ -72,6 +77,8 @@ class KVCacheManager:
         self.watermark = watermark
         self.watermark_blocks = int(watermark * num_gpu_blocks)
         self.use_eagle = use_eagle
+        #: allocate_slots within the held capacity does nothing (no hashing)
+        self.decode_skips_allocation = not self.enable_prefix_caching
         self._states: dict[int, _ReqState] = {}
         # vLLM PrefixCacheStats: first admissions vs resumed (preempted) ones.
         self.prefix_cache_requests = 0
@@ -184,6 +191,19 @@ class KVCacheManager:
                 if self.enable_prefix_caching and end // self.block_size > st.num_cached:
                     self._cache_full(st, min(end, request.num_tokens))
                 return []
+            if (self.decode_skips_allocation and not self.watermark_blocks
+                    and type(self) is KVCacheManager):
+                # A running request crossing into new blocks, caching off: take
+                # them from the free stack directly (the slow path's arithmetic).
+                bs = self.block_size
+                num_new_blocks = -(-slots // bs) - len(st.blocks)
+                pool = self.pool
+                if num_new_blocks > pool.num_free_blocks:
+                    return None
+                new = pool.get_new_blocks(num_new_blocks)
+                st.blocks.extend(new)
+                st.capacity = request.kv_capacity = len(st.blocks) * bs
+                return new
         return self._allocate_slow(request, st, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
                                    num_lookahead_tokens, full_sequence_check, has_scheduled_reqs)
 
@@ -222,7 +242,7 @@ class KVCacheManager:
             st.num_cached = len(hits)
         new = pool.get_new_blocks(num_new_blocks) if num_new_blocks else []
         st.blocks.extend(new)
-        st.capacity = len(st.blocks) * bs
+        st.capacity = request.kv_capacity = len(st.blocks) * bs
         if self.enable_prefix_caching:
             self._cache_full(st, min(computed + num_new_tokens, request.num_tokens))
         return new
@@ -241,6 +261,7 @@ class KVCacheManager:
         first) and forget it. No-op for a request holding nothing."""
         st = self._states.pop(request.request_id, None)
         if st is not None:
+            request.kv_capacity = 0
             self.pool.free_blocks(reversed(st.blocks))
 
     # ---- queries --------------------------------------------------------------

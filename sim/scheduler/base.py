@@ -315,28 +315,43 @@ class Scheduler:
             return 1
         mml = self.limits.max_model_len
         k = mml
-        for r in sched:
-            o = r.num_output_tokens
-            left = r.num_output_tokens_target - o
-            if left < k:
-                k = left
-            left = mml - r.num_prompt_tokens - o
-            if left < k:
-                k = left
+        kv = self.kv
+        if getattr(kv, "decode_skips_allocation", False):
+            rooms = []
+            for r in sched:
+                o = r.num_output_tokens
+                left = r.num_output_tokens_target - o
+                if left < k:
+                    k = left
+                left = mml - r.num_prompt_tokens - o
+                if left < k:
+                    k = left
+                rooms.append(r.kv_capacity - r.num_computed_tokens)  # free slots after step 1
+        else:
+            held = kv.num_held_blocks
+            bs = self.limits.block_size
+            rooms = []
+            for r in sched:
+                o = r.num_output_tokens
+                left = r.num_output_tokens_target - o
+                if left < k:
+                    k = left
+                left = mml - r.num_prompt_tokens - o
+                if left < k:
+                    k = left
+                rooms.append(held(r) * bs - r.num_computed_tokens)
         if k <= 1:
             return 1
-        kv = self.kv
         bs = self.limits.block_size
         free = kv.num_free_blocks
-        held = kv.num_held_blocks
         # Blocks each request needs to write tokens c+1 .. c+k (c = context before step 1).
         extra = 0
         needs = []
-        for r in sched:
-            room = held(r) * bs - r.num_computed_tokens  # free slots after step 1
-            if room < k - 1:
+        km1 = k - 1
+        for room in rooms:
+            if room < km1:
                 needs.append(room)
-                extra += -(-(k - 1 - room) // bs)
+                extra += -(-(km1 - room) // bs)
         if extra <= free:
             return k
         lo, hi = 1, k  # largest k' with need(k') <= free; need(1) = 0
@@ -358,8 +373,13 @@ class Scheduler:
         kv = self.kv
         mml = self.limits.max_model_len
         finished = []
+        skip_alloc = getattr(kv, "decode_skips_allocation", False)
         for r in out.scheduled:
-            if j > 1:
+            if j > 1 and skip_alloc and r.num_computed_tokens + j - 1 <= r.kv_capacity:
+                # step j's token fits in the blocks held: allocate_slots would be a no-op
+                r.num_output_tokens += j
+                r.num_computed_tokens += j - 1
+            elif j > 1:
                 # The state before step j, then step j's allocation: it takes the
                 # blocks of steps 2..j at once and hashes those that filled.
                 r.num_output_tokens += j - 1

@@ -49,18 +49,34 @@ class ChunkedPrefillScheduler(Scheduler):
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
         """The RUNNING pass; returns the budget left. (Hot path: the token cap
-        of :meth:`_cap_tokens` is inlined.)"""
+        of :meth:`_cap_tokens` is inlined, and so is :meth:`_add_scheduled`
+        for a decode whose token fits in the blocks it holds — then
+        ``allocate_slots`` would be a no-op and is skipped.)"""
         alloc = self.kv.allocate_slots
+        skip_alloc = getattr(self.kv, "decode_skips_allocation", False)
         running = self.running
         cap_policy = self.limits.capacity_scheduler_policy
         thr = self.limits.long_prefill_token_threshold
         last_pos = self.limits.max_model_len - 1
         add = self._add_scheduled
+        sched_reqs, sched_n, sched_c = out.scheduled, out.num_scheduled_tokens, out.num_computed_before
+        num_decode = 0
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
             c = req.num_computed_tokens
-            n = req.num_prompt_tokens + req.num_output_tokens - c
+            o = req.num_output_tokens
+            n = req.num_prompt_tokens + o - c
+            if n == 1 and o and c < last_pos and skip_alloc and c < req.kv_capacity:
+                # a plain decode with room in its last block
+                sched_reqs.append(req)
+                sched_n.append(1)
+                sched_c.append(c)
+                num_decode += 1
+                req.num_computed_tokens = c + 1
+                budget -= 1
+                i += 1
+                continue
             if 0 < thr < n:
                 n = thr
             if n > budget:
@@ -75,6 +91,8 @@ class ChunkedPrefillScheduler(Scheduler):
                 victim_idx = self._pick_victim(i, cap_policy)
                 victim = running.pop(victim_idx)
                 if victim is not req and victim in out.scheduled:
+                    out.num_decode_tokens += num_decode  # _unschedule reads the counts
+                    num_decode = 0
                     budget += self._unschedule(out, victim)
                 if victim_idx < i:
                     i -= 1
@@ -90,6 +108,7 @@ class ChunkedPrefillScheduler(Scheduler):
             add(out, req, n)
             budget -= n
             i += 1
+        out.num_decode_tokens += num_decode
         return budget
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> int:
