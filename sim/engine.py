@@ -359,6 +359,10 @@ class Simulation:
             rep.outstanding -= 1
             self._record(req)
             self._on_done(req, seen - now)
+        if finished:
+            # Recorded in the columns: drop the scheduler's references so a long
+            # run does not keep every Request object alive (memory O(running)).
+            rep.scheduler.finished.clear()
 
     def _decode_run(self, rep: _Replica, out, ctx: np.ndarray, k: int, start: float):
         """Up to ``k`` identical decode steps in one event. Step end times are
@@ -460,7 +464,7 @@ class Simulation:
         req = {k: v[order] for k, v in req.items()}
         self._check_conservation(req)
         return RunResult(
-            requests=req, steps=self.step_cols.to_numpy(), itl=self.itl.arrays(),
+            requests=req, steps=self.step_cols.to_numpy(copy=False), itl=self.itl.arrays(copy=False),
             rejected_reasons=self.reasons, num_events=self.num_events, num_steps=self.num_steps,
             sim_time_s=env.now, kv_reserved_unused_fraction=(total / busy) if busy > 0 else math.nan,
         )
