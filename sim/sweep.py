@@ -272,6 +272,30 @@ def fingerprint(spec: SweepSpec) -> str:
     return hashlib.sha1(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+#: keys whose values name things that must exist (a typo is the user's error,
+#: not an infeasible point): key -> loader raising ConfigError
+def _name_checks():
+    from sim.hardware import get_hardware  # noqa: PLC0415
+    from sim.model_spec import get_model  # noqa: PLC0415
+    from sim.scheduler.registry import get_scheduler_class  # noqa: PLC0415
+
+    return {"hardware": get_hardware, "model": get_model, "scheduler": get_scheduler_class}
+
+
+def check_names(values_by_key: dict[str, list], prefix: str) -> None:
+    """Raise ConfigError for a hardware profile, model or scheduler name that
+    does not exist, naming where it came from (``prefix`` + key, e.g.
+    ``sweep.yaml: axes.hardware``) and the value, before any point runs: a
+    mistyped name in a grid is an error, not a column of infeasible points."""
+    for key, check in _name_checks().items():
+        for v in values_by_key.get(key, []):
+            try:
+                check(str(v))
+            except ConfigError as e:
+                msg = str(e).removeprefix(f"{key}: ")
+                raise ConfigError(f"{prefix}{key}: {msg}") from None
+
+
 def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", workers: int | None = None,
               ray_address: str | None = None, quiet: bool = False, retry_failed: bool = True):
     """Run every point of ``spec`` not yet in ``out_dir`` and return the whole table
@@ -285,6 +309,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers: must be >= 1, got {workers}")
     goodput = parse_goodput(spec.goodput) or None
+    check_names({k: list(v) for k, v in spec.axes.items()}, f"{spec.source}: axes.")
     points = expand_points(spec)
     out = Path(out_dir)
     store = ResultStore(out)

@@ -88,6 +88,7 @@ def plan(
     from sim.metrics import parse_goodput
     from sim.plan import PlanSettings, make_candidates, parse_slos
     from sim.plan_report import answer_line, run_plan
+    from sim.sweep import check_names
 
     config, slo = None, list(slo or [])
     for a in args or []:
@@ -109,8 +110,11 @@ def plan(
         if not sep or not vals:
             raise ConfigError(f"--vary {item!r}: expected KEY=V1,V2")
         extra[k.strip()] = [parse_value(v) for v in vals.split(",") if v]
-    cands = make_candidates(_split(hardware, "hardware") or [base.hardware], _split(tp, "tp", int) or
-                            [base.tensor_parallel_size], _split(scheduler, "scheduler") or [base.scheduler], extra)
+    hw_list, sched_list = _split(hardware, "hardware"), _split(scheduler, "scheduler")
+    check_names({"hardware": hw_list or [], "scheduler": sched_list or []}, "--")
+    check_names(extra, "--vary ")
+    cands = make_candidates(hw_list or [base.hardware], _split(tp, "tp", int) or
+                            [base.tensor_parallel_size], sched_list or [base.scheduler], extra)
     reps = _split(replicas, "replicas", int) or None
     if target_rate is not None and target_rate <= 0:
         raise ConfigError(f"--target-rate: must be > 0 req/s, got {target_rate}")

@@ -183,3 +183,19 @@ def test_cli_plan_positional_slos(tmp_path, monkeypatch):
     assert list(table["replicas"]) == [3, 3] and list(table["num_gpus"]) == [3, 6]  # ceil(10 / 4) replicas
     assert "Cheapest for 10 req/s: 3 × (test_gpu tp1 chunked) = 3 GPUs, $3.00/hour" in r.output
     assert "p99_tpot_ms <= 50" in (tmp_path / "plan.md").read_text()
+
+
+def test_cli_plan_mistyped_hardware_is_an_error(tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from sim.sweep_cli import plan
+
+    app = typer.Typer()
+    app.command()(plan)
+    app.command()(lambda: None)
+    r = CliRunner().invoke(app, ["plan", "--model", MODEL, "--hardware", "h100_sxm,h10", "--slo", "p99_ttft_ms=500",
+                                 "--out", str(tmp_path), "--quiet"])
+    assert r.exit_code != 0
+    assert "--hardware: unknown hardware 'h10'" in str(r.exception) + r.output
+    assert not (tmp_path / "plan.csv").exists()

@@ -217,3 +217,14 @@ def test_ray_executor_matches_local(tmp_path):
     assert len(local) == 4 and (local["status"] == "ok").all()
     keep = [c for c in local.columns if c not in WALL_COLUMNS]
     pd.testing.assert_frame_equal(local[keep], ray_df[keep])
+
+
+def test_mistyped_names_are_errors_not_infeasible_points(tmp_path):
+    # a typo in a grid must stop the sweep before any point runs, naming key and value
+    spec = load_sweep(write_sweep(tmp_path, {"hardware": ["h100_sxm", "h100"]}))
+    with pytest.raises(ConfigError, match=r"axes\.hardware: unknown hardware 'h100'"):
+        run_sweep(spec, tmp_path / "out", workers=1, quiet=True)
+    assert not (tmp_path / "out" / "points.jsonl").exists()
+    spec = load_sweep(write_sweep(tmp_path, {"scheduler": ["chunked", "chunky"]}, "b.yaml"))
+    with pytest.raises(ConfigError, match=r"axes\.scheduler: unknown batching mode 'chunky'"):
+        run_sweep(spec, tmp_path / "out2", workers=1, quiet=True)

@@ -235,3 +235,12 @@ def test_validation_messages(bad, words):
     for w in words:
         assert w in str(exc.value), str(exc.value)
     assert str(exc.value).startswith("test: workload")
+
+
+def test_integer_length_is_fixed_shorthand():
+    w = WorkloadConfig(input_len=1024, output_len="64", num_requests=3)
+    assert w.input_len == FixedLen(dist="fixed", value=1024) and w.output_len == FixedLen(dist="fixed", value=64)
+    with pytest.raises(Exception, match="greater than or equal to 1"):
+        WorkloadConfig(input_len=0, output_len=64)
+    with pytest.raises(Exception):
+        WorkloadConfig(input_len=True, output_len=64)  # a bool is not a length

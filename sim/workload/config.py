@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sim.errors import ConfigError
 
@@ -113,7 +113,18 @@ class EmpiricalLen(BaseModel):
     column: str
 
 
-LengthSpec = Annotated[Union[FixedLen, UniformLen, LognormalLen, EmpiricalLen], Field(discriminator="dist")]
+def _length_shorthand(v: Any) -> Any:
+    """``input_len: 1024`` (or ``--set workload.input_len=1024``) means
+    ``{dist: fixed, value: 1024}``."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return {"dist": "fixed", "value": v}
+    if isinstance(v, str) and v.strip().isdigit():
+        return {"dist": "fixed", "value": int(v)}
+    return v
+
+
+LengthSpec = Annotated[Annotated[Union[FixedLen, UniformLen, LognormalLen, EmpiricalLen],
+                                 Field(discriminator="dist")], BeforeValidator(_length_shorthand)]
 
 
 # ---------------------------------------------------------------- other parts
