@@ -116,7 +116,8 @@ def kv(
     cfg = build_config(config, _overrides(model=model, hardware=hardware), set_, "default")
     dep = build_deployment(cfg)
     lengths = tuple(length) if length else (1024, 4096, dep.limits.max_model_len)
-    print_kv_report(kv_report(dep.sizing, lengths=lengths), dep)
+    print_kv_report(kv_report(dep.sizing, lengths=lengths, kv_allocation=cfg.kv_allocation,
+                              contiguous_reserve=cfg.contiguous_reserve), dep)
 
 
 @app.command()

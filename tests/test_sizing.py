@@ -92,3 +92,23 @@ def test_kv_report():
             r["sequences_of_17_tokens"]) == (1000 // 64, 1000 // 63, 1000 // 2)
     assert r["weight_gib_per_rank"] == pytest.approx(255_870_976 / GiB)
     assert r["kv_cache_gib"] == pytest.approx(1000 * 65_536 / GiB)
+
+
+def test_kv_report_contiguous_reserves_max_model_len_per_sequence():
+    s = compute_kv_sizing(MODEL, HW, num_gpu_blocks_override=1000, max_model_len=4096)
+    r = kv_report(s, lengths=(1024, 17), kv_allocation="contiguous")
+    # every sequence reserves 4096 tokens = 256 blocks, whatever its length
+    assert r["kv_allocation"] == "contiguous"
+    assert r["sequences_of_1024_tokens"] == r["sequences_of_17_tokens"] == 1000 // 256 == 3
+    r = kv_report(s, lengths=(1024,), kv_allocation="contiguous", contiguous_reserve="max_tokens")
+    assert r["sequences_of_1024_tokens"] == 1000 // 64  # reserves its own length
+    with pytest.raises(ConfigError, match="kv_allocation"):
+        kv_report(s, kv_allocation="pagd")
+
+
+def test_block_override_larger_than_the_gpu_is_an_error():
+    per_block = 16 * MODEL.kv_bytes_per_token("auto", 1)
+    ok = int(HW.memory_bytes // per_block)
+    compute_kv_sizing(MODEL, HW, num_gpu_blocks_override=ok, max_model_len=4096)
+    with pytest.raises(ConfigError, match=r"num_gpu_blocks_override: invalid value .* GiB of KV cache per rank, more than"):
+        compute_kv_sizing(MODEL, HW, num_gpu_blocks_override=ok + 1, max_model_len=4096)

@@ -118,6 +118,14 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
 
     kv_tok = model.kv_bytes_per_token(kv_cache_dtype, tp)
     block_bytes = block_size * kv_tok
+    if num_gpu_blocks_override is not None and num_gpu_blocks_override * block_bytes > hw.memory_bytes:
+        # vLLM takes any override (a testing knob); here a pool larger than the
+        # whole GPU is a typo, and would only exhaust this machine's memory.
+        raise ConfigError(
+            f"num_gpu_blocks_override: invalid value {num_gpu_blocks_override!r}; "
+            f"{num_gpu_blocks_override} blocks of {block_bytes} bytes = "
+            f"{num_gpu_blocks_override * block_bytes / GiB:,.1f} GiB of KV cache per rank, more than "
+            f"{hw.name}'s {hw.memory_bytes / GiB:.1f} GiB")
     weights = model.weight_bytes(quantization, tp)
     act = activation_bytes_estimate(model, tensor_parallel_size=tp,
                                     max_num_batched_tokens=max_num_batched_tokens,
@@ -153,13 +161,20 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
                     hw.memory_bytes, float(gpu_memory_utilization))
 
 
-def kv_report(sizing: KVSizing, lengths: tuple[int, ...] = (1024, 4096, 32768)) -> dict:
+def kv_report(sizing: KVSizing, lengths: tuple[int, ...] = (1024, 4096, 32768),
+              kv_allocation: str = "paged", contiguous_reserve: str = "max_model_len") -> dict:
     """The capacity arithmetic for ``servesim kv`` (GiB = 2**30 bytes): bytes
     per token, weight / activation / KV memory per rank, blocks, token capacity,
     and how many sequences of ``max_model_len`` and of each length fit
-    (``sequences_of_<n>_tokens``, whole sequences, each rounded up to blocks)."""
+    (``sequences_of_<n>_tokens``, whole sequences, each rounded up to blocks).
+
+    ``kv_allocation="contiguous"`` with ``contiguous_reserve="max_model_len"``
+    (the pre-PagedAttention baseline of ``sim/kv_cache/contiguous.py``): every
+    sequence, whatever its length, takes a ``max_model_len`` reservation; with
+    ``"max_tokens"`` a sequence reserves its own length, as paged blocks."""
     for n in lengths:
         _check("lengths", n, isinstance(n, int) and n >= 1, "each length must be an integer >= 1")
+    _check("kv_allocation", kv_allocation, kv_allocation in ("paged", "contiguous"), "must be paged or contiguous")
     bs = sizing.block_size
     report = {
         "kv_bytes_per_token": sizing.kv_bytes_per_token,
@@ -177,6 +192,9 @@ def kv_report(sizing: KVSizing, lengths: tuple[int, ...] = (1024, 4096, 32768)) 
         "max_concurrency_at_max_model_len": sizing.max_concurrency,
         "sequences_at_max_model_len": sizing.num_gpu_blocks // math.ceil(sizing.max_model_len / bs),
     }
+    report["kv_allocation"] = kv_allocation
     for n in lengths:  # flat keys, one per length: sequences_of_<n>_tokens
-        report[f"sequences_of_{int(n)}_tokens"] = sizing.num_gpu_blocks // math.ceil(n / bs)
+        whole = kv_allocation == "contiguous" and contiguous_reserve == "max_model_len"
+        held = max(int(n), sizing.max_model_len) if whole else int(n)
+        report[f"sequences_of_{int(n)}_tokens"] = sizing.num_gpu_blocks // math.ceil(held / bs)
     return report
