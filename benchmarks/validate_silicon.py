@@ -14,7 +14,9 @@ group or concurrency:
 - ``cpu_step_overhead_s``: host time per engine step;
 - ``cpu_seq_overhead_s``: host time per scheduled sequence per step;
 - ``frontend_latency_s``: send → scheduler latency of a request;
-- ``frontend_token_s``: the frontend's time to stream one output token.
+- ``frontend_token_s``: the frontend's time to stream one output token;
+- ``client_phase_spread``: how far apart the closed-loop clients start, as a
+  fraction of one request (``sim/client_phase.py``; 0 = all together).
 
 Whether the host work overlaps the GPU (``overlap_scheduling``) is not fitted:
 it is each engine's documented default. The fit is a coordinate search on a
@@ -45,6 +47,7 @@ GRID = {
     "cpu_seq_overhead_s": [0.0, 5e-6, 10e-6, 20e-6, 40e-6, 60e-6, 80e-6],
     "frontend_latency_s": [0.0, 5e-3, 10e-3, 20e-3, 40e-3, 80e-3],
     "frontend_token_s": [0.0, 10e-6, 20e-6, 40e-6, 80e-6],
+    "client_phase_spread": [0.0, 0.02, 0.05, 0.1, 0.2, 0.4, 1.0],
 }
 TPOT_WEIGHT = 2.0  # TPOT's target (10 %) is tighter than TTFT's
 ENGINES = ("vllm", "sglang", "trtllm")
@@ -68,7 +71,10 @@ def loss(rows: list[dict], preds: list[dict]) -> float:
     return float(np.mean(errs)) if errs else math.inf
 
 
-def fit_engine(engine: str, rows: list[dict], rpc: int, workers: int | None, rounds: int = 2) -> dict:
+def fit_engine(engine: str, rows: list[dict], rpc: int, workers: int | None, rounds: int = 2,
+               params: tuple[str, ...] = tuple(GRID), start: dict | None = None) -> dict:
+    """Coordinate search over ``GRID[k]`` for each k in ``params``, from ``start``
+    (default: every parameter 0); the other parameters stay at their start value."""
     from sim.validate import ValidateOptions, predict_rows
 
     cache: dict[tuple, float] = {}
@@ -83,11 +89,12 @@ def fit_engine(engine: str, rows: list[dict], rpc: int, workers: int | None, rou
         return cache[key]
 
     best = {k: 0.0 for k in GRID}
+    best.update({k: v for k, v in (start or {}).items() if k in GRID})
     best_loss = evaluate(best)
     for _ in range(rounds):
         changed = False
-        for k, values in GRID.items():
-            for v in values:
+        for k in params:
+            for v in GRID[k]:
                 trial = dict(best, **{k: v})
                 lo = evaluate(trial)
                 if lo < best_loss - 1e-9:
@@ -106,16 +113,25 @@ def main() -> None:
     ap.add_argument("--requests-per-client", type=int, default=10)
     ap.add_argument("--engines", default=",".join(ENGINES), help="engines to fit (default: all)")
     ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--fit-params", default=",".join(GRID),
+                    help="parameters to fit (default: all); with a subset, the others stay at their "
+                         "current fitted values and the search starts there")
+    ap.add_argument("--rounds", type=int, default=2, help="coordinate-search rounds")
     args = ap.parse_args()
+    fit_params = tuple(p for p in args.fit_params.split(",") if p)
+    unknown = [p for p in fit_params if p not in GRID]
+    if unknown:
+        ap.error(f"--fit-params: unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(GRID)}")
 
+    from sim.client_phase import CLIENT_PHASE_SPREAD, PHASE_KEY
     from sim.engines import FITTED
-    from sim.validate import ValidateOptions, read_rows
+    from sim.validate import read_rows
 
     df = read_rows(args.csv)
     fit_mask = split(df)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    fitted = {e: {k: v for k, v in FITTED[e].items()} for e in ENGINES}
+    fitted = {e: dict(FITTED[e], **{PHASE_KEY: CLIENT_PHASE_SPREAD[e]}) for e in ENGINES}
     fit_info: dict = {}
     if not args.skip_fit:
         fit_rows = df[fit_mask]
@@ -123,14 +139,17 @@ def main() -> None:
             rows = fit_rows[fit_rows["backend"] == eng].to_dict("records")
             print(f"fitting {eng} on {len(rows)} fit-half rows", flush=True)
             t0 = time.perf_counter()
-            res = fit_engine(eng, rows, args.fit_requests_per_client, args.workers)
+            subset = set(fit_params) != set(GRID)
+            res = fit_engine(eng, rows, args.fit_requests_per_client, args.workers, rounds=args.rounds,
+                             params=fit_params, start=fitted[eng] if subset else None)
             res["wall_s"] = time.perf_counter() - t0
             fitted[eng] = dict(res["params"])
             fit_info[eng] = res
             print(f"  best {eng}: {res['params']} loss {res['fit_loss']:.4f}", flush=True)
         (out / "fitted_params.json").write_text(json.dumps(
             {"date": date.today().isoformat(), "split_seed": SPLIT_SEED,
-             "fit_requests_per_client": args.fit_requests_per_client, "fitted": fitted, "fit": fit_info},
+             "fit_requests_per_client": args.fit_requests_per_client, "fit_params": list(fit_params),
+             "fitted": fitted, "fit": fit_info},
             indent=2) + "\n")
     score(df, fit_mask, fitted, args, out)
 
@@ -213,12 +232,13 @@ def write_readme(out: Path, summary: dict, wall: float, num_rows: int) -> None:
     lines += ["", "Fit half, for comparison:", ""] + _table(fi)[:2 + 1 + len(fi["by_engine"])]
     lines += ["", "All rows:", ""] + _table(al)[:2 + 1 + len(al["by_engine"])]
     lines += ["", "## Fitted engine parameters", "",
-              "| engine | cpu_step_overhead_s | cpu_seq_overhead_s | frontend_latency_s | frontend_token_s |",
-              "|---|---|---|---|---|"]
+              "| engine | cpu_step_overhead_s | cpu_seq_overhead_s | frontend_latency_s | frontend_token_s "
+              "| client_phase_spread |",
+              "|---|---|---|---|---|---|"]
     for eng, p in fitted.items():
         lines.append(f"| {eng} | {p.get('cpu_step_overhead_s', 0) * 1e3:g} ms | "
                      f"{p.get('cpu_seq_overhead_s', 0) * 1e6:g} µs | {p.get('frontend_latency_s', 0) * 1e3:g} ms | "
-                     f"{p.get('frontend_token_s', 0) * 1e6:g} µs |")
+                     f"{p.get('frontend_token_s', 0) * 1e6:g} µs | {p.get('client_phase_spread', 0):g} |")
     lines += ["", "Figures: `scatter_ttft.png`, `scatter_tpot.png` (scored half, one colour per engine, "
               "y = x and ±30 %), `residuals_by_group.png` (scored half, signed log2 error by group). "
               "`predictions.csv` has every row with its half and the prediction.", ""]
