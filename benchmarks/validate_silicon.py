@@ -313,21 +313,36 @@ bunching wrong (next section).
 ## Where the model is still wrong, and why
 
 - **Batch synchronisation in closed loops (the main TTFT error).** With all C
-  clients starting together and responding within milliseconds, the simulated
-  engines settle into *cohorts*: requests admitted in the same step decode in the
-  same steps, finish in the same step and come back together, and a long prefill
-  step collects every request that arrives while it runs. TTFT is then a cohort's
-  prefill (up to the whole 8,192-token budget). The measured systems sit between
-  that and fully drifted clients: TTFT ≈ 2.5 prefills at C = 8 for vLLM and ≈ 4 for
-  TensorRT-LLM Qwen3-32B, at both 1,024 and 4,096 input tokens, where the
-  simulator gives about 6.7 at 1,024 and about 2 at 4,096. A random client think
-  time (2 ms here; 10-100 ms tried) does not reproduce this: small delays do not
-  split cohorts, large ones are collected by long prefill steps. What splits real
-  cohorts (jitter in the serving frontend and the client under load, step-time
-  noise) is not in the model. SGLang 0.5.1's Qwen3-32B rows behave like full
-  cohorts and are predicted within ~10 %; SGLang 0.5.6's Llama-3.1-8B H200 rows
-  (a different campaign: odd concurrencies, 1-8 k inputs) behave like nearly
-  drifted clients and are over-predicted 2-3x.
+  clients starting together, the simulated engines settle into *cohorts*: requests
+  admitted in the same step decode in the same steps, finish in the same step and
+  come back together, and a long prefill step collects every request that arrives
+  while it runs (vLLM Qwen3-32B TP2, isl 1,024, C = 8: one request alone, the other
+  seven in one 7,168-token prefill step, every cycle). Both this state and fully
+  spread clients are stable in the model: started at random phases
+  (`client_phase_spread` = 1, `sim/client_phase.py`), simulated clients stay spread
+  for 20 cycles and more. What we tried to move the model from one to the other,
+  on 10 vLLM rows (TTFT MAPE / median APE 75.9 / 71.3 % as fitted): GPU step-time
+  noise (lognormal, CV 3 % and 10 %: 74.3 / 67.7 and 70.8 / 60.0 %; cohort members
+  share every step, so noise cannot split them); a serial frontend ingest path
+  (2-20 µs per prompt token or 2-20 ms per request, fixed or exponential: 62-108 %
+  MAPE; a staggered burst is collected by the first sub-cohort's prefill step);
+  random frontend delays in TTFT (exponential 5-50 ms: 75-77 % MAPE). None splits
+  cohorts. The measured systems are not in the cohort state: their TPOT contains the
+  other clients' prefills (e.g. 26 ms against 15 ms for a decode-only step at
+  C = 8, isl 4,096), and spread-start simulations match TPOT better (vLLM rows TPOT
+  MAPE 9.2 % → 4.7 %). But fully spread clients under-predict TTFT about 3x
+  (measured / simulated ≈ 0.24-0.34 for the middle half of the vLLM fit rows; 0.5
+  at C = 8 down to 0.2 at C = 128): the real clients are partly clumped, in groups
+  that grow with C, and their TTFT is ≈ 3 single-request prefills at C = 8 at every
+  TP and input length. `client_phase_spread` interpolates between the two states
+  but, with the other parameters as fitted, small spreads (0.05) help TensorRT-LLM
+  on the fit half and larger ones (≥ 0.1) hurt every engine. Fitted for TensorRT-LLM
+  only (with `frontend_latency_s`, the other parameters kept): 0.02 and 10 ms; scored
+  half TTFT MAPE / median APE 64.9 / 44.8 % → 63.6 / 43.4 %, TPOT MAPE 10.0 → 10.2 %. What sets the real clump size (and so TTFT) is
+  still not modelled. SGLang 0.5.1's Qwen3-32B rows behave like full cohorts and
+  are predicted within ~10 %; SGLang 0.5.6's Llama-3.1-8B H200 rows (a different
+  campaign: odd concurrencies, 1-8 k inputs) behave like nearly drifted clients and
+  are over-predicted 2-3x.
 - **The TensorRT-LLM Llama-3.1-8B client artefact** (puzzle 1).
 - **TensorRT-LLM at C = 128 with TP ≥ 2**: measured TTFT 0.5-2 s with TPOT 10-23 ms
   looks like requests waiting for a slot (as if ~75-90 % of C were admitted); we
@@ -335,8 +350,7 @@ bunching wrong (next section).
 - **Fitted values at grid edges** (SGLang `frontend_latency_s` 80 ms, TensorRT-LLM
   `frontend_token_s` 80 µs) are compensating for the above rather than measuring
   a physical latency; read them as upper bounds.
-- The cost model's roofline efficiencies are being replaced by fitted per-kernel
-  curves (calibration work in progress); these scores use the scalar profiles.
+- The cost model uses the calibrated per-kernel efficiency curves (`fitted_v1` profiles).
 """
 
 

@@ -48,7 +48,7 @@ from sim.workload.specs import RequestSpecs
 PHASE_KEY = "client_phase_spread"
 
 #: Fitted on the fit half of ``dense_agg_dev.csv`` (``benchmarks/validate_silicon.py``).
-CLIENT_PHASE_SPREAD: dict[str, float] = {"vllm": 0.0, "sglang": 0.0, "trtllm": 0.0}
+CLIENT_PHASE_SPREAD: dict[str, float] = {"vllm": 0.0, "sglang": 0.0, "trtllm": 0.02}
 
 
 def check_phase_spread(value: Any) -> float:
