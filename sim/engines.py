@@ -183,7 +183,7 @@ FITTED: dict[str, dict[str, Any]] = {
              "frontend_token_s": 0.0},
     "sglang": {"cpu_step_overhead_s": 2e-3, "cpu_seq_overhead_s": 40e-6, "frontend_latency_s": 80e-3,
                "frontend_token_s": 40e-6},
-    "trtllm": {"cpu_step_overhead_s": 2e-3, "cpu_seq_overhead_s": 60e-6, "frontend_latency_s": 5e-3,
+    "trtllm": {"cpu_step_overhead_s": 2e-3, "cpu_seq_overhead_s": 60e-6, "frontend_latency_s": 10e-3,
                "frontend_token_s": 80e-6},
 }
 

@@ -21,6 +21,11 @@ Each row is simulated as it was run (:func:`row_overrides`):
   processing and the localhost round trip; not part of TTFT), the first send
   included. The engines' batching can still bunch them into cohorts (see
   ``reports/validation/README.md``).
+- The clients' phases: each client's first (warm-up) request ends after a
+  random part of its ``osl`` output tokens, spread over the fraction
+  ``client_phase_spread`` of one request (per engine, fitted;
+  ``sim/client_phase.py``), so that the measured requests see clients spread
+  as the measured systems' are rather than the synchronised start.
 - ``max_model_len`` = isl + osl: a benchmark whose every request has that many
   tokens behaves the same under any longer context limit; it only spares the
   start-up check that one maximum-length sequence fits (the KV-bound rows:
@@ -56,6 +61,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from sim.client_phase import CLIENT_PHASE_SPREAD, PHASE_KEY, check_phase_spread, disperse_client_phases
 from sim.errors import ConfigError, InfeasibleError, ServesimError
 
 #: Mean client think time (s): benchmark client processing + localhost round trip.
@@ -126,8 +132,16 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
         ov["block_size"] = SGLANG_BLOCK_TOKENS
     if engine == "trtllm" and ov["quantization"] in ("fp8", "fp8_block"):
         ov["kv_cache_dtype"] = "fp8"
-    ov.update(opts.engine_overrides.get(engine, {}))
+    ov.update({k: v for k, v in opts.engine_overrides.get(engine, {}).items() if k != PHASE_KEY})
     return ov
+
+
+def row_phase_spread(row: dict, opts: ValidateOptions) -> float:
+    """``client_phase_spread`` of a row's engine (``sim/client_phase.py``): its
+    engine override if given, else the fitted value; ConfigError if not in [0, 1]."""
+    engine = _cell(row, "backend").lower()
+    value = opts.engine_overrides.get(engine, {}).get(PHASE_KEY, CLIENT_PHASE_SPREAD.get(engine, 0.0))
+    return check_phase_spread(value)
 
 
 def simulate_row(row: dict, opts: ValidateOptions) -> dict[str, Any]:
@@ -144,6 +158,8 @@ def simulate_row(row: dict, opts: ValidateOptions) -> dict[str, Any]:
         cfg = build_config(overrides=row_overrides(row, opts))
         dep = build_deployment(cfg)
         specs = generate_requests(cfg.workload, seed=cfg.seed, max_model_len=dep.limits.max_model_len)
+        specs = disperse_client_phases(specs, cfg.workload.max_concurrency or 0, row_phase_spread(row, opts),
+                                       cfg.seed)
         res = Simulation(dep, specs, seed=cfg.seed).run()
     except InfeasibleError as e:
         out.update(status="infeasible", reason=str(e))
