@@ -312,7 +312,7 @@ def bench_all_reduce(out_dir: Path, num_gpus: int, quick: bool) -> Path | None:
     """NCCL all-reduce over 2, 4, 8 (up to ``num_gpus``) GPUs; None if < 2."""
     if num_gpus < 2:
         return None
-    torch = _torch()
+    _torch()  # a clear error here rather than in the spawned workers
     import torch.multiprocessing as mp  # noqa: PLC0415
     sizes = [1 << p for p in range(8, 28 if quick else 29, 2)]  # elements (bf16)
     parts = []

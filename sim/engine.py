@@ -42,6 +42,7 @@ import numpy as np
 import simpy
 
 from sim.deployment import Deployment
+from sim.engine_traffic import Traffic
 from sim.metrics import REQUEST_COLUMNS, STATUS_FINISHED, STATUS_REJECTED, STEP_COLUMNS, Columns, WeightedSamples
 from sim.request import Request, RequestStatus
 from sim.workload import RequestSpecs
@@ -81,7 +82,7 @@ class _Replica:
         self.frontend_done = 0.0  # when the frontend has streamed every token emitted so far
 
 
-class Simulation:
+class Simulation(Traffic):
     """One run: ``Simulation(deployment, specs).run()`` → :class:`RunResult`.
 
     ``progress`` is an optional callable ``progress(num_done)`` called every
@@ -122,15 +123,6 @@ class Simulation:
         self.track_unused = cfg.kv_allocation == "contiguous"
 
     # ------------------------------------------------------------------ requests
-    def _make_request(self, i: int, now: float, client_id: int = -1) -> Request:
-        s = self.specs
-        keys = s.prefix_keys[i] if s.prefix_keys is not None else None
-        return Request(
-            i, now, int(s.num_prompt_tokens[i]), int(s.max_tokens[i]), int(s.output_len[i]),
-            priority=int(s.priority[i]), prefix_keys=keys, prefix_chunk_tokens=s.prefix_chunk_tokens,
-            client_id=client_id, is_warmup=i < self.num_warmup,
-        )
-
     def _send(self, req: Request) -> None:
         rep = self._route(req)
         req.replica = rep.index
@@ -155,48 +147,6 @@ class Simulation:
             self._record(req)
             self._on_done(req)
 
-    def _route(self, req: Request) -> _Replica:
-        reps = self.replicas
-        if len(reps) == 1:
-            return reps[0]
-        mode = self.dep.cfg.router
-        if mode == "round_robin":
-            rep = reps[self._rr % len(reps)]
-            self._rr += 1
-            return rep
-        if mode == "random":
-            return reps[int(self.router_rng.integers(len(reps)))]
-        if mode == "prefix_aware":
-            best = max(reps, key=lambda r: (r.kv.get_computed_blocks(req)[1], -r.outstanding, -r.index))
-            return best
-        return min(reps, key=lambda r: (r.outstanding, r.index))  # least_outstanding_requests
-
-    def _arrivals(self):
-        env = self.env
-        times = self.specs.arrival_time_s
-        for i in range(len(self.specs)):
-            t = float(times[i])
-            if t > env.now:
-                yield env.timeout(t - env.now)
-                self.num_events += 1
-            self._ingress(self._make_request(i, env.now))
-
-    def _client_next(self, client_id: int) -> None:
-        if self._next_index < len(self.specs):
-            i = self._next_index
-            self._next_index += 1
-            self._ingress(self._make_request(i, self.env.now, client_id))
-
-    def _ingress(self, req: Request) -> None:
-        """Hand a just-sent request to the router after the engine's
-        ``frontend_latency_s`` (network, HTTP handling, tokenization, hand-off
-        to the engine process; part of TTFT since the clock started at the send)."""
-        if self.frontend_s <= 0.0:
-            self._send(req)
-            return
-        ev = self.env.timeout(self.frontend_s)
-        ev.callbacks.append(lambda _ev, r=req: self._send(r))
-
     def _deliver(self, rep: _Replica, now: float, num_tokens: int) -> float:
         """When the tokens a step emitted at ``now`` reach the clients: the
         frontend streams ``frontend_token_s`` per token, one step's batch after
@@ -206,30 +156,6 @@ class Simulation:
         f = rep.frontend_done
         rep.frontend_done = (now if now > f else f) + self.frontend_tok_s * num_tokens
         return rep.frontend_done
-
-    def _on_done(self, req: Request, delay: float = 0.0) -> None:
-        self.num_done += 1
-        if self.progress is not None and self.num_done % self.progress_every == 0:
-            self.progress(self.num_done)
-        if self.max_concurrency is not None:
-            self._client_turn(req.client_id, delay)
-
-    def _client_turn(self, client_id: int, delay: float = 0.0) -> None:
-        """The client's next send: ``delay`` (its last token still streaming)
-        plus an exponential think time, or at once."""
-        if self.think_s <= 0.0 and delay <= 0.0:
-            self._client_next(client_id)
-            return
-        if self._next_index >= len(self.specs):
-            return
-        if self.think_s > 0.0:
-            delay += float(self.client_rng.exponential(self.think_s))
-        ev = self.env.timeout(delay)
-        ev.callbacks.append(lambda _ev, c=client_id: self._think_done(c))
-
-    def _think_done(self, client_id: int) -> None:
-        self.num_events += 1
-        self._client_next(client_id)
 
     def _record(self, req: Request) -> None:
         rejected = req.status == RequestStatus.REJECTED
@@ -249,7 +175,6 @@ class Simulation:
         kv = rep.kv
         cost = self.cost
         step_time_s = cost.step_time_s
-        itl_add = self.itl.add
         step_append = self.step_cols.append
         overheads = self.overheads
         cfg = self.dep.cfg

@@ -1,0 +1,89 @@
+"""The traffic side of a simulation: open-loop arrivals, closed-loop clients,
+the serving frontend's ingress delay and the router (a mixin of
+:class:`sim.engine.Simulation`, which owns the replicas and the event loop)."""
+
+from __future__ import annotations
+
+from sim.request import Request
+
+
+class Traffic:
+    """Request creation, arrival processes, client turns and routing. Uses the
+    state :class:`~sim.engine.Simulation` sets up (``env``, ``specs``,
+    ``replicas``, ``client_rng``, ``router_rng``, ...) and its ``_send``."""
+
+    def _make_request(self, i: int, now: float, client_id: int = -1) -> Request:
+        s = self.specs
+        keys = s.prefix_keys[i] if s.prefix_keys is not None else None
+        return Request(
+            i, now, int(s.num_prompt_tokens[i]), int(s.max_tokens[i]), int(s.output_len[i]),
+            priority=int(s.priority[i]), prefix_keys=keys, prefix_chunk_tokens=s.prefix_chunk_tokens,
+            client_id=client_id, is_warmup=i < self.num_warmup,
+        )
+
+    def _route(self, req: Request):
+        """The replica for ``req`` by ``router`` (``sim.engine._Replica``)."""
+        reps = self.replicas
+        if len(reps) == 1:
+            return reps[0]
+        mode = self.dep.cfg.router
+        if mode == "round_robin":
+            rep = reps[self._rr % len(reps)]
+            self._rr += 1
+            return rep
+        if mode == "random":
+            return reps[int(self.router_rng.integers(len(reps)))]
+        if mode == "prefix_aware":
+            best = max(reps, key=lambda r: (r.kv.get_computed_blocks(req)[1], -r.outstanding, -r.index))
+            return best
+        return min(reps, key=lambda r: (r.outstanding, r.index))  # least_outstanding_requests
+
+    def _arrivals(self):
+        env = self.env
+        times = self.specs.arrival_time_s
+        for i in range(len(self.specs)):
+            t = float(times[i])
+            if t > env.now:
+                yield env.timeout(t - env.now)
+                self.num_events += 1
+            self._ingress(self._make_request(i, env.now))
+
+    def _client_next(self, client_id: int) -> None:
+        if self._next_index < len(self.specs):
+            i = self._next_index
+            self._next_index += 1
+            self._ingress(self._make_request(i, self.env.now, client_id))
+
+    def _ingress(self, req: Request) -> None:
+        """Hand a just-sent request to the router after the engine's
+        ``frontend_latency_s`` (network, HTTP handling, tokenization, hand-off
+        to the engine process; part of TTFT since the clock started at the send)."""
+        if self.frontend_s <= 0.0:
+            self._send(req)
+            return
+        ev = self.env.timeout(self.frontend_s)
+        ev.callbacks.append(lambda _ev, r=req: self._send(r))
+
+    def _on_done(self, req: Request, delay: float = 0.0) -> None:
+        self.num_done += 1
+        if self.progress is not None and self.num_done % self.progress_every == 0:
+            self.progress(self.num_done)
+        if self.max_concurrency is not None:
+            self._client_turn(req.client_id, delay)
+
+    def _client_turn(self, client_id: int, delay: float = 0.0) -> None:
+        """The client's next send: ``delay`` (its last token still streaming)
+        plus an exponential think time, or at once."""
+        if self.think_s <= 0.0 and delay <= 0.0:
+            self._client_next(client_id)
+            return
+        if self._next_index >= len(self.specs):
+            return
+        if self.think_s > 0.0:
+            delay += float(self.client_rng.exponential(self.think_s))
+        ev = self.env.timeout(delay)
+        ev.callbacks.append(lambda _ev, c=client_id: self._think_done(c))
+
+    def _think_done(self, client_id: int) -> None:
+        self.num_events += 1
+        self._client_next(client_id)
