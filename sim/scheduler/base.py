@@ -193,33 +193,21 @@ class Scheduler:
         mml = self.limits.max_model_len
         k = mml
         kv = self.kv
-        if getattr(kv, "decode_skips_allocation", False):
-            rooms = []
-            for r in sched:
-                o = r.num_output_tokens
-                left = r.num_output_tokens_target - o
-                if left < k:
-                    k = left
-                left = mml - r.num_prompt_tokens - o
-                if left < k:
-                    k = left
-                rooms.append(r.kv_capacity - r.num_computed_tokens)  # free slots after step 1
-        else:
-            held = kv.num_held_blocks
-            bs = self.limits.block_size
-            rooms = []
-            for r in sched:
-                o = r.num_output_tokens
-                left = r.num_output_tokens_target - o
-                if left < k:
-                    k = left
-                left = mml - r.num_prompt_tokens - o
-                if left < k:
-                    k = left
-                rooms.append(held(r) * bs - r.num_computed_tokens)
+        skip = getattr(kv, "decode_skips_allocation", False)  # kv_capacity is kept up to date
+        held = kv.num_held_blocks
+        bs = self.limits.block_size
+        rooms = []  # free slots after step 1
+        for r in sched:
+            o = r.num_output_tokens
+            left = r.num_output_tokens_target - o
+            if left < k:
+                k = left
+            left = mml - r.num_prompt_tokens - o
+            if left < k:
+                k = left
+            rooms.append((r.kv_capacity if skip else held(r) * bs) - r.num_computed_tokens)
         if k <= 1:
             return 1
-        bs = self.limits.block_size
         free = kv.num_free_blocks
         # Blocks each request needs to write tokens c+1 .. c+k (c = context before step 1).
         extra = 0
@@ -276,17 +264,21 @@ class Scheduler:
         return finished, usage
 
     # ------------------------------------------------------------------ helpers
-    def _preempt(self, req: Request) -> None:
+    def _preempt(self, req: Request, front: bool = True) -> None:
         """Recompute preemption (vLLM ``_preempt_request``): free the blocks
         (full ones keep their hashes), reset ``num_computed_tokens``, keep the
-        generated tokens, and put the request at the front of the waiting queue."""
+        generated tokens, and put the request at the front of the waiting queue
+        (``front=False``: at its back, as SGLang's retraction does)."""
         self.kv.free(req)
         req.preempted_at_tokens = max(req.preempted_at_tokens, req.num_computed_tokens)
         req.num_computed_tokens = 0
         req.status = RequestStatus.PREEMPTED
         req.num_preemptions += 1
         self.num_preemptions += 1
-        self.waiting.prepend(req)
+        if front:
+            self.waiting.prepend(req)
+        else:
+            self.waiting.add(req)
 
     def _cap_tokens(self, req: Request, n: int, budget: int) -> int:
         """Cap a step's tokens as vLLM: long-prefill threshold, budget, and

@@ -195,13 +195,7 @@ class PrefillFirstScheduler(Scheduler):
                                   > self.kv.num_free_blocks):
             first = False
             victim = order.pop()
-            self.kv.free(victim)
-            victim.preempted_at_tokens = max(victim.preempted_at_tokens, victim.num_computed_tokens)
-            victim.num_computed_tokens = 0
-            victim.status = RequestStatus.PREEMPTED
-            victim.num_preemptions += 1
-            self.num_preemptions += 1
-            self.waiting.add(victim)  # to the back of the queue
+            self._preempt(victim, front=False)  # to the back of the queue
             out.preempted.append(victim)
         gone = {id(r) for r in out.preempted}
         self.running = [r for r in self.running if id(r) not in gone]
