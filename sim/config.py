@@ -311,13 +311,15 @@ def build_config(
     Raises ConfigError naming the source, key and value.
     """
     from sim.workload import merge_workload_dicts, resolve_workload_dict
+    from sim.workload.builtin import absolute_paths
 
     data: dict = {}
     wl: dict = {}  # raw workload keys, merged in order; names are expanded at the end
     if config_file is not None:
         file_data = _flatten_dotted(read_yaml(config_file))
         check_known_keys(file_data, str(config_file))
-        wl = _workload_mapping(file_data.pop("workload", None), str(config_file))
+        wl = absolute_paths(_workload_mapping(file_data.pop("workload", None), str(config_file)),
+                            Path(config_file).parent)
         data.update(file_data)
     if workload is not None:
         wl = merge_workload_dicts(wl, {"name": workload})

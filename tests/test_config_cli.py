@@ -106,3 +106,16 @@ def test_cli_kv_prints_capacity():
 def test_cli_lists():
     assert "llama-3.1-70b" in cli("models").stdout
     assert "h200_sxm" in cli("hardware").stdout
+
+
+def test_relative_trace_path_in_a_config_file_is_relative_to_the_file(tmp_path, monkeypatch):
+    d = tmp_path / "exp"
+    d.mkdir()
+    (d / "lens.csv").write_text("num_prefill_tokens,num_decode_tokens\n100,20\n")
+    (d / "c.yaml").write_text("workload:\n  trace: lens.csv\n  trace_format: lengths\n")
+    monkeypatch.chdir(tmp_path)  # not the config's folder
+    cfg = build_config(d / "c.yaml")
+    assert cfg.workload.trace == str((d / "lens.csv").resolve())
+    # on the command line a relative path stays relative to the working directory
+    cfg = build_config(None, None, ["workload.trace=exp/lens.csv", "workload.trace_format=lengths"])
+    assert cfg.workload.trace == "exp/lens.csv"

@@ -85,12 +85,15 @@ def load_workload_dict(name_or_path: str) -> dict[str, Any]:
             why = "a workload file cannot name another workload" if key == "name" else "unknown key"
             raise ConfigError(f"{path}:{lines.get(str(key), '?')}: workload.{key}: {why}; "
                               f"valid keys: {', '.join(k for k in valid if k != 'name')}")
-    data = _absolute_paths(copy.deepcopy(data), path.parent)
+    data = absolute_paths(copy.deepcopy(data), path.parent)
     WorkloadConfig.from_dict(data, source=str(path), key_lines=lines)
     return data
 
 
-def _absolute_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+def absolute_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """``data`` (workload keys, changed in place and returned) with its relative
+    file paths (``trace``, ``input_len.path``, ...) made absolute against ``base``:
+    paths in a file are relative to that file."""
     for keys in _PATH_KEYS:
         parent = data
         for k in keys[:-1]:
