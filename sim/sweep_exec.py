@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import os
 import sys
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -208,10 +208,12 @@ def run_local(tasks: list[PointTask], on_row: Callable[[dict], None], workers: i
         for t in tasks:
             on_row(fn(t))
         return
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futs = [pool.submit(fn, t) for t in tasks]
-        for f in as_completed(futs):
-            on_row(f.result())
+    # multiprocessing.Pool's context exit terminates the workers: on Ctrl-C (or
+    # a broken row handler) they stop at once instead of finishing points nobody
+    # will record; queued points are dropped.
+    with multiprocessing.Pool(workers) as pool:
+        for row in pool.imap_unordered(fn, tasks):
+            on_row(row)
 
 
 def run_ray(tasks: list[PointTask], on_row: Callable[[dict], None], workers: int | None = None,

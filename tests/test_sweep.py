@@ -228,3 +228,30 @@ def test_mistyped_names_are_errors_not_infeasible_points(tmp_path):
     spec = load_sweep(write_sweep(tmp_path, {"scheduler": ["chunked", "chunky"]}, "b.yaml"))
     with pytest.raises(ConfigError, match=r"axes\.scheduler: unknown batching mode 'chunky'"):
         run_sweep(spec, tmp_path / "out2", workers=1, quiet=True)
+
+
+def _slow_point(task):
+    # task = (index, marker folder): point 0 returns at once, the others sleep, then mark
+    import time as _time
+
+    i, folder = task
+    if i:
+        _time.sleep(1.5)
+        (Path(folder) / f"done_{i}").write_text("")
+    return {"point_id": str(i)}
+
+
+def test_interrupt_stops_the_worker_processes(tmp_path):
+    from sim.sweep_exec import run_local
+
+    def on_row(row):
+        raise KeyboardInterrupt  # Ctrl-C while the first result is handled
+
+    with pytest.raises(KeyboardInterrupt):
+        run_local([(i, str(tmp_path)) for i in range(4)], on_row, workers=2, fn=_slow_point)
+    import multiprocessing
+    import time
+
+    time.sleep(2.0)  # longer than a point: a worker left running would have marked it done
+    assert not list(tmp_path.glob("done_*"))
+    assert not [p for p in multiprocessing.active_children() if p.is_alive()]
