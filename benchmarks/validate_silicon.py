@@ -72,7 +72,7 @@ def loss(rows: list[dict], preds: list[dict]) -> float:
 
 
 def fit_engine(engine: str, rows: list[dict], rpc: int, workers: int | None, rounds: int = 2,
-               params: tuple[str, ...] = tuple(GRID), start: dict | None = None) -> dict:
+               params: tuple[str, ...] = tuple(GRID), start: dict | None = None, protocol: str = "aic") -> dict:
     """Coordinate search over ``GRID[k]`` for each k in ``params``, from ``start``
     (default: every parameter 0); the other parameters stay at their start value."""
     from sim.validate import ValidateOptions, predict_rows
@@ -82,7 +82,8 @@ def fit_engine(engine: str, rows: list[dict], rpc: int, workers: int | None, rou
     def evaluate(params: dict) -> float:
         key = tuple(sorted(params.items()))
         if key not in cache:
-            opts = ValidateOptions(requests_per_client=rpc, workers=workers, engine_overrides={engine: params})
+            opts = ValidateOptions(protocol=protocol, requests_per_client=rpc, workers=workers,
+                                   engine_overrides={engine: params})
             t0 = time.perf_counter()
             cache[key] = loss(rows, predict_rows(rows, opts))
             print(f"  {engine} {params} -> loss {cache[key]:.4f} ({time.perf_counter() - t0:.0f} s)", flush=True)
@@ -109,7 +110,12 @@ def main() -> None:
     ap.add_argument("--csv", default=str(ROOT.parent / "shared" / "silicon" / "dense_agg_dev.csv"))
     ap.add_argument("--out", default=str(ROOT / "reports" / "validation"))
     ap.add_argument("--skip-fit", action="store_true", help="score with the fitted values in sim/engines.py")
-    ap.add_argument("--fit-requests-per-client", type=int, default=4)
+    ap.add_argument("--protocol", default="aic", choices=("aic", "steady"),
+                    help="benchmark protocol (sim/validate.py): aic = aiconfigurator's deployment and "
+                         "client (cold start, all 10·C requests measured); steady = the earlier one")
+    ap.add_argument("--fit-requests-per-client", type=int, default=None,
+                    help="requests per client while fitting (default: aic 10, as the mean covers the "
+                         "initial burst at weight 1/rpc; steady 4)")
     ap.add_argument("--requests-per-client", type=int, default=10)
     ap.add_argument("--engines", default=",".join(ENGINES), help="engines to fit (default: all)")
     ap.add_argument("--workers", type=int, default=None)
@@ -118,6 +124,8 @@ def main() -> None:
                          "current fitted values and the search starts there")
     ap.add_argument("--rounds", type=int, default=2, help="coordinate-search rounds")
     args = ap.parse_args()
+    if args.fit_requests_per_client is None:
+        args.fit_requests_per_client = args.requests_per_client if args.protocol == "aic" else 4
     fit_params = tuple(p for p in args.fit_params.split(",") if p)
     unknown = [p for p in fit_params if p not in GRID]
     if unknown:
@@ -141,13 +149,14 @@ def main() -> None:
             t0 = time.perf_counter()
             subset = set(fit_params) != set(GRID)
             res = fit_engine(eng, rows, args.fit_requests_per_client, args.workers, rounds=args.rounds,
-                             params=fit_params, start=fitted[eng] if subset else None)
+                             params=fit_params, start=fitted[eng] if subset else None,
+                             protocol=args.protocol)
             res["wall_s"] = time.perf_counter() - t0
             fitted[eng] = dict(res["params"])
             fit_info[eng] = res
             print(f"  best {eng}: {res['params']} loss {res['fit_loss']:.4f}", flush=True)
         (out / "fitted_params.json").write_text(json.dumps(
-            {"date": date.today().isoformat(), "split_seed": SPLIT_SEED,
+            {"date": date.today().isoformat(), "split_seed": SPLIT_SEED, "protocol": args.protocol,
              "fit_requests_per_client": args.fit_requests_per_client, "fit_params": list(fit_params),
              "fitted": fitted, "fit": fit_info},
             indent=2) + "\n")
@@ -160,8 +169,8 @@ def score(df, fit_mask, fitted: dict, args, out: Path) -> None:
     from sim.validate import ValidateOptions, predict_rows
     from sim.validate_report import summarize_predictions, write_validation
 
-    opts = ValidateOptions(requests_per_client=args.requests_per_client, workers=args.workers,
-                           engine_overrides=fitted)
+    opts = ValidateOptions(protocol=args.protocol, requests_per_client=args.requests_per_client,
+                           workers=args.workers, engine_overrides=fitted)
     t0 = time.perf_counter()
     preds = predict_rows(df.to_dict("records"), opts)
     wall = time.perf_counter() - t0
@@ -172,7 +181,8 @@ def score(df, fit_mask, fitted: dict, args, out: Path) -> None:
     everything = summarize_predictions(full)
     scored["wall_time_s_all_rows"] = wall
     summary = {"scored_half": scored, "fit_half": fit_s, "all_rows": everything, "fitted": fitted,
-               "requests_per_client": args.requests_per_client, "split_seed": SPLIT_SEED}
+               "protocol": args.protocol, "requests_per_client": args.requests_per_client,
+               "split_seed": SPLIT_SEED}
     # Files and figures of the scored half; then predictions.csv of every row (with its half).
     write_validation(full[~fit_mask], scored, out, title="Validation on the scored half")
     full.to_csv(out / "predictions.csv", index=False)
