@@ -12,9 +12,35 @@ Each row is simulated as it was run (:func:`row_overrides`):
   overheads); ``model``, ``hardware``, ``tensor_parallel_size`` from the row;
   ``quantization`` from ``gemm_quant_mode`` (else ``precision``): empty → the
   checkpoint's bf16, ``fp8`` → per-tensor FP8, ``fp8_block`` → block-scaled FP8.
-- C = ``concurrency`` closed-loop clients; 2·C warm-up requests (excluded)
-  then ``requests_per_client``·C measured ones, every request ``isl`` tokens in
-  and exactly ``osl`` out (``max_tokens`` = osl, EOS ignored).
+- Protocol (:data:`PROTOCOLS`, default ``aic``): how the rows were measured.
+  ``aic`` reproduces aiconfigurator's own serving evaluation, which produced
+  these rows (``silicon_data_source``: the ``aic-auto-gap-analysis`` data;
+  ``batch_size`` = ``concurrency`` in every row):
+
+  * the deployment is the one aiconfigurator's config generator writes for an
+    aggregated worker of batch size C (ai-dynamo/aiconfigurator,
+    ``src/aiconfigurator/generator/rule_plugin/{vllm,trtllm,sglang}.rule``
+    and ``rule_plugin/benchmark/*.rule``): vLLM ``max_num_batched_tokens`` =
+    C + isl + 1500, TensorRT-LLM ``max_num_tokens`` = C + isl + 1500 rounded
+    up to 32 (``tokens_per_block``), SGLang ``max_prefill_tokens`` = isl +
+    1500; ``max_num_seqs`` (``max_batch_size``) = C. With these token
+    budgets one step prefills about one prompt, so a burst of C requests is
+    prefilled over about C steps instead of one (:func:`aic_deploy_overrides`);
+  * the client sends ``requests_per_client``·C requests at fixed concurrency
+    C from a cold start, and the mean covers every request, the initial burst
+    of C simultaneous requests included (``bench_serving`` runner of
+    ``src/aiconfigurator/eval/benchmarks/bench_serving_runner.py``:
+    ``--num-prompts`` = 10·C, ``--max-concurrency`` C, ``--warmup-requests``
+    0, request rate inf; TTFT is timed from the send, after the concurrency
+    slot is granted). No warm-up: ``warmup_per_client`` = 0 and
+    ``client_phase_spread`` unused.
+
+  ``steady`` is the earlier protocol: engine default limits, 2·C warm-up
+  requests excluded (the genai-perf runner's ``--warmup-request-count`` 2·C),
+  then ``requests_per_client``·C measured, client phases spread by
+  ``client_phase_spread``.
+- Every request is ``isl`` tokens in and exactly ``osl`` out (``max_tokens`` =
+  osl, EOS ignored).
 - Clients are not in lock-step by construction: each waits an exponential
   think time of mean :data:`CLIENT_THINK_TIME_S` (seeded) between seeing its
   previous request's last token and its next send (the benchmark client's own
@@ -68,6 +94,12 @@ from sim.errors import ConfigError, InfeasibleError, ServesimError
 CLIENT_THINK_TIME_S = 0.002
 #: Block size (tokens) used for SGLang rows instead of its page size 1 (speed).
 SGLANG_BLOCK_TOKENS = 16
+#: Validation protocols (module docstring): ``aic`` (default) and ``steady``.
+PROTOCOLS = ("aic", "steady")
+#: aiconfigurator generator: extra tokens of an agg worker's token budget over isl (+ C).
+AIC_BUDGET_EXTRA_TOKENS = 1500
+#: aiconfigurator generator: TensorRT-LLM ``tokens_per_block`` (max_num_tokens is a multiple).
+AIC_TRTLLM_TOKENS_PER_BLOCK = 32
 REQUIRED_COLUMNS = ("backend", "model_path", "system", "isl", "osl", "concurrency", "tp_size",
                     "silicon_ttft_ms", "silicon_tpot_ms")
 GROUP_KEYS = ("model_path", "system", "backend", "tp_size")
@@ -79,8 +111,10 @@ _QUANT = {"": None, "bf16": None, "bfloat16": None, "fp16": None, "fp8": "fp8", 
 class ValidateOptions:
     """How rows are simulated. ``engine_overrides`` maps an engine name to
     config keys set for its rows (the fitting benchmark uses it)."""
+    protocol: str = "aic"
     requests_per_client: int = 10
-    warmup_per_client: int = 2
+    #: warm-up requests per client; None = the protocol's (aic 0, steady 2)
+    warmup_per_client: int | None = None
     think_time_s: float = CLIENT_THINK_TIME_S
     seed: int = 0
     workers: int | None = None
@@ -104,6 +138,31 @@ def row_quantization(row: dict) -> str | None:
     return _QUANT[q.lower()]
 
 
+def check_protocol(protocol: str) -> str:
+    if protocol not in PROTOCOLS:
+        raise ConfigError(f"protocol: unknown {protocol!r}; valid: {', '.join(PROTOCOLS)}")
+    return protocol
+
+
+def warmup_per_client(opts: ValidateOptions) -> int:
+    """Warm-up requests per client: the option if set, else the protocol's."""
+    if opts.warmup_per_client is not None:
+        return opts.warmup_per_client
+    return 0 if check_protocol(opts.protocol) == "aic" else 2
+
+
+def aic_deploy_overrides(engine: str, isl: int, concurrency: int) -> dict[str, Any]:
+    """Engine limits of aiconfigurator's generated agg deployment at batch
+    size ``concurrency`` (module docstring): token budget and max batch."""
+    budget = concurrency + isl + AIC_BUDGET_EXTRA_TOKENS
+    if engine == "sglang":
+        return {"max_prefill_tokens": isl + AIC_BUDGET_EXTRA_TOKENS, "max_num_seqs": concurrency}
+    if engine == "trtllm":
+        b = AIC_TRTLLM_TOKENS_PER_BLOCK
+        return {"max_num_batched_tokens": -(-budget // b) * b, "max_num_seqs": concurrency}
+    return {"max_num_batched_tokens": budget, "max_num_seqs": concurrency}
+
+
 def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
     """Config keys (dotted) that simulate one CSV row; ConfigError for bad cells."""
     engine = _cell(row, "backend").lower()
@@ -123,13 +182,15 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
         "client_think_time_s": opts.think_time_s, "seed": opts.seed, "exact_steps": opts.exact_steps,
         "workload.max_concurrency": conc,
         "workload.num_requests": opts.requests_per_client * conc,
-        "workload.num_warmup_requests": opts.warmup_per_client * conc,
+        "workload.num_warmup_requests": warmup_per_client(opts) * conc,
         "workload.input_len": {"dist": "fixed", "value": isl},
         "workload.output_len": {"dist": "fixed", "value": osl},
         "workload.arrival": "inf",
     }
     if engine == "sglang":
         ov["block_size"] = SGLANG_BLOCK_TOKENS
+    if check_protocol(opts.protocol) == "aic":
+        ov.update(aic_deploy_overrides(engine, isl, conc))
     if engine == "trtllm" and ov["quantization"] in ("fp8", "fp8_block"):
         ov["kv_cache_dtype"] = "fp8"
     ov.update({k: v for k, v in opts.engine_overrides.get(engine, {}).items() if k != PHASE_KEY})
@@ -138,7 +199,10 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
 
 def row_phase_spread(row: dict, opts: ValidateOptions) -> float:
     """``client_phase_spread`` of a row's engine (``sim/client_phase.py``): its
-    engine override if given, else the fitted value; ConfigError if not in [0, 1]."""
+    engine override if given, else the fitted value; ConfigError if not in [0, 1].
+    0 under the ``aic`` protocol (cold start, the burst is measured)."""
+    if check_protocol(opts.protocol) == "aic":
+        return 0.0
     engine = _cell(row, "backend").lower()
     value = opts.engine_overrides.get(engine, {}).get(PHASE_KEY, CLIENT_PHASE_SPREAD.get(engine, 0.0))
     return check_phase_spread(value)
@@ -250,8 +314,8 @@ def run_validation(csv_path: str | Path, out_dir: str | Path | None = None, opts
     full = pd.concat([df, pred_df], axis=1)
     summary = summarize_predictions(full)
     summary["wall_time_s"] = wall
-    summary["options"] = {"requests_per_client": opts.requests_per_client,
-                          "warmup_per_client": opts.warmup_per_client,
+    summary["options"] = {"protocol": opts.protocol, "requests_per_client": opts.requests_per_client,
+                          "warmup_per_client": warmup_per_client(opts),
                           "client_think_time_s": opts.think_time_s, "seed": opts.seed,
                           "workers": opts.workers or os.cpu_count(),
                           "engine_overrides": opts.engine_overrides}

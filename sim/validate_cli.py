@@ -15,8 +15,11 @@ import typer
 def validate(
     csv: Path = typer.Argument(..., help="CSV of measured benchmark rows (layout of ../shared/silicon/dense_agg_dev.csv)."),
     out: Path = typer.Option(Path("runs/validate"), help="Output folder: predictions.csv, summary.json, summary.md, plots."),
-    requests_per_client: int = typer.Option(10, help="Measured requests per client (after 2 warm-up requests each)."),
-    warmup_per_client: int = typer.Option(2, help="Warm-up requests per client, excluded from the scores."),
+    protocol: str = typer.Option("aic", help="Benchmark protocol: aic (aiconfigurator's deployment and client, "
+                                 "cold start, every request measured) or steady (engine defaults, warm-up excluded)."),
+    requests_per_client: int = typer.Option(10, help="Measured requests per client."),
+    warmup_per_client: Optional[int] = typer.Option(None, help="Warm-up requests per client, excluded from the "
+                                                    "scores (default: the protocol's, aic 0, steady 2)."),
     think_time_ms: Optional[float] = typer.Option(None, help="Mean client think time, ms (default: sim.validate.CLIENT_THINK_TIME_S)."),
     workers: Optional[int] = typer.Option(None, help="Parallel processes (default: one per CPU)."),
     seed: int = typer.Option(0, help="Seed of every row's simulation."),
@@ -24,15 +27,16 @@ def validate(
 ) -> None:
     """Simulate every row of a measured benchmark table and score the predicted TTFT and TPOT."""
     from sim.errors import ConfigError
-    from sim.validate import CLIENT_THINK_TIME_S, ValidateOptions, read_rows, run_validation
+    from sim.validate import CLIENT_THINK_TIME_S, ValidateOptions, check_protocol, read_rows, run_validation
 
-    if requests_per_client < 1 or warmup_per_client < 0:
+    check_protocol(protocol)
+    if requests_per_client < 1 or (warmup_per_client is not None and warmup_per_client < 0):
         raise ConfigError(f"--requests-per-client must be >= 1 and --warmup-per-client >= 0; got "
                           f"{requests_per_client}, {warmup_per_client}")
     think = CLIENT_THINK_TIME_S if think_time_ms is None else think_time_ms / 1e3
     if think < 0:
         raise ConfigError(f"--think-time-ms must be >= 0, got {think_time_ms}")
-    opts = ValidateOptions(requests_per_client=requests_per_client, warmup_per_client=warmup_per_client,
+    opts = ValidateOptions(protocol=protocol, requests_per_client=requests_per_client, warmup_per_client=warmup_per_client,
                            think_time_s=think, seed=seed, workers=workers)
     n = len(read_rows(csv))
     bar = None

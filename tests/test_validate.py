@@ -34,7 +34,7 @@ def test_closed_loop_benchmark_matches_hand_schedule():
     from sim.config import build_config
     from sim.deployment import build_deployment
 
-    opts = ValidateOptions(requests_per_client=1, warmup_per_client=1, think_time_s=0.0,
+    opts = ValidateOptions(protocol="steady", requests_per_client=1, warmup_per_client=1, think_time_s=0.0,
                            engine_overrides={"vllm": {"max_num_batched_tokens": 128, "cpu_step_overhead_s": 1e-3,
                                                       "cpu_seq_overhead_s": 1e-4, "frontend_latency_s": 0.0}})
     cm = build_deployment(build_config(overrides=row_overrides(ROW, opts))).cost_model
@@ -58,7 +58,7 @@ def test_row_mapping():
     assert row_quantization({"precision": "fp8", "gemm_quant_mode": "fp8"}) == "fp8"
     assert row_quantization({"precision": float("nan"), "gemm_quant_mode": float("nan")}) is None
     ov = row_overrides(dict(ROW, backend="trtllm", precision="fp8", gemm_quant_mode="fp8", tp_size=2.0),
-                       ValidateOptions())
+                       ValidateOptions(protocol="steady"))
     assert ov["engine"] == "trtllm" and ov["tensor_parallel_size"] == 2 and ov["kv_cache_dtype"] == "fp8"
     assert ov["workload.num_requests"] == 20 and ov["workload.num_warmup_requests"] == 4
     assert ov["max_model_len"] == 103 and ov["workload.max_concurrency"] == 2

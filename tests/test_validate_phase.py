@@ -20,7 +20,7 @@ ENGINE = {"max_num_batched_tokens": 128, "cpu_step_overhead_s": 1e-3, "cpu_seq_o
 
 
 def _opts(spread: float) -> ValidateOptions:
-    return ValidateOptions(requests_per_client=1, warmup_per_client=1, think_time_s=0.0, seed=0,
+    return ValidateOptions(protocol="steady", requests_per_client=1, warmup_per_client=1, think_time_s=0.0, seed=0,
                            engine_overrides={"vllm": dict(ENGINE, client_phase_spread=spread)})
 
 
@@ -85,7 +85,7 @@ def test_spread_key_is_not_a_config_key_and_defaults_to_fitted():
     assert row_phase_spread(ROW, _opts(0.3)) == 0.3
     from sim.client_phase import CLIENT_PHASE_SPREAD
 
-    assert row_phase_spread(ROW, ValidateOptions()) == CLIENT_PHASE_SPREAD["vllm"]
+    assert row_phase_spread(ROW, ValidateOptions(protocol="steady")) == CLIENT_PHASE_SPREAD["vllm"]
 
 
 @pytest.mark.parametrize("bad", [-0.1, 1.5, "x", float("nan"), None])
