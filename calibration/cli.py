@@ -174,7 +174,10 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
     else:
         if device not in ("cuda", "cpu"):
             raise ConfigError(f"--device: unknown value {device!r}; valid: cuda, cpu")
-        from calibration.microbench import device_info, run_microbenchmarks  # noqa: PLC0415
+        from calibration.microbench import _torch, device_info, run_microbenchmarks  # noqa: PLC0415
+        if device == "cuda" and not _torch().cuda.is_available():
+            raise ConfigError("--device cuda: torch sees no CUDA device (a CPU-only torch build, or no GPU "
+                              "or driver); try --device cpu --quick to check the pipeline")
         kernels = plot_dir = out.parent / f"{out.stem}_kernels"
         info = device_info(device)
         run_microbenchmarks(device, kernels, quick=quick, progress=_progress(quiet))

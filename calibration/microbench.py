@@ -64,7 +64,13 @@ QUICK_GPU = {**FULL, "m": [1, 16, 128, 1024, 8192], "reps": 10, "isl": [256, 204
 
 
 def _torch():
-    import torch  # noqa: PLC0415 -- lazy: only live calibration needs torch
+    try:
+        import torch  # noqa: PLC0415 -- lazy: only live calibration needs torch
+    except ImportError:
+        from sim.errors import ConfigError  # noqa: PLC0415
+
+        raise ConfigError("live calibration (--device) needs torch: pip install -e '.[calibration]' "
+                          "(or pip install torch)") from None
     return torch
 
 

@@ -167,3 +167,14 @@ def test_fitted_step_time_is_monotone_in_context():
     ctx = np.arange(0, 5000, 7)
     t = [cm.step_time_s(np.ones(8, dtype=np.int64), np.full(8, c)) for c in ctx]
     assert np.all(np.diff(t) >= 0)
+
+
+def test_live_calibration_without_torch_is_a_clear_error(monkeypatch):
+    import sys
+
+    from calibration.microbench import _torch
+    from sim.errors import ConfigError
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    with pytest.raises(ConfigError, match=r"needs torch: pip install -e '\.\[calibration\]'"):
+        _torch()

@@ -65,3 +65,10 @@ def test_torch_versions_are_not_labelled_vllm(tmp_path):
     rows = family_rows(tmp_path / "cpu_kernels")
     text = _table_versions(rows)
     assert f"kernels measured with torch {torch.__version__}" in text and "vLLM" not in text
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message when torch sees no GPU")
+def test_cuda_without_a_gpu_is_a_clear_error(tmp_path):
+    from sim.errors import ConfigError  # noqa: PLC0415
+    with pytest.raises(ConfigError, match="--device cuda: torch sees no CUDA device"):
+        calibrate(device="cuda", out=tmp_path / "g.yaml", quick=True, quiet=True)
