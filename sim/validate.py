@@ -102,6 +102,7 @@ AIC_BUDGET_EXTRA_TOKENS = 1500
 AIC_TRTLLM_TOKENS_PER_BLOCK = 32
 REQUIRED_COLUMNS = ("backend", "model_path", "system", "isl", "osl", "concurrency", "tp_size",
                     "silicon_ttft_ms", "silicon_tpot_ms")
+NUMERIC_COLUMNS = ("isl", "osl", "concurrency", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms")
 GROUP_KEYS = ("model_path", "system", "backend", "tp_size")
 ENGINES = ("vllm", "sglang", "trtllm")
 _QUANT = {"": None, "bf16": None, "bfloat16": None, "fp16": None, "fp8": "fp8", "fp8_block": "fp8_block"}
@@ -228,7 +229,8 @@ def simulate_row(row: dict, opts: ValidateOptions) -> dict[str, Any]:
     except InfeasibleError as e:
         out.update(status="infeasible", reason=str(e))
     except (ServesimError, ValueError) as e:
-        out.update(status="error", reason=str(e).splitlines()[0])
+        # the row's keys reach build_config as overrides, which it attributes to --set
+        out.update(status="error", reason=str(e).splitlines()[0].removeprefix("--set: "))
     else:
         req = res.requests
         done = (req["is_warmup"] == 0) & (req["status"] == STATUS_FINISHED)
@@ -289,10 +291,24 @@ def read_rows(csv_path: str | Path):
     p = Path(csv_path)
     if not p.is_file():
         raise ConfigError(f"validate: CSV not found: {p}")
-    df = pd.read_csv(p, keep_default_na=True)
+    try:
+        df = pd.read_csv(p, keep_default_na=True)
+    except pd.errors.EmptyDataError:
+        raise ConfigError(f"{p}: empty file; expected a CSV with columns {', '.join(REQUIRED_COLUMNS)}") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{p}: not a readable CSV ({str(e).splitlines()[0]})") from None
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise ConfigError(f"{p}: missing column(s) {', '.join(missing)}; required: {', '.join(REQUIRED_COLUMNS)}")
+    if df.empty:
+        raise ConfigError(f"{p}: no data rows (only the header)")
+    for col in NUMERIC_COLUMNS:  # a measurement or shape that is not a number is the file's error
+        num = pd.to_numeric(df[col], errors="coerce")
+        bad = num.isna() & df[col].notna()
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            raise ConfigError(f"{p}: line {i + 2}: {col}: not a number: {df[col].iloc[i]!r}")
+        df[col] = num
     return df
 
 

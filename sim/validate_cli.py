@@ -58,6 +58,10 @@ def validate(
             bar.close()
     o = summary["overall"]
     typer.echo(f"{summary['num_ok']} of {summary['num_rows']} rows simulated in {summary['wall_time_s']:.0f} s")
+    if summary["num_ok"] == 0:
+        for r in summary["not_simulated"][:10]:
+            typer.echo(f"  line {r['row'] + 2} {r['id']}: {r['status']}: {r['reason']}")
+        raise ConfigError(f"{csv}: no row could be simulated (reasons above; all in {out}/summary.md)")
     typer.echo(f"TTFT  MAPE {o['ttft_mape']:.1f} %  median APE {o['ttft_mdape']:.1f} %  "
                f"over-predicted {100 * o['ttft_over_share']:.0f} %")
     typer.echo(f"TPOT  MAPE {o['tpot_mape']:.1f} %  median APE {o['tpot_mdape']:.1f} %  "
@@ -68,6 +72,6 @@ def validate(
     if summary["not_simulated"]:
         typer.echo(f"{len(summary['not_simulated'])} row(s) not simulated (see {out}/summary.md):")
         for r in summary["not_simulated"][:10]:
-            typer.echo(f"  row {r['row']} {r['id']}: {r['status']}: {r['reason']}")
+            typer.echo(f"  line {r['row'] + 2} {r['id']}: {r['status']}: {r['reason']}")
     typer.echo(f"results written to {out}/ (predictions.csv, summary.json, summary.md, scatter_*.png, "
                f"residuals_by_group.png)")

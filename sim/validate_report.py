@@ -78,9 +78,9 @@ def summary_markdown(summary: dict[str, Any], title: str = "servesim validate") 
     lines += [line(k, s) for k, s in summary["by_group"].items()]
     lines.append("")
     if summary["not_simulated"]:
-        lines += ["## Rows not simulated", "", "| row | id | status | reason |", "|---|---|---|---|"]
+        lines += ["## Rows not simulated", "", "| line in the CSV | id | status | reason |", "|---|---|---|---|"]
         for r in summary["not_simulated"]:
-            lines.append(f"| {r['row']} | {r['id']} | {r['status']} | {r['reason'].replace('|', '/')} |")
+            lines.append(f"| {r['row'] + 2} | {r['id']} | {r['status']} | {r['reason'].replace('|', '/')} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -95,3 +95,38 @@ def test_validate_writes_summary_and_flags_unknown_model(tmp_path):
     assert "Rows not simulated" in md and "r4" in md
     pred_csv = pd.read_csv(out / "predictions.csv")
     assert {"pred_ttft_ms", "pred_tpot_ms", "status", "reason", "silicon_ttft_ms", "id"} <= set(pred_csv.columns)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("", "empty file"),
+    ("backend,model_path,system,isl,osl,concurrency,tp_size,silicon_ttft_ms,silicon_tpot_ms\n", "no data rows"),
+    ("backend,model_path,system,isl,osl,concurrency,tp_size,silicon_ttft_ms,silicon_tpot_ms\n"
+     "vllm,meta-llama/Llama-3.1-8B,h100_sxm,128,16,2,1,12.5,3.0\n"
+     "vllm,meta-llama/Llama-3.1-8B,h100_sxm,128,16,2,1,abc,3.0\n", r"line 3: silicon_ttft_ms: not a number: 'abc'"),
+])
+def test_bad_csv_is_a_clear_error(tmp_path, text, match):
+    from sim.errors import ConfigError
+    from sim.validate import read_rows
+
+    p = tmp_path / "rows.csv"
+    p.write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        read_rows(p)
+
+
+def test_cli_fails_when_no_row_can_be_simulated(tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from sim.validate_cli import validate
+
+    p = tmp_path / "rows.csv"
+    p.write_text("backend,model_path,system,isl,osl,concurrency,tp_size,silicon_ttft_ms,silicon_tpot_ms\n"
+                 "vllm,nope/model,h100_sxm,128,16,2,1,12.5,3.0\n")
+    app = typer.Typer()
+    app.command()(validate)
+    app.command()(lambda: None)
+    r = CliRunner().invoke(app, ["validate", str(p), "--out", str(tmp_path / "out"), "--quiet"])
+    assert r.exit_code != 0
+    assert "line 2" in r.output and "unknown model 'nope/model'" in r.output
+    assert "no row could be simulated" in str(r.exception)
