@@ -7,13 +7,14 @@ Errors are printed as one message (exit status 2), never as a traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from sim.errors import ServesimError
+from sim.errors import ConfigError, ServesimError
 
 app = typer.Typer(
     add_completion=False,
@@ -36,6 +37,20 @@ def _check_config_arg(config: Optional[Path]) -> None:
     if config is not None and str(config).split(":")[0] in ("ttft", "tpot", "e2el") and not config.exists():
         raise ServesimError(f"{config} looks like an SLO, not a config file: repeat --goodput for each SLO "
                             f"or quote them together, e.g. --goodput 'ttft:500 tpot:50'")
+
+
+def ensure_out_dir(out: Path, option: str = "--out") -> Path:
+    """Create the output folder before any simulation runs, so a bad ``--out``
+    (an existing file, an unwritable place) fails at once, naming the option."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(f"{option} {out}: a file of that name exists; give a folder") from None
+    except OSError as e:
+        raise ConfigError(f"{option} {out}: cannot create the folder ({e.strerror or e})") from None
+    if not os.access(out, os.W_OK):
+        raise ConfigError(f"{option} {out}: the folder is not writable")
+    return out
 
 
 @app.command()
@@ -63,6 +78,7 @@ def run(
     slos = parse_goodput(goodput)
     cfg = build_config(config, _overrides(model=model, hardware=hardware, scheduler=scheduler, seed=seed,
                                           exact_steps=exact_steps or None), set_, workload)
+    ensure_out_dir(out)
     with _progress_bar(quiet) as progress:
         res = run_simulation(cfg, goodput=slos, progress=progress)
     write_results(out, res.summary, res.result)

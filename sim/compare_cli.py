@@ -14,7 +14,7 @@ from sim.metrics import parse_goodput
 
 def run_compare(*, config, schedulers, variant_args, variants_file, model, hardware, workload, set_args, seed,
                 goodput, out: Path, workers, quiet: bool) -> Path:
-    from sim.cli import DEFAULT_COMPARE_WORKLOAD
+    from sim.cli import DEFAULT_COMPARE_WORKLOAD, ensure_out_dir
     from sim.compare import run_variants, variants_from_args
     from sim.output import json_safe, write_results
     from sim.report import write_compare_report
@@ -26,6 +26,7 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
 
         raise ConfigError(f"--workers must be >= 1, got {workers}")
     slos = parse_goodput(goodput)
+    ensure_out_dir(out)
     has_trace = any(s.startswith("workload.trace=") for s in (set_args or []))
     wl = workload if workload is not None else (None if (has_trace or config) else DEFAULT_COMPARE_WORKLOAD)
     overrides = {k: v for k, v in {"model": model, "hardware": hardware, "seed": seed}.items() if v is not None}

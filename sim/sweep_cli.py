@@ -128,6 +128,9 @@ def plan(
                "candidates": len(cands)}
     if sys.argv and Path(sys.argv[0]).name in ("servesim", "__main__.py"):
         context["command"] = "`servesim " + " ".join(sys.argv[1:]) + "`"
+    from sim.cli import ensure_out_dir
+
+    ensure_out_dir(out)
     table, _ = run_plan(base, cands, settings, out, workers=workers, executor=executor, ray_address=ray_address,
                         quiet=quiet, context=context)
     cols = ["rank", "candidate", "status", "max_rate_per_replica", "replicas", "num_gpus", "cost_per_hour_usd",

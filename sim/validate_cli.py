@@ -39,6 +39,9 @@ def validate(
     opts = ValidateOptions(protocol=protocol, requests_per_client=requests_per_client, warmup_per_client=warmup_per_client,
                            think_time_s=think, seed=seed, workers=workers)
     n = len(read_rows(csv))
+    from sim.cli import ensure_out_dir
+
+    ensure_out_dir(out)
     bar = None
     if not quiet and sys.stderr.isatty():
         from tqdm import tqdm

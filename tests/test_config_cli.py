@@ -119,3 +119,18 @@ def test_relative_trace_path_in_a_config_file_is_relative_to_the_file(tmp_path, 
     # on the command line a relative path stays relative to the working directory
     cfg = build_config(None, None, ["workload.trace=exp/lens.csv", "workload.trace_format=lengths"])
     assert cfg.workload.trace == "exp/lens.csv"
+
+
+def test_bad_out_folder_fails_before_simulating(tmp_path):
+    from sim.cli import ensure_out_dir
+
+    f = tmp_path / "afile"
+    f.write_text("")
+    with pytest.raises(ConfigError, match=r"--out .*afile: a file of that name exists"):
+        ensure_out_dir(f)
+    with pytest.raises(ConfigError, match=r"--out .*: cannot create the folder"):
+        ensure_out_dir(f / "sub")
+    assert ensure_out_dir(tmp_path / "a" / "b").is_dir()
+    r = subprocess.run([sys.executable, "-m", "sim", "run", "--quiet", "--out", str(f)], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "a file of that name exists" in r.stderr and "Successful" not in r.stdout
