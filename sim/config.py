@@ -135,7 +135,16 @@ class SimConfig(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> "SimConfig":
         if self.enable_chunked_prefill is not None and self.engine is None:
-            self.scheduler = "chunked" if self.enable_chunked_prefill else "continuous"
+            alias = "chunked" if self.enable_chunked_prefill else "continuous"
+            if "scheduler" in self.model_fields_set and self.scheduler != alias and (
+                    self.enable_chunked_prefill or self.scheduler == "chunked"):
+                # e.g. scheduler static + enable_chunked_prefill true: say so rather
+                # than run a mode the user did not name
+                raise ValueError(f"scheduler {self.scheduler!r} conflicts with enable_chunked_prefill="
+                                 f"{str(self.enable_chunked_prefill).lower()} (vLLM's alias for scheduler "
+                                 f"{alias!r}); set one of them")
+            if "scheduler" not in self.model_fields_set:
+                self.scheduler = alias
         if self.block_size <= 0 or self.block_size > 1024 or self.block_size & (self.block_size - 1):
             raise ValueError(f"block_size must be a power of two from 1 to 1024 (vLLM accepts 1, 8, 16, 32, "
                              f"64, 128; TensorRT-LLM 32/64/128; SGLang pages of 1), got {self.block_size}")

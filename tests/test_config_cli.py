@@ -134,3 +134,12 @@ def test_bad_out_folder_fails_before_simulating(tmp_path):
     r = subprocess.run([sys.executable, "-m", "sim", "run", "--quiet", "--out", str(f)], capture_output=True,
                        text=True)
     assert r.returncode == 2 and "a file of that name exists" in r.stderr and "Successful" not in r.stdout
+
+
+def test_scheduler_and_chunked_prefill_alias_must_agree():
+    with pytest.raises(ConfigError, match="scheduler 'static' conflicts with enable_chunked_prefill=true"):
+        build_config(None, {"scheduler": "static", "enable_chunked_prefill": True})
+    with pytest.raises(ConfigError, match="scheduler 'chunked' conflicts with enable_chunked_prefill=false"):
+        build_config(None, {"scheduler": "chunked", "enable_chunked_prefill": False})
+    assert build_config(None, {"enable_chunked_prefill": False}).scheduler == "continuous"  # the alias alone
+    assert build_config(None, {"scheduler": "static", "enable_chunked_prefill": False}).scheduler == "static"
