@@ -188,13 +188,12 @@ def resolve_scheduler_limits(cfg: SimConfig, hbm_bytes: float, hardware_name: st
         if cfg.gpu_memory_utilization is None:
             upd["gpu_memory_utilization"] = 0.9 if eng == "trtllm" else 0.92
     if vllm_like and cfg.scheduler not in CHUNKING_MODES:
-        if cfg.scheduler == "continuous" and cfg.max_num_batched_tokens is not None \
-                and cfg.max_num_batched_tokens < max_model_len:
+        if cfg.max_num_batched_tokens is not None and cfg.max_num_batched_tokens < max_model_len:
             raise ConfigError(
                 f"max_num_batched_tokens ({cfg.max_num_batched_tokens}) is smaller than max_model_len "
-                f"({max_model_len}) without chunked prefill: a prompt could never be scheduled, and vLLM "
-                "rejects this config; raise max_num_batched_tokens, lower max_model_len, or use scheduler "
-                "'chunked'")
+                f"({max_model_len}) with scheduler {cfg.scheduler!r} (no chunked prefill): a prompt could "
+                "never be scheduled, and vLLM rejects this config; raise max_num_batched_tokens, lower "
+                "max_model_len, or use scheduler 'chunked'")
         mnbt = max(mnbt, max_model_len)
     elif vllm_like and cfg.max_num_seqs is None:
         mns = min(mns, mnbt)

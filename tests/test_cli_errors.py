@@ -69,6 +69,9 @@ def test_config_values_vllm_would_reject(tmp_path):
     with pytest.raises(ConfigError, match=r"max_num_batched_tokens \(512\) is smaller than max_model_len"):
         build_deployment(build_config(overrides={"scheduler": "continuous"},
                                       set_args=["max_num_batched_tokens=512"]))
+    # static batching too: an explicit budget is never silently raised
+    with pytest.raises(ConfigError, match=r"\(512\) is smaller than max_model_len .* scheduler 'static'"):
+        build_deployment(build_config(overrides={"scheduler": "static"}, set_args=["max_num_batched_tokens=512"]))
 
 
 def test_workload_given_by_name_in_a_config_file(tmp_path):

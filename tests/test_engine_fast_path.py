@@ -53,7 +53,7 @@ MODES = ["chunked", "continuous", "static", "mixed", "prefill_first"]
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_fast_mode_equals_reference(scheduler, scenario):
     kw = dict(SCENARIOS[scenario], scheduler=scheduler)
-    if scheduler in ("continuous", "mixed"):
+    if scheduler in ("continuous", "mixed", "static"):  # whole prompts: a budget >= max_model_len
         kw["max_num_batched_tokens"] = 4096
     _, ref, _ = simulate(cfg_for(exact_steps=True, **kw))
     _, fast, _ = simulate(cfg_for(exact_steps=False, **kw))
@@ -86,6 +86,8 @@ def test_fast_mode_kv_usage_matches_reference(scheduler):
     from sim.metrics import summarize
 
     kw = dict(SCENARIOS["open_loop_poisson"], scheduler=scheduler)
+    if scheduler in ("continuous", "mixed", "static"):  # whole prompts: a budget >= max_model_len
+        kw["max_num_batched_tokens"] = 4096
     _, ref, _ = simulate(cfg_for(exact_steps=True, **kw))
     _, fast, _ = simulate(cfg_for(exact_steps=False, **kw))
     sr = summarize(ref.requests, ref.steps, ref.itl)
