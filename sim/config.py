@@ -250,13 +250,32 @@ def check_known_keys(d: dict, source: str, prefix: str = "") -> None:
             check_known_keys(v, source, "workload.")
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (plain
+    YAML keeps the last one silently)."""
+
+
+def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if isinstance(key, (str, int, float, bool)) and key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} is given twice (first on line {seen[key]})", key_node.start_mark)
+        seen[key] = key_node.start_mark.line + 1
+    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
 def read_yaml(path: str | Path) -> dict:
     """Read a YAML mapping; a syntax error names the file and line."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.load(p.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 -- a SafeLoader
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -268,10 +287,22 @@ def read_yaml(path: str | Path) -> dict:
     return data
 
 
-def _flatten_dotted(d: dict) -> dict:
-    """Accept dotted keys inside YAML too (``workload.request_rate: 4``)."""
+def _flatten_dotted(d: dict, source: str = "config") -> dict:
+    """Accept dotted keys inside YAML too (``workload.request_rate: 4``); a key
+    given both dotted and nested (``workload: {request_rate: 5}``) is an error."""
     out: dict = {}
+
+    def leaves(prefix: str, v: Any) -> list[str]:
+        if isinstance(v, dict):
+            return [x for k2, v2 in v.items() for x in leaves(f"{prefix}.{k2}", v2)]
+        return [prefix]
+
+    seen: set[str] = set()
     for k, v in d.items():
+        for leaf in leaves(str(k), v):
+            if leaf in seen:
+                raise ConfigError(f"{source}: {leaf} is given twice (dotted and nested)")
+            seen.add(leaf)
         if isinstance(k, str) and "." in k:
             set_dotted(out, k, v)
         elif isinstance(v, dict) and k in out and isinstance(out[k], dict):
@@ -324,7 +355,7 @@ def build_config(
     data: dict = {}
     wl: dict = {}  # raw workload keys, merged in order; names are expanded at the end
     if config_file is not None:
-        file_data = _flatten_dotted(read_yaml(config_file))
+        file_data = _flatten_dotted(read_yaml(config_file), str(config_file))
         check_known_keys(file_data, str(config_file))
         wl = absolute_paths(_workload_mapping(file_data.pop("workload", None), str(config_file)),
                             Path(config_file).parent)

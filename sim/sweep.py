@@ -89,6 +89,18 @@ def _num(x: Any, where: str) -> float | int:
     return x
 
 
+#: Points a sweep may have: each is a whole simulation, so a grid past this is a
+#: typo (a step of 0.0001 instead of 1) rather than a plan, and would only
+#: exhaust memory before the first point runs.
+MAX_POINTS = 100_000
+
+
+def _check_size(n: int, where: str, noun: str = "values") -> None:
+    if n > MAX_POINTS:
+        raise ConfigError(f"{where}: {n:,} {noun}; a sweep takes at most {MAX_POINTS:,} points "
+                          "(check the step, or split the sweep)")
+
+
 def expand_axis(key: str, spec: Any, source: str) -> list:
     """An axis value → its list of values: a list; ``{values: [...]}``;
     ``{start, stop, step}`` (inclusive of ``stop`` within 1e-9 of a step; ints
@@ -112,12 +124,14 @@ def expand_axis(key: str, spec: Any, source: str) -> list:
                 if step == 0 or (stop - start) * step < 0:
                     raise ConfigError(f"{where}.step: {step} never gets from {start} to {stop}")
                 n = int(math.floor((stop - start) / step + 1e-9)) + 1
+                _check_size(n, where)
                 ints = all(isinstance(x, int) for x in (start, stop, step))
                 values = [start + i * step if ints else round(start + i * step, 12) for i in range(n)]
             else:
                 num = spec["num"]
                 if isinstance(num, bool) or not isinstance(num, int) or num < 1:
                     raise ConfigError(f"{where}.num: expected an integer >= 1, got {num!r}")
+                _check_size(num, where)
                 if num == 1:
                     values = [start]
                 else:
@@ -214,6 +228,11 @@ def expand_points(spec: SweepSpec) -> list[SweepPoint]:
     """Every point of the grid, in order (see the module docstring). Duplicate
     points (same values) are an error: their ids would collide."""
     group_of = {k: i for i, g in enumerate(spec.zip_groups) for k in g}
+    total = 1
+    for key, values in spec.axes.items():
+        if key not in group_of or spec.zip_groups[group_of[key]][0] == key:
+            total *= len(values)
+    _check_size(total, f"{spec.source}: the grid", "points")
     dims: list[list[dict[str, Any]]] = []
     done_groups: set[int] = set()
     for key, values in spec.axes.items():

@@ -157,7 +157,14 @@ def aic_deploy_overrides(engine: str, isl: int, concurrency: int) -> dict[str, A
     size ``concurrency`` (module docstring): token budget and max batch."""
     budget = concurrency + isl + AIC_BUDGET_EXTRA_TOKENS
     if engine == "sglang":
-        return {"max_prefill_tokens": isl + AIC_BUDGET_EXTRA_TOKENS, "max_num_seqs": concurrency}
+        # The generator's SGLang agg rule also sets ``enable_mixed_chunk = true``
+        # (rule_plugin/sglang.rule, "agg enable_mixed_chunk = true"): SGLang then
+        # mixes the running decodes into each prefill batch (``--enable-mixed-chunk``,
+        # ``ScheduleBatch.mix_with_running``) instead of stalling them for the
+        # prefill step. ``chunked`` is that schedule: every running decode plus
+        # prefill chunks within one token budget (SGLang's chunked_prefill_size).
+        return {"max_prefill_tokens": isl + AIC_BUDGET_EXTRA_TOKENS, "max_num_seqs": concurrency,
+                "scheduler": "chunked"}
     if engine == "trtllm":
         b = AIC_TRTLLM_TOKENS_PER_BLOCK
         return {"max_num_batched_tokens": -(-budget // b) * b, "max_num_seqs": concurrency}

@@ -143,3 +143,21 @@ def test_scheduler_and_chunked_prefill_alias_must_agree():
         build_config(None, {"scheduler": "chunked", "enable_chunked_prefill": False})
     assert build_config(None, {"enable_chunked_prefill": False}).scheduler == "continuous"  # the alias alone
     assert build_config(None, {"scheduler": "static", "enable_chunked_prefill": False}).scheduler == "static"
+
+
+def test_a_key_given_twice_in_a_config_file_is_an_error(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("max_num_seqs: 4\nmax_num_seqs: 512\n")
+    with pytest.raises(ConfigError, match=r"line 2.*'max_num_seqs' is given twice \(first on line 1\)"):
+        build_config(p)
+    p.write_text("workload.request_rate: 3\nworkload:\n  request_rate: 5\n")
+    with pytest.raises(ConfigError, match=r"workload\.request_rate is given twice \(dotted and nested\)"):
+        build_config(p)
+    p.write_text("workload.request_rate: 3\nworkload:\n  num_requests: 7\n")  # different keys: merged
+    cfg = build_config(p)
+    assert cfg.workload.request_rate == 3 and cfg.workload.num_requests == 7
+
+
+def test_num_requests_is_bounded():
+    with pytest.raises(ConfigError, match="workload.num_requests: Input should be less than or equal to 50000000"):
+        build_config(None, None, ["workload.num_requests=1000000000"])

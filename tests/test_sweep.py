@@ -255,3 +255,15 @@ def test_interrupt_stops_the_worker_processes(tmp_path):
     time.sleep(2.0)  # longer than a point: a worker left running would have marked it done
     assert not list(tmp_path.glob("done_*"))
     assert not [p for p in multiprocessing.active_children() if p.is_alive()]
+
+
+def test_grids_too_large_to_run_are_errors_before_expanding(tmp_path):
+    from sim.sweep import MAX_POINTS
+
+    with pytest.raises(ConfigError, match=r"axes\.workload\.request_rate: 9,999,990,001 values; a sweep takes at most"):
+        expand_axis("workload.request_rate", {"start": 1, "stop": 1_000_000, "step": 0.0001}, "s.yaml")
+    spec = load_sweep(write_sweep(tmp_path, {"workload.request_rate": {"start": 1, "stop": 400, "num": 400},
+                                             "max_num_seqs": {"start": 1, "stop": 400, "step": 1}}))
+    with pytest.raises(ConfigError, match=r"the grid: 160,000 points"):
+        expand_points(spec)
+    assert MAX_POINTS == 100_000

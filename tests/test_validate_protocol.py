@@ -18,11 +18,13 @@ ROW = {"backend": "vllm", "model_path": MODEL, "system": GPU, "precision": "", "
 
 
 def test_aic_deploy_budgets():
-    # C + isl + 1500; TensorRT-LLM rounded up to a multiple of 32; SGLang caps a prefill batch at isl + 1500.
+    # C + isl + 1500; TensorRT-LLM rounded up to a multiple of 32; SGLang caps a prefill batch at isl + 1500
+    # and mixes the running decodes into it (enable_mixed_chunk: the chunked schedule).
     assert aic_deploy_overrides("vllm", 1024, 8) == {"max_num_batched_tokens": 2532, "max_num_seqs": 8}
     assert aic_deploy_overrides("trtllm", 1024, 8) == {"max_num_batched_tokens": 2560, "max_num_seqs": 8}
     assert aic_deploy_overrides("trtllm", 1028, 4) == {"max_num_batched_tokens": 2560, "max_num_seqs": 4}
-    assert aic_deploy_overrides("sglang", 4096, 64) == {"max_prefill_tokens": 5596, "max_num_seqs": 64}
+    assert aic_deploy_overrides("sglang", 4096, 64) == {"max_prefill_tokens": 5596, "max_num_seqs": 64,
+                                                        "scheduler": "chunked"}
 
 
 def test_protocol_row_overrides():

@@ -32,6 +32,7 @@ from sim.errors import ConfigError
 
 _STRICT = ConfigDict(extra="forbid")
 
+MAX_NUM_REQUESTS = 50_000_000
 TRACE_FORMATS = ("azure", "mooncake", "burstgpt", "lengths", "generic")
 ARRIVALS = ("poisson", "gamma", "constant", "inf", "trace")
 
@@ -197,7 +198,9 @@ class WorkloadConfig(BaseModel):
     trace: str | None = None
     trace_format: Literal["azure", "mooncake", "burstgpt", "lengths", "generic"] | None = None
     columns: ColumnsConfig | None = None
-    num_requests: int | None = Field(default=None, ge=1)
+    #: capped: a run holds ~0.2 KiB per request (lengths, result columns), so
+    #: 10^9 would exhaust memory before a result; split longer studies
+    num_requests: int | None = Field(default=None, ge=1, le=MAX_NUM_REQUESTS)
     duration_s: float | None = Field(default=None, gt=0)
     arrival: Literal["poisson", "gamma", "constant", "inf", "trace"] | None = None
     request_rate: float | None = None
