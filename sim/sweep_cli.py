@@ -41,16 +41,22 @@ def sweep(
     typer.echo(f"results: {out}/results.parquet, {out}/results.csv")
 
 
-def _split(text: str | None, what: str, conv=str) -> list:
+def _split(text: str | None, what: str, conv=str, minimum: int | None = None) -> list:
+    """Comma-separated values of option ``--what`` (repeats dropped, order
+    kept); ConfigError for a value ``conv`` rejects or below ``minimum``."""
     if not text:
         return []
     out = []
     for x in text.replace(" ", ",").split(","):
         if x:
             try:
-                out.append(conv(x))
+                v = conv(x)
             except ValueError:
                 raise ConfigError(f"--{what}: {x!r} is not a valid value in {text!r}") from None
+            if minimum is not None and v < minimum:
+                raise ConfigError(f"--{what}: {x!r} must be >= {minimum}")
+            if v not in out:
+                out.append(v)
     return out
 
 
@@ -84,7 +90,7 @@ def plan(
     quiet: bool = typer.Option(False, help="No progress bar."),
 ) -> None:
     """Find, per candidate, the highest request rate within the SLOs and the cheapest configuration for a target rate."""
-    from sim.config import build_config, parse_value
+    from sim.config import build_config, check_known_keys, parse_value, set_dotted
     from sim.metrics import parse_goodput
     from sim.plan import PlanSettings, make_candidates, parse_slos
     from sim.plan_report import answer_line, run_plan
@@ -109,13 +115,18 @@ def plan(
         k, sep, vals = item.partition("=")
         if not sep or not vals:
             raise ConfigError(f"--vary {item!r}: expected KEY=V1,V2")
-        extra[k.strip()] = [parse_value(v) for v in vals.split(",") if v]
+        probe: dict = {}
+        set_dotted(probe, k.strip(), None)
+        check_known_keys(probe, "--vary")
+        extra[k.strip()] = list(dict.fromkeys(parse_value(v) for v in vals.split(",") if v))
     hw_list, sched_list = _split(hardware, "hardware"), _split(scheduler, "scheduler")
     check_names({"hardware": hw_list or [], "scheduler": sched_list or []}, "--")
     check_names(extra, "--vary ")
-    cands = make_candidates(hw_list or [base.hardware], _split(tp, "tp", int) or
+    cands = make_candidates(hw_list or [base.hardware], _split(tp, "tp", int, minimum=1) or
                             [base.tensor_parallel_size], sched_list or [base.scheduler], extra)
-    reps = _split(replicas, "replicas", int) or None
+    reps = _split(replicas, "replicas", int, minimum=1) or None
+    if max_replicas < 1:
+        raise ConfigError(f"--max-replicas: must be >= 1, got {max_replicas}")
     if target_rate is not None and target_rate <= 0:
         raise ConfigError(f"--target-rate: must be > 0 req/s, got {target_rate}")
     if reps and min(reps) < 1:

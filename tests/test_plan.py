@@ -199,3 +199,29 @@ def test_cli_plan_mistyped_hardware_is_an_error(tmp_path):
     assert r.exit_code != 0
     assert "--hardware: unknown hardware 'h10'" in str(r.exception) + r.output
     assert not (tmp_path / "plan.csv").exists()
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--tp", "0"], "--tp: '0' must be >= 1"),
+    (["--vary", "foo=1,2"], "--vary: unknown config key 'foo'"),
+    (["--slo", "p99_ttft_ms=-1"], "the limit must be a finite number >= 0"),
+    (["--max-replicas", "0"], "--max-replicas: must be >= 1"),
+])
+def test_cli_plan_rejects_bad_options(tmp_path, args, match):
+    import typer
+    from typer.testing import CliRunner
+
+    from sim.sweep_cli import plan
+
+    app = typer.Typer()
+    app.command()(plan)
+    app.command()(lambda: None)
+    r = CliRunner().invoke(app, ["plan", "--model", MODEL, "--hardware", GPU, "--slo", "p99_tpot_ms=50", *args,
+                                 "--out", str(tmp_path), "--quiet"])
+    assert r.exit_code != 0 and match in str(r.exception)
+
+
+def test_split_drops_repeats():
+    from sim.sweep_cli import _split
+
+    assert _split("2,2,1", "tp", int, minimum=1) == [2, 1]
