@@ -182,7 +182,7 @@ def score(df, fit_mask, fitted: dict, args, out: Path) -> None:
     scored["wall_time_s_all_rows"] = wall
     summary = {"scored_half": scored, "fit_half": fit_s, "all_rows": everything, "fitted": fitted,
                "protocol": args.protocol, "requests_per_client": args.requests_per_client,
-               "split_seed": SPLIT_SEED}
+               "split_seed": SPLIT_SEED, "workers": args.workers}
     # Files and figures of the scored half; then predictions.csv of every row (with its half).
     write_validation(full[~fit_mask], scored, out, title="Validation on the scored half")
     full.to_csv(out / "predictions.csv", index=False)
@@ -231,14 +231,15 @@ def write_readme(out: Path, summary: dict, wall: float, num_rows: int) -> None:
         f"`numpy.random.default_rng({SPLIT_SEED})` permutation of the rows, first half fitted. Protocol per row "
         + (f"(`sim/validate.py`, protocol `aic`, as aiconfigurator measured these rows): the deployment "
            f"aiconfigurator's generator writes for batch size C (token budget C + isl + 1500, max batch C; "
-           f"SGLang `max_prefill_tokens` isl + 1500), C closed-loop clients from a cold start, "
+           f"SGLang `max_prefill_tokens` isl + 1500 with `enable_mixed_chunk`), C closed-loop clients from a "
+           f"cold start, "
            f"{summary['requests_per_client']}·C requests, every one measured (the first burst of C "
            f"included); isl in, exactly osl out. "
            if summary.get("protocol", "aic") == "aic" else
            f"(`sim/validate.py`, protocol `steady`): C closed-loop clients, 2·C warm-up requests, "
            f"{summary['requests_per_client']}·C measured; isl in, exactly osl out. ")
         + f"All {num_rows} rows "
-        f"simulated in {wall:.0f} s (2 worker processes).",
+        f"simulated in {wall:.0f} s ({summary.get('workers') or 'all'} worker processes).",
         "",
         "## Scores on the scored half",
         "",
@@ -279,10 +280,11 @@ NOTES = """## Reading the results
 **TPOT** is close to its target. It is dominated by the roofline step times and by
 *who shares a step with whom*: under chunked or mixed batching every prefill that
 lands in a request's lifetime stretches its decode steps, and under SGLang's
-prefill-first scheduling every admission stalls all running decodes for one
-prefill step. Host overheads matter at large batches and small models
-(`cpu_seq_overhead_s` 40-60 µs per sequence per step; TensorRT-LLM and SGLang
-overlap them with the GPU, vLLM 0.12 does not).
+prefill-first scheduling (without mixed chunks) every admission stalls all
+running decodes for one prefill step. Host overheads matter at large batches and
+small models (`cpu_seq_overhead_s` 40-60 µs per sequence per step for vLLM and
+TensorRT-LLM; TensorRT-LLM and SGLang overlap host work with the GPU, vLLM 0.12
+does not).
 
 **TTFT** is decided less by the roofline than by how the benchmark was run, and
 the biggest single correction so far was to simulate the benchmark the way it was
@@ -331,12 +333,23 @@ they do: the measured "partly clumped" clients are the cold-start burst
 steady state in which the small token budget keeps prefills from merging into
 cohorts. On 8 sampled vLLM rows the `aic` protocol predicts TTFT within 9 % MAPE
 (3 % median; e.g. Qwen3-32B TP8, isl 4,096, C = 128: 890 ms against 922 ms; the
-burst alone is 5.9 s, the later requests 0.32 s). Per engine on the scored half:
-vLLM 26.2 / 14.1 %, TensorRT-LLM 26.8 / 15.0 %, SGLang 94.1 / 19.3 % (the SGLang
-0.5.6 Llama-3.1-8B H200 rows, over-predicted 2-3x, got worse; the Qwen3-32B
-SGLang rows are within ~10 % at TP 4-8). The fitted host/frontend values were
-fitted under the `steady` protocol and have not been refitted (a one-round refit
-of `frontend_latency_s` for vLLM under `aic` moved its loss only 0.275 → 0.269).
+burst alone is 5.9 s, the later requests 0.32 s). (The table's figures use the
+host/frontend values fitted under `steady`, and SGLang without mixed chunks.)
+
+The generator's SGLang agg rule also sets `enable_mixed_chunk = true`
+(`rule_plugin/sglang.rule`): SGLang then mixes the running decodes into each
+prefill batch instead of stalling them for a prefill-only step. The `aic`
+protocol runs SGLang rows with the `chunked` schedule for that. Scored half,
+SGLang rows, TTFT MAPE / median APE, TPOT MAPE: prefill-first 94.0 / 19.3 / 6.0 %
+→ mixed 32.5 / 24.0 / 12.5 %. The 25 SGLang 0.5.6 Llama-3.1-8B H200 rows go from
+229 % to 35 % TTFT MAPE; the 43 Qwen3-32B H100 rows (SGLang 0.5.1 / 0.5.8) from
+15 % to 35 % (TPOT 6 % → 10 %): those fit prefill-first better and were probably
+deployed by an earlier generator without mixed chunks. One setting for every
+SGLang row is kept (a per-campaign choice would be fitting groups).
+
+The four host/frontend values per engine were then refitted under `aic` (one
+coordinate-search round per engine; TensorRT-LLM a second round), giving the
+table above.
 
 ## Known puzzles
 
@@ -358,12 +371,14 @@ of `frontend_latency_s` for vLLM under `aic` moved its loss only 0.275 → 0.269
 
 2. **SGLang TPOT is flat across TP at very high concurrency** (Llama-3.1-8B FP8,
    H200, C = 512: ~23-34 ms at TP 2, 4 and 8). With hundreds of running requests
-   the step is bound by host work that does not shrink with TP: SGLang's Python
-   scheduler and output processing touch every running request every step. With
-   overlap scheduling the step lasts max(GPU, host) and the host part is
-   `cpu_step_overhead_s + n x cpu_seq_overhead_s` (2 ms + 512 x 40 µs ≈ 22 ms),
-   plus the frontend streaming each token (`frontend_token_s` 40 µs). The fitted
-   model reproduces the flat TPOT (SGLang TPOT MAPE ~6 %).
+   the step is bound by work that does not shrink with TP: SGLang's Python
+   scheduler and output processing touch every running request every step, and
+   the frontend detokenizes and streams every token. Under the `steady` protocol
+   the fit put it in host time per sequence (`cpu_seq_overhead_s` 40 µs, overlapped
+   with the GPU); under `aic` with mixed chunks it puts it in the frontend's
+   streaming (`frontend_token_s` 80 µs per token, a grid edge, `cpu_seq_overhead_s`
+   0): the data cannot tell the two apart, both scale with the running requests
+   and not with TP.
 
 3. **Where the KV cache binds, TTFT is all admission.** Qwen3-32B in bf16 on one
    H100 under SGLang keeps about 13 k tokens of KV next to 61 GiB of weights
@@ -387,17 +402,19 @@ of `frontend_latency_s` for vLLM under `aic` moved its loss only 0.275 → 0.269
   protocol: with the generated token budget a cohort cannot be prefilled in one
   step, and the measured mean includes the cold-start burst.
   `client_phase_spread` only applies to `--protocol steady`.
-- **SGLang 0.5.6 Llama-3.1-8B on H200** (a different campaign: odd concurrencies,
-  1-8 k inputs) is over-predicted 2-3x under both protocols; its deployment
-  (e.g. `enable_mixed_chunk`, which newer generator rules set for SGLang agg, or
-  a different client) is not known.
+- **SGLang's two campaigns disagree on mixed chunks**: the 0.5.6 Llama-3.1-8B
+  H200 rows need them (without: 2-3x over-predicted), the 0.5.1 / 0.5.8 Qwen3-32B
+  H100 rows fit better without them (TTFT 15 % vs 35 % MAPE, TPOT 6 % vs 10 %).
+  Which generator version produced which rows is not recorded; one setting is
+  kept for all SGLang rows.
 - **The TensorRT-LLM Llama-3.1-8B client artefact** (puzzle 1).
 - **TensorRT-LLM at C = 128 with TP ≥ 2**: measured TTFT 0.5-2 s with TPOT 10-23 ms
   looks like requests waiting for a slot (as if ~75-90 % of C were admitted); we
   found no engine limit that explains it and predict 0.1-0.4 s.
-- **Fitted values at grid edges** (SGLang `frontend_latency_s` 80 ms, TensorRT-LLM
-  `frontend_token_s` 80 µs) are compensating for the above rather than measuring
-  a physical latency; read them as upper bounds.
+- **Fitted values at grid edges** (SGLang `frontend_latency_s` 80 ms; every
+  engine's `frontend_token_s` 80 µs, where the loss is nearly flat) are
+  compensating for the above rather than measuring a physical latency; read them
+  as upper bounds.
 - The cost model uses the calibrated per-kernel efficiency curves (`fitted_v1` profiles).
 """
 

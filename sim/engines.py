@@ -176,14 +176,16 @@ PRESETS: dict[str, EnginePreset] = {p.name: p for p in (_VLLM, _TRTLLM, _SGLANG)
 #:                        hand-off to the engine process), s; counted in TTFT;
 #:   frontend_token_s     the frontend's time to stream one output token (detokenize,
 #:                        serialize, send), s; a FIFO that every step's tokens pass.
-#: The grid edges hit (sglang frontend_latency_s, trtllm frontend_token_s) compensate
-#: for closed-loop batching effects the simulator does not reproduce (see the report).
+#: Fitted 2026-11-30 under the ``aic`` validation protocol, one coordinate-search
+#: round per engine on the fit half. Grid edges hit: sglang frontend_latency_s
+#: (80 ms) and every engine's frontend_token_s (80 µs, where the loss is nearly
+#: flat): read them as upper bounds that absorb what the model misses (report).
 FITTED: dict[str, dict[str, Any]] = {
-    "vllm": {"cpu_step_overhead_s": 1e-3, "cpu_seq_overhead_s": 40e-6, "frontend_latency_s": 0.0,
-             "frontend_token_s": 0.0},
-    "sglang": {"cpu_step_overhead_s": 2e-3, "cpu_seq_overhead_s": 40e-6, "frontend_latency_s": 80e-3,
-               "frontend_token_s": 40e-6},
-    "trtllm": {"cpu_step_overhead_s": 2e-3, "cpu_seq_overhead_s": 60e-6, "frontend_latency_s": 10e-3,
+    "vllm": {"cpu_step_overhead_s": 0.5e-3, "cpu_seq_overhead_s": 40e-6, "frontend_latency_s": 5e-3,
+             "frontend_token_s": 80e-6},
+    "sglang": {"cpu_step_overhead_s": 0.0, "cpu_seq_overhead_s": 0.0, "frontend_latency_s": 80e-3,
+               "frontend_token_s": 80e-6},
+    "trtllm": {"cpu_step_overhead_s": 0.0, "cpu_seq_overhead_s": 60e-6, "frontend_latency_s": 10e-3,
                "frontend_token_s": 80e-6},
 }
 

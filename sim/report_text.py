@@ -62,7 +62,8 @@ def print_run_summary(s: dict, dep) -> None:
 def print_kv_report(rep: dict, dep) -> None:
     cfg = dep.cfg
     t = Table(title=f"KV cache: {cfg.model} on {cfg.hardware}, TP={cfg.tensor_parallel_size}, "
-                    f"kv_cache_dtype={cfg.kv_cache_dtype}, block_size={cfg.block_size}", show_header=False)
+                    f"kv_cache_dtype={cfg.kv_cache_dtype}, block_size={cfg.block_size} "
+                    f"(bytes, GiB and blocks per GPU rank)", show_header=False)
     t.add_column("quantity")
     t.add_column("value", justify="right")
     for k, v in rep.items():

@@ -20,7 +20,7 @@ def validate(
     requests_per_client: int = typer.Option(10, help="Measured requests per client."),
     warmup_per_client: Optional[int] = typer.Option(None, help="Warm-up requests per client, excluded from the "
                                                     "scores (default: the protocol's, aic 0, steady 2)."),
-    think_time_ms: Optional[float] = typer.Option(None, help="Mean client think time, ms (default: sim.validate.CLIENT_THINK_TIME_S)."),
+    think_time_ms: Optional[float] = typer.Option(None, help="Mean client think time between a response and the next send, ms (default: 2)."),
     workers: Optional[int] = typer.Option(None, help="Parallel processes (default: one per CPU)."),
     seed: int = typer.Option(0, help="Seed of every row's simulation."),
     quiet: bool = typer.Option(False, help="No progress bar."),
