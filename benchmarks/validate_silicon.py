@@ -219,13 +219,18 @@ def write_readme(out: Path, summary: dict, wall: float, num_rows: int) -> None:
     lines = [
         "# Validation against measured serving benchmarks",
         "",
-        "Regenerate (fit on the fit half, then score; about 45 min on 2 cores):",
-        "",
-        "    python benchmarks/validate_silicon.py",
-        "",
-        "Score only, with the fitted values in `sim/engines.py` (about 2 min):",
+        "Regenerate this report from the fitted values in `sim/engines.py` (exactly these numbers; "
+        "about 1-2 min on 2 cores):",
         "",
         "    python benchmarks/validate_silicon.py --skip-fit",
+        "",
+        "Refit (coordinate search on the fit half, then score; 10-25 min per engine on 2 cores). The "
+        "values in `sim/engines.py` came from one round per engine started at the previous values "
+        "(TensorRT-LLM: a second round changed nothing); a search from zero can stop elsewhere where "
+        "the loss is flat:",
+        "",
+        "    python benchmarks/validate_silicon.py --fit-params cpu_step_overhead_s,cpu_seq_overhead_s,"
+        "frontend_latency_s,frontend_token_s --rounds 1",
         "",
         f"Data: `../shared/silicon/dense_agg_dev.csv`, {num_rows} rows. Fit half / scored half: a "
         f"`numpy.random.default_rng({SPLIT_SEED})` permutation of the rows, first half fitted. Protocol per row "
@@ -378,7 +383,8 @@ table above.
    with the GPU); under `aic` with mixed chunks it puts it in the frontend's
    streaming (`frontend_token_s` 80 µs per token, a grid edge, `cpu_seq_overhead_s`
    0): the data cannot tell the two apart, both scale with the running requests
-   and not with TP.
+   and not with TP. With mixed chunks it is reproduced less well than before: the
+   few SGLang H200 TP 4 / TP 8 rows on the scored half are 32-42 % off in TPOT.
 
 3. **Where the KV cache binds, TTFT is all admission.** Qwen3-32B in bf16 on one
    H100 under SGLang keeps about 13 k tokens of KV next to 61 GiB of weights
