@@ -27,11 +27,7 @@ Processes:
   model for exactly the scheduled batch, plus the engine's CPU overheads
   (``sim/overheads.py``) → ``yield env.timeout(step_time)`` →
   ``update_from_output()``. An idle replica waits on an event an arrival
-  triggers; it never polls. One SimPy event per engine step in the reference
-  mode (``exact_steps``); by default a step whose batch then stays the same
-  (every scheduled request emits a token, nobody can be admitted) opens a run
-  of identical decode steps advanced in one event (``_decode_run``), with the
-  same results.
+  triggers; it never polls. One SimPy event per engine step.
 
 Metrics are appended to compact columns as the run goes (``sim.metrics``).
 """
@@ -231,7 +227,7 @@ class Simulation(Traffic):
                 ctx = np.asarray(out.num_computed_before, dtype=np.int64)
             k = sched.max_decode_run(out) if fast and not flushed else 1
             if k > 1:
-                yield from self._decode_run(rep, out, new, ctx, k, start)
+                yield from self._decode_run(rep, out, ctx, k, start)
                 continue
             dt = overheads.apply(step_time_s(new, ctx), len(new), out.num_prefill_tokens > 0)
             rep.last_step_start = start
@@ -293,29 +289,17 @@ class Simulation(Traffic):
             # run does not keep every Request object alive (memory O(running)).
             rep.scheduler.finished.clear()
 
-    def _decode_run(self, rep: _Replica, out, new: np.ndarray, ctx: np.ndarray, k: int, start: float):
+    def _decode_run(self, rep: _Replica, out, ctx: np.ndarray, k: int, start: float):
         """Up to ``k`` identical decode steps in one event. Step end times are
         accumulated in the same floating-point order as ``k`` single steps, so
         results equal the reference mode's. An arrival routed to this replica
         interrupts the run; it then ends at the end of the step in progress,
-        as the reference mode would let the scheduler see the arrival there.
-        A first step with prefill tokens (``Scheduler.max_decode_run``) is timed
-        and recorded as the single step it is; steps 2.. decode the same batch."""
+        as the reference mode would let the scheduler see the arrival there."""
         env = self.env
         sched = rep.scheduler
         B = len(out.scheduled)
         num_waiting = sched.num_waiting  # at the run's start, as a single step records it
-        mixed = out.num_prefill_tokens > 0
-        if mixed:
-            first = self.overheads.apply(self.cost.step_time_s(new, ctx), B, True)
-            rest = self.overheads.apply_run(self.cost.decode_steps_time_s(ctx + new, k - 1, num_growing=B), B)
-            times = np.concatenate(([first], rest))
-            # the mixed step's own row, as a single step records it (before it runs)
-            self.step_cols.append(rep.index, start, 1, first, sched.num_running, num_waiting,
-                                  out.num_batched_tokens, out.num_prefill_tokens, out.num_decode_tokens,
-                                  rep.kv.usage, 0)
-        else:
-            times = self.overheads.apply_run(self.cost.decode_steps_time_s(ctx, k, num_growing=B), len(ctx))
+        times = self.overheads.apply_run(self.cost.decode_steps_time_s(ctx, k, num_growing=B), len(ctx))
         ends = np.empty(k)
         t = start
         for i in range(k):  # sequential adds: bit-identical to env.now in exact mode
@@ -353,11 +337,7 @@ class Simulation(Traffic):
             for req in out.scheduled:
                 req.last_token_time = end
         finished, usage = sched.apply_decode_run(out, j)
-        if not mixed:
-            self.step_cols.append(rep.index, start, j, end - start, B, num_waiting, B * j, 0, B * j, usage, 0)
-        elif j > 1:
-            self.step_cols.append(rep.index, first_end, j - 1, end - first_end, B, num_waiting, B * (j - 1), 0,
-                                  B * (j - 1), usage, 0)
+        self.step_cols.append(rep.index, start, j, end - start, B, num_waiting, B * j, 0, B * j, usage, 0)
         self._finish(rep, finished, end, seen)
 
     def _unstick(self, rep: _Replica) -> None:

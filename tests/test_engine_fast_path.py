@@ -115,25 +115,3 @@ def test_fast_mode_equals_reference_with_engine_presets(engine):
         assert np.array_equal(fast.requests[key], ref.requests[key]), key
     for key in ("arrival_time_s", "first_scheduled_time_s", "first_token_time_s", "finish_time_s"):
         np.testing.assert_allclose(fast.requests[key], ref.requests[key], rtol=1e-9, atol=0)
-
-
-def test_prefill_step_opens_a_merged_run():
-    # One request, prompt 100 with a 64-token budget: step 1 (64 new) is a partial
-    # chunk (no token: a single event), step 2 (36 new, the rest of the prompt)
-    # completes the sequence and emits the first token, and nobody waits, so it opens
-    # a run: steps 2..6 (first token, then decodes at contexts 100..103) in one event.
-    sim, fast, dep = simulate(cfg_for(exact_steps=False))
-    _, ref, _ = simulate(cfg_for(exact_steps=True))
-    assert fast.num_steps == ref.num_steps == 6
-    # + 1 event each: the arrival (constant rate 1/s: at t = 1 s)
-    assert fast.num_events == 1 + 2 and ref.num_events == 1 + 6
-    steps = fast.steps
-    # rows: the partial chunk, the prompt's last chunk (a single step, as recorded
-    # in the reference mode), then the 4 merged decode steps
-    assert list(steps["num_steps"]) == [1, 1, 4]
-    assert list(steps["num_prefill_tokens"]) == [64, 36, 0]
-    assert list(steps["num_decode_tokens"]) == [0, 0, 4]
-    np.testing.assert_array_equal(steps["step_time_s"][:2], ref.steps["step_time_s"][:2])
-    assert steps["step_time_s"][2] == pytest.approx(ref.steps["step_time_s"][2:].sum(), rel=1e-12)
-    for key in ("first_token_time_s", "finish_time_s"):
-        assert fast.requests[key][0] == ref.requests[key][0]

@@ -182,26 +182,12 @@ class Scheduler:
         only take blocks, never free them, and the budget and ``max_num_seqs``
         stay as they are). With prefix caching, runs need an empty waiting queue
         (an arrival then cuts the run, so admission sees the same hashed blocks as
-        in the reference mode).
-
-        Step 1 may also carry prefill tokens (a *mixed* first step, e.g. a new
-        request's whole prompt beside the decodes) when every scheduled request
-        completes its sequence in it (so each emits a token, as a decode does),
-        no padding is computed and nobody waits (the budget the prefill took is
-        free again at step 2, so a waiting request could be admitted there).
-        Steps 2.. are then decode-only; the arithmetic below is the same.
-        Returns ≥ 1."""
+        in the reference mode). Returns ≥ 1."""
         sched = out.scheduled
-        if (out.preempted or not sched or not self.supports_decode_runs
+        if (out.preempted or out.num_prefill_tokens or not sched or not self.supports_decode_runs
                 or len(sched) != len(self.running)):
             return 1
-        if out.num_prefill_tokens:
-            if self.waiting or out.padding_contexts:
-                return 1
-            for r in sched:
-                if r.num_computed_tokens != r.num_prompt_tokens + r.num_output_tokens:
-                    return 1  # a partial prefill chunk: no token this step
-        elif self.waiting and getattr(self.kv, "enable_prefix_caching", False):
+        if self.waiting and getattr(self.kv, "enable_prefix_caching", False):
             # Blocks are hashed as they fill; a waiting request could start to hit them.
             return 1
         mml = self.limits.max_model_len
