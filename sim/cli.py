@@ -219,6 +219,10 @@ def main() -> None:
     except ServesimError as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(2)
+    except UnicodeDecodeError as e:  # a YAML/JSON file read elsewhere that is not UTF-8 text
+        typer.echo(f"error: an input file is not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
+                   f"{e.start}); save it as UTF-8", err=True)
+        sys.exit(2)
     except OSError as e:  # e.g. --out names an existing file or an unwritable place
         where = f": {e.filename}" if getattr(e, "filename", None) else ""
         typer.echo(f"error: {e.strerror or e}{where}", err=True)

@@ -81,7 +81,7 @@ class SimConfig(BaseModel):
 
     # Parallelism and routing
     tensor_parallel_size: int = Field(default=1, ge=1)
-    num_replicas: int = Field(default=1, ge=1)
+    num_replicas: int = Field(default=1, ge=1, le=1024)  # each holds a block pool: 10^4 would need ~15 GB
     router: Literal["round_robin", "least_outstanding_requests", "random", "prefix_aware"] = "round_robin"
 
     # CPU/framework overheads outside the cost model (sim/overheads.py): per
@@ -275,7 +275,12 @@ def read_yaml(path: str | Path) -> dict:
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
     try:
-        data = yaml.load(p.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 -- a SafeLoader
+        text = p.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); "
+                          "save the file as UTF-8") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 -- a SafeLoader
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -136,7 +136,7 @@ def load_hardware(path: str | Path) -> HardwareProfile:
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise ConfigError(f"{path}: cannot read hardware profile: {e}") from e
     return _validate(data, str(path))
 

@@ -231,7 +231,7 @@ class ModelSpec:
             path = Path(config)
             try:
                 data = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError) as e:
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
                 raise ConfigError(f"{path}: cannot read model config: {e}") from e
             return cls(**_parse_hf_config(data, str(path)), name=name or str(path))
         return cls(**_parse_hf_config(dict(config), name or "<dict>"), name=name or "<dict>")
@@ -296,6 +296,8 @@ def _refuse(source: str, key: str, value: Any, why: str) -> ConfigError:
 
 def _parse_hf_config(cfg: dict[str, Any], source: str) -> dict[str, Any]:
     """ModelSpec fields from config.json keys; refuses what is not modelled."""
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{source}: a Hugging Face config.json must be a JSON object, got {type(cfg).__name__}")
     if "text_config" in cfg and "hidden_size" not in cfg:
         raise _refuse(source, "text_config", "...", "multimodal wrapper config; pass the text "
                       "model's config")

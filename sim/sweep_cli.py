@@ -4,6 +4,7 @@ parameters, registered in :mod:`sim.cli` with ``app.command()(sweep)`` and
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -127,8 +128,9 @@ def plan(
     reps = _split(replicas, "replicas", int, minimum=1) or None
     if max_replicas < 1:
         raise ConfigError(f"--max-replicas: must be >= 1, got {max_replicas}")
-    if target_rate is not None and target_rate <= 0:
-        raise ConfigError(f"--target-rate: must be > 0 req/s, got {target_rate}")
+    for opt, rate in (("--target-rate", target_rate), ("--start-rate", start_rate)):
+        if rate is not None and not (math.isfinite(rate) and rate > 0):
+            raise ConfigError(f"{opt}: must be a finite rate > 0 req/s, got {rate}")
     if reps and min(reps) < 1:
         raise ConfigError(f"--replicas: counts must be >= 1, got {replicas}")
     settings = PlanSettings(slos, gp, target_rate, reps, max_replicas, start_rate, rel_tol)

@@ -161,3 +161,19 @@ def test_a_key_given_twice_in_a_config_file_is_an_error(tmp_path):
 def test_num_requests_is_bounded():
     with pytest.raises(ConfigError, match="workload.num_requests: Input should be less than or equal to 50000000"):
         build_config(None, None, ["workload.num_requests=1000000000"])
+
+
+def test_files_that_are_not_utf8_and_runaway_sizes_are_clear_errors(tmp_path):
+    p = tmp_path / "latin.yaml"
+    p.write_bytes(b"# r\xe9glage\nmodel: llama-3.1-8b\n")
+    with pytest.raises(ConfigError, match=r"latin\.yaml: not UTF-8 text \(byte 0xe9 at offset 3\)"):
+        build_config(p)
+    j = tmp_path / "config.json"
+    j.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="must be a JSON object, got list"):
+        build_deployment(build_config(None, {"model": str(j)}))
+    with pytest.raises(ConfigError, match="num_replicas: Input should be less than or equal to 1024"):
+        build_config(None, None, ["num_replicas=10000"])
+    with pytest.raises(ConfigError, match=r"is 100,000,000 requests, over the 50,000,000 a run takes"):
+        build_config(None, None, ["workload.num_requests=null", "workload.duration_s=1e4",
+                                  "workload.request_rate=1e4", "workload.input_len=100", "workload.output_len=10"])

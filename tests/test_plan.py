@@ -225,3 +225,19 @@ def test_split_drops_repeats():
     from sim.sweep_cli import _split
 
     assert _split("2,2,1", "tp", int, minimum=1) == [2, 1]
+
+
+@pytest.mark.parametrize("opt", ["--target-rate", "--start-rate"])
+@pytest.mark.parametrize("value", ["inf", "nan"])
+def test_cli_plan_rates_must_be_finite(tmp_path, opt, value):
+    import typer
+    from typer.testing import CliRunner
+
+    from sim.sweep_cli import plan
+
+    app = typer.Typer()
+    app.command()(plan)
+    app.command()(lambda: None)
+    r = CliRunner().invoke(app, ["plan", "--model", MODEL, "--hardware", GPU, "--slo", "p99_tpot_ms=50", opt, value,
+                                 "--out", str(tmp_path), "--quiet"])
+    assert r.exit_code != 0 and f"{opt}: must be a finite rate > 0 req/s" in str(r.exception)

@@ -303,6 +303,10 @@ class WorkloadConfig(BaseModel):
             raise ValueError("a synthetic workload needs num_requests or duration_s")
         if self.num_requests is None and self.is_infinite_rate():
             raise ValueError("duration_s alone needs a finite request_rate (all-at-once arrivals never end)")
+        if self.num_requests is None and self.duration_s * self.request_rate > MAX_NUM_REQUESTS:
+            raise ValueError(f"duration_s ({self.duration_s:g}) x request_rate ({self.request_rate:g}) is "
+                             f"{self.duration_s * self.request_rate:,.0f} requests, over the {MAX_NUM_REQUESTS:,} "
+                             "a run takes")
         return self
 
     # ------------------------------------------------------------ helpers
