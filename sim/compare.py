@@ -29,6 +29,9 @@ class Variant:
 
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+#: files ``servesim compare`` writes beside the variant folders (sim/report.py, sim/plots.py)
+RESERVED_NAMES = frozenset({"comparison.csv", "report.md", "variants.json", "ttft_cdf.png", "itl_cdf.png",
+                            "latency_percentiles.png", "timeline.png", "latency_breakdown.png"})
 
 
 def _check_variant(name: str, overrides: dict, source: str) -> None:
@@ -36,8 +39,11 @@ def _check_variant(name: str, overrides: dict, source: str) -> None:
     ``. _ + -`` only. Workload keys cannot differ between variants: every
     variant replays the same request stream (use ``servesim sweep`` to vary it)."""
     if not _NAME_OK.match(name):
-        raise ConfigError(f"{source}: variant name {name!r} must be letters, digits, '.', '_', '+' or '-' "
-                          "(it names a folder under --out)")
+        raise ConfigError(f"{source}: variant name {name!r} must start with a letter or digit and hold only "
+                          "letters, digits, '.', '_', '+' or '-' (it names a folder under --out)")
+    if name in RESERVED_NAMES:
+        raise ConfigError(f"{source}: variant name {name!r} is a file the comparison writes under --out; "
+                          "choose another name")
     if "workload" in overrides:
         keys = ", ".join(f"workload.{k}" for k in overrides["workload"])
         raise ConfigError(f"{source}: variant {name!r} sets {keys}; every variant replays the identical request "

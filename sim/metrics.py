@@ -177,8 +177,10 @@ def parse_goodput(items: list[str] | None) -> dict[str, float]:
                 ms = float(val)
             except ValueError:
                 raise ConfigError(f"--goodput {part!r}: {val!r} is not a number of milliseconds") from None
-            if ms <= 0:
-                raise ConfigError(f"--goodput {part!r}: the SLO must be > 0 ms")
+            if not ms > 0 or ms == float("inf"):
+                raise ConfigError(f"--goodput {part!r}: the SLO must be a finite number > 0 ms")
+            if key in slos:
+                raise ConfigError(f"--goodput {part!r}: {key} is given twice")
             slos[key] = ms / 1e3
     return slos
 

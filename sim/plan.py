@@ -79,6 +79,8 @@ def parse_slos(items: list[str] | None, goodput: Mapping[str, float] | None = No
                 raise ConfigError(f"--slo {part!r}: {val!r} is not a number") from None
             if not math.isfinite(limit) or limit < 0:
                 raise ConfigError(f"--slo {part!r}: the limit must be a finite number >= 0, got {val}")
+            if any(o.key == key for o in out):
+                raise ConfigError(f"--slo {part!r}: {key} is given twice")
             if op == "=":
                 op = ">=" if key in HIGHER_IS_BETTER else "<="
             if key == "goodput_fraction" and not goodput:

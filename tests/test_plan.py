@@ -241,3 +241,15 @@ def test_cli_plan_rates_must_be_finite(tmp_path, opt, value):
     r = CliRunner().invoke(app, ["plan", "--model", MODEL, "--hardware", GPU, "--slo", "p99_tpot_ms=50", opt, value,
                                  "--out", str(tmp_path), "--quiet"])
     assert r.exit_code != 0 and f"{opt}: must be a finite rate > 0 req/s" in str(r.exception)
+
+
+def test_repeated_or_nan_limits_are_errors():
+    from sim.metrics import parse_goodput
+
+    with pytest.raises(ConfigError, match="p99_ttft_ms is given twice"):
+        parse_slos(["p99_ttft_ms=1000", "p99_ttft_ms=5"])
+    with pytest.raises(ConfigError, match="ttft is given twice"):
+        parse_goodput(["ttft:100000 ttft:1"])
+    with pytest.raises(ConfigError, match="finite number > 0 ms"):
+        parse_goodput(["ttft:nan"])
+    assert parse_goodput(["ttft:500 tpot:50"]) == {"ttft": 0.5, "tpot": 0.05}
