@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from sim.errors import ConfigError
 from sim.workload.config import WorkloadConfig
+from sim.yaml_io import safe_load_unique
 
 SCHEDULERS = ("static", "continuous", "chunked", "mixed", "prefill_first", "prefill_first_whole")
 #: Modes that split long prompts at the token budget (the budget is then not
@@ -250,25 +251,6 @@ def check_known_keys(d: dict, source: str, prefix: str = "") -> None:
             check_known_keys(v, source, "workload.")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (plain
-    YAML keeps the last one silently)."""
-
-
-def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: dict = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if isinstance(key, (str, int, float, bool)) and key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} is given twice (first on line {seen[key]})", key_node.start_mark)
-        seen[key] = key_node.start_mark.line + 1
-    return yaml.SafeLoader.construct_mapping(loader, node, deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
-
-
 def read_yaml(path: str | Path) -> dict:
     """Read a YAML mapping; a syntax error names the file and line."""
     p = Path(path)
@@ -280,7 +262,7 @@ def read_yaml(path: str | Path) -> dict:
         raise ConfigError(f"{p}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); "
                           "save the file as UTF-8") from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 -- a SafeLoader
+        data = safe_load_unique(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -25,6 +25,7 @@ from sim.efficiency import (EFFICIENCY_FORMS, OPERATOR_CLASSES, EfficiencyBase, 
                             FittedEfficiency, ScalarEfficiency, register_efficiency_form)
 from sim.errors import ConfigError
 from sim.paths import hardware_profiles_dir
+from sim.yaml_io import safe_load_unique
 
 #: Compute dtypes a profile may list peaks for.
 PEAK_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4")
@@ -135,8 +136,12 @@ def load_hardware(path: str | Path) -> HardwareProfile:
     """Load and validate one profile YAML."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        data = safe_load_unique(path.read_text())  # a key given twice is an error
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}:" if mark else ""
+        raise ConfigError(f"{path}:{where} cannot read hardware profile: {getattr(e, 'problem', None) or e}") from None
+    except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read hardware profile: {e}") from e
     return _validate(data, str(path))
 

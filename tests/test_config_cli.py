@@ -177,3 +177,13 @@ def test_files_that_are_not_utf8_and_runaway_sizes_are_clear_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"is 100,000,000 requests, over the 50,000,000 a run takes"):
         build_config(None, None, ["workload.num_requests=null", "workload.duration_s=1e4",
                                   "workload.request_rate=1e4", "workload.input_len=100", "workload.output_len=10"])
+
+
+def test_a_key_given_twice_in_a_hardware_profile_is_an_error(tmp_path):
+    from sim.hardware import hardware_profiles_dir, load_hardware
+
+    p = tmp_path / "hw.yaml"
+    p.write_text((hardware_profiles_dir() / "h100_sxm.yaml").read_text() + "memory_bytes: 1000\n")
+    with pytest.raises(ConfigError, match=r"hw\.yaml: line \d+: cannot read hardware profile: key 'memory_bytes' "
+                                          r"is given twice"):
+        load_hardware(p)
