@@ -121,9 +121,13 @@ def plan(
         check_known_keys(probe, "--vary")
         extra[k.strip()] = list(dict.fromkeys(parse_value(v) for v in vals.split(",") if v))
     hw_list, sched_list = _split(hardware, "hardware"), _split(scheduler, "scheduler")
+    tp_list = _split(tp, "tp", int, minimum=1)
+    for t in tp_list:
+        if t & (t - 1):
+            raise ConfigError(f"--tp: {t} is not a power of two (tensor_parallel_size 1, 2, 4, 8, ...)")
     check_names({"hardware": hw_list or [], "scheduler": sched_list or []}, "--")
     check_names(extra, "--vary ")
-    cands = make_candidates(hw_list or [base.hardware], _split(tp, "tp", int, minimum=1) or
+    cands = make_candidates(hw_list or [base.hardware], tp_list or
                             [base.tensor_parallel_size], sched_list or [base.scheduler], extra)
     reps = _split(replicas, "replicas", int, minimum=1) or None
     if max_replicas < 1:

@@ -203,6 +203,8 @@ def test_cli_plan_mistyped_hardware_is_an_error(tmp_path):
 
 @pytest.mark.parametrize("args, match", [
     (["--tp", "0"], "--tp: '0' must be >= 1"),
+    (["--tp", "1,3"], "--tp: 3 is not a power of two"),
+    (["--start-rate", "0"], "--start-rate: must be a finite rate > 0 req/s"),
     (["--vary", "foo=1,2"], "--vary: unknown config key 'foo'"),
     (["--slo", "p99_ttft_ms=-1"], "the limit must be a finite number >= 0"),
     (["--max-replicas", "0"], "--max-replicas: must be >= 1"),
