@@ -27,11 +27,8 @@ Processes:
   model for exactly the scheduled batch, plus the engine's CPU overheads
   (``sim/overheads.py``) → ``yield env.timeout(step_time)`` →
   ``update_from_output()``. An idle replica waits on an event an arrival
-  triggers; it never polls. One SimPy event per engine step in the reference
-  mode (``exact_steps``); by default a decode-only step whose batch then stays
-  the same (no arrival, finish, admission or preemption) opens a run of
-  identical decode steps advanced in one event (``_decode_run``), with the same
-  results.
+  triggers; it never polls. One SimPy event per step with ``exact_steps``; by
+  default identical decode steps run in one event (``_decode_run``), same results.
 
 Metrics are appended to compact columns as the run goes (``sim.metrics``).
 """

@@ -41,6 +41,8 @@ class ContiguousKVCacheManager(KVCacheManager):
     ``enable_prefix_caching=True`` raises ConfigError.
     """
 
+    grows_by_block = False  # past the reservation: the slow path's rules
+
     def __init__(self, num_gpu_blocks: int, block_size: int = 16, *, enable_prefix_caching: bool = False,
                  max_model_len: int, watermark: float = 0.0, reserve: str = "max_model_len") -> None:
         if enable_prefix_caching:

@@ -45,6 +45,10 @@ class _ReqState:
 class KVCacheManager:
     """Paged KV cache over a :class:`BlockPool`.
 
+    ``grows_by_block``: a table grows by the blocks its next tokens need (so a
+    running request crossing a block boundary takes them directly); False for
+    managers with other growth rules (the contiguous reservation).
+
     Keeps ``request.kv_capacity`` (slots held) up to date. Without prefix
     caching, ``allocate_slots(req, n)`` of a request with
     ``num_computed_tokens + n <= kv_capacity`` is a no-op returning ``[]``
@@ -60,6 +64,8 @@ class KVCacheManager:
             ``watermark_blocks = int(watermark * num_blocks)``), in [0, 1).
         use_eagle: drop the last hit block (vLLM does so for EAGLE drafters).
     """
+
+    grows_by_block = True
 
     def __init__(self, num_gpu_blocks: int, block_size: int = 16, *, enable_prefix_caching: bool = False,
                  max_model_len: int, watermark: float = 0.0, use_eagle: bool = False) -> None:
@@ -191,8 +197,7 @@ class KVCacheManager:
                 if self.enable_prefix_caching and end // self.block_size > st.num_cached:
                     self._cache_full(st, min(end, request.num_tokens))
                 return []
-            if (self.decode_skips_allocation and not self.watermark_blocks
-                    and type(self) is KVCacheManager):
+            if self.decode_skips_allocation and not self.watermark_blocks and self.grows_by_block:
                 # A running request crossing into new blocks, caching off: take
                 # them from the free stack directly (the slow path's arithmetic).
                 bs = self.block_size
