@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import gc
 import math
+from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
@@ -162,12 +163,12 @@ class Simulation(Traffic):
         rejected = req.status == RequestStatus.REJECTED
         if rejected:
             self.reasons[req.request_id] = req.reason
-        self.req_cols.append(
+        self.req_cols.append((
             req.request_id, req.replica, req.arrival_time, req.first_scheduled_time, req.first_token_time,
             req.finish_time, req.num_prompt_tokens, req.num_output_tokens, req.max_tokens,
             req.num_cached_tokens, req.num_preemptions, req.preempted_s, req.is_warmup,
             STATUS_REJECTED if rejected else STATUS_FINISHED,
-        )
+        ))
 
     # ------------------------------------------------------------------ replica
     def _replica_loop(self, rep: _Replica):
@@ -232,9 +233,9 @@ class Simulation(Traffic):
                 continue
             dt = overheads.apply(step_time_s(new, ctx), len(new), out.num_prefill_tokens > 0)
             rep.last_step_start = start
-            step_append(rep.index, start, 1, dt, sched.num_running, sched.num_waiting,
-                        out.num_batched_tokens, out.num_prefill_tokens, out.num_decode_tokens,
-                        kv.usage, len(out.preempted))
+            step_append((rep.index, start, 1, dt, sched.num_running, sched.num_waiting,
+                         out.num_batched_tokens, out.num_prefill_tokens, out.num_decode_tokens,
+                         kv.usage, len(out.preempted)))
             if self.track_unused:
                 rep.unused_integral += kv.reserved_unused_fraction * dt
             yield env.timeout(dt)
@@ -258,22 +259,26 @@ class Simulation(Traffic):
                 req.preempted_time = -1.0
                 rep.num_recovering -= 1
 
-    def _tokens_emitted(self, emitted: list[Request], start: float, now: float, seen: float) -> None:
+    def _tokens_emitted(self, emitted: list[Request], start: float, now: float, seen: float,
+                        last: float | None = None) -> None:
         """First-token times (as the client sees them: ``seen``) and ITL gaps
-        (engine side) of one step. Gaps equal to the step (the token before came
-        at the step's start) are pooled in one weighted sample; nothing is
-        stored per token."""
+        (engine side) of one step ending at ``now``. Gaps equal to the step (the
+        token before came at the step's start) are pooled in one weighted
+        sample; nothing is stored per token. ``last``: the time of each
+        request's latest token afterwards (a merged run's end; default ``now``)."""
         same_gap = 0
         itl_add = self.itl.add
+        if last is None:
+            last = now
         for req in emitted:
-            last = req.last_token_time
+            prev = req.last_token_time
             if req.first_token_time < 0:
                 req.first_token_time = seen
-            elif last == start:
+            elif prev == start:
                 same_gap += 1
             else:
-                itl_add(now - last, 1.0)
-            req.last_token_time = now
+                itl_add(now - prev, 1.0)
+            req.last_token_time = last
         if same_gap:
             itl_add(now - start, same_gap)
 
@@ -298,47 +303,46 @@ class Simulation(Traffic):
         as the reference mode would let the scheduler see the arrival there."""
         env = self.env
         sched = rep.scheduler
-        B = len(out.scheduled)
+        scheduled = out.scheduled
+        B = len(scheduled)
         num_waiting = sched.num_waiting  # at the run's start, as a single step records it
-        times = self.overheads.apply_run(self.cost.decode_steps_time_s(ctx, k, num_growing=B), len(ctx))
-        ends = np.empty(k)
+        times = self.overheads.apply_run(self.cost.decode_steps_time_s(ctx, k, num_growing=B), len(ctx)).tolist()
+        ends = []
         t = start
-        for i in range(k):  # sequential adds: bit-identical to env.now in exact mode
-            t += times[i]
-            ends[i] = t
+        for dt in times:  # sequential float adds: bit-identical to env.now in exact mode
+            t += dt
+            ends.append(t)
         rep.merging = True
         try:
-            yield env.timeout(ends[-1] - start)
+            yield env.timeout(t - start)
             j = k
         except simpy.Interrupt:
             rep.merging = False
             now = env.now
-            j = min(int(np.searchsorted(ends, now, side="left")) + 1, k)
+            j = min(bisect_left(ends, now) + 1, k)
             if ends[j - 1] > now:
                 yield env.timeout(ends[j - 1] - now)
         rep.merging = False
         self.num_events += 1
         self.num_steps += j
-        end = float(ends[j - 1])
-        rep.last_step_start = float(ends[j - 2]) if j > 1 else start
-        first_end = float(ends[0])
+        end = ends[j - 1]
+        rep.last_step_start = ends[j - 2] if j > 1 else start
+        first_end = ends[0]
         if self.track_unused:
             rep.unused_integral += rep.kv.reserved_unused_fraction * (end - start)
         seen = first_seen = self._deliver(rep, first_end, B)
         for i in range(1, j):  # the frontend streams each step's tokens in turn
-            seen = self._deliver(rep, float(ends[i]), B)
+            seen = self._deliver(rep, ends[i], B)
         # Step 1 as a normal step (gaps since each request's last token), then j-1 pooled steps.
-        self._tokens_emitted(out.scheduled, start, first_end, first_seen)
+        self._tokens_emitted(scheduled, start, first_end, first_seen, end)
         if rep.num_recovering:
-            self._recovered(rep, out.scheduled, first_end)
+            self._recovered(rep, scheduled, first_end)
         if j > 1:
             itl = self.itl
-            for i in range(1, j):
-                itl.add(float(ends[i] - ends[i - 1]), B)
-            for req in out.scheduled:
-                req.last_token_time = end
+            itl.values.extend([ends[i] - ends[i - 1] for i in range(1, j)])
+            itl.weights.extend([float(B)] * (j - 1))
         finished, usage = sched.apply_decode_run(out, j)
-        self.step_cols.append(rep.index, start, j, end - start, B, num_waiting, B * j, 0, B * j, usage, 0)
+        self.step_cols.append((rep.index, start, j, end - start, B, num_waiting, B * j, 0, B * j, usage, 0))
         self._finish(rep, finished, end, seen)
 
     def _unstick(self, rep: _Replica) -> None:
@@ -384,7 +388,7 @@ class Simulation(Traffic):
             if was_enabled:
                 gc.enable()
         total = sum(r.unused_integral for r in self.replicas)
-        busy = float(sum(self.step_cols.cols["step_time_s"]))
+        busy = float(sum(self.step_cols.column("step_time_s").tolist()))
         req = self.req_cols.to_numpy()
         order = np.argsort(req["request_id"], kind="stable")
         req = {k: v[order] for k, v in req.items()}

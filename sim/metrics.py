@@ -36,28 +36,31 @@ PERCENTILES = (50, 90, 99)
 
 
 class Columns:
-    """Append-only typed columns (``array.array``: 8 bytes a value, no Python
-    object per value)."""
+    """Append-only typed columns, stored row-major in one ``array.array``
+    (8 bytes a value, no Python object per value; one C-level ``extend`` per
+    row instead of one append per column)."""
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = names
-        self.cols = {n: array("d") for n in names}
-
-    def append(self, *values: float) -> None:
-        for col, v in zip(self.cols.values(), values):
-            col.append(v)
+        self.flat = array("d")
+        self.append = self.flat.extend  # append(row_tuple): one value per name, in order
 
     def __len__(self) -> int:
-        return len(next(iter(self.cols.values())))
+        return len(self.flat) // len(self.names)
+
+    def column(self, name: str) -> np.ndarray:
+        """A strided view of one column (valid while nothing is appended)."""
+        i = self.names.index(name)
+        return np.frombuffer(self.flat, dtype=np.float64).reshape(-1, len(self.names))[:, i]
 
     def to_numpy(self, copy: bool = True) -> dict[str, np.ndarray]:
-        """float64 arrays per column. ``copy=False`` returns views of the
-        columns (no second copy of a 100k-request run's steps in memory); the
-        columns can then no longer grow (``BufferError`` on append)."""
-        if copy:
-            return {n: np.frombuffer(c, dtype=np.float64).copy() if len(c) else np.zeros(0)
-                    for n, c in self.cols.items()}
-        return {n: np.frombuffer(c, dtype=np.float64) if len(c) else np.zeros(0) for n, c in self.cols.items()}
+        """float64 arrays per column. ``copy=False`` returns strided views of
+        the buffer (no second copy of a 100k-request run's steps in memory);
+        the columns can then no longer grow (``BufferError`` on append)."""
+        if not len(self.flat):
+            return {n: np.zeros(0) for n in self.names}
+        table = np.frombuffer(self.flat, dtype=np.float64).reshape(-1, len(self.names))
+        return {n: (table[:, i].copy() if copy else table[:, i]) for i, n in enumerate(self.names)}
 
 
 class WeightedSamples:

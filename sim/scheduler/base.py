@@ -236,26 +236,27 @@ class Scheduler:
         allocation, before the finished requests free their blocks — what a
         single step records)."""
         kv = self.kv
+        alloc = kv.allocate_slots
         mml = self.limits.max_model_len
         finished = []
         skip_alloc = getattr(kv, "decode_skips_allocation", False)
+        jm1 = j - 1
         for r in out.scheduled:
-            if j > 1 and skip_alloc and r.num_computed_tokens + j - 1 <= r.kv_capacity:
-                # step j's token fits in the blocks held: allocate_slots would be a no-op
-                r.num_output_tokens += j
-                r.num_computed_tokens += j - 1
-            elif j > 1:
-                # The state before step j, then step j's allocation: it takes the
-                # blocks of steps 2..j at once and hashes those that filled.
-                r.num_output_tokens += j - 1
-                r.num_computed_tokens += j - 2
-                if kv.allocate_slots(r, 1) is None:
-                    raise RuntimeError("decode run: block allocation failed although it was planned")
-                r.num_computed_tokens += 1
-                r.num_output_tokens += 1
-            else:
-                r.num_output_tokens += 1
-            if r.num_output_tokens >= r.num_output_tokens_target or r.num_tokens >= mml:
+            o = r.num_output_tokens
+            if jm1:
+                c = r.num_computed_tokens
+                if not (skip_alloc and c + jm1 <= r.kv_capacity):
+                    # The state before step j, then step j's allocation: it takes the
+                    # blocks of steps 2..j at once and hashes those that filled.
+                    r.num_output_tokens = o + jm1
+                    r.num_computed_tokens = c + jm1 - 1
+                    if alloc(r, 1) is None:
+                        raise RuntimeError("decode run: block allocation failed although it was planned")
+                # else: step j's token fits in the blocks held, allocate_slots would be a no-op
+                r.num_computed_tokens = c + jm1
+            o += j
+            r.num_output_tokens = o
+            if o >= r.num_output_tokens_target or r.num_prompt_tokens + o >= mml:
                 r.status = RequestStatus.FINISHED
                 finished.append(r)
         usage = kv.usage
