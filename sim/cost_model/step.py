@@ -243,6 +243,8 @@ class CostModel:
         qkv, o, ffn, norms, lm, ar, ov = self._linear_ops(float(S), float(S))
         if self.fitted:
             attn = self._attn_fitted.decode_run_s(c, k, g)
+            if isinstance(attn, list):  # a short run: Python floats, same additions
+                return np.array([qkv + a + o + ffn + norms + lm + ar + ov for a in attn])
             return qkv + attn + o + ffn + norms + lm + ar + ov
         C = float(int(c.sum()))
         Cj = C + float(g) * np.arange(k, dtype=float)  # exact: integers < 2**53
