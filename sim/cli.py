@@ -129,7 +129,7 @@ def kv(
     from sim.kv_cache.sizing import kv_report
     from sim.report_text import print_kv_report
 
-    cfg = build_config(config, _overrides(model=model, hardware=hardware), set_, "default")
+    cfg = build_config(config, _overrides(model=model, hardware=hardware), set_)
     dep = build_deployment(cfg)
     lengths = tuple(length) if length else (1024, 4096, dep.limits.max_model_len)
     print_kv_report(kv_report(dep.sizing, lengths=lengths, kv_allocation=cfg.kv_allocation,

@@ -265,3 +265,16 @@ def test_real_length_tables(rel, rows, mean_in):
     t = load_trace(real(rel))
     assert t.format == "lengths" and len(t) == rows and t.arrival_s is None
     assert t.num_prompt_tokens.mean() == pytest.approx(mean_in, abs=0.1)
+
+
+def test_kv_command_takes_a_trace_workload(tmp_path):
+    """`servesim kv --set workload.trace=F` used to merge the trace into the
+    'default' workload's fixed lengths and report a length/trace conflict."""
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+
+    trace = write(tmp_path / "azure.csv", AZURE)
+    r = CliRunner().invoke(app, ["kv", "--set", f"workload.trace={trace}"])
+    assert r.exit_code == 0, r.output
+    assert "131,072" in r.output  # llama-3.1-8b's KV bytes per token (the default model)
