@@ -46,6 +46,7 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
             bar.close()
 
     out = Path(out)
+    _remove_stale_variants(out, set(results))
     variants = {}
     for name, (summary, result) in results.items():
         write_results(out / name, summary, result)
@@ -67,3 +68,32 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
     print_compare_table({n: s for n, (s, _) in results.items()})
     print(f"report: {report}")
     return report
+
+
+RUN_FILES = ("summary.json", "requests.csv", "steps.csv")  # what write_results puts in a variant folder
+
+
+def _remove_stale_variants(out: Path, names: set[str]) -> None:
+    """A comparison written into a folder that holds an earlier one: remove the
+    earlier variants this one does not have (listed in its ``variants.json``),
+    so the folder never mixes two comparisons. Only the files a comparison
+    writes are removed; a folder that holds anything else is left, with a note."""
+    manifest = out / "variants.json"
+    try:
+        old = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return
+    if not isinstance(old, dict):
+        return
+    for name in sorted(set(old) - names):
+        folder = out / str(name)
+        if not folder.is_dir() or folder.resolve().parent != out.resolve():
+            continue
+        for f in RUN_FILES:
+            (folder / f).unlink(missing_ok=True)
+        try:
+            folder.rmdir()
+            print(f"removed {folder}/ (a variant of the comparison previously written here)", file=sys.stderr)
+        except OSError:
+            print(f"note: {folder}/ is from an earlier comparison and holds other files; left in place",
+                  file=sys.stderr)

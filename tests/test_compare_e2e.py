@@ -98,3 +98,23 @@ def test_variant_parsing_errors():
     from sim.plots import FIGURES
 
     assert set(FIGURES) <= RESERVED_NAMES  # every figure name is refused as a variant name
+
+
+def test_compare_into_an_earlier_comparison_removes_its_stale_variants(tmp_path):
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+
+    trace = write_trace(tmp_path / "t.csv", [(0.1 * i, 64, 8) for i in range(20)])
+    out = tmp_path / "cmp"
+    common = ["compare", "--model", "llama-3.1-8b", "--hardware", "h100_sxm", "--quiet", "--out", str(out),
+              "--set", f"workload.trace={trace}", "--set", "workload.trace_format=generic",
+              "--set", "workload.columns={arrival: arrival_s, input: input, output: output}"]
+    r = CliRunner().invoke(app, [*common, "--schedulers", "static,continuous,chunked"])
+    assert r.exit_code == 0, r.output
+    (out / "continuous" / "mine.txt").write_text("a user's file")
+    r = CliRunner().invoke(app, [*common, "--schedulers", "chunked"])
+    assert r.exit_code == 0, r.output
+    assert not (out / "static").exists()  # only the comparison's own files were there
+    assert sorted(p.name for p in (out / "continuous").iterdir()) == ["mine.txt"]  # kept, with a note
+    assert (out / "chunked" / "summary.json").is_file()
