@@ -222,14 +222,12 @@ class Simulation(Traffic):
                 if req.first_scheduled_time < 0:
                     req.first_scheduled_time = start
             if out.padding_contexts:
-                new = np.asarray(out.new_tokens, dtype=np.int64)
-                ctx = np.asarray(out.context_lens, dtype=np.int64)
+                new, ctx = out.new_tokens, out.context_lens
             else:
-                new = np.asarray(out.num_scheduled_tokens, dtype=np.int64)
-                ctx = np.asarray(out.num_computed_before, dtype=np.int64)
+                new, ctx = out.num_scheduled_tokens, out.num_computed_before
             k = sched.max_decode_run(out) if fast and not flushed else 1
             if k > 1:
-                yield from self._decode_run(rep, out, ctx, k, start)
+                yield from self._decode_run(rep, out, np.asarray(ctx, dtype=np.int64), k, start)
                 continue
             dt = overheads.apply(step_time_s(new, ctx), len(new), out.num_prefill_tokens > 0)
             rep.last_step_start = start

@@ -182,3 +182,20 @@ def test_launch_and_step_overheads_add():
     # per layer: qkv, o, up, down (1 each), attention 2, elementwise 4; + embedding, final norm
     kernels = 4 * (4 + 2 + 4) + 2 + 1  # + lm_head
     assert st.total_s - base.total_s == pytest.approx(1e-3 + kernels * 1e-6, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "qwen3-30b-a3b"])
+def test_step_time_lists_equal_arrays(name):
+    """Small batches given as lists take a pure-Python path: bit-identical to arrays."""
+    cm = CostModel(get_model(name), get_hardware("h100_sxm"))
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        S = int(rng.integers(1, 64))
+        n = rng.choice([0, 1, 1, 1, 7, 300], size=S)
+        n[0] = int(rng.choice([1, 2000]))  # never an all-empty step
+        c = rng.integers(0, 5000, size=S)
+        if n.max() <= 1 and (n == 0).any():
+            n[n == 0] = 1  # zero-token sequences only appear beside prefill chunks
+        assert cm.step_time_s(n.tolist(), c.tolist()) == cm.step_time_s(n, c)
+    with pytest.raises(ConfigError, match="num_new_tokens"):
+        cm.step_time_s([1, 1], [5])

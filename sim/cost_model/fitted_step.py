@@ -176,10 +176,7 @@ class FittedAttention:
         sequence (T = sum n, C = sum c, Q2 = sum n^2)."""
         S = n.shape[0]
         if T == Q2 and T == S:  # decode only (every n is 1): the engine's common case
-            total = self._gen(float(S), float(C + S), float(self._tiles(c) * self.tile))
-            if self.naive:
-                total += self._naive_extra(float(C + S))
-            return (self.ga.launch_s + total) * self.layers
+            return self._decode_only_s(S, C, self._tiles(c))
         pre = np.flatnonzero(n > 1)
         npf, cpf = n[pre], c[pre]
         nl, cl = npf.tolist(), cpf.tolist()
@@ -192,7 +189,6 @@ class FittedAttention:
         else:
             sn, sc, snc, snn = int(npf.sum()), int(cpf.sum()), int(npf @ cpf), int(npf @ npf)
             qtiles = int(((npf + self.ca.tile_q - 1) // self.ca.tile_q).sum())
-        total, launch = 0.0, 0.0
         b = S - len(pre)
         if b != T - sn:  # some sequences have no new token: mask them out
             dec = n == 1
@@ -203,17 +199,58 @@ class FittedAttention:
             sum_len = C - sc + b
             tiled = self._tiles(c) - (sum((x + t) // t for x in cl) if len(pre) <= 16
                                       else self._tiles(cpf))
+        return self._mixed_s(b, sum_len, tiled, len(pre), sn, sc, snc, snn, qtiles)
+
+    def step_s_lists(self, nl: list[int], cl: list[int], T: int, C: int, Q2: int) -> float:
+        """:meth:`step_s` for Python lists (a small batch: one pass in Python
+        beats numpy's per-call cost); the same integers, the same float operations."""
+        S = len(nl)
+        t = self.tile
+        if T == Q2 and T == S:
+            return self._decode_only_s(S, C, sum([(x + t) // t for x in cl]))
+        tq = self.ca.tile_q
+        npre = sn = sc = snc = snn = qtiles = b = sum_len = tiled = 0
+        for a, x in zip(nl, cl):
+            if a == 1:
+                b += 1
+                sum_len += x + 1
+                tiled += (x + t) // t
+            elif a > 1:
+                npre += 1
+                sn += a
+                sc += x
+                snc += a * x
+                snn += a * a
+                qtiles += -(-a // tq)
+        return self._mixed_s(b, sum_len, tiled, npre, sn, sc, snc, snn, qtiles)
+
+    def _decode_only_s(self, S: int, C: int, tiles: int) -> float:
+        """A decode-only step: S sequences, C cached tokens, ``tiles`` KV tiles read."""
+        total = self._gen(float(S), float(C + S), float(tiles * self.tile))
+        if self.naive:
+            total += self._naive_extra(float(C + S))
+        return (self.ga.launch_s + total) * self.layers
+
+    def _mixed_s(self, b: int, sum_len: int, tiled: int, npre: int, sn: int, sc: int, snc: int, snn: int,
+                 qtiles: int) -> float:
+        """A step with prefill chunks: ``b`` decode sequences reading ``sum_len``
+        KV tokens in ``tiled`` tiles (generation core), and ``npre`` chunks with
+        sn new / sc cached tokens, sum n·c = snc, sum n² = snn, ``qtiles`` query
+        tiles (context core); one varlen launch."""
+        total, launch = 0.0, 0.0
         if b:
             total += self._gen(float(b), float(sum_len), float(tiled * self.tile))
             launch = self.ga.launch_s
             if self.naive:
                 total += self._naive_extra(float(sum_len))
+        if not npre:  # only sequences without new tokens besides the decodes
+            return (launch + total) * self.layers
         scores = snc + (snn + sn) / 2.0
         ctas = self.h * qtiles
         util = ctas / (-(-ctas // self.sms) * self.sms)
         tc = (self.k1 * scores + self.k2 * scores ** self.kexp) / util
         nbytes = self.bq * sn + self.bk * (sc + sn)
-        tb = self.n1 * nbytes + self.n2 * nbytes ** self.nexp + len(pre) * self.ctx_seq_head
+        tb = self.n1 * nbytes + self.n2 * nbytes ** self.nexp + npre * self.ctx_seq_head
         total += (tc * tc + tb * tb) ** 0.5
         if self.naive:
             total += self._naive_extra(float(snc + snn))

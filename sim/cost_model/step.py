@@ -31,6 +31,9 @@ OP_NAMES_DENSE = ("qkv_proj", "attention", "o_proj", "ffn", "norms_elementwise",
 OP_NAMES_MOE = tuple("moe_experts" if o == "ffn" else o for o in OP_NAMES_DENSE)
 
 
+_LIST_MAX = 64  # batches up to this many sequences given as lists are summed in Python
+
+
 @dataclass(frozen=True)
 class StepTime:
     """``total_s`` = sum of ``ops`` (seconds, per operator, all layers)."""
@@ -188,10 +191,24 @@ class CostModel:
 
     # -- public API --------------------------------------------------------------
     def step_time_s(self, num_new_tokens, num_context_tokens, num_sampled: int | None = None) -> float:
-        """Total step time in s. Arrays (int64, one entry per sequence): tokens
-        computed this step and tokens already in the KV cache before it.
+        """Total step time in s. Arrays or lists of ints (one entry per
+        sequence): tokens computed this step and tokens already in the KV cache
+        before it; equal lengths, else ConfigError.
         ``num_sampled`` (lm_head rows) defaults to the number of sequences: vLLM
         computes logits at every scheduled request's last position."""
+        if self.fitted and type(num_new_tokens) is list and len(num_new_tokens) <= _LIST_MAX:
+            # The engine's lists, a small batch: plain Python sums, no arrays.
+            nl, cl = num_new_tokens, num_context_tokens
+            if len(nl) != len(cl):
+                raise ConfigError(f"step batch: {len(nl)} num_new_tokens but {len(cl)} num_context_tokens")
+            T = sum(nl)
+            if T == 0:
+                return 0.0
+            C, Q2 = sum(cl), sum([a * a for a in nl])
+            ns = len(nl) if num_sampled is None else num_sampled
+            qkv, o, ffn, norms, lm, ar, ov = self._linear_ops(float(T), float(ns))
+            attn = self._attn_fitted.step_s_lists(nl, cl, T, C, Q2)
+            return qkv + attn + o + ffn + norms + lm + ar + ov
         n = np.asarray(num_new_tokens)
         T, C, X, Q2 = self._sums(n, np.asarray(num_context_tokens))
         if T == 0:
