@@ -225,13 +225,14 @@ def write_readme(out: Path, summary: dict, wall: float, num_rows: int) -> None:
         "",
         "    python benchmarks/validate_silicon.py --skip-fit",
         "",
-        "Refit (coordinate search on the fit half, then score; 10-25 min per engine on 2 cores). The "
-        "values in `sim/engines.py` came from one round per engine started at the previous values "
-        "(TensorRT-LLM: a second round changed nothing); a search from zero can stop elsewhere where "
-        "the loss is flat:",
+        "Refit (coordinate search on the fit half, then score; 2-10 min per engine on 2 cores). The "
+        "values in `sim/engines.py` came from this command, which starts at the previous values and "
+        "stops after a round that changes nothing (at most two rounds); a search from zero can stop "
+        "elsewhere where the loss is flat. It writes `fitted_params.json`; copy the values into "
+        "`FITTED` in `sim/engines.py`, then regenerate:",
         "",
         "    python benchmarks/validate_silicon.py --fit-params cpu_step_overhead_s,cpu_seq_overhead_s,"
-        "frontend_latency_s,frontend_token_s --rounds 1",
+        "frontend_latency_s,frontend_token_s --rounds 2",
         "",
         f"Data: `../shared/silicon/dense_agg_dev.csv`, {num_rows} rows. Fit half / scored half: a "
         f"`numpy.random.default_rng({SPLIT_SEED})` permutation of the rows, first half fitted. Protocol per row "
