@@ -227,7 +227,7 @@ class Simulation(Traffic):
                 new, ctx = out.num_scheduled_tokens, out.num_computed_before
             k = sched.max_decode_run(out) if fast and not flushed else 1
             if k > 1:
-                yield from self._decode_run(rep, out, np.asarray(ctx, dtype=np.int64), k, start)
+                yield from self._decode_run(rep, out, ctx, k, start)
                 continue
             dt = overheads.apply(step_time_s(new, ctx), len(new), out.num_prefill_tokens > 0)
             rep.last_step_start = start
@@ -293,7 +293,7 @@ class Simulation(Traffic):
             # run does not keep every Request object alive (memory O(running)).
             rep.scheduler.finished.clear()
 
-    def _decode_run(self, rep: _Replica, out, ctx: np.ndarray, k: int, start: float):
+    def _decode_run(self, rep: _Replica, out, ctx: list[int], k: int, start: float):
         """Up to ``k`` identical decode steps in one event. Step end times are
         accumulated in the same floating-point order as ``k`` single steps, so
         results equal the reference mode's. An arrival routed to this replica
@@ -304,7 +304,11 @@ class Simulation(Traffic):
         scheduled = out.scheduled
         B = len(scheduled)
         num_waiting = sched.num_waiting  # at the run's start, as a single step records it
-        times = self.overheads.apply_run(self.cost.decode_steps_time_s(ctx, k, num_growing=B), len(ctx)).tolist()
+        if len(ctx) == B:
+            gpu = self.cost.decode_steps_times(ctx, k)
+        else:  # static batching: finished sequences computed as padding
+            gpu = self.cost.decode_steps_time_s(np.asarray(ctx, dtype=np.int64), k, num_growing=B).tolist()
+        times = self.overheads.apply_run(gpu, len(ctx))
         ends = []
         t = start
         for dt in times:  # sequential float adds: bit-identical to env.now in exact mode

@@ -56,9 +56,12 @@ class StepOverheads:
         cpu = self.cpu_s(num_seqs, has_prefill)
         return max(gpu_s, cpu) if self.overlap else gpu_s + cpu
 
-    def apply_run(self, gpu_s: np.ndarray, num_seqs: int) -> np.ndarray:
-        """Step times (s) of a run of decode-only steps of ``num_seqs`` sequences each."""
+    def apply_run(self, gpu_s: np.ndarray | list[float], num_seqs: int) -> np.ndarray | list[float]:
+        """Step times (s) of a run of decode-only steps of ``num_seqs`` sequences
+        each (an array, or a list of floats for a list)."""
         if self.is_zero:
             return gpu_s
         cpu = self.cpu_s(num_seqs)
+        if isinstance(gpu_s, list):
+            return [max(t, cpu) for t in gpu_s] if self.overlap else [t + cpu for t in gpu_s]
         return np.maximum(gpu_s, cpu) if self.overlap else gpu_s + cpu

@@ -19,9 +19,6 @@ from sim.efficiency import FittedEfficiency
 from sim.hardware import HardwareProfile
 
 
-_PY_RUN_MAX = 40  # decode runs up to this many steps: a Python loop beats numpy's per-call cost
-
-
 def _power_terms(rate_max: float, half: float, exponent: float, scale: float = 1.0):
     """(c1, c2, 1 - exponent) with amount x (1 + (half / amount)^exponent) / rate_max
     = c1 u + c2 u^(1-exponent) for amount = scale x u (the saturating efficiency
@@ -256,10 +253,10 @@ class FittedAttention:
             total += self._naive_extra(float(snc + snn))
         return (max(launch, self.ca.launch_s) + total) * self.layers
 
-    def _decode_run_py(self, cl: list[int], k: int) -> list[float]:
+    def decode_run_py(self, cl: list[int], k: int) -> list[float]:
         """:meth:`decode_run_s` of a short run, every context growing, with
-        Python floats: the same operations as k calls of :meth:`step_s`'s
-        decode branch. Tiles grow by the sequences whose context reaches a
+        Python floats (cheaper than numpy's per-call cost for a few dozen
+        steps): the same operations as k calls of :meth:`step_s`'s decode branch. Tiles grow by the sequences whose context reaches a
         tile boundary: (c_i + j) % tile == 0 at step j."""
         t, S, gen, layers, launch = self.tile, len(cl), self._gen, self.layers, self.ga.launch_s
         tiles = sum((x + t) // t for x in cl)
@@ -279,15 +276,12 @@ class FittedAttention:
             out.append((launch + total) * layers)
         return out
 
-    def decode_run_s(self, c: np.ndarray, k: int, g: int) -> np.ndarray | list[float]:
+    def decode_run_s(self, c: np.ndarray, k: int, g: int) -> np.ndarray:
         """Times (s, shape (k,)) of k decode steps: the first ``g`` sequences'
         contexts grow by one per step. Tile counts are exact integers, equal
-        to :meth:`step_s`'s. A short run (k <= 40, all growing) comes back as
-        a list of Python floats."""
+        to :meth:`step_s`'s. (Short runs: :meth:`decode_run_py`.)"""
         t = self.tile
         S = c.shape[0]
-        if g == S and k <= _PY_RUN_MAX:
-            return self._decode_run_py(c.tolist(), k)
         j = np.arange(k, dtype=np.int64)
         x = c.astype(np.int64) + 1  # KV tokens read at step 0
         grow = x[:g]
