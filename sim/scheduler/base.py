@@ -155,7 +155,12 @@ class Scheduler:
         if self.frees_on_finish:
             for req in finished:
                 self.kv.free(req)
-            self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
+            running = self.running
+            if 8 * len(finished) < len(running):  # a few finishes in a big batch: C-level scans
+                for req in finished:
+                    running.remove(req)
+            else:
+                self.running = [r for r in running if r.status == RequestStatus.RUNNING]
 
     # ------------------------------------------------------------------ decode runs
     # The fast path (``exact_steps: false``): one output standing for k identical
