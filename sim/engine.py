@@ -340,9 +340,7 @@ class Simulation(Traffic):
         if rep.num_recovering:
             self._recovered(rep, scheduled, first_end)
         if j > 1:
-            itl = self.itl
-            itl.values.extend([ends[i] - ends[i - 1] for i in range(1, j)])
-            itl.weights.extend([float(B)] * (j - 1))
+            self.itl.extend([ends[i] - ends[i - 1] for i in range(1, j)], B)
         finished, usage = sched.apply_decode_run(out, j)
         self.step_cols.append((rep.index, start, j, end - start, B, num_waiting, B * j, 0, B * j, usage, 0))
         self._finish(rep, finished, end, seen)

@@ -74,6 +74,11 @@ class WeightedSamples:
         self.values.append(value)
         self.weights.append(weight)
 
+    def extend(self, values: list[float], weight: float) -> None:
+        """Add every value in ``values`` with the same ``weight``."""
+        self.values.extend(values)
+        self.weights.extend([float(weight)] * len(values))
+
     def arrays(self, copy: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """(values, weights) as float64 arrays; ``copy=False``: views, as
         :meth:`Columns.to_numpy`."""

@@ -240,7 +240,7 @@ class FittedAttention:
             launch = self.ga.launch_s
             if self.naive:
                 total += self._naive_extra(float(sum_len))
-        if not npre:  # only sequences without new tokens besides the decodes
+        if not npre:  # no prefill chunk (the other sequences have no new token): no context core
             return (launch + total) * self.layers
         scores = snc + (snn + sn) / 2.0
         ctas = self.h * qtiles
@@ -256,8 +256,9 @@ class FittedAttention:
     def decode_run_py(self, cl: list[int], k: int) -> list[float]:
         """:meth:`decode_run_s` of a short run, every context growing, with
         Python floats (cheaper than numpy's per-call cost for a few dozen
-        steps): the same operations as k calls of :meth:`step_s`'s decode branch. Tiles grow by the sequences whose context reaches a
-        tile boundary: (c_i + j) % tile == 0 at step j."""
+        steps): the same operations as k calls of :meth:`step_s`'s decode
+        branch. Tiles grow by the sequences whose context reaches a tile
+        boundary: (c_i + j) % tile == 0 at step j."""
         t, S, gen, layers, launch = self.tile, len(cl), self._gen, self.layers, self.ga.launch_s
         tiles = sum((x + t) // t for x in cl)
         crossings: dict[int, int] = {}
