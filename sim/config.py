@@ -222,15 +222,29 @@ def parse_value(text: str) -> Any:
 
 
 def set_dotted(d: dict, key: str, value: Any) -> None:
+    """``d[a][b] = value`` for ``key`` "a.b". A workload given by name and by
+    keys, in either order (``workload=chat`` and ``workload.num_requests=100``),
+    merges into ``{"name": "chat", "num_requests": 100}``: the keys override the
+    named workload's, as a nested mapping would."""
     parts = key.split(".")
     cur = d
     for p in parts[:-1]:
         nxt = cur.get(p)
-        if not isinstance(nxt, dict):
+        if isinstance(nxt, str) and p == "workload" and cur is d:
+            nxt = {"name": nxt}
+            cur[p] = nxt
+        elif not isinstance(nxt, dict):
             nxt = {}
             cur[p] = nxt
         cur = nxt
-    cur[parts[-1]] = value
+    last = parts[-1]
+    old = cur.get(last)
+    if cur is d and last == "workload" and isinstance(old, dict) and isinstance(value, (str, dict)):
+        merged = dict(old)
+        merged.update({"name": value} if isinstance(value, str) else value)
+        cur[last] = merged
+        return
+    cur[last] = value
 
 
 def _valid_keys() -> list[str]:
@@ -290,7 +304,7 @@ def _flatten_dotted(d: dict, source: str = "config") -> dict:
             if leaf in seen:
                 raise ConfigError(f"{source}: {leaf} is given twice (dotted and nested)")
             seen.add(leaf)
-        if isinstance(k, str) and "." in k:
+        if isinstance(k, str) and ("." in k or k == "workload"):
             set_dotted(out, k, v)
         elif isinstance(v, dict) and k in out and isinstance(out[k], dict):
             out[k].update(v)

@@ -187,3 +187,18 @@ def test_a_key_given_twice_in_a_hardware_profile_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match=r"hw\.yaml: line \d+: cannot read hardware profile: key 'memory_bytes' "
                                           r"is given twice"):
         load_hardware(p)
+
+
+@pytest.mark.parametrize("order", [("workload=chat", "workload.num_requests=70"),
+                                   ("workload.num_requests=70", "workload=chat")])
+def test_workload_name_and_dotted_keys_merge_in_either_order(order, tmp_path):
+    """A named workload plus dotted workload keys: the keys override the named
+    workload's (they used to drop the name, or the keys, silently)."""
+    chat = build_config(workload="chat").workload
+    cfg = build_config(set_args=list(order)).workload
+    assert cfg.num_requests == 70
+    assert (cfg.request_rate, cfg.input_len, cfg.output_len) == (chat.request_rate, chat.input_len, chat.output_len)
+    f = tmp_path / "c.yaml"
+    f.write_text("\n".join(s.replace("=", ": ") for s in order) + "\n")
+    cfg = build_config(f).workload
+    assert cfg.num_requests == 70 and cfg.input_len == chat.input_len
