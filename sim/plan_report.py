@@ -188,4 +188,11 @@ def run_plan(base: SimConfig, candidates: list[Candidate], settings: PlanSetting
         plot_pareto(plans, settings, out / "pareto.png")
         figures.insert(0, "pareto.png")
     (out / "plan.md").write_text(plan_markdown(table, settings, context or {}, figures))
+    unjudged = sum("not judged" in str(r.get("stability_reason", "")) for p in plans for r in p.rows)
+    if unjudged:
+        import sys
+
+        print(f"warning: {unjudged} run(s) too short to judge stability (the arrival window is shorter than "
+              "twice the start-up transient) count as failed, so the rates found may be low. Raise "
+              "workload.num_requests for a firmer answer (results.csv: stability_reason).", file=sys.stderr)
     return table, plans

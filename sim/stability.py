@@ -1,6 +1,13 @@
 """Is a run's load sustainable? An open-loop run is *stable* when the backlog does
 not grow while requests arrive: compare the first third of the arrival window
-(first to last send of the measured requests) with the last third.
+(first to last send of the measured requests) with the last third, after the
+start-up transient: the system starts empty and fills within about one request's
+service time (Little: N = λ·W), so the window starts one median service time
+(first scheduled → finished) after the first send. Under overload the service
+time stays bounded (the batch is capped) while the queue keeps growing, so the
+skip does not hide it. A run whose window after the transient is shorter than
+the transient cannot be judged: it is not called stable, and
+``stability_reason`` says "not judged" (send more requests).
 
 - **In-system count** N(t) = running + waiting requests, summed over replicas,
   time-averaged over each third from the engine-step rows (idle time counts 0).
@@ -47,17 +54,18 @@ def _time_avg_in_system(steps: dict[str, np.ndarray], lo: float, hi: float) -> f
 def assess_stability(requests: dict[str, np.ndarray], steps: dict[str, np.ndarray],
                      check: StabilityCheck = StabilityCheck()) -> dict:
     """Stability columns of one run (``RunResult.requests`` / ``.steps`` arrays):
-    ``stable`` (bool), ``stability_reason`` (empty when stable),
+    ``stable`` (bool), ``stability_reason`` (empty when stable and judged),
     ``in_system_first`` / ``in_system_last`` (requests), ``queue_first_ms`` /
-    ``queue_last_ms``, ``completed_fraction`` and ``offered_rate`` (req/s: measured
-    sends over the arrival window)."""
+    ``queue_last_ms`` (thirds of the window after the transient),
+    ``transient_s`` (the skipped start-up, s), ``completed_fraction`` and
+    ``offered_rate`` (req/s: measured sends over the whole arrival window)."""
     measured = requests["is_warmup"] == 0
     done = measured & (requests["status"] == STATUS_FINISHED)
     sent = int(measured.sum())
     out = {"stable": False, "stability_reason": "", "offered_rate": float("nan"),
            "completed_fraction": float(done.sum() / sent) if sent else float("nan"),
            "in_system_first": float("nan"), "in_system_last": float("nan"),
-           "queue_first_ms": float("nan"), "queue_last_ms": float("nan")}
+           "queue_first_ms": float("nan"), "queue_last_ms": float("nan"), "transient_s": float("nan")}
     if sent < 3 or done.sum() < 3:
         out["stability_reason"] = f"too few finished requests to judge ({int(done.sum())} of {sent})"
         return out
@@ -68,6 +76,19 @@ def assess_stability(requests: dict[str, np.ndarray], steps: dict[str, np.ndarra
     reasons = []
     if out["completed_fraction"] < 1.0 - check.max_rejected_fraction:
         reasons.append(f"only {out['completed_fraction']:.1%} of the sent requests completed")
+    warm = 0.0
+    if "finish_time_s" in requests:
+        warm = float(np.median(requests["finish_time_s"][done] - requests["first_scheduled_time_s"][done]))
+        out["transient_s"] = warm
+    if span > 0 and span - warm < warm:
+        # Too short to tell a filling system from an overloaded one: not shown
+        # stable (a capacity plan must not pass a rate it could not judge).
+        reasons.append(f"not judged: the arrival window ({span:.1f} s) is shorter than twice the start-up "
+                       f"transient (median service time {warm:.1f} s); send more requests")
+        out["stability_reason"] = "; ".join(reasons)
+        return out
+    t0 += warm
+    span = t1 - t0
     if span > 0:
         first, last = (t0, t0 + span / 3), (t1 - span / 3, t1)
         n1, n3 = (_time_avg_in_system(steps, *w) for w in (first, last))

@@ -122,10 +122,12 @@ def test_make_candidates():
 
 
 # ------------------------------------------------------------------ stability
-def _run(arrivals, first_sched, steps_n, step_t):
+def _run(arrivals, first_sched, steps_n, step_t, service_s=None):
     n = len(arrivals)
     req = {"is_warmup": np.zeros(n), "status": np.zeros(n), "arrival_time_s": np.asarray(arrivals, float),
            "first_scheduled_time_s": np.asarray(first_sched, float)}
+    if service_s is not None:
+        req["finish_time_s"] = req["first_scheduled_time_s"] + service_s
     steps = {"start_time_s": np.asarray(step_t, float), "step_time_s": np.ones(len(step_t)),
              "num_running_seqs": np.asarray(steps_n, float), "num_waiting_reqs": np.zeros(len(step_t))}
     return req, steps
@@ -139,6 +141,26 @@ def test_stability_flat_vs_growing():
     assert not grow["stable"]
     assert "requests in system grow" in grow["stability_reason"] and "queueing time grows" in grow["stability_reason"]
     assert flat["offered_rate"] == pytest.approx(29 / 29)
+
+
+def test_stability_skips_the_start_up_transient():
+    """1 req/s, each in service for 12 s: the system fills over the first 12 s
+    (N = 1, 2, ..., 12) and then holds 12. Judged from the first send this ramp
+    looks like growth (thirds of 29/3 s: N 5.3 → 12); after the 12 s transient
+    both thirds hold N = 12."""
+    t = np.arange(30.0)
+    ramp = np.minimum(t + 1, 12.0)
+    naive = assess_stability(*_run(t, t, ramp, t))  # no finish times: no transient known
+    assert not naive["stable"] and naive["in_system_first"] == pytest.approx((45 + 10 * 2 / 3) / (29 / 3))
+    r = assess_stability(*_run(t, t, ramp, t, service_s=12.0))
+    assert r["stable"] and r["stability_reason"] == "" and r["transient_s"] == pytest.approx(12.0)
+    assert r["in_system_first"] == pytest.approx(12.0) and r["in_system_last"] == pytest.approx(12.0)
+    # Overload: bounded service time, a backlog that keeps growing: still unstable.
+    grow = assess_stability(*_run(t, t, list(2 * t), t, service_s=12.0))
+    assert not grow["stable"] and "requests in system grow" in grow["stability_reason"]
+    # A window shorter than twice the transient cannot be judged: not called stable.
+    short = assess_stability(*_run(t[:20], t[:20], ramp[:20], t[:20], service_s=12.0))
+    assert not short["stable"] and short["stability_reason"].startswith("not judged")
 
 
 # ------------------------------------------------------------------ end to end
