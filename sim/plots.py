@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 
-from sim.variant_data import VariantData, num_replicas_of, step_timeseries  # noqa: E402
+from sim.variant_data import VariantData, num_replicas_of, queued_average, step_timeseries  # noqa: E402
 
 MAX_POINTS = 2000
 DPI = 110
@@ -222,8 +222,8 @@ def binned_quantile(x: np.ndarray, y: np.ndarray, q: float, num_bins: int = 100)
 
 def plot_timeline(variants: dict[str, VariantData], path) -> Path:
     """Small multiples over time (s), one column per variant sharing both axes per
-    row: waiting requests and running sequences (summed over replicas, time
-    averages per bin), KV-cache usage (% , mean over replicas) and the TTFT of
+    row: queued requests (sent, not yet scheduled; from requests.csv) and running
+    sequences (summed over replicas, time averages per bin), KV-cache usage (% , mean over replicas) and the TTFT of
     each request at its arrival time (scatter)."""
     names = list(variants)
     colors = _colors(variants)
@@ -236,7 +236,7 @@ def plot_timeline(variants: dict[str, VariantData], path) -> Path:
         if len(fin):
             t_lo = min(t_lo, float(fin["arrival_time_s"].min()))
             t_hi = max(t_hi, float(fin["arrival_time_s"].max()))
-    rows = (("num_waiting_reqs", "waiting requests"), ("num_running_seqs", "running seqs\n(batch size)"),
+    rows = (("queued", "queued requests\n(sent, not yet scheduled)"), ("num_running_seqs", "running seqs\n(batch size)"),
             ("kv_cache_usage", "KV-cache usage (%)"), ("ttft", "TTFT at arrival (ms)\ndots: requests, line: p99"))
     ncol = max(len(names), 1)
     fig, axes = plt.subplots(len(rows), ncol, figsize=(min(4.2 * ncol, 22), 9.5), sharex=True, sharey="row",
@@ -246,6 +246,14 @@ def plot_timeline(variants: dict[str, VariantData], path) -> Path:
         v = variants[n]
         rng = (t_lo, t_hi) if np.isfinite(t_lo) and t_hi > t_lo else None
         ts = step_timeseries(v.steps, num_replicas=num_replicas_of(v), t_range=rng)
+        if len(ts):
+            # steps.csv's num_waiting_reqs is counted after admission (vLLM's gauge) and
+            # misses requests that wait through one long step: count from requests.csv.
+            c = ts["time_s"].to_numpy(float)
+            w = c[1] - c[0] if len(c) > 1 else (2.0 * (c[0] - rng[0]) if rng else 1.0)
+            edges = np.concatenate([c - w / 2.0, [c[-1] + w / 2.0]])
+            ts = ts.assign(queued=queued_average(v.requests["arrival_time_s"].to_numpy(float),
+                                                 v.requests["first_scheduled_time_s"].to_numpy(float), edges))
         for i, (col, _) in enumerate(rows[:3]):
             ax = axes[i, j]
             if len(ts):

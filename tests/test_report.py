@@ -131,3 +131,15 @@ def test_breakdown_carves_preemption_out_of_decode_and_sums_to_e2el():
     b = breakdown_row(req, 99)  # request 2: 1,020 ms of recompute > 1,000 ms decode → 20 from prefill
     assert (b["queue"], b["prefill"], b["decode"], b["preempted"]) == (30.0, 30.0, 0.0, 1020.0)
     assert sum(b[k] for k in ("queue", "prefill", "decode", "preempted")) == pytest.approx(b["e2el"]) == 1080.0
+
+
+def test_queued_average_by_hand():
+    """Requests queued [0, 2) and [1, 4), one rejected (never scheduled):
+    per-second bins hold 1, 2, 1, 1, 0 queued on average; a bin [0.5, 4) holds
+    (1.5 + 3) / 3.5."""
+    from sim.variant_data import queued_average
+
+    got = queued_average(np.array([0.0, 1.0, 0.5]), np.array([2.0, 4.0, np.nan]), np.arange(6.0))
+    assert got.tolist() == [1.0, 2.0, 1.0, 1.0, 0.0]
+    got = queued_average(np.array([0.0, 1.0]), np.array([2.0, 4.0]), np.array([0.0, 0.5, 4.0]))
+    assert got[1] == pytest.approx(4.5 / 3.5)
