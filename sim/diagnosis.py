@@ -19,6 +19,9 @@ never the scheduler's name — and names what a serving engineer would:
 3. **KV capacity** — max KV usage > ``KV_HIGH`` with preemptions.
 4. **rejections** — requests answered with an error (``max_model_len`` or a
    request larger than the KV cache), quoting the most common reason.
+5. **long TTFT** — the TTFT tail is long as in 1. but neither 1. nor 2. explains
+   it: the split of mean TTFT into queueing and prefill (first scheduled → first
+   token), e.g. static batching's whole-batch prefills.
 
 :func:`compare_winners` says which variant wins on which metric, by how much.
 """
@@ -45,7 +48,7 @@ SEVERITIES = ("high", "medium", "low")
 @dataclass(frozen=True)
 class Finding:
     """One symptom with its likely cause. ``kind`` is a stable id
-    (``queueing``, ``prefill_interference``, ``kv_capacity``, ``rejected``);
+    (``queueing``, ``prefill_interference``, ``kv_capacity``, ``rejected``, ``long_ttft``);
     ``evidence`` is a sentence with the numbers; ``severity`` is one of
     ``high``, ``medium``, ``low``."""
 
@@ -314,9 +317,40 @@ def _rejected(v: VariantData) -> Finding | None:
                    "high" if share >= 0.05 else "medium")
 
 
+def _long_ttft(v: VariantData) -> Finding | None:
+    """The TTFT tail is long (as for queueing: p99 above the limit) but no cause
+    above dominates it: say where the time goes, from the request breakdown,
+    rather than "nothing stands out"."""
+    fin = v.finished_requests()
+    q, pf, ttft = (fin[c].to_numpy(float) for c in ("queue_ms", "prefill_ms", "ttft_ms"))
+    ok = np.isfinite(q) & np.isfinite(pf) & np.isfinite(ttft)
+    if not ok.any():
+        return None
+    q, pf, ttft = q[ok], pf[ok], ttft[ok]
+    p99, mean_ttft = float(np.percentile(ttft, 99)), float(ttft.mean())
+    med_prefill = float(np.median(pf))
+    limit = max(TTFT_P99_MIN_MS, TTFT_P99_PREFILL_FACTOR * med_prefill)
+    if not (mean_ttft > 0 and p99 > limit):
+        return None
+    share_q, share_p = float(q.mean()) / mean_ttft, float(pf.mean()) / mean_ttft
+    evidence = (f"mean TTFT {_ms(mean_ttft)}: queueing {_ms(float(q.mean()))} ({_pct(share_q)}), from first "
+                f"scheduled to first token {_ms(float(pf.mean()))} ({_pct(share_p)}); p99 TTFT {_ms(p99)} against a "
+                f"median prefill of {_ms(med_prefill)}")
+    cause = ("Both waiting for admission and the prefill steps themselves are long, neither dominating: "
+             "prefill steps that carry many prompts at once (a whole batch prefilled together, or a large "
+             "max_num_batched_tokens) lengthen the second part; a scheduler that admits into a running batch "
+             "(continuous batching, chunked prefill) or more replicas shortens both.")
+    return Finding("long_ttft", f"High TTFT, queueing and prefill both large (p99 TTFT {_ms(p99)})", cause,
+                   evidence + ".", "medium")
+
+
 def diagnose(name: str, v: VariantData) -> list[Finding]:
     """Findings for variant ``name``, most severe first (empty when nothing stands out)."""
     out = [f for f in (_queueing(v), _interference(v), _kv_capacity(v), _rejected(v)) if f is not None]
+    if not any(f.kind in ("queueing", "prefill_interference") for f in out):
+        extra = _long_ttft(v)
+        if extra is not None:
+            out.append(extra)
     return sorted(out, key=lambda f: SEVERITIES.index(f.severity))
 
 

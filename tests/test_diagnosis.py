@@ -317,3 +317,14 @@ def test_compare_winners_names_winner_and_factor():
 
 def test_compare_winners_single_variant_is_empty():
     assert compare_winners({"a": _summ("a", request_throughput=1.0)}) == []
+
+
+def test_long_ttft_split_between_queue_and_prefill_is_named():
+    """Every 10th request queues 2 s, the others not at all (mean 200 ms, 40 % of
+    TTFT), each then takes 300 ms to its first token: p99 TTFT 2.3 s > 5 × the
+    median prefill, but queueing is under half of TTFT, so the queueing finding
+    does not fire; the long-TTFT finding gives the split instead of "nothing"."""
+    req = make_requests(queue_ms=np.tile(np.r_[np.zeros(9), 2000.0], 20), prefill_ms=300.0)
+    f = diagnose("v", variant("v", queue_steps(waiting_growth=False), requests=req))
+    assert [x.kind for x in f] == ["long_ttft"]
+    assert "queueing 200 ms (40 %)" in f[0].evidence and "300 ms (60 %)" in f[0].evidence
