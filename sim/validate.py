@@ -176,13 +176,23 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
     engine = _cell(row, "backend").lower()
     if engine not in ENGINES:
         raise ConfigError(f"backend: unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
-    try:
-        isl, osl, conc = int(float(row["isl"])), int(float(row["osl"])), int(float(row["concurrency"]))
-        tp = int(float(row["tp_size"]))
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"isl/osl/concurrency/tp_size must be numbers: {e}") from None
-    if min(isl, osl, conc, tp) < 1:
-        raise ConfigError(f"isl, osl, concurrency, tp_size must be >= 1; got {isl}, {osl}, {conc}, {tp}")
+    shape = {}
+    for col in ("isl", "osl", "concurrency", "tp_size"):
+        try:
+            x = float(row[col])
+        except (TypeError, ValueError):
+            raise ConfigError(f"{col}: must be a number, got {row[col]!r}") from None
+        if not (math.isfinite(x) and x.is_integer() and x >= 1):
+            raise ConfigError(f"{col}: must be a whole number >= 1, got {row[col]!r}")
+        shape[col] = int(x)
+    isl, osl, conc, tp = shape["isl"], shape["osl"], shape["concurrency"], shape["tp_size"]
+    for col in ("silicon_ttft_ms", "silicon_tpot_ms"):  # nothing to score the prediction against
+        try:
+            x = float(row[col])
+        except (TypeError, ValueError):
+            x = math.nan
+        if not (math.isfinite(x) and x > 0):
+            raise ConfigError(f"{col}: the measurement must be a positive number of ms, got {row[col]!r}")
     ov: dict[str, Any] = {
         "engine": engine, "model": _cell(row, "model_path"), "hardware": _cell(row, "system"),
         "tensor_parallel_size": tp, "quantization": row_quantization(row),

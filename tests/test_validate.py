@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sim.errors import ConfigError
 from sim.validate import ValidateOptions, row_overrides, row_quantization, run_validation, simulate_row
 
 DATA = Path(__file__).parent / "data"
@@ -64,6 +65,19 @@ def test_row_mapping():
     assert ov["workload.num_requests"] == 20 and ov["workload.num_warmup_requests"] == 4
     assert ov["max_model_len"] == 103 and ov["workload.max_concurrency"] == 2
     assert row_overrides(dict(ROW, backend="sglang"), ValidateOptions())["block_size"] == 16
+
+
+@pytest.mark.parametrize("cell,value,match", [
+    ("tp_size", 2.5, "tp_size: must be a whole number >= 1, got 2.5"),
+    ("concurrency", 0, "concurrency: must be a whole number >= 1"),
+    ("silicon_ttft_ms", -5.0, "silicon_ttft_ms: the measurement must be a positive number of ms, got -5.0"),
+    ("silicon_tpot_ms", float("nan"), "silicon_tpot_ms: the measurement must be a positive"),
+])
+def test_bad_row_cells_are_row_errors(cell, value, match):
+    """A fractional TP used to run as int(2.5) = 2; a missing or negative
+    measurement used to be scored (MAPE nan)."""
+    with pytest.raises(ConfigError, match=match):
+        row_overrides(dict(ROW, **{cell: value}), ValidateOptions())
 
 
 def test_validate_writes_summary_and_flags_unknown_model(tmp_path):
