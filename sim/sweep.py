@@ -30,6 +30,7 @@ import hashlib
 import itertools
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -340,6 +341,12 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
                               f"(fingerprint {old}, this sweep {fp}); use another --out or delete the folder")
     meta_path.write_text(json.dumps({"fingerprint": fp, "source": spec.source, "axes": list(spec.axes),
                                      "zip": spec.zip_groups, "num_points": len(points)}, indent=2) + "\n")
+    order = [p.point_id for p in points]
+    stale = [p for p in store.rows if p not in set(order)]
+    if stale:
+        print(f"note: {len(stale)} result(s) in {out} are of points not in this grid; results.csv lists "
+              "only this grid's points (the others stay in points.jsonl)", file=sys.stderr)
+    store.grid = order
     done = store.done_ids(retry_failed)
     tasks = []
     for p in points:
@@ -349,7 +356,6 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
             tasks.append(PointTask(p.point_id, p.values, point_config(spec, p), goodput))
         except ConfigError as e:
             tasks.append(PointTask(p.point_id, p.values, None, goodput, str(e)))
-    order = [p.point_id for p in points]
     bar = progress_bar(len(tasks), quiet)
 
     def on_row(row: dict) -> None:

@@ -137,6 +137,9 @@ class ResultStore:
         self.order: list[str] = []
         self.flush_every_s = flush_every_s
         self._last_flush = 0.0
+        #: the current grid's point ids: the tables hold only these (rows of
+        #: points an earlier grid had stay in points.jsonl for a later re-run)
+        self.grid: list[str] | None = None
         self._load()
 
     def _load(self) -> None:
@@ -180,11 +183,17 @@ class ResultStore:
             self.flush()
 
     def frame(self, order: Iterable[str] = ()):
-        """The table, rows in ``order`` first (grid order), then any others."""
-        import pandas as pd
-
+        """The table, rows in ``order`` first (grid order), then any others
+        (only those of :attr:`grid` when it is set)."""
+        if self.grid is not None:
+            return self._table([p for p in self.grid if p in self.rows])
         ids = [p for p in order if p in self.rows]
         ids += [p for p in self.order if p not in set(ids)]
+        return self._table(ids)
+
+    def _table(self, ids: list[str]):
+        import pandas as pd
+
         df = pd.DataFrame([self.rows[p] for p in ids])
         lead = [c for c in ("point_id",) if c in df.columns]
         return df[lead + [c for c in df.columns if c not in lead]]

@@ -120,6 +120,13 @@ def test_resume_skips_finished_and_loses_none(tmp_path):
     assert list(on_disk["point_id"]) == list(full["point_id"])
     pq = pd.read_parquet(out / "results.parquet")
     assert len(pq) == 4
+    # A narrower grid into the same folder: its tables list only its own points
+    # (they used to keep the earlier grid's rows); nothing is re-run.
+    narrow = run_sweep(load_sweep(write_sweep(tmp_path, {"workload.request_rate": [100, 200]}, "c.yaml")),
+                       out, workers=1, quiet=True)
+    assert list(narrow["workload.request_rate"]) == [100, 200]
+    assert list(pd.read_csv(out / "results.csv")["workload.request_rate"]) == [100, 200]
+    assert len((out / "points.jsonl").read_text().splitlines()) == 4
 
 
 def test_interrupted_sweep_keeps_finished_points(tmp_path, monkeypatch):
