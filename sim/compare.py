@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.config import SimConfig, check_known_keys, parse_value, set_dotted, read_yaml
-from sim.errors import ConfigError
+from sim.errors import ConfigError, require_file
 
 
 @dataclass
@@ -69,8 +69,7 @@ def parse_variant(text: str) -> Variant:
 
 def load_variants_file(path: str | Path) -> list[Variant]:
     """A YAML mapping ``name: {key: value, ...}`` (dotted or nested keys)."""
-    if not Path(path).is_file():
-        raise ConfigError(f"--variants: file not found: {path}")
+    require_file(path, "--variants")
     data = read_yaml(path)
     out = []
     for name, ov in data.items():

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, require_file
 from sim.workload.config import WorkloadConfig
 from sim.yaml_io import safe_load_unique
 
@@ -268,8 +268,7 @@ def check_known_keys(d: dict, source: str, prefix: str = "") -> None:
 def read_yaml(path: str | Path) -> dict:
     """Read a YAML mapping; a syntax error names the file and line."""
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file not found: {p}")
+    require_file(p, "config file")
     try:
         text = p.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:

@@ -15,3 +15,16 @@ class ConfigError(ServesimError, ValueError):
 class InfeasibleError(ServesimError):
     """The deployment cannot run at all (the weights do not fit, no block
     budget can hold one ``max_model_len`` sequence, ...)."""
+
+
+def require_file(path, what: str):
+    """``path`` as a ``Path`` if it is a readable file; else a ConfigError that
+    says whether nothing is there or a folder is (``what`` names the option or key)."""
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{what}: {p} is a folder; give a file")
+    if not p.is_file():
+        raise ConfigError(f"{what}: file not found: {p}")
+    return p

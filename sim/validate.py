@@ -88,7 +88,7 @@ from typing import Any, Callable
 import numpy as np
 
 from sim.client_phase import CLIENT_PHASE_SPREAD, PHASE_KEY, check_phase_spread, disperse_client_phases
-from sim.errors import ConfigError, InfeasibleError, ServesimError
+from sim.errors import ConfigError, InfeasibleError, ServesimError, require_file
 
 #: Mean client think time (s): benchmark client processing + localhost round trip.
 CLIENT_THINK_TIME_S = 0.002
@@ -306,8 +306,7 @@ def read_rows(csv_path: str | Path):
     import pandas as pd
 
     p = Path(csv_path)
-    if not p.is_file():
-        raise ConfigError(f"validate: CSV not found: {p}")
+    require_file(p, "validate: CSV")
     try:
         df = pd.read_csv(p, keep_default_na=True)
     except pd.errors.EmptyDataError:

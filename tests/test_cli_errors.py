@@ -83,3 +83,17 @@ def test_workload_given_by_name_in_a_config_file(tmp_path):
     assert cfg.workload.num_requests == 50 and cfg.workload.input_len is not None
     with pytest.raises(ConfigError, match="workload: expected a built-in workload name"):
         build_config(set_args=["workload=5"])
+
+
+@pytest.mark.parametrize("args, what", [
+    (("run", "{d}"), "config file"),
+    (("validate", "{d}"), "validate: CSV"),
+    (("run", "--workload", "{d}"), "workload file"),
+    (("compare", "--variants", "{d}"), "--variants"),
+    (("run", "--set", "workload.trace={d}"), "workload.trace"),
+])
+def test_a_folder_where_a_file_belongs_is_named_as_such(tmp_path, args, what):
+    """It used to say "file not found" for a folder that is there."""
+    r = cli(*(a.format(d=tmp_path) for a in args), "--out", str(tmp_path / "out"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"error: {what}: {tmp_path} is a folder; give a file" in r.stderr

@@ -12,7 +12,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, require_file
 from sim.paths import workloads_dir
 from sim.workload.config import WorkloadConfig
 
@@ -66,8 +66,7 @@ def load_workload_dict(name_or_path: str) -> dict[str, Any]:
     values name the file and line. Relative paths are made absolute (file's folder)."""
     if _is_path(name_or_path):
         path = Path(name_or_path)
-        if not path.is_file():
-            raise ConfigError(f"workload file not found: {path}")
+        require_file(path, "workload file")
     else:
         path = workloads_dir() / f"{name_or_path}.yaml"
         if not path.is_file():

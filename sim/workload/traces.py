@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, require_file
 
 AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT = ("Timestamp", "Request tokens", "Response tokens")
@@ -72,8 +72,7 @@ def _is_jsonl(path: Path, first: str) -> bool:
 
 
 def _first_line(path: Path) -> str:
-    if not path.is_file():
-        raise ConfigError(f"workload.trace: file not found: {path}")
+    require_file(path, "workload.trace")
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
             if line.strip():
@@ -295,7 +294,7 @@ def load_trace(path: str | Path, trace_format: str | None = None, columns=None,
 def read_length_column(path: str | Path, column: str) -> np.ndarray:
     """Token counts (int64 ≥ 1) of ``column`` in a CSV / JSON-lines table, for
     ``{dist: empirical}``; a malformed value is an error naming file and line."""
-    path = Path(path)
+    path = require_file(path, "empirical length table (path)")
     first = _first_line(path)
     if _is_jsonl(path, first):
         raw, lines, _, _ = _read_jsonl(path, {column: column}, None, False)
