@@ -3,9 +3,11 @@ not grow while requests arrive: compare the first third of the arrival window
 (first to last send of the measured requests) with the last third, after the
 start-up transient: the system starts empty and fills within about one request's
 service time (Little: N = λ·W), so the window starts one median service time
-(first scheduled → finished) after the first send. Under overload the service
-time stays bounded (the batch is capped) while the queue keeps growing, so the
-skip does not hide it. A run whose window after the transient is shorter than
+(first scheduled → finished) after the first send. Under overload the queue
+keeps growing while the service time stays bounded by the batch cap, so the skip
+does not hide it; where the batch itself keeps growing (continuous batching with
+a large ``max_num_seqs``) the service time grows too, and such a run usually ends
+up too short to judge, which does not pass either. A run whose window after the transient is shorter than
 the transient cannot be judged: it is not called stable, and
 ``stability_reason`` says "not judged" (send more requests).
 
