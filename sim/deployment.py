@@ -46,6 +46,11 @@ def build_deployment(cfg: SimConfig) -> Deployment:
         raise ConfigError("enable_prefix_caching: prefix caching needs kv_allocation 'paged', got 'contiguous'")
     model = get_model(cfg.model)
     hw = get_hardware(cfg.hardware)
+    if cfg.tensor_parallel_size > hw.interconnect.max_gpus:
+        raise ConfigError(
+            f"tensor_parallel_size {cfg.tensor_parallel_size}: more GPUs than one {hw.name} node's "
+            f"{hw.interconnect.name} joins ({hw.interconnect.max_gpus}); tensor parallelism across nodes is "
+            "not modelled: use more replicas, or a profile whose interconnect.max_gpus covers it")
     max_model_len = cfg.max_model_len or model.max_position_embeddings
     cfg = resolve_scheduler_limits(cfg, hw.memory_bytes, hw.name, max_model_len)
     sizing = compute_kv_sizing(

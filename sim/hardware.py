@@ -62,6 +62,9 @@ class Interconnect(_Strict):
     name: str
     bandwidth_bytes_per_s: float = _Pos  #: per GPU, per direction
     latency_s: float = _NonNeg           #: fixed cost of one all-reduce
+    #: GPUs this link joins (one node's NVLink / NVSwitch domain, 8 on HGX boards);
+    #: tensor parallelism beyond it would cross nodes, which is not modelled
+    max_gpus: int = Field(default=8, ge=1)
 
 
 class HardwareProfile(_Strict):

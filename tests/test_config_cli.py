@@ -202,3 +202,11 @@ def test_workload_name_and_dotted_keys_merge_in_either_order(order, tmp_path):
     f.write_text("\n".join(s.replace("=", ": ") for s in order) + "\n")
     cfg = build_config(f).workload
     assert cfg.num_requests == 70 and cfg.input_len == chat.input_len
+
+
+def test_tensor_parallelism_beyond_one_node_is_an_error():
+    with pytest.raises(ConfigError, match=r"tensor_parallel_size 16: .*\(8\); tensor parallelism across nodes"):
+        build_deployment(build_config(overrides={"model": "llama-3.1-8b", "hardware": "h100_sxm",
+                                                 "tensor_parallel_size": 16}))
+    build_deployment(build_config(overrides={"model": "llama-3.1-8b", "hardware": "h100_sxm",
+                                             "tensor_parallel_size": 8}))
