@@ -41,7 +41,10 @@ def _check_config_arg(config: Optional[Path]) -> None:
 
 def ensure_out_dir(out: Path, option: str = "--out") -> Path:
     """Create the output folder before any simulation runs, so a bad ``--out``
-    (an existing file, an unwritable place) fails at once, naming the option."""
+    (empty, an existing file, an unwritable place) fails at once, naming the option."""
+    if not str(out).strip() or str(out) == ".":
+        raise ConfigError(f"{option} {str(out)!r}: give a folder of its own for the results (the current "
+                          "folder would be written into), e.g. {option} runs/mine".replace("{option}", option))
     try:
         out.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -83,6 +86,12 @@ def run(
         res = run_simulation(cfg, goodput=slos, progress=progress)
     write_results(out, res.summary, res.result)
     print_run_summary(res.summary, res.deployment)
+    reasons = res.result.rejected_reasons
+    if reasons:
+        rid = min(reasons)
+        every = "every request was" if not res.summary["completed"] else f"{len(reasons):,} requests were"
+        typer.echo(f"warning: {every} rejected, e.g. request {rid}: {reasons[rid]} "
+                   "(requests.csv: status, reason)", err=True)
     typer.echo(f"results written to {out}/ (summary.json, requests.csv, steps.csv)")
 
 

@@ -33,6 +33,8 @@ def validate(
     if requests_per_client < 1 or (warmup_per_client is not None and warmup_per_client < 0):
         raise ConfigError(f"--requests-per-client must be >= 1 and --warmup-per-client >= 0; got "
                           f"{requests_per_client}, {warmup_per_client}")
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {workers}")
     think = CLIENT_THINK_TIME_S if think_time_ms is None else think_time_ms / 1e3
     if think < 0:
         raise ConfigError(f"--think-time-ms must be >= 0, got {think_time_ms}")

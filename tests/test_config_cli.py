@@ -95,6 +95,21 @@ def test_cli_run_writes_outputs(tmp_path):
                           "first_token_time_s", "finish_time_s"]
     assert (out / "steps.csv").read_text().startswith("replica,start_time_s,num_steps,step_time_s")
     assert "simulated req/s" in r.stdout
+    if s["num_rejected"]:
+        assert f"warning: {s['num_rejected']} requests were rejected, e.g. request" in r.stderr
+
+
+def test_cli_run_warns_when_every_request_is_rejected(tmp_path):
+    r = cli("run", "--quiet", "--out", str(tmp_path / "r"), "--set", "max_model_len=100",
+            "--set", "workload.num_requests=5")
+    assert r.returncode == 0, r.stderr
+    assert "warning: every request was rejected, e.g. request 0: prompt (" in r.stderr
+    assert "> max_model_len (100)" in r.stderr
+
+
+def test_out_must_name_a_folder(tmp_path):
+    r = cli("run", "--quiet", "--out", "", "--set", "workload.num_requests=3")
+    assert r.returncode == 2 and "give a folder of its own" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_cli_kv_prints_capacity():
