@@ -89,7 +89,9 @@ def run(
     reasons = res.result.rejected_reasons
     if reasons:
         rid = min(reasons)
-        every = "every request was" if not res.summary["completed"] else f"{len(reasons):,} requests were"
+        n = len(reasons)
+        every = ("every request was" if not res.summary["completed"] else
+                 f"{n:,} request was" if n == 1 else f"{n:,} requests were")
         typer.echo(f"warning: {every} rejected, e.g. request {rid}: {reasons[rid]} "
                    "(requests.csv: status, reason)", err=True)
     typer.echo(f"results written to {out}/ (summary.json, requests.csv, steps.csv)")

@@ -95,8 +95,7 @@ def test_cli_run_writes_outputs(tmp_path):
                           "first_token_time_s", "finish_time_s"]
     assert (out / "steps.csv").read_text().startswith("replica,start_time_s,num_steps,step_time_s")
     assert "simulated req/s" in r.stdout
-    if s["num_rejected"]:
-        assert f"warning: {s['num_rejected']} requests were rejected, e.g. request" in r.stderr
+    assert s["num_rejected"] == 1 and "warning: 1 request was rejected, e.g. request 23: prompt (4196)" in r.stderr
 
 
 def test_cli_run_warns_when_every_request_is_rejected(tmp_path):
