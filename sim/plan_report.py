@@ -188,11 +188,38 @@ def run_plan(base: SimConfig, candidates: list[Candidate], settings: PlanSetting
         plot_pareto(plans, settings, out / "pareto.png")
         figures.insert(0, "pareto.png")
     (out / "plan.md").write_text(plan_markdown(table, settings, context or {}, figures))
-    unjudged = sum("not judged" in str(r.get("stability_reason", "")) for p in plans for r in p.rows)
-    if unjudged:
-        import sys
-
-        print(f"warning: {unjudged} run(s) too short to judge stability (the arrival window is shorter than "
-              "twice the start-up transient) count as failed, so the rates found may be low. Raise "
-              "workload.num_requests for a firmer answer (results.csv: stability_reason).", file=sys.stderr)
+    _warn_short_runs(plans)
     return table, plans
+
+
+#: a search run should span this many start-up transients for its verdict to be firm
+MIN_WINDOW_TRANSIENTS = 10.0
+
+
+def _warn_short_runs(plans) -> None:
+    """Warn (stderr) when the runs that decided a candidate's rate were short:
+    too short to judge stability at all, or spanning fewer than
+    ``MIN_WINDOW_TRANSIENTS`` start-up transients at the rate found; then the
+    answer can be off either way (±20 % between 150 and 2,000 requests on
+    llama-3.1-8b / chat)."""
+    import sys
+
+    unjudged, short = 0, []
+    for p in plans:
+        for r in p.rows:
+            if "not judged" in str(r.get("stability_reason", "")):
+                unjudged += 1
+            rate, tr = r.get("workload.request_rate"), r.get("transient_s")
+            n = (r.get("completed") or 0) + (r.get("num_rejected") or 0)
+            if (r.get("phase") == "search" and r.get("passed") and p.max_rate > 0
+                    and rate == p.max_rate and tr and math.isfinite(tr) and tr > 0):
+                if n / rate < MIN_WINDOW_TRANSIENTS * tr:
+                    short.append((p.candidate.name, n / rate / tr))
+    if unjudged or short:
+        worst = min(short, key=lambda x: x[1]) if short else None
+        detail = (f"{unjudged} run(s) too short to judge stability" if unjudged else "") + (
+            ("; " if unjudged else "") + f"at the rates found, {len(short)} candidate(s) ran for fewer than "
+            f"{MIN_WINDOW_TRANSIENTS:g} start-up transients (e.g. {worst[0]}: {worst[1]:.1f})" if short else "")
+        print(f"warning: {detail}. Short runs make the rates found unreliable, in either direction; raise "
+              "workload.num_requests for a firmer answer (results.csv: stability_reason, transient_s).",
+              file=sys.stderr)

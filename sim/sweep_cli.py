@@ -107,6 +107,7 @@ def plan(
             raise ConfigError(f"plan: one config file only, got {config} and {a}")
     overrides = {k: v for k, v in {"model": model, "seed": seed}.items() if v is not None}
     base = build_config(config, overrides, set_, workload)
+    _check_plannable(base)
     gp = parse_goodput(goodput) or None
     slos = parse_slos(slo, gp)
     if not slos:
@@ -155,3 +156,21 @@ def plan(
     typer.echo(table[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     typer.echo(answer_line(table, settings))
     typer.echo(f"report: {out}/plan.md")
+
+
+def _check_plannable(base) -> None:
+    """``plan`` searches the request rate of an open-loop workload: refuse, before
+    any run, workloads whose arrivals ignore ``workload.request_rate``."""
+    wl = base.workload
+    if wl.max_concurrency is not None:
+        raise ConfigError(f"plan: workload.max_concurrency = {wl.max_concurrency} makes the workload closed-loop "
+                          "(clients send when their last request completes), so the request rate plan searches "
+                          "has no effect; drop max_concurrency, or compare concurrencies with servesim sweep")
+    if wl.trace is not None:
+        from sim.workload.traces import load_trace
+
+        table = load_trace(wl.trace, wl.trace_format, wl.columns, wl.skip_bad_rows)
+        if wl.arrival_process(has_timestamps=table.arrival_s is not None) == "trace":
+            raise ConfigError(f"plan: {wl.trace} is replayed at its own timestamps, so the request rate plan "
+                              "searches has no effect; set workload.arrival (poisson, gamma, constant) to "
+                              "draw arrivals at each rate with the trace's lengths")

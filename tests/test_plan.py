@@ -277,3 +277,27 @@ def test_repeated_or_nan_limits_are_errors():
     with pytest.raises(ConfigError, match="finite number > 0 ms"):
         parse_goodput(["ttft:nan"])
     assert parse_goodput(["ttft:500 tpot:50"]) == {"ttft": 0.5, "tpot": 0.05}
+
+
+@pytest.mark.parametrize("sets, match", [
+    (["workload.num_requests=50", "workload.max_concurrency=8"], "makes the workload closed-loop"),
+    (["workload.trace={trace}"], "is replayed at its own timestamps"),
+])
+def test_cli_plan_refuses_workloads_that_ignore_the_rate(tmp_path, sets, match):
+    """Closed-loop clients and timestamp replay ignore request_rate: the search
+    used to double the rate to its cap with identical runs and answer 6,144 req/s."""
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input,output\n0.0,64,8\n0.5,64,8\n1.0,64,8\n")
+    args = ["plan", "--model", MODEL, "--hardware", GPU, "--slo", "p99_ttft_ms=1000", "--out", str(tmp_path / "o"),
+            "--set", "workload.trace_format=generic",
+            "--set", "workload.columns={arrival: arrival_s, input: input, output: output}"] if "trace" in sets[0] \
+        else ["plan", "--model", MODEL, "--hardware", GPU, "--slo", "p99_ttft_ms=1000", "--out", str(tmp_path / "o")]
+    for s in sets:
+        args += ["--set", s.format(trace=trace)]
+    r = CliRunner().invoke(app, args)  # the app itself: sim.cli.main turns the error into a message, exit 2
+    assert isinstance(r.exception, ConfigError) and match in str(r.exception)
+    assert not (tmp_path / "o" / "results.csv").exists()
