@@ -301,3 +301,20 @@ def test_cli_plan_refuses_workloads_that_ignore_the_rate(tmp_path, sets, match):
     r = CliRunner().invoke(app, args)  # the app itself: sim.cli.main turns the error into a message, exit 2
     assert isinstance(r.exception, ConfigError) and match in str(r.exception)
     assert not (tmp_path / "o" / "results.csv").exists()
+
+
+def test_short_runs_warn(capsys):
+    """The run that decided the rate: 100 requests at 5 req/s = 20 s, with a
+    4 s transient, spans 5 transients (< 10): warn. 1,000 requests: no warning."""
+    from sim.plan import CandidatePlan
+    from sim.plan_report import _warn_short_runs
+
+    def plan_with(n):
+        row = {"phase": "search", "passed": True, "workload.request_rate": 5.0, "transient_s": 4.0,
+               "completed": n, "num_rejected": 0, "stability_reason": ""}
+        return CandidatePlan(Candidate("c", {}), "ok", max_rate=5.0, rows=[row])
+
+    _warn_short_runs([plan_with(1000)])
+    assert capsys.readouterr().err == ""
+    _warn_short_runs([plan_with(100)])
+    assert "1 candidate(s) ran for fewer than 10 start-up transients (e.g. c: 5.0)" in capsys.readouterr().err
