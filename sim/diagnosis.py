@@ -19,7 +19,7 @@ never the scheduler's name — and names what a serving engineer would:
 3. **KV capacity** — max KV usage > ``KV_HIGH`` with preemptions.
 4. **rejections** — requests answered with an error (``max_model_len`` or a
    request larger than the KV cache), quoting the most common reason.
-5. **long TTFT** — the TTFT tail is long as in 1. but neither 1. nor 2. explains
+5. **long TTFT** — the TTFT tail is long as in 1. but queueing does not dominate
    it: the split of mean TTFT into queueing and prefill (first scheduled → first
    token), e.g. static batching's whole-batch prefills.
 
@@ -318,9 +318,9 @@ def _rejected(v: VariantData) -> Finding | None:
 
 
 def _long_ttft(v: VariantData) -> Finding | None:
-    """The TTFT tail is long (as for queueing: p99 above the limit) but no cause
-    above dominates it: say where the time goes, from the request breakdown,
-    rather than "nothing stands out"."""
+    """The TTFT tail is long (as for queueing: p99 above the limit) but queueing
+    is not most of it: then most of it is the prefill step (first scheduled →
+    first token); say so with the split, rather than "nothing stands out"."""
     fin = v.finished_requests()
     q, pf, ttft = (fin[c].to_numpy(float) for c in ("queue_ms", "prefill_ms", "ttft_ms"))
     ok = np.isfinite(q) & np.isfinite(pf) & np.isfinite(ttft)
@@ -333,21 +333,24 @@ def _long_ttft(v: VariantData) -> Finding | None:
     if not (mean_ttft > 0 and p99 > limit):
         return None
     share_q, share_p = float(q.mean()) / mean_ttft, float(pf.mean()) / mean_ttft
+    if share_p < 0.5:  # queueing dominates: the queueing finding's case
+        return None
     evidence = (f"mean TTFT {_ms(mean_ttft)}: queueing {_ms(float(q.mean()))} ({_pct(share_q)}), from first "
                 f"scheduled to first token {_ms(float(pf.mean()))} ({_pct(share_p)}); p99 TTFT {_ms(p99)} against a "
                 f"median prefill of {_ms(med_prefill)}")
-    cause = ("Both waiting for admission and the prefill steps themselves are long, neither dominating: "
-             "prefill steps that carry many prompts at once (a whole batch prefilled together, or a large "
-             "max_num_batched_tokens) lengthen the second part; a scheduler that admits into a running batch "
-             "(continuous batching, chunked prefill) or more replicas shortens both.")
-    return Finding("long_ttft", f"High TTFT, queueing and prefill both large (p99 TTFT {_ms(p99)})", cause,
+    cause = (f"Most of TTFT ({_pct(share_p)}) passes after the request was scheduled: its prefill step is long "
+             "— long prompts, or many prompts prefilled in one step (a whole batch prefilled together, a large "
+             "max_num_batched_tokens), so each waits for all of them. Chunked prefill with a smaller token "
+             "budget bounds those steps; more compute per replica (tensor parallelism, a faster GPU, fp8) "
+             "shortens them.")
+    return Finding("long_ttft", f"High TTFT, mostly in the prefill step (p99 TTFT {_ms(p99)})", cause,
                    evidence + ".", "medium")
 
 
 def diagnose(name: str, v: VariantData) -> list[Finding]:
     """Findings for variant ``name``, most severe first (empty when nothing stands out)."""
     out = [f for f in (_queueing(v), _interference(v), _kv_capacity(v), _rejected(v)) if f is not None]
-    if not any(f.kind in ("queueing", "prefill_interference") for f in out):
+    if not any(f.kind == "queueing" for f in out):  # ITL spikes do not explain a long TTFT
         extra = _long_ttft(v)
         if extra is not None:
             out.append(extra)

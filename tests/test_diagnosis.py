@@ -323,7 +323,7 @@ def test_long_ttft_split_between_queue_and_prefill_is_named():
     """Every 10th request queues 2 s, the others not at all (mean 200 ms, 40 % of
     TTFT), each then takes 300 ms to its first token: p99 TTFT 2.3 s > 5 × the
     median prefill, but queueing is under half of TTFT, so the queueing finding
-    does not fire; the long-TTFT finding gives the split instead of "nothing"."""
+    does not fire; the long-TTFT finding names the prefill step, with the split."""
     req = make_requests(queue_ms=np.tile(np.r_[np.zeros(9), 2000.0], 20), prefill_ms=300.0)
     f = diagnose("v", variant("v", queue_steps(waiting_growth=False), requests=req))
     assert [x.kind for x in f] == ["long_ttft"]
