@@ -224,3 +224,15 @@ def test_tensor_parallelism_beyond_one_node_is_an_error():
                                                  "tensor_parallel_size": 16}))
     build_deployment(build_config(overrides={"model": "llama-3.1-8b", "hardware": "h100_sxm",
                                              "tensor_parallel_size": 8}))
+
+
+def test_workload_file_named_in_a_config_is_relative_to_that_config(tmp_path, monkeypatch):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "wl.yaml").write_text("num_requests: 12\nrequest_rate: 3\ninput_len: 100\noutput_len: 10\n")
+    (sub / "top.yaml").write_text("workload: wl.yaml\n")
+    (sub / "top2.yaml").write_text("workload:\n  name: wl.yaml\n  num_requests: 7\n")
+    monkeypatch.chdir(tmp_path)  # not the config's folder
+    assert build_config(Path("sub/top.yaml")).workload.num_requests == 12
+    wl = build_config(Path("sub/top2.yaml")).workload
+    assert wl.num_requests == 7 and wl.request_rate == 3

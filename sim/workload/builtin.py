@@ -91,8 +91,12 @@ def load_workload_dict(name_or_path: str) -> dict[str, Any]:
 
 def absolute_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
     """``data`` (workload keys, changed in place and returned) with its relative
-    file paths (``trace``, ``input_len.path``, ...) made absolute against ``base``:
-    paths in a file are relative to that file."""
+    file paths (``trace``, ``input_len.path``, ..., and ``name`` when it is a
+    workload file) made absolute against ``base``: paths in a file are relative
+    to that file."""
+    name = data.get("name")
+    if isinstance(name, str) and _is_path(name) and not Path(name).expanduser().is_absolute():
+        data["name"] = str((base / Path(name).expanduser()).resolve())  # a workload file named here
     for keys in _PATH_KEYS:
         parent = data
         for k in keys[:-1]:
