@@ -300,9 +300,12 @@ def _rejected(v: VariantData) -> Finding | None:
     reasons = rej["reason"].fillna("").astype(str) if "reason" in rej.columns else None
     top = ""
     if reasons is not None and (reasons != "").any():
-        counts = reasons[reasons != ""].value_counts()
-        top = str(counts.index[0])
-        evidence += f"; most common reason ({counts.iloc[0]:,}×): \"{top}\""
+        given = reasons[reasons != ""]
+        # Reasons embed each request's numbers: count them by their wording.
+        kinds = given.str.replace(r"\d[\d,.]*", "#", regex=True)
+        counts = kinds.value_counts()
+        top = str(given[kinds == counts.index[0]].iloc[0])  # one real example of the commonest kind
+        evidence += f"; most common reason ({counts.iloc[0]:,}×), e.g. \"{top}\""
     low = top.lower()
     if "max_model_len" in low:
         cause = ("max_model_len: prompt + max_tokens exceed the context the deployment allows. Raise "
@@ -358,6 +361,7 @@ def diagnose(name: str, v: VariantData) -> list[Finding]:
 
 
 # ------------------------------------------------------------------ winners
+MAX_REJECTED_TO_RANK = 0.05  # rejected share above which a variant's latencies are not ranked
 WIN_METRICS = (
     ("request_throughput", "Request throughput", True, "req/s"),
     ("output_throughput", "Output throughput", True, "tok/s"),
@@ -390,9 +394,18 @@ def compare_winners(variants: dict[str, VariantData]) -> list[str]:
     if len(variants) < 2:
         return []
     lines, wins = [], {n: 0 for n in variants}
+    # Latencies of a variant that rejected many requests cover only the ones it
+    # served: it is not ranked on them (throughput still shows the loss).
+    rejecting = {}
+    for n, v in variants.items():
+        done, rej = v.summary.get("completed") or 0, v.summary.get("num_rejected") or 0
+        if done + rej and rej / (done + rej) > MAX_REJECTED_TO_RANK:
+            rejecting[n] = (rej, done + rej)
     for key, label, higher, unit in WIN_METRICS:
         vals = {}
         for n, v in variants.items():
+            if not higher and n in rejecting:
+                continue
             x = v.summary.get(key)
             if isinstance(x, (int, float)) and np.isfinite(x):
                 vals[n] = float(x)
@@ -411,9 +424,13 @@ def compare_winners(variants: dict[str, VariantData]) -> list[str]:
         lines.append(f"{head}, {', '.join(others)}.")
         if not ties:
             wins[best] += 1
+    num_metrics = len(lines)
+    for n, (rej, total) in rejecting.items():
+        lines.append(f"{n} is not ranked on latency: it rejected {rej:,} of {total:,} requests, so its latencies "
+                     "cover only the rest.")
     tally = sorted(((c, n) for n, c in wins.items() if c), reverse=True)
     if tally:
-        lines.append("Overall: " + ", ".join(f"{n} wins {c} of {len(lines)} metrics" for c, n in tally) + ".")
+        lines.append("Overall: " + ", ".join(f"{n} wins {c} of {num_metrics} metrics" for c, n in tally) + ".")
     return lines
 
 

@@ -278,13 +278,14 @@ def test_preemptions_with_kv_room_are_not_kv_capacity():
 # ---------------------------------------------------------------- rejections
 def test_rejected_requests_quote_the_most_common_reason():
     status = ["rejected"] * 5 + ["finished"] * 95
-    too_long = "prompt (9000) + max_tokens (512) > max_model_len (8192)"
-    reason = [too_long] * 4 + ["cannot be admitted even on an idle replica (KV cache too small for it)"] + [""] * 95
+    # Reasons carry each request's numbers: the four over-long ones count as one kind.
+    too_long = [f"prompt ({p}) + max_tokens (512) > max_model_len (8192)" for p in (9000, 9100, 8500, 12000)]
+    reason = too_long + ["cannot be admitted even on an idle replica (KV cache too small for it)"] + [""] * 95
     req = make_requests(n=100, status=status, reason=reason)
     f = [x for x in diagnose("v", variant("v", queue_steps(waiting_growth=False), requests=req))
          if x.kind == "rejected"]
     assert len(f) == 1 and f[0].severity == "high"  # 5 % of requests
-    assert "5 of 100" in f[0].evidence and f"(4×): \"{too_long}\"" in f[0].evidence
+    assert "5 of 100" in f[0].evidence and f"(4×), e.g. \"{too_long[0]}\"" in f[0].evidence
     assert "max_model_len" in f[0].cause
 
 
@@ -328,3 +329,18 @@ def test_long_ttft_split_between_queue_and_prefill_is_named():
     f = diagnose("v", variant("v", queue_steps(waiting_growth=False), requests=req))
     assert [x.kind for x in f] == ["long_ttft"]
     assert "queueing 200 ms (40 %)" in f[0].evidence and "300 ms (60 %)" in f[0].evidence
+
+
+def test_a_variant_that_rejects_most_requests_is_not_ranked_on_latency():
+    from sim.diagnosis import compare_winners
+
+    good = variant("good", queue_steps(waiting_growth=False), completed=200, num_rejected=0,
+                   request_throughput=2.0, median_ttft_ms=300.0, p99_ttft_ms=900.0)
+    bad = variant("bad", queue_steps(waiting_growth=False), completed=10, num_rejected=190,
+                  request_throughput=0.1, median_ttft_ms=20.0, p99_ttft_ms=30.0)
+    lines = compare_winners({"good": good, "bad": bad})
+    assert "bad is not ranked on latency: it rejected 190 of 200 requests, so its latencies cover only the rest." \
+        in lines
+    assert lines[0].startswith("Request throughput: good wins with 2")
+    assert not any("TTFT" in line for line in lines)  # one ranked variant: no latency comparison
+    assert lines[-1] == "Overall: good wins 1 of 1 metrics."
