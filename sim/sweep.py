@@ -275,6 +275,24 @@ def point_config(spec: SweepSpec, point: SweepPoint) -> SimConfig:
         raise ConfigError(f"{spec.source}: point {point.point_id}: {msg}") from None
 
 
+def _check_axis_values(spec: SweepSpec, points: list[SweepPoint], errors: dict[str, str]) -> None:
+    """A value whose every point is invalid (``max_num_seqs: 0``, a missing file)
+    is the sweep file's error, raised before anything runs; a value invalid only
+    beside some other axis value (vLLM rejects that combination) makes those
+    points ``infeasible`` and the sweep goes on."""
+    if not errors:
+        return
+    if len(errors) == len(points):
+        raise ConfigError(f"no point of the sweep is valid; e.g. {next(iter(errors.values()))}")
+    for key in spec.axes:
+        by_value: dict[str, list[str]] = {}
+        for p in points:
+            by_value.setdefault(repr(p.values.get(key)), []).append(p.point_id)
+        for value, ids in by_value.items():
+            if all(i in errors for i in ids):
+                raise ConfigError(f"axes.{key} = {value} is invalid in every point; e.g. {errors[ids[0]]}")
+
+
 def base_config(spec: SweepSpec) -> SimConfig:
     """The base config alone (no axis values), used to check the base and to fingerprint a sweep."""
     return build_config(spec.base_config_file, dict(spec.base_overrides), None, spec.base_workload)
@@ -349,13 +367,15 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
     store.grid = order
     done = store.done_ids(retry_failed)
     tasks = []
+    errors: dict[str, str] = {}
     for p in points:
-        if p.point_id in done:
-            continue
         try:
-            tasks.append(PointTask(p.point_id, p.values, point_config(spec, p), goodput))
+            cfg = point_config(spec, p)
         except ConfigError as e:
-            tasks.append(PointTask(p.point_id, p.values, None, goodput, str(e)))
+            cfg, errors[p.point_id] = None, str(e)
+        if p.point_id not in done:
+            tasks.append(PointTask(p.point_id, p.values, cfg, goodput, errors.get(p.point_id)))
+    _check_axis_values(spec, points, errors)
     bar = progress_bar(len(tasks), quiet)
 
     def on_row(row: dict) -> None:

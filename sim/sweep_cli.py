@@ -93,7 +93,7 @@ def plan(
     """Find, per candidate, the highest request rate within the SLOs and the cheapest configuration for a target rate."""
     from sim.config import build_config, check_known_keys, parse_value, set_dotted
     from sim.metrics import parse_goodput
-    from sim.plan import PlanSettings, make_candidates, parse_slos
+    from sim.plan import PlanSettings, check_vary_values, make_candidates, parse_slos
     from sim.plan_report import answer_line, run_plan
     from sim.sweep import check_names
 
@@ -130,6 +130,7 @@ def plan(
     check_names(extra, "--vary ")
     cands = make_candidates(hw_list or [base.hardware], tp_list or
                             [base.tensor_parallel_size], sched_list or [base.scheduler], extra)
+    check_vary_values(base, cands, extra)
     reps = _split(replicas, "replicas", int, minimum=1) or None
     if max_replicas < 1:
         raise ConfigError(f"--max-replicas: must be >= 1, got {max_replicas}")

@@ -318,3 +318,13 @@ def test_short_runs_warn(capsys):
     assert capsys.readouterr().err == ""
     _warn_short_runs([plan_with(100)])
     assert "1 candidate(s) ran for fewer than 10 start-up transients (e.g. c: 5.0)" in capsys.readouterr().err
+
+
+def test_a_vary_value_invalid_for_every_candidate_is_an_error():
+    from sim.plan import check_vary_values
+
+    base = build_config(overrides={"model": MODEL, "hardware": GPU})
+    cands = make_candidates([GPU], [1], ["chunked"], {"max_num_seqs": [0, 8]})
+    with pytest.raises(ConfigError, match=r"--vary max_num_seqs=0: invalid for every candidate"):
+        check_vary_values(base, cands, ["max_num_seqs"])
+    check_vary_values(base, make_candidates([GPU], [1], ["chunked"], {"max_num_seqs": [8, 16]}), ["max_num_seqs"])

@@ -274,3 +274,18 @@ def test_grids_too_large_to_run_are_errors_before_expanding(tmp_path):
     with pytest.raises(ConfigError, match=r"the grid: 160,000 points"):
         expand_points(spec)
     assert MAX_POINTS == 100_000
+
+
+def test_an_axis_value_invalid_everywhere_is_an_error_a_bad_combination_is_infeasible(tmp_path):
+    """max_num_seqs 0 is invalid in every point: the sweep file's error, before any
+    run (it used to be an 'infeasible' point, exit 0). A budget below max_num_seqs
+    is invalid only beside the larger max_num_seqs: that point alone is infeasible."""
+    with pytest.raises(ConfigError, match=r"axes.max_num_seqs = 0 is invalid in every point; e.g. .*max_num_seqs"):
+        run_sweep(load_sweep(write_sweep(tmp_path, {"max_num_seqs": [8, 0]}, "a.yaml")), tmp_path / "a",
+                  workers=1, quiet=True)
+    assert not (tmp_path / "a" / "results.csv").exists()
+    df = run_sweep(load_sweep(write_sweep(tmp_path, {"scheduler": ["chunked"], "max_num_seqs": [8, 64],
+                                                     "max_num_batched_tokens": [32, 128]}, "b.yaml")),
+                   tmp_path / "b", workers=1, quiet=True)
+    bad = df[df["status"] == "infeasible"]
+    assert len(bad) == 1 and bad.iloc[0]["max_num_seqs"] == 64 and bad.iloc[0]["max_num_batched_tokens"] == 32
