@@ -279,7 +279,9 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
     if path.is_dir():
         path = path / "config.json"
     if path.is_file():
-        return ModelSpec.from_hf_config(path)
+        spec = ModelSpec.from_hf_config(path)
+        quant = _modelopt_quantization(path)
+        return replace(spec, quantization=quant) if quant and spec.quantization is None else spec
     raise ConfigError(f"model: unknown model {text!r} (not a preset, HF id or config.json path); "
                       f"presets: {', '.join(list_models())}")
 
@@ -357,6 +359,27 @@ def _parse_hf_config(cfg: dict[str, Any], source: str) -> dict[str, Any]:
         dtype=dtype, quantization=_parse_quantization(cfg.get("quantization_config"), source),
         architecture=str(archs[0]) if archs else model_type,
     )
+
+
+def _modelopt_quantization(config_path: Path) -> str | None:
+    """The quantization of a ModelOpt checkpoint (NVIDIA's FP8 / NVFP4 models),
+    which keeps it in ``hf_quant_config.json`` beside ``config.json`` rather than in
+    ``quantization_config``; vLLM reads that file the same way
+    (``quantization: {quant_algo: FP8}``). Beside ``NAME_config.json`` (the
+    ``../shared/models`` naming) the file is ``NAME_hf_quant_config.json``."""
+    stem = config_path.name.removesuffix("config.json")
+    for cand in (config_path.with_name(f"{stem}hf_quant_config.json"), config_path.with_name("hf_quant_config.json")):
+        if cand.is_file():
+            try:
+                data = json.loads(cand.read_text())
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise ConfigError(f"{cand}: cannot read the quantization config: {e}") from e
+            q = data.get("quantization") if isinstance(data, dict) else None
+            algo = str((q or {}).get("quant_algo") or "").upper()
+            if algo in ("FP8", "NVFP4"):
+                return algo.lower()
+            raise ConfigError(f"{cand}: quantization.quant_algo={algo or None!r}: not modelled; valid: FP8, NVFP4")
+    return None
 
 
 def _parse_quantization(qc: dict[str, Any] | None, source: str) -> str | None:

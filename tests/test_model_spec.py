@@ -191,3 +191,23 @@ def test_path_loading_and_qwen3_qk_norm():
     q = get_model("qwen3-8b")
     assert q.qk_norm and q.head_dim == 128
     assert q.num_params() == pytest.approx(8.19e9, rel=0.01)  # Qwen3-8B model card: 8.2 B
+
+
+def test_modelopt_checkpoint_quantization_is_read_beside_config(tmp_path):
+    """NVIDIA's ModelOpt checkpoints keep FP8 / NVFP4 in hf_quant_config.json, not
+    in config.json: a folder or NAME_config.json beside it must not load as bf16."""
+    import shutil
+
+    src = DATA / "test_model.json"
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    shutil.copy(src, folder / "config.json")
+    assert get_model(str(folder)).quantization is None
+    (folder / "hf_quant_config.json").write_text(json.dumps({"quantization": {"quant_algo": "FP8"}}))
+    assert get_model(str(folder)).quantization == "fp8"
+    shutil.copy(src, tmp_path / "org--m_config.json")
+    (tmp_path / "org--m_hf_quant_config.json").write_text(json.dumps({"quantization": {"quant_algo": "NVFP4"}}))
+    assert get_model(str(tmp_path / "org--m_config.json")).quantization == "nvfp4"
+    (folder / "hf_quant_config.json").write_text(json.dumps({"quantization": {"quant_algo": "W4A8_AWQ"}}))
+    with pytest.raises(ConfigError, match="quant_algo='W4A8_AWQ': not modelled"):
+        get_model(str(folder))
