@@ -295,6 +295,8 @@ def _flatten_dotted(d: dict, source: str = "config") -> dict:
     def leaves(prefix: str, v: Any) -> list[str]:
         if isinstance(v, dict):
             return [x for k2, v2 in v.items() for x in leaves(f"{prefix}.{k2}", v2)]
+        if prefix == "workload" and isinstance(v, str):
+            return ["workload.name"]  # workload: chat is workload.name: chat
         return [prefix]
 
     seen: set[str] = set()

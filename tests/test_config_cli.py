@@ -236,3 +236,14 @@ def test_workload_file_named_in_a_config_is_relative_to_that_config(tmp_path, mo
     assert build_config(Path("sub/top.yaml")).workload.num_requests == 12
     wl = build_config(Path("sub/top2.yaml")).workload
     assert wl.num_requests == 7 and wl.request_rate == 3
+
+
+def test_workload_name_twice_or_with_a_trace_is_an_error(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("workload: chat\nworkload.name: code\n")
+    with pytest.raises(ConfigError, match="workload.name is given twice"):
+        build_config(f)
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input,output\n0.0,64,8\n")
+    with pytest.raises(ConfigError, match="name 'chat' and trace .* both given"):
+        build_config(set_args=["workload.name=chat", f"workload.trace={trace}"])

@@ -130,6 +130,9 @@ def resolve_workload_dict(data: dict[str, Any]) -> dict[str, Any]:
     into its keys, with the other keys in ``data`` overriding them. Raw dicts, so a
     partial override such as ``{"input_len": {"mean": 3000}}`` works."""
     data = {k: v for k, v in data.items() if not (k == "name" and v is None)}
+    if "name" in data and data.get("trace") is not None:
+        raise ConfigError(f"workload: name {data['name']!r} and trace {data['trace']!r} both given; a named "
+                          "workload brings its own lengths and arrivals: give one of them")
     if "name" not in data and not _uses_default(data):
         return data
     name = data.pop("name", "default")
