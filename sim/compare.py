@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.config import SimConfig, check_known_keys, parse_value, set_dotted, read_yaml
-from sim.errors import ConfigError, require_file
+from sim.errors import ConfigError, InfeasibleError, require_file
 
 
 @dataclass
@@ -87,14 +87,18 @@ def load_variants_file(path: str | Path) -> list[Variant]:
 def variants_from_args(schedulers: str | None, variant_args: list[str] | None,
                        variants_file: str | Path | None) -> list[Variant]:
     variants: list[Variant] = []
-    if schedulers:
-        for s in (x.strip() for x in schedulers.split(",")):
-            if s:
-                variants.append(Variant(s, {"scheduler": s}))
+    if schedulers is not None:
+        names = [x.strip() for x in schedulers.split(",") if x.strip()]
+        if not names:
+            raise ConfigError(f"--schedulers {schedulers!r}: no scheduler named (e.g. static,continuous,chunked)")
+        variants += [Variant(s, {"scheduler": s}) for s in names]
     for text in variant_args or []:
         variants.append(parse_variant(text))
     if variants_file:
-        variants.extend(load_variants_file(variants_file))
+        from_file = load_variants_file(variants_file)
+        if not from_file:
+            raise ConfigError(f"--variants {variants_file}: the file defines no variant")
+        variants.extend(from_file)
     if not variants:
         variants = [Variant(s, {"scheduler": s}) for s in ("static", "continuous", "chunked")]
     names = [v.name for v in variants]
@@ -144,8 +148,8 @@ def run_variants(base: SimConfig, variants: list[Variant], *, goodput=None, work
     for name, c in cfgs.items():  # fail fast on a bad variant
         try:
             build_deployment(c)
-        except ConfigError as e:
-            raise ConfigError(f"variant {name}: {e}") from None
+        except (ConfigError, InfeasibleError) as e:
+            raise type(e)(f"variant {name}: {e}") from None
     specs = make_specs(build_deployment(base))
     workers = workers or min(len(variants), os.cpu_count() or 1)
     results: dict[str, tuple[dict, Any]] = {}

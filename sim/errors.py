@@ -25,6 +25,8 @@ def require_file(path, what: str):
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"{what}: {p} is a folder; give a file")
+    if p.exists() and not p.is_file():
+        raise ConfigError(f"{what}: {p} is not a regular file")
     if not p.is_file():
         raise ConfigError(f"{what}: file not found: {p}")
     return p

@@ -31,8 +31,10 @@ def sweep(
     """Run one simulation per point of a grid of configs; one tidy table of results (resumable)."""
     from sim.sweep import load_sweep, run_sweep
 
+    from sim.cli import ensure_out_dir
+
     spec = load_sweep(sweep_file)
-    out = out or Path("runs") / f"sweep-{Path(sweep_file).stem}"
+    out = ensure_out_dir(out or Path("runs") / f"sweep-{Path(sweep_file).stem}")
     df = run_sweep(spec, out, executor=executor, workers=workers, ray_address=ray_address, quiet=quiet,
                    retry_failed=retry_failed)
     counts = df["status"].value_counts().to_dict() if len(df) else {}

@@ -186,6 +186,8 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
             raise ConfigError(f"{col}: must be a whole number >= 1, got {row[col]!r}")
         shape[col] = int(x)
     isl, osl, conc, tp = shape["isl"], shape["osl"], shape["concurrency"], shape["tp_size"]
+    if osl < 2:
+        raise ConfigError(f"osl: {osl} output token has no TPOT to score (TPOT needs osl >= 2)")
     for col in ("silicon_ttft_ms", "silicon_tpot_ms"):  # nothing to score the prediction against
         try:
             x = float(row[col])

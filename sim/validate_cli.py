@@ -36,8 +36,8 @@ def validate(
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
     think = CLIENT_THINK_TIME_S if think_time_ms is None else think_time_ms / 1e3
-    if think < 0:
-        raise ConfigError(f"--think-time-ms must be >= 0, got {think_time_ms}")
+    if not (think >= 0 and think != float("inf")):  # NaN fails too
+        raise ConfigError(f"--think-time-ms must be a finite number >= 0, got {think_time_ms}")
     opts = ValidateOptions(protocol=protocol, requests_per_client=requests_per_client, warmup_per_client=warmup_per_client,
                            think_time_s=think, seed=seed, workers=workers)
     n = len(read_rows(csv))

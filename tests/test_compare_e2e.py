@@ -92,6 +92,8 @@ def test_variant_parsing_errors():
     with pytest.raises(ConfigError, match="unique"):
         variants_from_args("chunked,chunked", None, None)
     assert [v.name for v in variants_from_args(None, None, None)] == ["static", "continuous", "chunked"]
+    with pytest.raises(ConfigError, match="--schedulers ' , ': no scheduler named"):
+        variants_from_args(" , ", None, None)  # used to fall back to the default three silently
     with pytest.raises(ConfigError, match="'comparison.csv' is a file the comparison writes"):
         variants_from_args(None, ["comparison.csv scheduler=static"], None)
     from sim.compare import RESERVED_NAMES
