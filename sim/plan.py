@@ -262,22 +262,19 @@ def _allowed_at_least(n: int, s: PlanSettings) -> list[int]:
 
 
 def check_vary_values(base: SimConfig, candidates: list[Candidate], keys) -> None:
-    """A ``--vary`` value that makes every candidate carrying it invalid
-    (``max_num_seqs=0``) is the user's error, raised before any run; one invalid
-    only beside some other value leaves those candidates ``infeasible``."""
+    """A ``--vary`` value invalid for every candidate carrying it is an error
+    before any run (:mod:`sim.grid_values`)."""
+    from sim.grid_values import invalid_everywhere
+
     bad: dict[str, str] = {}
     for c in candidates:
         try:
             apply_variant(base, _variant(c, num_replicas=1))
         except ConfigError as e:
             bad[c.name] = str(e)
-    for key in keys:
-        by_value: dict[str, list[str]] = {}
-        for c in candidates:
-            by_value.setdefault(repr(c.overrides.get(key)), []).append(c.name)
-        for value, names in by_value.items():
-            if all(n in bad for n in names):
-                raise ConfigError(f"--vary {key}={value}: invalid for every candidate; e.g. {bad[names[0]]}")
+    hit = invalid_everywhere(keys, [(c.name, c.overrides) for c in candidates], bad)
+    if hit is not None:
+        raise ConfigError(f"--vary {hit[0]}={hit[1]}: invalid for every candidate; e.g. {hit[2]}")
 
 
 def plan_candidate(base: SimConfig, c: Candidate, s: PlanSettings) -> CandidatePlan:

@@ -18,8 +18,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sim.diagnosis import compare_winners, diagnose
+from sim.diagnosis import diagnose
 from sim.variant_data import VariantData
+from sim.winners import compare_winners
 
 __all__ = ["VariantData", "comparison_frame", "write_compare_report", "CAPTIONS"]
 

@@ -276,21 +276,17 @@ def point_config(spec: SweepSpec, point: SweepPoint) -> SimConfig:
 
 
 def _check_axis_values(spec: SweepSpec, points: list[SweepPoint], errors: dict[str, str]) -> None:
-    """A value whose every point is invalid (``max_num_seqs: 0``, a missing file)
-    is the sweep file's error, raised before anything runs; a value invalid only
-    beside some other axis value (vLLM rejects that combination) makes those
-    points ``infeasible`` and the sweep goes on."""
+    """An axis value invalid in every point carrying it (or no valid point at all)
+    is the sweep file's error, raised before anything runs (:mod:`sim.grid_values`)."""
+    from sim.grid_values import invalid_everywhere
+
     if not errors:
         return
     if len(errors) == len(points):
         raise ConfigError(f"no point of the sweep is valid; e.g. {next(iter(errors.values()))}")
-    for key in spec.axes:
-        by_value: dict[str, list[str]] = {}
-        for p in points:
-            by_value.setdefault(repr(p.values.get(key)), []).append(p.point_id)
-        for value, ids in by_value.items():
-            if all(i in errors for i in ids):
-                raise ConfigError(f"axes.{key} = {value} is invalid in every point; e.g. {errors[ids[0]]}")
+    hit = invalid_everywhere(spec.axes, [(p.point_id, p.values) for p in points], errors)
+    if hit is not None:
+        raise ConfigError(f"axes.{hit[0]} = {hit[1]} is invalid in every point; e.g. {hit[2]}")
 
 
 def base_config(spec: SweepSpec) -> SimConfig:

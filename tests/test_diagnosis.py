@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.diagnosis import Finding, compare_winners, diagnose, interference_stats
+from sim.diagnosis import Finding, diagnose, interference_stats
 from sim.variant_data import VariantData
+from sim.winners import compare_winners
 
 DECODE_S = 0.009
 N_DECODES = 24
@@ -332,7 +333,7 @@ def test_long_ttft_split_between_queue_and_prefill_is_named():
 
 
 def test_a_variant_that_rejects_most_requests_is_not_ranked_on_latency():
-    from sim.diagnosis import compare_winners
+    from sim.winners import compare_winners
 
     good = variant("good", queue_steps(waiting_growth=False), completed=200, num_rejected=0,
                    request_throughput=2.0, median_ttft_ms=300.0, p99_ttft_ms=900.0)
