@@ -7,9 +7,9 @@ service time (Little: N = λ·W), so the window starts one median service time
 keeps growing while the service time stays bounded by the batch cap, so the skip
 does not hide it; where the batch itself keeps growing (continuous batching with
 a large ``max_num_seqs``) the service time grows too, and such a run usually ends
-up too short to judge, which does not pass either. A run whose window after the transient is shorter than
-the transient cannot be judged: it is not called stable, and
-``stability_reason`` says "not judged" (send more requests).
+up too short to judge, which does not pass either. A run whose window after the
+transient is shorter than the transient cannot be judged: it is not called
+stable, and ``stability_reason`` says "not judged" (send more requests).
 
 - **In-system count** N(t) = running + waiting requests, summed over replicas,
   time-averaged over each third from the engine-step rows (idle time counts 0).

@@ -353,14 +353,6 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
         if old != fp and store.rows:
             raise ConfigError(f"{out}: holds results of a sweep with a different base config "
                               f"(fingerprint {old}, this sweep {fp}); use another --out or delete the folder")
-    meta_path.write_text(json.dumps({"fingerprint": fp, "source": spec.source, "axes": list(spec.axes),
-                                     "zip": spec.zip_groups, "num_points": len(points)}, indent=2) + "\n")
-    order = [p.point_id for p in points]
-    stale = [p for p in store.rows if p not in set(order)]
-    if stale:
-        print(f"note: {len(stale)} result(s) in {out} are of points not in this grid; results.csv lists "
-              "only this grid's points (the others stay in points.jsonl)", file=sys.stderr)
-    store.grid = order
     done = store.done_ids(retry_failed)
     tasks = []
     errors: dict[str, str] = {}
@@ -371,7 +363,16 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
             cfg, errors[p.point_id] = None, str(e)
         if p.point_id not in done:
             tasks.append(PointTask(p.point_id, p.values, cfg, goodput, errors.get(p.point_id)))
-    _check_axis_values(spec, points, errors)
+    _check_axis_values(spec, points, errors)  # before anything is written
+    meta_path.write_text(json.dumps({"fingerprint": fp, "source": spec.source, "axes": list(spec.axes),
+                                     "zip": spec.zip_groups, "num_points": len(points)}, indent=2) + "\n")
+    order = [p.point_id for p in points]
+    in_grid = set(order)
+    stale = sum(1 for p in store.rows if p not in in_grid)
+    if stale:
+        print(f"note: {stale} result(s) in {out} are of points not in this grid; results.csv lists "
+              "only this grid's points (the others stay in points.jsonl)", file=sys.stderr)
+    store.grid = order
     bar = progress_bar(len(tasks), quiet)
 
     def on_row(row: dict) -> None:

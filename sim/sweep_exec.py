@@ -188,7 +188,8 @@ class ResultStore:
         if self.grid is not None:
             return self._table([p for p in self.grid if p in self.rows])
         ids = [p for p in order if p in self.rows]
-        ids += [p for p in self.order if p not in set(ids)]
+        seen = set(ids)
+        ids += [p for p in self.order if p not in seen]
         return self._table(ids)
 
     def _table(self, ids: list[str]):
