@@ -44,7 +44,7 @@ def ensure_out_dir(out: Path, option: str = "--out") -> Path:
     (empty, an existing file, an unwritable place) fails at once, naming the option."""
     if not str(out).strip() or str(out) == ".":
         raise ConfigError(f"{option} {str(out)!r}: give a folder of its own for the results (the current "
-                          "folder would be written into), e.g. {option} runs/mine".replace("{option}", option))
+                          f"folder would be written into), e.g. {option} runs/mine")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
