@@ -303,7 +303,7 @@ def _flatten_dotted(d: dict, source: str = "config") -> dict:
     for k, v in d.items():
         for leaf in leaves(str(k), v):
             if leaf in seen:
-                raise ConfigError(f"{source}: {leaf} is given twice (dotted and nested)")
+                raise ConfigError(f"{source}: {leaf} is given twice")
             seen.add(leaf)
         if isinstance(k, str) and ("." in k or k == "workload"):
             set_dotted(out, k, v)

@@ -277,6 +277,9 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
                        quantization=quant)
     path = Path(text)
     if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"model: {text} is a folder without a config.json (a Hugging Face model folder "
+                              "holds one)")
         path = path / "config.json"
     if path.is_file():
         spec = ModelSpec.from_hf_config(path)

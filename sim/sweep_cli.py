@@ -122,6 +122,10 @@ def plan(
         probe: dict = {}
         set_dotted(probe, k.strip(), None)
         check_known_keys(probe, "--vary")
+        if k.strip() == "workload" or k.strip().startswith("workload."):
+            raise ConfigError(f"--vary {k.strip()}: plan varies the deployment; the workload is fixed for all "
+                              "candidates (its request rate is what plan searches). Set it with --workload / "
+                              "--set, and run plan once per workload to compare workloads")
         extra[k.strip()] = list(dict.fromkeys(parse_value(v) for v in vals.split(",") if v))
     hw_list, sched_list = _split(hardware, "hardware"), _split(scheduler, "scheduler")
     tp_list = _split(tp, "tp", int, minimum=1)

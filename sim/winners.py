@@ -67,8 +67,8 @@ def compare_winners(variants: dict[str, VariantData]) -> list[str]:
             wins[best] += 1
     num_metrics = len(lines)
     for n, (rej, total) in rejecting.items():
-        lines.append(f"{n} is not ranked on latency: it rejected {rej:,} of {total:,} requests, so its latencies "
-                     "cover only the rest.")
+        rest = "so its latencies cover only the rest" if rej < total else "so it has no latencies"
+        lines.append(f"{n} is not ranked on latency: it rejected {rej:,} of {total:,} requests, {rest}.")
     tally = sorted(((c, n) for n, c in wins.items() if c), reverse=True)
     if tally:
         lines.append("Overall: " + ", ".join(f"{n} wins {c} of {num_metrics} metrics" for c, n in tally) + ".")

@@ -165,7 +165,7 @@ def test_a_key_given_twice_in_a_config_file_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match=r"line 2.*'max_num_seqs' is given twice \(first on line 1\)"):
         build_config(p)
     p.write_text("workload.request_rate: 3\nworkload:\n  request_rate: 5\n")
-    with pytest.raises(ConfigError, match=r"workload\.request_rate is given twice \(dotted and nested\)"):
+    with pytest.raises(ConfigError, match=r"workload\.request_rate is given twice"):
         build_config(p)
     p.write_text("workload.request_rate: 3\nworkload:\n  num_requests: 7\n")  # different keys: merged
     cfg = build_config(p)

@@ -211,3 +211,8 @@ def test_modelopt_checkpoint_quantization_is_read_beside_config(tmp_path):
     (folder / "hf_quant_config.json").write_text(json.dumps({"quantization": {"quant_algo": "W4A8_AWQ"}}))
     with pytest.raises(ConfigError, match="quant_algo='W4A8_AWQ': not modelled"):
         get_model(str(folder))
+
+
+def test_a_folder_without_config_json_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="is a folder without a config.json"):
+        get_model(str(tmp_path))

@@ -328,3 +328,16 @@ def test_a_vary_value_invalid_for_every_candidate_is_an_error():
     with pytest.raises(ConfigError, match=r"--vary max_num_seqs=0: invalid for every candidate"):
         check_vary_values(base, cands, ["max_num_seqs"])
     check_vary_values(base, make_candidates([GPU], [1], ["chunked"], {"max_num_seqs": [8, 16]}), ["max_num_seqs"])
+
+
+def test_cli_plan_refuses_workload_keys_in_vary(tmp_path):
+    """--vary workload.max_concurrency slipped past the closed-loop check and
+    answered 6,144 req/s; workload keys are the base's, never a candidate's."""
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+
+    for key in ("workload.max_concurrency=4,8", "workload.request_rate=1,2"):
+        r = CliRunner().invoke(app, ["plan", "--model", MODEL, "--hardware", GPU, "--slo", "p99_ttft_ms=1000",
+                                     "--vary", key, "--out", str(tmp_path / "o")])
+        assert isinstance(r.exception, ConfigError) and "plan varies the deployment" in str(r.exception)
