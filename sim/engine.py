@@ -242,7 +242,7 @@ class Simulation(Traffic):
             now = env.now
             emitted, finished = sched.update_from_output(out)
             seen = self._deliver(rep, now, len(emitted))
-            self._tokens_emitted(emitted, start, now, seen)
+            self._tokens_emitted(emitted, start, now, seen, now)
             if rep.num_recovering:
                 self._recovered(rep, out.scheduled, now)
             self._finish(rep, finished, now, seen)
@@ -258,16 +258,14 @@ class Simulation(Traffic):
                 rep.num_recovering -= 1
 
     def _tokens_emitted(self, emitted: list[Request], start: float, now: float, seen: float,
-                        last: float | None = None) -> None:
+                        last: float) -> None:
         """First-token times (as the client sees them: ``seen``) and ITL gaps
         (engine side) of one step ending at ``now``. Gaps equal to the step (the
         token before came at the step's start) are pooled in one weighted
         sample; nothing is stored per token. ``last``: the time of each
-        request's latest token afterwards (a merged run's end; default ``now``)."""
+        request's latest token afterwards (``now``, or a merged run's end)."""
         same_gap = 0
         itl_add = self.itl.add
-        if last is None:
-            last = now
         for req in emitted:
             prev = req.last_token_time
             if req.first_token_time < 0:

@@ -277,10 +277,9 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
                        quantization=quant)
     path = Path(text)
     if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ConfigError(f"model: {text} is a folder without a config.json (a Hugging Face model folder "
-                              "holds one)")
         path = path / "config.json"
+        if not path.is_file():
+            raise ConfigError(f"model: {text} is a folder without a config.json")
     if path.is_file():
         spec = ModelSpec.from_hf_config(path)
         quant = _modelopt_quantization(path)
@@ -365,13 +364,12 @@ def _parse_hf_config(cfg: dict[str, Any], source: str) -> dict[str, Any]:
 
 
 def _modelopt_quantization(config_path: Path) -> str | None:
-    """The quantization of a ModelOpt checkpoint (NVIDIA's FP8 / NVFP4 models),
-    which keeps it in ``hf_quant_config.json`` beside ``config.json`` rather than in
-    ``quantization_config``; vLLM reads that file the same way
-    (``quantization: {quant_algo: FP8}``). Beside ``NAME_config.json`` (the
-    ``../shared/models`` naming) the file is ``NAME_hf_quant_config.json``."""
+    """A ModelOpt checkpoint's quantization (NVIDIA's FP8 / NVFP4 models): in
+    ``hf_quant_config.json`` beside ``config.json`` (``NAME_hf_quant_config.json``
+    beside ``NAME_config.json``, the ``../shared/models`` naming), as vLLM reads it."""
     stem = config_path.name.removesuffix("config.json")
-    for cand in (config_path.with_name(f"{stem}hf_quant_config.json"), config_path.with_name("hf_quant_config.json")):
+    names = dict.fromkeys((f"{stem}hf_quant_config.json", "hf_quant_config.json"))
+    for cand in (config_path.with_name(n) for n in names):
         if cand.is_file():
             try:
                 data = json.loads(cand.read_text())

@@ -215,11 +215,12 @@ def _warn_short_runs(plans) -> None:
                     and rate == p.max_rate and tr and math.isfinite(tr) and tr > 0):
                 if n / rate < MIN_WINDOW_TRANSIENTS * tr:
                     short.append((p.candidate.name, n / rate / tr))
-    if unjudged or short:
-        worst = min(short, key=lambda x: x[1]) if short else None
-        detail = (f"{unjudged} run(s) too short to judge stability" if unjudged else "") + (
-            ("; " if unjudged else "") + f"at the rates found, {len(short)} candidate(s) ran for fewer than "
-            f"{MIN_WINDOW_TRANSIENTS:g} start-up transients (e.g. {worst[0]}: {worst[1]:.1f})" if short else "")
-        print(f"warning: {detail}. Short runs make the rates found unreliable, in either direction; raise "
-              "workload.num_requests for a firmer answer (results.csv: stability_reason, transient_s).",
+    parts = [f"{unjudged} run(s) too short to judge stability"] if unjudged else []
+    if short:
+        name, ratio = min(short, key=lambda x: x[1])
+        parts.append(f"at the rates found, {len(short)} candidate(s) ran for fewer than "
+                     f"{MIN_WINDOW_TRANSIENTS:g} start-up transients (e.g. {name}: {ratio:.1f})")
+    if parts:
+        print(f"warning: {'; '.join(parts)}. Short runs make the rates found unreliable, in either "
+              "direction; raise workload.num_requests for a firmer answer (results.csv: stability_reason, transient_s).",
               file=sys.stderr)
