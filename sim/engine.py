@@ -302,16 +302,17 @@ class Simulation(Traffic):
         scheduled = out.scheduled
         B = len(scheduled)
         num_waiting = sched.num_waiting  # at the run's start, as a single step records it
-        if len(ctx) == B:
-            gpu = self.cost.decode_steps_times(ctx, k)
+        ov = self.overheads
+        if len(ctx) == B:  # sequential float adds: bit-identical to env.now in exact mode
+            ends = self.cost.decode_run_ends(ctx, k, start, ov.cpu_s(B), ov.overlap)
         else:  # static batching: finished sequences computed as padding
             gpu = self.cost.decode_steps_time_s(np.asarray(ctx, dtype=np.int64), k, num_growing=B).tolist()
-        times = self.overheads.apply_run(gpu, len(ctx))
-        ends = []
-        t = start
-        for dt in times:  # sequential float adds: bit-identical to env.now in exact mode
-            t += dt
-            ends.append(t)
+            ends = []
+            t = start
+            for dt in ov.apply_run(gpu, len(ctx)):
+                t += dt
+                ends.append(t)
+        t = ends[-1]
         rep.merging = True
         try:
             yield env.timeout(t - start)

@@ -150,6 +150,22 @@ def test_decode_steps_equal_repeated_step_time(name, tp):
     assert cm.decode_steps_time_s(ctx, 0).shape == (0,)
 
 
+@pytest.mark.parametrize("cpu, overlap", [(0.0, False), (3e-4, False), (3e-4, True), (0.05, True)])
+def test_decode_run_ends_equal_single_steps_accumulated(cpu, overlap):
+    """The engine's merged-run end times: k single steps, host time added (or
+    max-ed under overlap scheduling), accumulated with t += dt: the same floats
+    bit for bit, on the Python path (k <= 40) and the numpy one."""
+    cm = CostModel(get_model("llama-3.1-8b"), get_hardware("h100_sxm"))
+    ctx = np.random.default_rng(3).integers(0, 5000, size=23).tolist()
+    for k in (1, 9, 40, 57):
+        t, ref = 12.345, []
+        for j in range(k):
+            gpu = cm.step_time_s([1] * len(ctx), [c + j for c in ctx])
+            t += max(gpu, cpu) if overlap else gpu + cpu
+            ref.append(t)
+        assert cm.decode_run_ends(ctx, k, 12.345, cpu, overlap) == ref
+
+
 def test_moe_touches_fewer_experts_at_small_batch():
     cm = CostModel(get_model("mixtral-8x7b"), HW)
     one = cm.step_time(arr(1), arr(0)).ops["moe_experts"]

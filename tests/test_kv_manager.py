@@ -143,6 +143,40 @@ def test_decode_fast_path_and_block_boundaries():
     assert kv.num_held_blocks(a) == 3 and kv.slots_free_in_last_block(a) == 3
 
 
+def test_grow_for_decode_equals_one_allocation_after_the_other():
+    """A merged decode run's bulk growth takes the blocks allocate_slots would
+    take request by request: the same ids in the same tables."""
+    def setup():
+        kv = KVCacheManager(64, 4, max_model_len=30)
+        rs = [req(i, p, keys=()) for i, p in enumerate((5, 8, 3, 27), start=1)]
+        for r in rs:
+            prefill(kv, r)
+        return kv, rs
+    # slots wanted: 13 (5 -> 4 blocks), 8 (fits in 2), 9 (3 blocks), 35 (capped at 30: 8 blocks)
+    slots = [13, 8, 9, 35]
+    kv, rs = setup()
+    assert kv.grows_decode_in_bulk
+    for r, s in zip(rs, slots):
+        n = s - r.num_computed_tokens
+        if n > 0:
+            assert kv.allocate_slots(r, n) is not None
+    expected = snapshot(kv)
+    kv, rs = setup()
+    kv.grow_for_decode(rs, slots)
+    assert snapshot(kv) == expected
+    assert [kv.num_held_blocks(r) for r in rs] == [4, 2, 3, 8]
+    assert [r.kv_capacity for r in rs] == [16, 8, 12, 32]
+    kv.check_invariants()
+    small = KVCacheManager(8, 4, max_model_len=100)  # 7 usable blocks
+    r = req(9, 20, keys=())
+    prefill(small, r)  # 5 blocks
+    before = snapshot(small)
+    with pytest.raises(RuntimeError, match="needs 5 blocks, 2 free"):
+        small.grow_for_decode([r], [40])
+    assert snapshot(small) == before
+    assert not KVCacheManager(64, 4, max_model_len=30, enable_prefix_caching=True).grows_decode_in_bulk
+
+
 def test_eviction_order_on_tiny_pool_block_by_block():
     # 7 blocks -> 6 usable (1..6), block size 4, caching on.
     kv = KVCacheManager(7, 4, enable_prefix_caching=True, max_model_len=64)

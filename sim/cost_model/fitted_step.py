@@ -277,6 +277,56 @@ class FittedAttention:
             out.append((launch + total) * layers)
         return out
 
+    def decode_run_ends_py(self, cl: list[int], k: int, start: float, ops: tuple[float, ...],
+                           cpu: float, overlap: bool) -> list[float]:
+        """End times (s) of a short run of k decode steps starting at ``start``:
+        :meth:`decode_run_py`, the step's other operators ``ops`` = (qkv, o,
+        ffn, norms, lm_head, all_reduce, overhead) and the host time ``cpu``
+        (``max`` when ``overlap``, else added) fused in one loop. The same
+        float operations, in the same order, as single steps and ``t += dt``,
+        so the ends are bit-identical to the reference mode's ``env.now``."""
+        t, S, layers, launch = self.tile, len(cl), self.layers, self.ga.launch_s
+        tiles = sum([(x + t) // t for x in cl])
+        crossings: dict[int, int] = {}
+        for x in cl:
+            r = x % t
+            crossings[r] = crossings.get(r, 0) + 1
+        get = crossings.get
+        base = sum(cl) + S  # KV tokens read at step 0
+        b = float(S)
+        qkv, o, ffn, norms, lm, ar, ov = ops
+        # _gen's terms that do not change along the run (the same float results)
+        c1, c2, cexp, m1, m2, mexp = self.c1, self.c2, self.ca_exp, self.m1, self.m2, self.me_exp
+        bqb, bk, bseq = self.bq * b, self.bk, b * self.seq_head
+        cta = self.cta
+        ctas = -(-(b * self.kvh) // self.sms) if cta else 0.0
+        naive = self.naive
+        ends = []
+        append = ends.append
+        end = start
+        for j in range(k):
+            if j:
+                tiles += get(-j % t, 0)
+            sum_len = float(base + j * S)
+            tiled = float(tiles * t)
+            tc = c1 * sum_len + c2 * sum_len ** cexp
+            nbytes = bqb + bk * tiled
+            tb = m1 * nbytes + m2 * nbytes ** mexp + bseq
+            if cta:
+                tp = ctas * (tiled / b) * cta
+                g = (tc * tc + tb * tb + tp * tp) ** 0.5
+            else:
+                g = (tc * tc + tb * tb) ** 0.5
+            if naive:
+                g += self._naive_extra(sum_len)
+            dt = qkv + (launch + g) * layers + o + ffn + norms + lm + ar + ov
+            if overlap:
+                end += dt if dt > cpu else cpu
+            else:
+                end += dt + cpu
+            append(end)
+        return ends
+
     def decode_run_s(self, c: np.ndarray, k: int, g: int) -> np.ndarray:
         """Times (s, shape (k,)) of k decode steps: the first ``g`` sequences'
         contexts grow by one per step. Tile counts are exact integers, equal

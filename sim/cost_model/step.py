@@ -280,3 +280,22 @@ class CostModel:
         qkv, o, ffn, norms, lm, ar, ov = self._linear_ops(float(S), float(S))
         return [qkv + a + o + ffn + norms + lm + ar + ov
                 for a in self._attn_fitted.decode_run_py(num_context_tokens, k)]
+
+    def decode_run_ends(self, num_context_tokens: list[int], k: int, start: float, cpu_s: float = 0.0,
+                        overlap: bool = False) -> list[float]:
+        """End times (s) of k decode steps of an unchanged batch (every context
+        growing) starting at ``start``, each step lasting its GPU time plus the
+        host time ``cpu_s`` (``max`` of the two when ``overlap``; see
+        ``sim/overheads.py``). The same floats as k single steps accumulated
+        with ``t += dt``: the engine's merged runs end exactly where the
+        reference mode's steps do."""
+        S = len(num_context_tokens)
+        if self.fitted and 0 < k <= _PY_RUN_MAX and S:
+            ops = self._linear_ops(float(S), float(S))
+            return self._attn_fitted.decode_run_ends_py(num_context_tokens, k, start, ops, cpu_s, overlap)
+        ends = []
+        t = start
+        for dt in self.decode_steps_times(num_context_tokens, k):
+            t += (dt if dt > cpu_s else cpu_s) if overlap else dt + cpu_s
+            ends.append(t)
+        return ends

@@ -212,6 +212,39 @@ class KVCacheManager:
         return self._allocate_slow(request, st, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
                                    num_lookahead_tokens, full_sequence_check, has_scheduled_reqs)
 
+    @property
+    def grows_decode_in_bulk(self) -> bool:
+        """:meth:`grow_for_decode` applies: caching off, no watermark, tables
+        growing by whole blocks (a running request's growth is pure counting)."""
+        return self.decode_skips_allocation and not self.watermark_blocks and self.grows_by_block
+
+    def grow_for_decode(self, requests: list, slots: list[int]) -> None:
+        """Grow each running request's table to hold ``slots[i]`` tokens (capped
+        at ``max_model_len``), as ``allocate_slots`` would one request after
+        the other (the same block ids, in the same order), with one pool call.
+        Only when :attr:`grows_decode_in_bulk`; the caller has checked that the
+        free blocks suffice (a merged decode run plans its blocks), else
+        RuntimeError."""
+        bs, mml, states = self.block_size, self.max_model_len, self._states
+        sts, counts = [], []
+        total = 0
+        for r, s in zip(requests, slots):
+            st = states[r.request_id]
+            n = -(-(s if s < mml else mml) // bs) - len(st.blocks)
+            if n > 0:
+                sts.append(st)
+                counts.append(n)
+                total += n
+        if total > self.pool.num_free_blocks:
+            raise RuntimeError(f"decode growth needs {total} blocks, {self.pool.num_free_blocks} free")
+        new = self.pool.get_new_blocks(total)
+        pos = 0
+        for st, n in zip(sts, counts):
+            blocks = st.blocks
+            blocks += new[pos:pos + n]
+            pos += n
+            st.capacity = st.request.kv_capacity = len(blocks) * bs
+
     def _allocate_slow(self, request, st, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
                        num_lookahead_tokens, full_sequence_check, has_scheduled_reqs) -> list[int] | None:
         if num_new_tokens < 1:

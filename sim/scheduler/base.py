@@ -245,12 +245,18 @@ class Scheduler:
         mml = self.limits.max_model_len
         finished = []
         skip_alloc = getattr(kv, "decode_skips_allocation", False)
+        bulk = getattr(kv, "grows_decode_in_bulk", False)
+        grow, grow_slots = [], []
         jm1 = j - 1
         for r in out.scheduled:
             o = r.num_output_tokens
             if jm1:
                 c = r.num_computed_tokens
-                if not (skip_alloc and c + jm1 <= r.kv_capacity):
+                if bulk:  # counting only: the blocks of steps 2..j, taken below in one call
+                    if c + jm1 > r.kv_capacity:
+                        grow.append(r)
+                        grow_slots.append(c + jm1)
+                elif not (skip_alloc and c + jm1 <= r.kv_capacity):
                     # The state before step j, then step j's allocation: it takes the
                     # blocks of steps 2..j at once and hashes those that filled.
                     r.num_output_tokens = o + jm1
@@ -264,6 +270,8 @@ class Scheduler:
             if o >= r.num_output_tokens_target or r.num_prompt_tokens + o >= mml:
                 r.status = RequestStatus.FINISHED
                 finished.append(r)
+        if grow:
+            kv.grow_for_decode(grow, grow_slots)
         usage = kv.usage
         if finished:
             self._on_finished(finished)
