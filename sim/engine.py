@@ -121,6 +121,7 @@ class Simulation(Traffic):
         self.progress_every = progress_every
         self._next_index = 0
         self.max_concurrency = cfg.workload.max_concurrency
+        self._spec_columns()
         # Reserved-but-unused KV is the contiguous baseline's metric; O(batch) a step.
         self.track_unused = cfg.kv_allocation == "contiguous"
 

@@ -4,6 +4,10 @@ the serving frontend's ingress delay and the router (a mixin of
 
 from __future__ import annotations
 
+from array import array
+
+import numpy as np
+
 from sim.request import Request
 
 
@@ -12,12 +16,25 @@ class Traffic:
     state :class:`~sim.engine.Simulation` sets up (``env``, ``specs``,
     ``replicas``, ``client_rng``, ``router_rng``, ...) and its ``_send``."""
 
+    def _spec_columns(self) -> None:
+        """The specs' columns as C arrays: indexing one gives a Python int or
+        float directly (a numpy scalar and its conversion cost several times
+        more, once per request), at 8 bytes per value."""
+        s = self.specs
+        self._cols = tuple(array(code, np.ascontiguousarray(col, dtype=dt).tobytes())
+                           for code, dt, col in (("d", np.float64, s.arrival_time_s),
+                                                 ("q", np.int64, s.num_prompt_tokens),
+                                                 ("q", np.int64, s.max_tokens),
+                                                 ("q", np.int64, s.output_len),
+                                                 ("q", np.int64, s.priority)))
+
     def _make_request(self, i: int, now: float, client_id: int = -1) -> Request:
         s = self.specs
+        _, prompt, max_tokens, output_len, priority = self._cols
         keys = s.prefix_keys[i] if s.prefix_keys is not None else None
         return Request(
-            i, now, int(s.num_prompt_tokens[i]), int(s.max_tokens[i]), int(s.output_len[i]),
-            priority=int(s.priority[i]), prefix_keys=keys, prefix_chunk_tokens=s.prefix_chunk_tokens,
+            i, now, prompt[i], max_tokens[i], output_len[i],
+            priority=priority[i], prefix_keys=keys, prefix_chunk_tokens=s.prefix_chunk_tokens,
             client_id=client_id, is_warmup=i < self.num_warmup,
         )
 
@@ -40,9 +57,9 @@ class Traffic:
 
     def _arrivals(self):
         env = self.env
-        times = self.specs.arrival_time_s
+        times = self._cols[0]
         for i in range(len(self.specs)):
-            t = float(times[i])
+            t = times[i]
             if t > env.now:
                 yield env.timeout(t - env.now)
                 self.num_events += 1

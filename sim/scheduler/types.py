@@ -97,8 +97,8 @@ class WaitingQueue:
     def __len__(self) -> int:
         return len(self._heap) if self.priority else len(self._dq)
 
-    def __bool__(self) -> bool:
-        return len(self) > 0
+    def __bool__(self) -> bool:  # hot: tested every scheduling round
+        return bool(self._heap) if self.priority else bool(self._dq)
 
     def add(self, req: Request) -> None:
         if self.priority:
