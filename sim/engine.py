@@ -50,6 +50,9 @@ from sim.request import Request, RequestStatus
 from sim.workload import RequestSpecs
 
 
+_RUN_CHUNK = 16  # steps of a merged decode run timed at once (most runs end sooner)
+
+
 @dataclass
 class RunResult:
     requests: dict[str, np.ndarray]
@@ -304,24 +307,35 @@ class Simulation(Traffic):
         B = len(scheduled)
         num_waiting = sched.num_waiting  # at the run's start, as a single step records it
         ov = self.overheads
-        if len(ctx) == B:  # sequential float adds: bit-identical to env.now in exact mode
-            ends = self.cost.decode_run_ends(ctx, k, start, ov.cpu_s(B), ov.overlap)
+        if len(ctx) == B:
+            # Step times are planned a chunk at a time: most runs are cut by an
+            # arrival long before their k-th step, and the steps never reached
+            # need no time. Chunks continue the same sequential float adds (and
+            # contexts are integers), so the ends are those of one whole run.
+            cpu, overlap = ov.cpu_s(B), ov.overlap
+            ends = self.cost.decode_run_ends(ctx, min(k, _RUN_CHUNK), start, cpu, overlap)
         else:  # static batching: finished sequences computed as padding
             gpu = self.cost.decode_steps_time_s(np.asarray(ctx, dtype=np.int64), k, num_growing=B).tolist()
             ends = []
             t = start
-            for dt in ov.apply_run(gpu, len(ctx)):
+            for dt in ov.apply_run(gpu, len(ctx)):  # sequential float adds, as env.now
                 t += dt
                 ends.append(t)
-        t = ends[-1]
         rep.merging = True
         try:
-            yield env.timeout(t - start)
+            while True:
+                yield env.timeout(ends[-1] - env.now)
+                m = len(ends)
+                if m >= k:
+                    break
+                self.num_events += 1
+                ends += self.cost.decode_run_ends([c + m for c in ctx], min(k - m, _RUN_CHUNK), ends[-1],
+                                                  cpu, overlap)
             j = k
         except simpy.Interrupt:
             rep.merging = False
             now = env.now
-            j = min(bisect_left(ends, now) + 1, k)
+            j = min(bisect_left(ends, now) + 1, len(ends))
             if ends[j - 1] > now:
                 yield env.timeout(ends[j - 1] - now)
         rep.merging = False
@@ -332,9 +346,12 @@ class Simulation(Traffic):
         first_end = ends[0]
         if self.track_unused:
             rep.unused_integral += rep.kv.reserved_unused_fraction * (end - start)
-        seen = first_seen = self._deliver(rep, first_end, B)
-        for i in range(1, j):  # the frontend streams each step's tokens in turn
-            seen = self._deliver(rep, ends[i], B)
+        if self.frontend_tok_s > 0.0:
+            seen = first_seen = self._deliver(rep, first_end, B)
+            for i in range(1, j):  # the frontend streams each step's tokens in turn
+                seen = self._deliver(rep, ends[i], B)
+        else:
+            seen, first_seen = end, first_end
         # Step 1 as a normal step (gaps since each request's last token), then j-1 pooled steps.
         self._tokens_emitted(scheduled, start, first_end, first_seen, end)
         if rep.num_recovering:
