@@ -28,7 +28,7 @@ Processes:
   (``sim/overheads.py``) → ``yield env.timeout(step_time)`` →
   ``update_from_output()``. An idle replica waits on an event an arrival
   triggers; it never polls. One SimPy event per step with ``exact_steps``; by
-  default identical decode steps run in one event (``_decode_run``), same results.
+  default identical decode steps run up to 16 per event (``_decode_run``), same results.
 
 Metrics are appended to compact columns as the run goes (``sim.metrics``).
 """
@@ -296,9 +296,9 @@ class Simulation(Traffic):
             rep.scheduler.finished.clear()
 
     def _decode_run(self, rep: _Replica, out, ctx: list[int], k: int, start: float):
-        """Up to ``k`` identical decode steps in one event. Step end times are
-        accumulated in the same floating-point order as ``k`` single steps, so
-        results equal the reference mode's. An arrival routed to this replica
+        """Up to ``k`` identical decode steps, one event per ``_RUN_CHUNK``
+        steps. Step end times are accumulated in the same floating-point order
+        as ``k`` single steps, so results equal the reference mode's. An arrival routed to this replica
         interrupts the run; it then ends at the end of the step in progress,
         as the reference mode would let the scheduler see the arrival there."""
         env = self.env
