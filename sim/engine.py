@@ -28,7 +28,8 @@ Processes:
   (``sim/overheads.py``) → ``yield env.timeout(step_time)`` →
   ``update_from_output()``. An idle replica waits on an event an arrival
   triggers; it never polls. One SimPy event per step with ``exact_steps``; by
-  default identical decode steps run up to 16 per event (``_decode_run``), same results.
+  default a run of identical decode steps takes two events (its first 16
+  steps, then the rest; ``_decode_run``), same results.
 
 Metrics are appended to compact columns as the run goes (``sim.metrics``).
 """
@@ -50,7 +51,7 @@ from sim.request import Request, RequestStatus
 from sim.workload import RequestSpecs
 
 
-_RUN_CHUNK = 16  # steps of a merged decode run timed at once (most runs end sooner)
+_RUN_CHUNK = 16  # steps of a merged decode run timed first (most runs end sooner)
 
 
 @dataclass
@@ -296,8 +297,8 @@ class Simulation(Traffic):
             rep.scheduler.finished.clear()
 
     def _decode_run(self, rep: _Replica, out, ctx: list[int], k: int, start: float):
-        """Up to ``k`` identical decode steps, one event per ``_RUN_CHUNK``
-        steps. Step end times are accumulated in the same floating-point order
+        """Up to ``k`` identical decode steps in at most two events (the first
+        ``_RUN_CHUNK`` steps, then the rest). Step end times are accumulated in the same floating-point order
         as ``k`` single steps, so results equal the reference mode's. An arrival routed to this replica
         interrupts the run; it then ends at the end of the step in progress,
         as the reference mode would let the scheduler see the arrival there."""
@@ -308,10 +309,10 @@ class Simulation(Traffic):
         num_waiting = sched.num_waiting  # at the run's start, as a single step records it
         ov = self.overheads
         if len(ctx) == B:
-            # Step times are planned a chunk at a time: most runs are cut by an
-            # arrival long before their k-th step, and the steps never reached
-            # need no time. Chunks continue the same sequential float adds (and
-            # contexts are integers), so the ends are those of one whole run.
+            # Step times are planned in two parts (16 steps, then the rest): most
+            # runs are cut by an arrival long before their k-th step, and the steps
+            # never reached need no time. The rest continues the same sequential
+            # float adds (contexts are integers): the ends are those of one whole run.
             cpu, overlap = ov.cpu_s(B), ov.overlap
             ends = self.cost.decode_run_ends(ctx, min(k, _RUN_CHUNK), start, cpu, overlap)
         else:  # static batching: finished sequences computed as padding
@@ -329,8 +330,8 @@ class Simulation(Traffic):
                 if m >= k:
                     break
                 self.num_events += 1
-                ends += self.cost.decode_run_ends([c + m for c in ctx], min(k - m, _RUN_CHUNK), ends[-1],
-                                                  cpu, overlap)
+                # a run that got this far often goes on: time the rest at once (numpy if long)
+                ends += self.cost.decode_run_ends([c + m for c in ctx], k - m, ends[-1], cpu, overlap)
             j = k
         except simpy.Interrupt:
             rep.merging = False

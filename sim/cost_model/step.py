@@ -293,9 +293,7 @@ class CostModel:
         if self.fitted and 0 < k <= _PY_RUN_MAX and S:
             ops = self._linear_ops(float(S), float(S))
             return self._attn_fitted.decode_run_ends_py(num_context_tokens, k, start, ops, cpu_s, overlap)
-        ends = []
-        t = start
-        for dt in self.decode_steps_times(num_context_tokens, k):
-            t += (dt if dt > cpu_s else cpu_s) if overlap else dt + cpu_s
-            ends.append(t)
-        return ends
+        gpu = self.decode_steps_time_s(np.asarray(num_context_tokens, dtype=np.int64), k)
+        dts = np.maximum(gpu, cpu_s) if overlap else gpu + cpu_s
+        # add.accumulate adds left to right (no pairwise summation): t += dt, step by step
+        return np.cumsum(np.concatenate(([start], dts)))[1:].tolist()
