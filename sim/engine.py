@@ -40,6 +40,7 @@ import gc
 import math
 from bisect import bisect_left
 from dataclasses import dataclass
+from operator import sub
 
 import numpy as np
 import simpy
@@ -358,7 +359,7 @@ class Simulation(Traffic):
         if rep.num_recovering:
             self._recovered(rep, scheduled, first_end)
         if j > 1:
-            self.itl.extend([ends[i] - ends[i - 1] for i in range(1, j)], B)
+            self.itl.extend(list(map(sub, ends[1:j], ends[:j - 1])), B)  # gaps between step ends
         finished, usage = sched.apply_decode_run(out, j)
         self.step_cols.append((rep.index, start, j, end - start, B, num_waiting, B * j, 0, B * j, usage, 0))
         self._finish(rep, finished, end, seen)

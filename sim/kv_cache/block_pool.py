@@ -134,6 +134,11 @@ class BlockPool:
             raise ValueError(f"cannot get {num_blocks} free blocks, only {self.num_free_blocks} free")
         stack = self._stack
         if stack is not None:
+            if num_blocks == 1:  # a decode crossing into its next block: the common case
+                b = stack.pop()
+                self.ref_cnt[b] = 1
+                self.num_free_blocks -= 1
+                return [b]
             out = stack[-num_blocks:][::-1] if num_blocks else []
             del stack[len(stack) - num_blocks:]
             ref = self.ref_cnt
