@@ -89,11 +89,22 @@ COMPARE_COLUMNS = (
 
 
 def print_compare_table(summaries: dict[str, dict]) -> None:
-    t = Table(title="servesim compare (latencies in ms)")
-    t.add_column("variant")
+    """One row per variant; in a terminal too narrow for that (under ~155
+    columns), one column per variant instead. Cells fold, never lose digits."""
+    title = "servesim compare (latencies in ms)"
+    cells = {name: [_fmt(s.get(k), nd) if isinstance(s.get(k), float) else _fmt(s.get(k))
+                    for _, k, nd in COMPARE_COLUMNS] for name, s in summaries.items()}
+    t = Table(title=title)
+    t.add_column("variant", overflow="fold")
     for head, _, _ in COMPARE_COLUMNS:
-        t.add_column(head, justify="right")
-    for name, s in summaries.items():
-        t.add_row(name, *(_fmt(s.get(k), nd) if isinstance(s.get(k), float) else _fmt(s.get(k))
-                          for _, k, nd in COMPARE_COLUMNS))
+        t.add_column(head, justify="right", overflow="fold")
+    for name, row in cells.items():
+        t.add_row(name, *row)
+    if _console.measure(t, options=_console.options.update_width(10_000)).maximum > _console.width:
+        t = Table(title=title)
+        t.add_column("metric")
+        for name in cells:
+            t.add_column(name, justify="right", overflow="fold")
+        for i, (head, _, _) in enumerate(COMPARE_COLUMNS):
+            t.add_row(head, *(row[i] for row in cells.values()))
     _console.print(t)

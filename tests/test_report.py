@@ -143,3 +143,28 @@ def test_queued_average_by_hand():
     assert got.tolist() == [1.0, 2.0, 1.0, 1.0, 0.0]
     got = queued_average(np.array([0.0, 1.0]), np.array([2.0, 4.0]), np.array([0.0, 0.5, 4.0]))
     assert got[1] == pytest.approx(4.5 / 3.5)
+
+
+def test_compare_table_never_cuts_digits(monkeypatch):
+    """A terminal too narrow for one row per variant gets one column per
+    variant; every digit is printed (rich would otherwise shorten to '…')."""
+    import io
+
+    from rich.console import Console
+
+    from sim import report_text
+
+    summaries = {name: {"request_throughput": 12345.678, "output_throughput": 987654.0, "median_ttft_ms": 1234.5,
+                        "p99_ttft_ms": 56789.1, "num_preemptions": 123456, "num_rejected": 0}
+                 for name in ("static", "continuous", "chunked")}
+    for width in (80, 200):
+        buf = io.StringIO()
+        monkeypatch.setattr(report_text, "_console", Console(file=buf, width=width))
+        report_text.print_compare_table(summaries)
+        out = buf.getvalue()
+        assert "…" not in out
+        assert max(len(line) for line in out.splitlines()) <= width
+        for cell in ("12,345.68", "987,654", "56,789.1", "123,456", "continuous"):
+            assert cell in out, (width, cell)
+        header = next(line for line in out.splitlines() if "TTFT p99" in line or "metric" in line)
+        assert ("metric" in header) == (width == 80)
