@@ -5,6 +5,8 @@ SLOs, then the cheapest number of replicas that serves a target rate.
 - **SLOs** are ``KEY<=VALUE`` (``KEY=VALUE`` means ``<=``) on any numeric summary
   key (``p99_ttft_ms<=1000``), or ``goodput_fraction>=F``: the fraction of completed
   requests meeting every ``--goodput`` SLO (DistServe's goodput / throughput).
+  Throughput and goodput keys take floors (``>=``), every other key caps (``<=``):
+  the search needs limits that more load makes harder to meet.
 - **A rate passes** when the run is stable (:mod:`sim.stability`: the backlog does
   not grow and the sent requests complete) and meets every SLO.
 - **Search** (:func:`find_max_rate`): double (or halve) from ``start_rate`` until
@@ -81,8 +83,14 @@ def parse_slos(items: list[str] | None, goodput: Mapping[str, float] | None = No
                 raise ConfigError(f"--slo {part!r}: the limit must be a finite number >= 0, got {val}")
             if any(o.key == key for o in out):
                 raise ConfigError(f"--slo {part!r}: {key} is given twice")
+            right = ">=" if key in HIGHER_IS_BETTER else "<="
             if op == "=":
-                op = ">=" if key in HIGHER_IS_BETTER else "<="
+                op = right
+            elif op != right:
+                # The rate search needs limits that more load makes harder to meet.
+                what = "a floor (>=)" if right == ">=" else "a cap (<=)"
+                raise ConfigError(f"--slo {part!r}: {key} can only have {what}: plan searches for the highest "
+                                  f"rate that meets every SLO; write {key}{right}{val}")
             if key == "goodput_fraction" and not goodput:
                 raise ConfigError(f"--slo {part!r}: goodput_fraction needs --goodput ttft:MS tpot:MS (the per-request SLOs)")
             out.append(SLO(key, op, limit))

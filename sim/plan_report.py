@@ -135,7 +135,8 @@ def plan_markdown(table, s: PlanSettings, context: dict, figures: list[str]) -> 
     if len(bad):
         out += ["## Candidates that cannot serve it", ""]
         out += [f"- **{r.candidate}** ({r.status}): {r.reason}" for r in bad.itertuples()] + [""]
-    out += ["## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures] + [""]
+    if figures:
+        out += ["## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures] + [""]
     return "\n".join(out)
 
 

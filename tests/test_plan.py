@@ -40,6 +40,12 @@ def test_parse_slos():
         parse_slos(["goodput_fraction>=0.9"])
     with pytest.raises(ConfigError, match="not a number"):
         parse_slos(["p99_ttft_ms=fast"])
+    # a floor on a latency (or a cap on throughput) would invert the rate search
+    with pytest.raises(ConfigError, match=r"p99_ttft_ms can only have a cap \(<=\).*p99_ttft_ms<=100"):
+        parse_slos(["p99_ttft_ms>=100"])
+    with pytest.raises(ConfigError, match=r"request_throughput can only have a floor \(>=\)"):
+        parse_slos(["request_throughput<=5"])
+    assert parse_slos(["request_throughput>=5"]) == [SLO("request_throughput", ">=", 5.0)]
 
 
 def test_check_reports_every_reason():
@@ -205,6 +211,32 @@ def test_cli_plan_positional_slos(tmp_path, monkeypatch):
     assert list(table["replicas"]) == [3, 3] and list(table["num_gpus"]) == [3, 6]  # ceil(10 / 4) replicas
     assert "Cheapest for 10 req/s: 3 × (test_gpu tp1 chunked) = 3 GPUs, $3.00/hour" in r.output
     assert "p99_tpot_ms <= 50" in (tmp_path / "plan.md").read_text()
+
+
+def test_cli_plan_without_answer_says_why_on_screen(tmp_path, monkeypatch):
+    import typer
+    from typer.testing import CliRunner
+
+    from sim.sweep_cli import plan
+
+    monkeypatch.setattr(plan_mod, "simulate", fake_simulate)
+    app = typer.Typer()
+    app.command()(plan)
+    app.command()(lambda: None)
+    r = CliRunner().invoke(app, [  # p99 TTFT is >= 100 / 4.2 = 23.8 ms at any rate: nothing passes
+        "plan", "--model", MODEL, "--hardware", GPU, "--tp", "1,2", "--slo", "p99_ttft_ms=1", "--start-rate", "0.01",
+        "--set", "max_model_len=1024", "--out", str(tmp_path), "--workers", "1", "--quiet"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert "No candidate serves the load within the SLOs." in lines
+    for tp in (1, 2):
+        assert any(line.startswith(f"  test_gpu tp{tp} chunked (no_rate): ") and "p99_ttft_ms = " in line
+                   for line in lines), r.output
+    table = pd.read_csv(tmp_path / "plan.csv")
+    from sim.plan_report import plan_markdown
+
+    md = plan_markdown(table, PlanSettings([SLO("p99_ttft_ms", "<=", 1.0)]), {}, figures=[])
+    assert "## Candidates that cannot serve it" in md and "## Figures" not in md  # no empty heading
 
 
 def test_cli_plan_mistyped_hardware_is_an_error(tmp_path):
