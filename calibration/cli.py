@@ -15,6 +15,7 @@ measured, when, with which versions, and the fit's error.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -39,7 +40,7 @@ FAMILY_ORDER = ("gemm.bf16", "gemm.fp8", "gemm.fp8_block", "context_attention",
 
 
 def _progress(quiet: bool):
-    if quiet:
+    if quiet or not sys.stderr.isatty():  # bars only for a person watching a terminal
         return lambda it, **kw: it
     from tqdm import tqdm  # noqa: PLC0415
     return lambda it, **kw: tqdm(list(it), leave=False, **kw)
@@ -152,6 +153,19 @@ def _base_for(device: str, info: dict, base_profile: str | None, kernels: Path) 
                       "pass --base-profile (a built-in name or a YAML path with its peaks)")
 
 
+def _check_out(out: Path) -> None:
+    """Before any measuring or fitting: ``--out`` must be a writable file path."""
+    if out.is_dir():
+        raise ConfigError(f"--out {out}: a folder; give the profile's file, e.g. {out / 'my_gpu.yaml'}")
+    parent = out.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out {out}: cannot create the folder {parent} ({e.strerror or e})") from None
+    if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise ConfigError(f"--out {out}: not writable")
+
+
 def calibrate(device: str | None = None, from_table: Path | None = None,
               base_profile: str | None = None, out: Path = Path("profile.yaml"),
               quick: bool = False, quiet: bool = False, plots: bool = True) -> Path:
@@ -164,6 +178,7 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
     out = Path(out)
     if (device is None) == (from_table is None):
         raise ConfigError("calibrate: give exactly one of --device and --from-table")
+    _check_out(out)
     if from_table is not None:
         if not base_profile:
             raise ConfigError("calibrate --from-table: --base-profile is required (datasheet peaks)")

@@ -181,7 +181,9 @@ def calibrate(
     device: Optional[str] = typer.Option(None, help="Measure live: 'cuda' (your GPU) or 'cpu' (small, for trying the pipeline); needs torch."),
     from_table: Optional[Path] = typer.Option(None, help="Fit from measured tables in the ../shared/kernels format (a directory)."),
     base_profile: Optional[str] = typer.Option(None, help="With --from-table: the profile giving the datasheet peaks (e.g. h100_sxm)."),
-    out: Path = typer.Option(Path("profile.yaml"), help="The fitted hardware profile (YAML) to write."),
+    out: Path = typer.Option(Path("profile.yaml"), help="The fitted hardware profile (YAML) to write; fit-vs-measured "
+                                                        "plots go beside it (OUT_STEM_plots/, or OUT_STEM_kernels/ "
+                                                        "with the raw CSVs in live mode)."),
     quick: bool = typer.Option(False, help="A smaller sweep (live mode)."),
     quiet: bool = typer.Option(False, help="No progress bars."),
 ) -> None:

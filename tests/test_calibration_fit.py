@@ -178,3 +178,21 @@ def test_live_calibration_without_torch_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
     with pytest.raises(ConfigError, match=r"needs torch: pip install -e '\.\[calibration\]'"):
         _torch()
+
+
+def test_calibrate_out_is_checked_before_any_fit(tmp_path, monkeypatch):
+    """A folder (or an unwritable place) as --out is refused at once, naming
+    --out, not after a fit that takes half a minute."""
+    import calibration.cli as cal
+    from sim.errors import ConfigError
+
+    def no_fit(*a, **k):
+        raise AssertionError("fitted before checking --out")
+
+    monkeypatch.setattr(cal, "family_rows", no_fit)
+    with pytest.raises(ConfigError, match=r"--out .*: a folder; give the profile's file, e\.g\. .*my_gpu\.yaml"):
+        cal.calibrate(from_table=tmp_path, base_profile="h100_sxm", out=tmp_path)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ConfigError, match=r"--out .*: cannot create the folder"):
+        cal.calibrate(from_table=tmp_path, base_profile="h100_sxm", out=blocker / "sub" / "p.yaml")
