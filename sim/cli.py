@@ -214,6 +214,10 @@ class _progress_bar:
         self.bar = tqdm(unit="req", desc="simulating", file=sys.stderr, leave=False)
         return self
 
+    def set_total(self, total: int) -> None:
+        self.bar.total = total
+        self.bar.refresh()
+
     def __call__(self, done: int) -> None:
         self.bar.update(done - self.last)
         self.last = done

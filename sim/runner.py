@@ -34,6 +34,8 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
     dep = build_deployment(cfg)
     if specs is None:
         specs = make_specs(dep)
+    if progress is not None and hasattr(progress, "set_total"):
+        progress.set_total(len(specs))  # the bar shows a total and an ETA
     t0 = time.perf_counter()
     result = Simulation(dep, specs, seed=cfg.seed, progress=progress).run()
     wall = time.perf_counter() - t0
