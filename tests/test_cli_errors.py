@@ -26,6 +26,21 @@ def test_usage_errors_are_messages(args, expect):
     assert expect in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("sets, expect", [
+    (["workload.arrival=trace"], "arrival: trace needs trace: PATH"),
+    (["workload.output_len=1"], "needs both input_len and output_len (lengths given without a workload name "
+                                "replace the built-in default; to change one key of it, name it: --workload default"),
+])
+def test_partial_workloads_say_what_is_missing(sets, expect):
+    from sim.config import build_config
+
+    with pytest.raises(ConfigError) as e:
+        build_config(None, {}, sets, None)
+    assert expect in str(e.value)
+    cfg = build_config(None, {}, ["workload.output_len=1"], "default")  # naming it keeps the other keys
+    assert cfg.workload.output_len.value == 1 and cfg.workload.input_len is not None
+
+
 def test_out_that_is_a_file_is_an_error(tmp_path):
     f = tmp_path / "afile"
     f.write_text("x")

@@ -270,6 +270,8 @@ class WorkloadConfig(BaseModel):
         if self.burstiness != 1.0 and self.arrival not in (None, "gamma"):
             raise ValueError(f"burstiness={self.burstiness} applies to arrival: gamma, not {self.arrival} "
                              "(poisson is gamma with burstiness 1)")
+        if self.arrival == "trace" and self.trace is None and self.name is None:
+            raise ValueError("arrival: trace needs trace: PATH (a trace file with timestamps)")
         if self.arrival == "trace" and self.request_rate is not None:
             raise ValueError("request_rate does not apply to arrival: trace (use speedup to replay faster)")
         if self.columns is not None and self.trace_format not in (None, "generic"):
@@ -298,9 +300,13 @@ class WorkloadConfig(BaseModel):
         if self.input_len is None and self.output_len is None:
             return self  # the built-in default workload, overridden by the keys given
         if self.input_len is None or self.output_len is None:
-            raise ValueError("a synthetic workload needs both input_len and output_len")
+            raise ValueError("a synthetic workload needs both input_len and output_len (lengths given without a "
+                             "workload name replace the built-in default; to change one key of it, name it: "
+                             "--workload default --set workload.KEY=VALUE)")
         if self.num_requests is None and self.duration_s is None:
-            raise ValueError("a synthetic workload needs num_requests or duration_s")
+            raise ValueError("a synthetic workload needs num_requests or duration_s (lengths given without a "
+                             "workload name replace the built-in default; to change one key of it, name it: "
+                             "--workload default --set workload.KEY=VALUE)")
         if self.num_requests is None and self.is_infinite_rate():
             raise ValueError("duration_s alone needs a finite request_rate (all-at-once arrivals never end)")
         if self.num_requests is None and self.duration_s * self.request_rate > MAX_NUM_REQUESTS:
