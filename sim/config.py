@@ -265,10 +265,11 @@ def check_known_keys(d: dict, source: str, prefix: str = "") -> None:
             check_known_keys(v, source, "workload.")
 
 
-def read_yaml(path: str | Path) -> dict:
-    """Read a YAML mapping; a syntax error names the file and line."""
+def read_yaml(path: str | Path, what: str = "config file") -> dict:
+    """Read a YAML mapping; a syntax error names the file and line; a missing
+    file is named as ``what`` (config file, sweep file, variants file)."""
     p = Path(path)
-    require_file(p, "config file")
+    require_file(p, what)
     try:
         text = p.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:

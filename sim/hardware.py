@@ -118,6 +118,9 @@ class HardwareProfile(_Strict):
 
 
 def _validate(data: Any, source: str) -> HardwareProfile:
+    if data is None:
+        raise ConfigError(f"{source}: the file is empty; a hardware profile needs its fields "
+                          "(see hardware_profiles/h100_sxm.yaml)")
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of hardware fields, got {type(data).__name__}")
     try:

@@ -222,7 +222,7 @@ def parse_sweep(data: dict, source: str) -> SweepSpec:
 
 def load_sweep(path: str | Path) -> SweepSpec:
     """Read and validate a sweep YAML file."""
-    return parse_sweep(read_yaml(path), str(path))
+    return parse_sweep(read_yaml(path, "sweep file"), str(path))
 
 
 def expand_points(spec: SweepSpec) -> list[SweepPoint]:

@@ -69,6 +69,13 @@ def test_invalid_profiles_name_file_key_value(tmp_path, mutate, match):
     assert str(path) in str(e.value)
 
 
+def test_empty_profile_file_is_named_as_empty(tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    with pytest.raises(ConfigError, match=r"empty\.yaml: the file is empty"):
+        load_hardware(path)
+
+
 def test_unknown_name_lists_profiles():
     with pytest.raises(ConfigError, match="h100_sxm"):
         get_hardware("h9000")

@@ -65,7 +65,7 @@ def test_infeasible_cases():
     with pytest.raises(InfeasibleError, match="GiB") as e:
         compute_kv_sizing(get_model("llama-3.1-70b"), get_hardware("h100_sxm"))
     assert "131.42" in str(e.value)  # weight GiB in the message
-    with pytest.raises(InfeasibleError, match="256 blocks"):
+    with pytest.raises(InfeasibleError, match=r"256 blocks.*raise num_gpu_blocks_override \(10 is set\)"):
         compute_kv_sizing(MODEL, HW, num_gpu_blocks_override=10, max_model_len=4096)
 
 

@@ -88,6 +88,8 @@ def test_unknown_keys_name_file_and_key(tmp_path):
         parse_sweep({"axis": {}}, "s.yaml")
     with pytest.raises(ConfigError, match=r"s.yaml: base: unknown config key 'workload.rate'"):
         parse_sweep({"base": {"workload": {"rate": 1}}, "axes": {"seed": [1]}}, "s.yaml")
+    with pytest.raises(ConfigError, match=r"^sweep file: file not found: .*nope\.yaml"):
+        load_sweep(tmp_path / "nope.yaml")
 
 
 def test_point_id_stable():

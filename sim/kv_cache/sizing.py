@@ -155,7 +155,9 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
             f"one sequence of max_model_len {max_model_len} needs {blocks_per_seq} blocks "
             f"({blocks_per_seq * block_bytes / GiB:.2f} GiB of KV cache per rank) but only "
             f"{num_blocks} blocks ({num_blocks * block_bytes / GiB:.2f} GiB) fit on {hw.name} "
-            f"at TP {tp}; lower max_model_len or raise gpu_memory_utilization / tensor_parallel_size")
+            f"at TP {tp}; lower max_model_len or "
+            + (f"raise num_gpu_blocks_override ({num_gpu_blocks_override} is set)" if num_gpu_blocks_override
+               is not None else "raise gpu_memory_utilization / tensor_parallel_size"))
     return KVSizing(num_blocks, kv_tok, block_bytes, weights, act, num_blocks * block_bytes,
                     max_model_len, num_blocks / blocks_per_seq, block_size, tp,
                     hw.memory_bytes, float(gpu_memory_utilization))
