@@ -16,6 +16,7 @@ finish. A re-run reads all three back and skips the points it already has.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import multiprocessing
 import os
@@ -237,7 +238,8 @@ def run_ray(tasks: list[PointTask], on_row: Callable[[dict], None], workers: int
         raise ConfigError("--executor ray needs Ray: pip install 'servesim[ray]' (or pip install 'ray>=2.9')") from None
     started = False
     if not ray.is_initialized():
-        kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+        # WARNING: Ray's "Started a local Ray instance" INFO line is noise in servesim's output
+        kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
         if address:
             kw["address"] = address
         elif workers:
