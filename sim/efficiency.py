@@ -34,7 +34,7 @@ _Eff = Field(gt=0, le=1.5)  # fraction of a datasheet peak; > 1 only where hardw
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class EfficiencyBase(_Strict):

@@ -38,7 +38,7 @@ _NonNeg = Field(ge=0)
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class PeakFlops(_Strict):

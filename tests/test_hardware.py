@@ -56,6 +56,8 @@ def _write(tmp_path, mutate):
 @pytest.mark.parametrize("mutate,match", [
     (lambda d: d.update(hbm_bandwith_bytes_per_s=1.0), r"hbm_bandwith_bytes_per_s.*unknown key"),
     (lambda d: d.update(hbm_bandwidth_bytes_per_s=-5.0), r"hbm_bandwidth_bytes_per_s.*-5\.0"),
+    (lambda d: d.update(hbm_bandwidth_bytes_per_s=float("inf")), r"hbm_bandwidth_bytes_per_s.*finite number"),
+    (lambda d: d["efficiency"].update(compute_efficiency=float("nan")), r"compute_efficiency.*finite number"),
     (lambda d: d.pop("memory_bytes"), r"memory_bytes.*[Ff]ield required"),
     (lambda d: d["peak_flops_per_s"].update(fp6=1e15), r"peak_flops_per_s\.fp6"),
     (lambda d: d["efficiency"].update(form="spline"), r"efficiency\.form='spline'"),
