@@ -228,8 +228,14 @@ def summarize(req: dict[str, np.ndarray], steps: dict[str, np.ndarray], itl: tup
     out["request_goodput"] = (int(good.sum()) / duration) if slos else None
     for key in ("ttft", "tpot", "e2el"):
         vals = lat[f"{key}_s"][done]
-        out.update(_stats(key, vals[~np.isnan(vals)]))
-    out.update(_weighted_stats("itl", *itl))
+        vals = vals[~np.isnan(vals)]
+        if key == "tpot" and n_done and not vals.size:
+            vals = np.zeros(1)  # every request had one output token: vllm bench serve's np.mean(tpots or 0)
+        out.update(_stats(key, vals))
+    if n_done and itl[1].sum() <= 0:
+        out.update(_stats("itl", np.zeros(1)))  # no second token anywhere: np.mean(itls or 0), as vLLM
+    else:
+        out.update(_weighted_stats("itl", *itl))
     q = lat["queue_s"][done]
     out["mean_queue_ms"] = float(np.mean(q) * 1e3) if q.size else float("nan")
     out["p99_queue_ms"] = float(np.percentile(q, 99) * 1e3) if q.size else float("nan")

@@ -133,6 +133,18 @@ def test_warmup_requests_excluded_from_summary():
     assert out.result.requests["is_warmup"].sum() == 3
 
 
+def test_one_token_outputs_have_zero_tpot_and_itl_as_vllm_bench_prints():
+    """vllm bench serve reports np.mean(tpots or 0): 0.00 when no request has a
+    second token; NaN stays for a run where nothing completed."""
+    s = run_simulation(cfg_for(**{"workload.num_requests": 4, "workload.output_len": {"dist": "fixed", "value": 1}})).summary
+    assert s["completed"] == 4
+    for m in ("mean", "median", "std", "p90", "p99"):
+        assert s[f"{m}_tpot_ms"] == 0.0 and s[f"{m}_itl_ms"] == 0.0
+    assert s["mean_ttft_ms"] > 0
+    none = run_simulation(cfg_for(**{"workload.num_requests": 2, "max_model_len": 64})).summary  # 100 + 5 > 64
+    assert none["completed"] == 0 and np.isnan(none["mean_tpot_ms"]) and np.isnan(none["p99_itl_ms"])
+
+
 @pytest.mark.parametrize("router", ["round_robin", "least_outstanding_requests", "random"])
 def test_routers_spread_requests(router):
     cfg = cfg_for(**{"num_replicas": 2, "router": router, "workload.num_requests": 40,
