@@ -94,6 +94,13 @@ def run(
                  f"{n:,} request was" if n == 1 else f"{n:,} requests were")
         typer.echo(f"warning: {every} rejected, e.g. request {rid}: {reasons[rid]} "
                    "(requests.csv: status, reason)", err=True)
+    specs = res.specs
+    if specs.num_skipped_rows:
+        typer.echo(f"warning: {specs.num_skipped_rows:,} malformed trace row(s) skipped (workload.skip_bad_rows); "
+                   f"{specs.source}", err=True)
+    if specs.num_clipped:
+        typer.echo(f"warning: {specs.num_clipped:,} prompt(s) cut to fit max_model_len "
+                   "(workload.clip_to_max_model_len)", err=True)
     typer.echo(f"results written to {out}/ (summary.json, requests.csv, steps.csv)")
 
 

@@ -112,3 +112,14 @@ def test_a_folder_where_a_file_belongs_is_named_as_such(tmp_path, args, what):
     r = cli(*(a.format(d=tmp_path) for a in args), "--out", str(tmp_path / "out"))
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert f"error: {what}: {tmp_path} is a folder; give a file" in r.stderr
+
+
+def test_run_warns_about_skipped_trace_rows(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n"
+                     "2023-11-16 18:15:50.99,-5,109\n2023-11-16 18:15:51.00,396,9\n")
+    r = cli("run", "--quiet", "--out", str(tmp_path / "o"), "--set", f"workload.trace={trace}",
+            "--set", "workload.skip_bad_rows=true")
+    assert r.returncode == 0, r.stderr
+    assert "warning: 1 malformed trace row(s) skipped (workload.skip_bad_rows)" in r.stderr
+    assert "2 of 3 rows" in r.stderr
