@@ -299,24 +299,25 @@ class Simulation(Traffic):
 
     def _decode_run(self, rep: _Replica, out, ctx: list[int], k: int, start: float):
         """Up to ``k`` identical decode steps in at most two events (the first
-        ``_RUN_CHUNK`` steps, then the rest). Step end times are accumulated in the same floating-point order
-        as ``k`` single steps, so results equal the reference mode's. An arrival routed to this replica
-        interrupts the run; it then ends at the end of the step in progress,
-        as the reference mode would let the scheduler see the arrival there."""
+        ``_RUN_CHUNK`` steps, then the rest). Step end times are accumulated in
+        the same floating-point order as ``k`` single steps, so results equal
+        the reference mode's. An arrival routed to this replica interrupts the
+        run; it then ends at the end of the step in progress, as the reference
+        mode would let the scheduler see the arrival there."""
         env = self.env
         sched = rep.scheduler
         scheduled = out.scheduled
         B = len(scheduled)
         num_waiting = sched.num_waiting  # at the run's start, as a single step records it
         ov = self.overheads
+        cpu, overlap = ov.cpu_s(B), ov.overlap
         if len(ctx) == B:
             # Step times are planned in two parts (16 steps, then the rest): most
             # runs are cut by an arrival long before their k-th step, and the steps
             # never reached need no time. The rest continues the same sequential
             # float adds (contexts are integers): the ends are those of one whole run.
-            cpu, overlap = ov.cpu_s(B), ov.overlap
             ends = self.cost.decode_run_ends(ctx, min(k, _RUN_CHUNK), start, cpu, overlap)
-        else:  # static batching: finished sequences computed as padding
+        else:  # static batching: finished sequences computed as padding; all k steps timed here
             gpu = self.cost.decode_steps_time_s(np.asarray(ctx, dtype=np.int64), k, num_growing=B).tolist()
             ends = []
             t = start
