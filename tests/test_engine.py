@@ -136,7 +136,8 @@ def test_warmup_requests_excluded_from_summary():
 def test_one_token_outputs_have_zero_tpot_and_itl_as_vllm_bench_prints():
     """vllm bench serve reports np.mean(tpots or 0): 0.00 when no request has a
     second token; NaN stays for a run where nothing completed."""
-    s = run_simulation(cfg_for(**{"workload.num_requests": 4, "workload.output_len": {"dist": "fixed", "value": 1}})).summary
+    one_token = {"workload.num_requests": 4, "workload.output_len": {"dist": "fixed", "value": 1}}
+    s = run_simulation(cfg_for(**one_token)).summary
     assert s["completed"] == 4
     for m in ("mean", "median", "std", "p90", "p99"):
         assert s[f"{m}_tpot_ms"] == 0.0 and s[f"{m}_itl_ms"] == 0.0
