@@ -46,8 +46,9 @@ import numpy as np
 import simpy
 
 from sim.deployment import Deployment
+from sim.engine_outputs import Outputs
 from sim.engine_traffic import Traffic
-from sim.metrics import REQUEST_COLUMNS, STATUS_FINISHED, STATUS_REJECTED, STEP_COLUMNS, Columns, WeightedSamples
+from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS, Columns, WeightedSamples
 from sim.request import Request, RequestStatus
 from sim.workload import RequestSpecs
 
@@ -89,7 +90,7 @@ class _Replica:
         self.frontend_done = 0.0  # when the frontend has streamed every token emitted so far
 
 
-class Simulation(Traffic):
+class Simulation(Traffic, Outputs):
     """One run: ``Simulation(deployment, specs).run()`` → :class:`RunResult`.
 
     ``progress`` is an optional callable ``progress(num_done)`` called every
@@ -154,27 +155,6 @@ class Simulation(Traffic):
         else:
             self._record(req)
             self._on_done(req)
-
-    def _deliver(self, rep: _Replica, now: float, num_tokens: int) -> float:
-        """When the tokens a step emitted at ``now`` reach the clients: the
-        frontend streams ``frontend_token_s`` per token, one step's batch after
-        the other (a single-threaded FIFO: detokenize, serialize, send)."""
-        if self.frontend_tok_s <= 0.0:
-            return now
-        f = rep.frontend_done
-        rep.frontend_done = (now if now > f else f) + self.frontend_tok_s * num_tokens
-        return rep.frontend_done
-
-    def _record(self, req: Request) -> None:
-        rejected = req.status == RequestStatus.REJECTED
-        if rejected:
-            self.reasons[req.request_id] = req.reason
-        self.req_cols.append((
-            req.request_id, req.replica, req.arrival_time, req.first_scheduled_time, req.first_token_time,
-            req.finish_time, req.num_prompt_tokens, req.num_output_tokens, req.max_tokens,
-            req.num_cached_tokens, req.num_preemptions, req.preempted_s, req.is_warmup,
-            STATUS_REJECTED if rejected else STATUS_FINISHED,
-        ))
 
     # ------------------------------------------------------------------ replica
     def _replica_loop(self, rep: _Replica):
@@ -252,50 +232,6 @@ class Simulation(Traffic):
             if rep.num_recovering:
                 self._recovered(rep, out.scheduled, now)
             self._finish(rep, finished, now, seen)
-
-    @staticmethod
-    def _recovered(rep: _Replica, scheduled: list[Request], now: float) -> None:
-        """Close the preemption-recompute interval of requests that are back
-        where they were when preempted (``preempted_ms`` in requests.csv)."""
-        for req in scheduled:
-            if req.preempted_time >= 0 and req.num_computed_tokens >= req.preempted_at_tokens:
-                req.preempted_s += now - req.preempted_time
-                req.preempted_time = -1.0
-                rep.num_recovering -= 1
-
-    def _tokens_emitted(self, emitted: list[Request], start: float, now: float, seen: float,
-                        last: float) -> None:
-        """First-token times (as the client sees them: ``seen``) and ITL gaps
-        (engine side) of one step ending at ``now``. Gaps equal to the step (the
-        token before came at the step's start) are pooled in one weighted
-        sample; nothing is stored per token. ``last``: the time of each
-        request's latest token afterwards (``now``, or a merged run's end)."""
-        same_gap = 0
-        itl_add = self.itl.add
-        for req in emitted:
-            prev = req.last_token_time
-            if req.first_token_time < 0:
-                req.first_token_time = seen
-            elif prev == start:
-                same_gap += 1
-            else:
-                itl_add(now - prev, 1.0)
-            req.last_token_time = last
-        if same_gap:
-            itl_add(now - start, same_gap)
-
-    def _finish(self, rep: _Replica, finished: list[Request], now: float, seen: float) -> None:
-        """Engine-side completion at ``now`` (KV freed); the client sees the
-        last token at ``seen`` and sends its next request from then on."""
-        for req in finished:
-            req.finish_time = seen
-            rep.outstanding -= 1
-            self._record(req)
-            self._on_done(req, seen - now)
-        if finished:
-            # Recorded in the columns: drop the scheduler's references so a long
-            # run does not keep every Request object alive (memory O(running)).
-            rep.scheduler.finished.clear()
 
     def _decode_run(self, rep: _Replica, out, ctx: list[int], k: int, start: float):
         """Up to ``k`` identical decode steps in at most two events (the first
