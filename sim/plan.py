@@ -5,8 +5,9 @@ SLOs, then the cheapest number of replicas that serves a target rate.
 - **SLOs** are ``KEY<=VALUE`` (``KEY=VALUE`` means ``<=``) on any numeric summary
   key (``p99_ttft_ms<=1000``), or ``goodput_fraction>=F``: the fraction of completed
   requests meeting every ``--goodput`` SLO (DistServe's goodput / throughput).
-  Throughput and goodput keys take floors (``>=``), every other key caps (``<=``):
-  the search needs limits that more load makes harder to meet.
+  ``goodput_fraction`` takes a floor (``>=``), every other key a cap (``<=``): the
+  search needs limits that more load makes harder to meet. Throughput keys rise
+  with load and are refused (the load to serve is ``--target-rate``).
 - **A rate passes** when the run is stable (:mod:`sim.stability`: the backlog does
   not grow and the sent requests complete) and meets every SLO.
 - **Search** (:func:`find_max_rate`): double (or halve) from ``start_rate`` until
@@ -38,11 +39,13 @@ from sim.config import SimConfig
 from sim.errors import ConfigError, InfeasibleError
 
 _LAT = [f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "std", "p90", "p99")]
-SLO_KEYS = tuple(_LAT + ["mean_queue_ms", "p99_queue_ms", "num_preemptions", "num_rejected", "request_throughput",
-                         "output_throughput", "total_token_throughput", "request_goodput", "mean_kv_cache_usage",
+# Every SLO key gets harder to meet as load grows, which the rate search needs:
+# caps (<=) on latencies, counts and usage, a floor (>=) on goodput_fraction.
+SLO_KEYS = tuple(_LAT + ["mean_queue_ms", "p99_queue_ms", "num_preemptions", "num_rejected", "mean_kv_cache_usage",
                          "max_kv_cache_usage", "mean_num_running_seqs", "goodput_fraction"])
-HIGHER_IS_BETTER = ("goodput_fraction", "request_throughput", "output_throughput", "total_token_throughput",
-                    "request_goodput")
+HIGHER_IS_BETTER = ("goodput_fraction",)
+#: throughput rises with load: not an SLO of the search (the load to serve is --target-rate)
+THROUGHPUT_KEYS = ("request_throughput", "output_throughput", "total_token_throughput", "request_goodput")
 
 
 @dataclass(frozen=True)
@@ -71,8 +74,13 @@ def parse_slos(items: list[str] | None, goodput: Mapping[str, float] | None = No
         for part in item.replace(",", " ").split():
             m = re.fullmatch(r"([A-Za-z0-9_]+)\s*(<=|>=|=)\s*(.+)", part)
             if not m:
-                raise ConfigError(f"--slo {part!r}: expected KEY<=VALUE or KEY=VALUE, e.g. p99_ttft_ms=1000")
+                raise ConfigError(f"--slo {part!r}: expected KEY<=VALUE, KEY=VALUE or goodput_fraction>=F (no spaces "
+                                  "or commas inside one SLO), e.g. p99_ttft_ms=1000")
             key, op, val = m.groups()
+            if key in THROUGHPUT_KEYS:
+                raise ConfigError(f"--slo {part!r}: {key} rises with the load, so it cannot bound the highest rate "
+                                  "plan searches for; give the load to serve as --target-rate RATE (req/s), and "
+                                  "per-request goodput SLOs as --goodput with --slo goodput_fraction>=F")
             if key not in SLO_KEYS:
                 raise ConfigError(f"--slo {part!r}: unknown metric {key!r}; valid: {', '.join(SLO_KEYS)}")
             try:
@@ -91,6 +99,8 @@ def parse_slos(items: list[str] | None, goodput: Mapping[str, float] | None = No
                 what = "a floor (>=)" if right == ">=" else "a cap (<=)"
                 raise ConfigError(f"--slo {part!r}: {key} can only have {what}: plan searches for the highest "
                                   f"rate that meets every SLO; write {key}{right}{val}")
+            if key == "goodput_fraction" and limit > 1:
+                raise ConfigError(f"--slo {part!r}: goodput_fraction is a fraction of the requests, in [0, 1]")
             if key == "goodput_fraction" and not goodput:
                 raise ConfigError(f"--slo {part!r}: goodput_fraction needs --goodput ttft:MS tpot:MS (the per-request SLOs)")
             out.append(SLO(key, op, limit))

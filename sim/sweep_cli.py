@@ -78,9 +78,9 @@ def plan(
     replicas: Optional[str] = typer.Option(None, help="Allowed replica counts, comma-separated (default: 1..--max-replicas)."),
     max_replicas: int = typer.Option(64, help="Largest replica count considered when --replicas is not given."),
     slo: Optional[List[str]] = typer.Option(None, help="SLO on a summary metric: KEY<=VALUE or KEY=VALUE (means <=), "
-                                                       "e.g. p99_ttft_ms=1000 p99_tpot_ms=60; throughput and goodput "
-                                                       "keys take floors (request_throughput>=5, goodput_fraction>=0.9 "
-                                                       "with --goodput). Repeatable."),
+                                                       "e.g. p99_ttft_ms=1000 p99_tpot_ms=60; or goodput_fraction>=0.9 "
+                                                       "with --goodput. The load to serve is --target-rate. "
+                                                       "Repeatable."),
     goodput: Optional[List[str]] = typer.Option(None, help="Per-request SLOs for goodput: ttft:MS tpot:MS e2el:MS."),
     target_rate: Optional[float] = typer.Option(None, help="Request rate to serve (req/s): find the cheapest configuration."),
     start_rate: Optional[float] = typer.Option(None, help="First rate tried per replica (default: the workload's request_rate)."),

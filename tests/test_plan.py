@@ -43,9 +43,14 @@ def test_parse_slos():
     # a floor on a latency (or a cap on throughput) would invert the rate search
     with pytest.raises(ConfigError, match=r"p99_ttft_ms can only have a cap \(<=\).*p99_ttft_ms<=100"):
         parse_slos(["p99_ttft_ms>=100"])
-    with pytest.raises(ConfigError, match=r"request_throughput can only have a floor \(>=\)"):
-        parse_slos(["request_throughput<=5"])
-    assert parse_slos(["request_throughput>=5"]) == [SLO("request_throughput", ">=", 5.0)]
+    with pytest.raises(ConfigError, match=r"goodput_fraction can only have a floor \(>=\)"):
+        parse_slos(["goodput_fraction<=0.9"], goodput={"ttft": 0.5})
+    with pytest.raises(ConfigError, match=r"in \[0, 1\]"):
+        parse_slos(["goodput_fraction>=1.5"], goodput={"ttft": 0.5})
+    # throughput rises with load: a floor would make the search halve the rate forever
+    for slo in ("request_throughput>=10", "output_throughput=2500", "request_goodput>=8"):
+        with pytest.raises(ConfigError, match=r"rises with the load.*--target-rate"):
+            parse_slos([slo], goodput={"ttft": 1.0})
 
 
 def test_check_reports_every_reason():
