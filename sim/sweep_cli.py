@@ -148,8 +148,9 @@ def plan(
         raise ConfigError(f"--replicas: counts must be >= 1, got {replicas}")
     settings = PlanSettings(slos, gp, target_rate, reps, max_replicas, start_rate, rel_tol)
     wl = base.workload
-    context = {"model": base.model, "workload": workload or "default",
-               "requests per replica per run": f"{wl.num_requests} + {wl.num_warmup_requests} warm-up",
+    n_req = wl.num_requests if wl.num_requests is not None else "every trace row"
+    context = {"model": base.model, "workload": workload or (f"trace {wl.trace}" if wl.trace else "default"),
+               "requests per replica per run": f"{n_req} + {wl.num_warmup_requests} warm-up",
                "max_model_len": base.max_model_len or "model default", "seed": base.seed,
                "candidates": len(cands)}
     if sys.argv and Path(sys.argv[0]).name in ("servesim", "__main__.py"):
@@ -162,10 +163,8 @@ def plan(
     cols = ["rank", "candidate", "status", "max_rate_per_replica", "replicas", "num_gpus", "cost_per_hour_usd",
             "usd_per_million_output_tokens"]
     typer.echo(table[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
-    bad = table[table["status"] != "ok"]
-    if len(bad) == len(table):  # no answer: say why on screen, not only in plan.md
-        for r in bad.itertuples():
-            typer.echo(f"  {r.candidate} ({r.status}): {r.reason}")
+    for r in table[table["status"] != "ok"].itertuples():  # why, on screen too (not only in plan.md)
+        typer.echo(f"  {r.candidate} ({r.status}): {r.reason}")
     typer.echo(answer_line(table, settings))
     typer.echo(f"report: {out}/plan.md")
 
