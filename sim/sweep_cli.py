@@ -148,7 +148,7 @@ def plan(
         raise ConfigError(f"--replicas: counts must be >= 1, got {replicas}")
     settings = PlanSettings(slos, gp, target_rate, reps, max_replicas, start_rate, rel_tol)
     wl = base.workload
-    n_req = wl.num_requests if wl.num_requests is not None else "every trace row"
+    n_req = wl.num_requests if wl.num_requests is not None else "the trace's requests"
     context = {"model": base.model, "workload": workload or (f"trace {wl.trace}" if wl.trace else "default"),
                "requests per replica per run": f"{n_req} + {wl.num_warmup_requests} warm-up",
                "max_model_len": base.max_model_len or "model default", "seed": base.seed,
