@@ -98,6 +98,10 @@ def run(
     if specs.num_skipped_rows:
         typer.echo(f"warning: {specs.num_skipped_rows:,} malformed trace row(s) skipped (workload.skip_bad_rows); "
                    f"{specs.source}", err=True)
+    if specs.num_out_of_order_rows:
+        typer.echo(f"warning: {specs.num_out_of_order_rows:,} trace row(s) are timestamped before the row above "
+                   f"them; the trace was sorted by time (duration {res.summary['duration']:,.0f} s): check its "
+                   "time column", err=True)
     if specs.num_clipped:
         typer.echo(f"warning: {specs.num_clipped:,} prompt(s) cut to fit max_model_len "
                    "(workload.clip_to_max_model_len)", err=True)

@@ -123,3 +123,13 @@ def test_run_warns_about_skipped_trace_rows(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "warning: 1 malformed trace row(s) skipped (workload.skip_bad_rows)" in r.stderr
     assert "2 of 3 rows" in r.stderr
+
+
+def test_run_warns_about_rows_out_of_time_order(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n"
+                     "2020-01-01 00:00:00,500,10\n2023-11-16 18:15:51.00,396,9\n")
+    r = cli("run", "--quiet", "--out", str(tmp_path / "o"), "--set", f"workload.trace={trace}")
+    assert r.returncode == 0, r.stderr
+    assert "warning: 1 trace row(s) are timestamped before the row above them" in r.stderr
+    assert "check its time column" in r.stderr

@@ -43,6 +43,18 @@ def test_azure(tmp_path):
     assert s.max_tokens.tolist() == [10, 8, 27] and s.prefix_keys is None
 
 
+def test_rows_out_of_time_order_are_sorted_and_counted(tmp_path):
+    # rows 2 and 4 are stamped before the row above them
+    p = write(tmp_path / "az.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+              "2023-11-16 18:17:05.00,100,10\n2023-11-16 18:17:04.00,200,20\n"
+              "2023-11-16 18:17:06.00,300,30\n2023-11-16 18:17:03.00,400,40\n")
+    s = run(p)
+    np.testing.assert_allclose(s.arrival_time_s, [0.0, 1.0, 2.0, 3.0], atol=1e-9)
+    assert s.num_prompt_tokens.tolist() == [400, 200, 100, 300]
+    assert s.num_out_of_order_rows == 2 and "2 row(s) out of time order (sorted by time)" in s.source
+    assert run(write(tmp_path / "ok.csv", AZURE)).num_out_of_order_rows == 0
+
+
 def test_mooncake(tmp_path):
     rows = [{"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [0, 1]},
             {"timestamp": 3000, "input_length": 600, "output_length": 7, "hash_ids": [0, 2]},

@@ -30,11 +30,11 @@ def generate_requests(cfg: WorkloadConfig, *, seed: int, max_model_len: int | No
     seed = cfg.seed if cfg.seed is not None else seed
     n_wanted = None if cfg.num_requests is None else cfg.num_requests + cfg.num_warmup_requests
     if cfg.trace is not None:
-        arrival, prompt, output, keys, chunk, skipped, source = _from_trace(cfg, seed, n_wanted)
+        arrival, prompt, output, keys, chunk, skipped, reordered, source = _from_trace(cfg, seed, n_wanted)
         max_tokens = output.copy() if cfg.max_tokens == "output_len" else np.full(len(output), cfg.max_tokens)
     else:
         arrival, prompt, output, max_tokens, keys, chunk, source = _synthetic(cfg, seed, n_wanted)
-        skipped = 0
+        skipped = reordered = 0
     n = len(arrival)
     if n == 0:
         raise ConfigError(f"workload: no requests ({source}); check num_requests / duration_s / window_s")
@@ -49,7 +49,7 @@ def generate_requests(cfg: WorkloadConfig, *, seed: int, max_model_len: int | No
                         max_tokens=max_tokens, priority=priority, prefix_keys=keys,
                         prefix_chunk_tokens=chunk if keys is not None else 0,
                         num_warmup=min(cfg.num_warmup_requests, n), num_skipped_rows=skipped,
-                        num_clipped=num_clipped, source=source)
+                        num_clipped=num_clipped, num_out_of_order_rows=reordered, source=source)
 
 
 def _arrivals(cfg: WorkloadConfig, process: str, n: int | None, rng: np.random.Generator,
@@ -161,9 +161,11 @@ def _from_trace(cfg: WorkloadConfig, seed: int, n_wanted: int | None):
         _enough(cfg, len(table), len(arrival))
         table = table.take(np.arange(len(arrival)))
     source = (f"trace {cfg.trace} ({table.format}): {len(table)} of {total_rows} rows, "
-              f"arrivals {process}" + (f", speedup {cfg.speedup:g}" if cfg.speedup != 1 else ""))
+              f"arrivals {process}" + (f", speedup {cfg.speedup:g}" if cfg.speedup != 1 else "")
+              + (f", {table.num_out_of_order} row(s) out of time order (sorted by time)"
+                 if table.num_out_of_order else ""))
     return (np.asarray(arrival, dtype=np.float64), table.num_prompt_tokens, table.output_len,
-            table.prefix_keys, table.prefix_chunk_tokens, table.num_skipped_rows, source)
+            table.prefix_keys, table.prefix_chunk_tokens, table.num_skipped_rows, table.num_out_of_order, source)
 
 
 def _enough(cfg: WorkloadConfig, have: int, need: int) -> None:

@@ -24,6 +24,8 @@ class RequestSpecs:
     * ``num_warmup`` — the first ``num_warmup`` requests are warm-up (excluded from statistics).
     * ``num_skipped_rows`` / ``num_clipped`` — malformed trace rows skipped
       (``skip_bad_rows``) and prompts cut to fit ``max_model_len`` (``clip_to_max_model_len``).
+    * ``num_out_of_order_rows`` — trace rows timestamped before the row above them
+      (the trace is replayed sorted by time).
     * ``source`` — a description of where the requests came from.
     """
 
@@ -37,6 +39,7 @@ class RequestSpecs:
     num_warmup: int = 0
     num_skipped_rows: int = 0
     num_clipped: int = 0
+    num_out_of_order_rows: int = 0
     source: str = ""
     _n: int = field(init=False, repr=False, default=0)
 
@@ -82,5 +85,7 @@ class RequestSpecs:
         return (len(self) == len(other)
                 and all(np.array_equal(getattr(self, a), getattr(other, a)) for a in arrays)
                 and self.prefix_keys == other.prefix_keys
-                and (self.prefix_chunk_tokens, self.num_warmup, self.num_skipped_rows, self.num_clipped)
-                == (other.prefix_chunk_tokens, other.num_warmup, other.num_skipped_rows, other.num_clipped))
+                and (self.prefix_chunk_tokens, self.num_warmup, self.num_skipped_rows, self.num_clipped,
+                     self.num_out_of_order_rows)
+                == (other.prefix_chunk_tokens, other.num_warmup, other.num_skipped_rows, other.num_clipped,
+                    other.num_out_of_order_rows))

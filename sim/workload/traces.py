@@ -53,6 +53,7 @@ class TraceTable:
     num_skipped_rows: int
     path: str
     format: str
+    num_out_of_order: int = 0  # rows sent before the row above them (the table is sorted by time)
 
     def __len__(self) -> int:
         return int(self.num_prompt_tokens.shape[0])
@@ -281,14 +282,16 @@ def load_trace(path: str | Path, trace_format: str | None = None, columns=None,
         if all(k is None for k in keys):
             keys, chunk = None, 0
     arr = None
+    num_out_of_order = 0
     if "arrival" in names:
         arr = vals[names["arrival"]][keep] * arrival_scale
         arr = arr - arr.min()
+        num_out_of_order = int(np.count_nonzero(np.diff(arr) < 0))
         order = np.argsort(arr, kind="stable")
         if np.any(order != np.arange(order.shape[0])):
             arr, inp, out = arr[order], inp[order], out[order]
             keys = None if keys is None else [keys[i] for i in order.tolist()]
-    return TraceTable(arr, inp, out, keys, chunk, num_skipped, str(path), fmt)
+    return TraceTable(arr, inp, out, keys, chunk, num_skipped, str(path), fmt, num_out_of_order)
 
 
 def read_length_column(path: str | Path, column: str) -> np.ndarray:
