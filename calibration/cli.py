@@ -153,15 +153,21 @@ def _base_for(device: str, info: dict, base_profile: str | None, kernels: Path) 
                       "pass --base-profile (a built-in name or a YAML path with its peaks)")
 
 
-def _check_out(out: Path) -> None:
-    """Before any measuring or fitting: ``--out`` must be a writable file path."""
+def _check_out(out: Path, side_dir: Path) -> None:
+    """Before any measuring or fitting: ``--out`` must be a writable file path,
+    and ``side_dir`` (plots, raw CSVs beside it) free for a folder."""
     if out.is_dir():
         raise ConfigError(f"--out {out}: a folder; give the profile's file, e.g. {out / 'my_gpu.yaml'}")
+    if side_dir.exists() and not side_dir.is_dir():
+        raise ConfigError(f"--out {out}: {side_dir} (where the plots go) is a file; move it or choose another --out")
     parent = out.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
+        if not out.exists():  # can a file be created there? (permissions, read-only or virtual file systems)
+            out.touch()
+            out.unlink()
     except OSError as e:
-        raise ConfigError(f"--out {out}: cannot create the folder {parent} ({e.strerror or e})") from None
+        raise ConfigError(f"--out {out}: cannot write there ({e.strerror or e})") from None
     if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
         raise ConfigError(f"--out {out}: not writable")
 
@@ -178,7 +184,7 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
     out = Path(out)
     if (device is None) == (from_table is None):
         raise ConfigError("calibrate: give exactly one of --device and --from-table")
-    _check_out(out)
+    _check_out(out, out.parent / f"{out.stem}_{'plots' if from_table is not None else 'kernels'}")
     if from_table is not None:
         if not base_profile:
             raise ConfigError("calibrate --from-table: --base-profile is required (datasheet peaks)")

@@ -71,11 +71,13 @@ def steps_frame(result: RunResult):
     return pd.DataFrame(step_columns(result))
 
 
-def _cells(v: np.ndarray) -> list[str]:
-    """One column as CSV cells, as pandas ``to_csv(float_format="%.9g")``
-    writes them: floats by %.9g with NaN as an empty cell, ints and bools by str."""
+def _cells(name: str, v: np.ndarray) -> list[str]:
+    """One column as CSV cells, as pandas ``to_csv(float_format=...)`` writes
+    them: floats by %.9g (timestamps ``*_time_s`` by %.12g: 10 µs resolution a
+    month into a trace), NaN as an empty cell; ints and bools by str."""
     if v.dtype.kind == "f":
-        return ["" if x != x else "%.9g" % x for x in v.tolist()]
+        fmt = "%.12g" if name.endswith("_time_s") else "%.9g"
+        return ["" if x != x else fmt % x for x in v.tolist()]
     return [str(x) for x in v.tolist()]
 
 
@@ -86,7 +88,7 @@ def write_csv(path: Path, cols: dict[str, np.ndarray]) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(cols)
-        w.writerows(zip(*[_cells(v) for v in cols.values()]))
+        w.writerows(zip(*[_cells(name, v) for name, v in cols.items()]))
 
 
 def json_safe(obj):

@@ -162,7 +162,7 @@ def plan(
                         quiet=quiet, context=context)
     cols = ["rank", "candidate", "status", "max_rate_per_replica", "replicas", "num_gpus", "cost_per_hour_usd",
             "usd_per_million_output_tokens"]
-    typer.echo(table[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    typer.echo(table[cols].to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.3g}"))
     for r in table[table["status"] != "ok"].itertuples():  # why, on screen too (not only in plan.md)
         typer.echo(f"  {r.candidate} ({r.status}): {r.reason}")
     typer.echo(answer_line(table, settings))
@@ -183,5 +183,6 @@ def _check_plannable(base) -> None:
         table = load_trace(wl.trace, wl.trace_format, wl.columns, wl.skip_bad_rows)
         if wl.arrival_process(has_timestamps=table.arrival_s is not None) == "trace":
             raise ConfigError(f"plan: {wl.trace} is replayed at its own timestamps, so the request rate plan "
-                              "searches has no effect; set workload.arrival (poisson, gamma, constant) to "
-                              "draw arrivals at each rate with the trace's lengths")
+                              "searches has no effect; set workload.arrival (poisson, gamma, constant) and any "
+                              "workload.request_rate (plan replaces it at each rate) to draw arrivals with the "
+                              "trace's lengths")

@@ -194,5 +194,9 @@ def test_calibrate_out_is_checked_before_any_fit(tmp_path, monkeypatch):
         cal.calibrate(from_table=tmp_path, base_profile="h100_sxm", out=tmp_path)
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(ConfigError, match=r"--out .*: cannot create the folder"):
+    with pytest.raises(ConfigError, match=r"--out .*: cannot write there"):
         cal.calibrate(from_table=tmp_path, base_profile="h100_sxm", out=blocker / "sub" / "p.yaml")
+    (tmp_path / "cc_plots").write_text("x")  # where the fit-vs-measured plots would go
+    with pytest.raises(ConfigError, match=r"cc_plots \(where the plots go\) is a file"):
+        cal.calibrate(from_table=tmp_path, base_profile="h100_sxm", out=tmp_path / "cc.yaml")
+    assert not (tmp_path / "cc.yaml").exists()

@@ -29,3 +29,9 @@ def test_write_csv_cells_quoting_and_round_trip(tmp_path):
     back = pd.read_csv(path, keep_default_na=False, na_values=[""])
     assert back["reason"][1] == 'too long, "8192" > 4096'
     assert np.isnan(back["ttft_ms"][1]) and back["ttft_ms"][0] == 12.3456789
+
+
+def test_timestamps_keep_10_microseconds_a_month_into_a_trace(tmp_path):
+    path = tmp_path / "t.csv"
+    write_csv(path, {"arrival_time_s": np.array([2_592_000.123456]), "ttft_ms": np.array([2_592_000.123456])})
+    assert path.read_text().splitlines()[1] == "2592000.12346,2592000.12"  # %.12g for *_time_s, %.9g otherwise
