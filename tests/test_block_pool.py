@@ -124,3 +124,23 @@ def test_reset_prefix_cache_only_when_idle():
     assert pool.reset_prefix_cache() is True
     assert pool.get_cached_block(9) is None
     pool.check_invariants()
+
+
+def test_caching_off_keeps_no_counts_but_catches_double_frees():
+    """Caching off: held = off the stack (no ref counts kept), ref_cnt derived.
+    Freeing more than is held is refused; a duplicate is caught by the checks."""
+    pool = BlockPool(6)  # 5 usable blocks
+    a = pool.get_new_blocks(3)  # [1, 2, 3]
+    assert pool.ref_cnt == [0, 1, 1, 1, 0, 0]
+    assert [pool.is_free(b) for b in range(6)] == [False, False, False, False, True, True]
+    pool.free_blocks(reversed(a))
+    assert pool.free_block_ids() == [3, 2, 1, 4, 5] and pool.ref_cnt == [0] * 6
+    with pytest.raises(ValueError, match="freed more often than allocated"):
+        pool.free_blocks([1])  # all 5 are free already
+    assert pool.num_free_blocks == 5
+    b = pool.get_new_blocks(2)  # [3, 2]
+    pool.free_blocks([b[0], b[0]])  # within the count, but a duplicate
+    with pytest.raises(AssertionError, match="duplicates"):
+        pool.check_invariants()
+    with pytest.raises(ValueError, match="prefix caching is off"):
+        BlockPool(4).touch([1])

@@ -30,7 +30,8 @@ hashes, prev/next links), so every operation is O(blocks touched). Without
 prefix caching no block ever carries a hash, so every free goes to the head
 and every allocation pops the head: the queue is a stack, kept as a Python
 list (head = its end) whose slice operations run in C — the same block ids in
-the same order as the linked list, several times faster.
+the same order as the linked list, several times faster — and, as no block is
+shared, no ref count is kept: a block is held iff it is off the stack.
 Simplification: one KV-cache group (full attention); no KV events, no
 sliding window, no hybrid models.
 """
@@ -50,7 +51,7 @@ class BlockPool:
         enable_prefix_caching: keep hashes of full blocks for reuse.
     """
 
-    __slots__ = ("num_gpu_blocks", "enable_caching", "ref_cnt", "block_hash",
+    __slots__ = ("num_gpu_blocks", "enable_caching", "_ref", "block_hash",
                  "_prev", "_next", "_head", "_tail", "num_free_blocks", "_hash_to_blocks", "_stack")
 
     def __init__(self, num_gpu_blocks: int, enable_prefix_caching: bool = False) -> None:
@@ -60,7 +61,9 @@ class BlockPool:
         n = num_gpu_blocks
         self.num_gpu_blocks = n
         self.enable_caching = bool(enable_prefix_caching)
-        self.ref_cnt: list[int] = [0] * n
+        # Ref counts with caching on. Off, nothing is shared: a block is held iff it is
+        # off the stack, so no count is kept (allocation and free stay C-level slices).
+        self._ref: list[int] | None = [0] * n if self.enable_caching else None
         self.block_hash: list[int | None] = [None] * n
         # Doubly linked free list over block ids; n and n+1 are the head/tail
         # sentinels; -1 marks "not in the queue".
@@ -78,6 +81,18 @@ class BlockPool:
         self._hash_to_blocks: dict[int, dict[int, None]] = {}
         # Caching off: the free queue as a stack, head at the list's end.
         self._stack: list[int] | None = None if self.enable_caching else list(range(n - 1, 0, -1))
+
+    @property
+    def ref_cnt(self) -> list[int]:
+        """Reference count per block id (``num_gpu_blocks`` ints). With caching
+        off it is derived from the free stack, O(N): for tests and checks."""
+        if self._ref is not None:
+            return self._ref
+        ref = [1] * self.num_gpu_blocks
+        ref[0] = 0
+        for b in self._stack:
+            ref[b] -= 1  # a block on the stack twice (freed twice) shows as -1
+        return ref
 
     # ---- free queue primitives (O(1) each) ---------------------------------
     def _unlink(self, b: int) -> None:
@@ -112,7 +127,7 @@ class BlockPool:
     def is_free(self, block_id: int) -> bool:
         """True when the block is in the free queue (ref count 0, not null)."""
         if self._stack is not None:
-            return block_id != 0 and self.ref_cnt[block_id] == 0
+            return block_id in self._stack
         return self._prev[block_id] != -1
 
     def free_block_ids(self) -> list[int]:
@@ -135,19 +150,14 @@ class BlockPool:
         stack = self._stack
         if stack is not None:
             if num_blocks == 1:  # a decode crossing into its next block: the common case
-                b = stack.pop()
-                self.ref_cnt[b] = 1
                 self.num_free_blocks -= 1
-                return [b]
+                return [stack.pop()]
             out = stack[-num_blocks:][::-1] if num_blocks else []
             del stack[len(stack) - num_blocks:]
-            ref = self.ref_cnt
-            for b in out:
-                ref[b] = 1
             self.num_free_blocks -= num_blocks
             return out
         out = []
-        nxt, ref = self._next, self.ref_cnt
+        nxt, ref = self._next, self._ref
         for _ in range(num_blocks):
             b = nxt[self._head]
             self._unlink(b)
@@ -167,8 +177,11 @@ class BlockPool:
                 del self._hash_to_blocks[h]
 
     def touch(self, block_ids: Iterable[int]) -> None:
-        """Prefix hits: ref += 1, taking blocks with ref 0 out of the free queue."""
-        ref = self.ref_cnt
+        """Prefix hits: ref += 1, taking blocks with ref 0 out of the free queue.
+        ValueError with caching off: nothing is cached, so nothing can be hit."""
+        if self._stack is not None:
+            raise ValueError("touch: prefix caching is off, no block can be shared")
+        ref = self._ref
         for b in block_ids:
             if ref[b] == 0:
                 self._unlink(b)
@@ -176,8 +189,20 @@ class BlockPool:
 
     def free_blocks(self, ordered_block_ids: Iterable[int]) -> None:
         """ref -= 1 for each block, given in eviction priority order (first is
-        evicted first). Blocks reaching 0: hashed → tail, unhashed → head."""
-        ref, hashes = self.ref_cnt, self.block_hash
+        evicted first). Blocks reaching 0: hashed → tail, unhashed → head.
+        ValueError for a block freed more often than allocated (caching off:
+        detected when the frees exceed the blocks held; ``check_invariants``
+        finds any duplicate)."""
+        stack = self._stack
+        if stack is not None:  # caching off: every freed block is unhashed and goes to the head
+            blocks = list(ordered_block_ids)
+            if self.num_free_blocks + len(blocks) > self.num_gpu_blocks - 1:
+                raise ValueError(f"blocks {blocks[:8]} freed more often than allocated")
+            blocks.reverse()  # blocks[0] ends at the head (the list's end)
+            stack.extend(blocks)
+            self.num_free_blocks += len(blocks)
+            return
+        ref, hashes = self._ref, self.block_hash
         freed = []
         for b in ordered_block_ids:
             r = ref[b] - 1
@@ -186,12 +211,6 @@ class BlockPool:
             ref[b] = r
             if r == 0:
                 freed.append(b)
-        stack = self._stack
-        if stack is not None:  # caching off: all unhashed, freed[0] ends at the head (list end)
-            freed.reverse()
-            stack.extend(freed)
-            self.num_free_blocks += len(freed)
-            return
         unhashed = []
         for b in freed:
             if hashes[b] is None:
@@ -252,9 +271,10 @@ class BlockPool:
         assert len(free) == len(set(free)) == self.num_free_blocks, "free queue count/duplicates"
         assert 0 not in free, "null block in free queue"
         free_set = set(free)
+        ref = self.ref_cnt
         for b in range(1, self.num_gpu_blocks):
-            assert (self.ref_cnt[b] == 0) == (b in free_set), f"block {b}: ref {self.ref_cnt[b]} vs free"
-            assert self.ref_cnt[b] >= 0
+            assert (ref[b] == 0) == (b in free_set), f"block {b}: ref {ref[b]} vs free"
+            assert ref[b] >= 0
         for h, blocks in self._hash_to_blocks.items():
             assert blocks, f"empty entry for hash {h}"
             for b in blocks:

@@ -258,8 +258,7 @@ class KVCacheManager:
             raise ValueError(f"num_new_computed_tokens={num_new_computed_tokens} does not match "
                              f"{len(hits)} hit blocks of {bs}")
         pool = self.pool
-        ref = pool.ref_cnt
-        evictable = sum(1 for b in hits if ref[b] == 0)
+        evictable = sum(1 for b in hits if pool.ref_cnt[b] == 0) if hits else 0
         free = pool.num_free_blocks
         wm = self.watermark_blocks if (has_scheduled_reqs and request.status in _WAITING_STATES) else 0
         if full_sequence_check:
