@@ -50,8 +50,8 @@ class ChunkedPrefillScheduler(Scheduler):
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
         """The RUNNING pass; returns the budget left. (Hot path: the token cap
         of :meth:`_cap_tokens` is inlined, and so is :meth:`_add_scheduled`
-        for a decode whose token fits in the blocks it holds — then
-        ``allocate_slots`` would be a no-op and is skipped.)"""
+        for stretches of decodes whose token fits in the blocks they hold —
+        then ``allocate_slots`` would be a no-op and is skipped.)"""
         alloc = self.kv.allocate_slots
         skip_alloc = getattr(self.kv, "decode_skips_allocation", False)
         running = self.running
@@ -63,20 +63,29 @@ class ChunkedPrefillScheduler(Scheduler):
         num_decode = 0
         i = 0
         while i < len(running) and budget > 0:
+            if skip_alloc:
+                # A stretch of plain decodes with room in their last block: one token
+                # each, no allocation; their counts are added once after the stretch.
+                n0 = len(sched_reqs)
+                for req in running[i:i + budget]:
+                    c = req.num_computed_tokens
+                    o = req.num_output_tokens
+                    if req.num_prompt_tokens + o - c != 1 or not o or c >= last_pos or c >= req.kv_capacity:
+                        break
+                    sched_reqs.append(req)
+                    sched_c.append(c)
+                    req.num_computed_tokens = c + 1
+                m = len(sched_reqs) - n0
+                if m:
+                    sched_n.extend([1] * m)
+                    num_decode += m
+                    budget -= m
+                    i += m
+                    continue
             req = running[i]
             c = req.num_computed_tokens
             o = req.num_output_tokens
             n = req.num_prompt_tokens + o - c
-            if n == 1 and o and c < last_pos and skip_alloc and c < req.kv_capacity:
-                # a plain decode with room in its last block
-                sched_reqs.append(req)
-                sched_n.append(1)
-                sched_c.append(c)
-                num_decode += 1
-                req.num_computed_tokens = c + 1
-                budget -= 1
-                i += 1
-                continue
             if 0 < thr < n:
                 n = thr
             if n > budget:
