@@ -74,7 +74,7 @@ def run(
     from sim.config import build_config
     from sim.metrics import parse_goodput
     from sim.output import write_results
-    from sim.report_text import print_run_summary
+    from sim.report_text import print_run_summary, workload_warnings
     from sim.runner import run_simulation
 
     _check_config_arg(config)
@@ -94,17 +94,8 @@ def run(
                  f"{n:,} request was" if n == 1 else f"{n:,} requests were")
         typer.echo(f"warning: {every} rejected, e.g. request {rid}: {reasons[rid]} "
                    "(requests.csv: status, reason)", err=True)
-    specs = res.specs
-    if specs.num_skipped_rows:
-        typer.echo(f"warning: {specs.num_skipped_rows:,} malformed trace row(s) skipped (workload.skip_bad_rows); "
-                   f"{specs.source}", err=True)
-    if specs.num_out_of_order_rows:
-        typer.echo(f"warning: {specs.num_out_of_order_rows:,} trace row(s) are timestamped before the row above "
-                   f"them; the trace was sorted by time (duration {res.summary['duration']:,.0f} s): check its "
-                   "time column", err=True)
-    if specs.num_clipped:
-        typer.echo(f"warning: {specs.num_clipped:,} prompt(s) cut to fit max_model_len "
-                   "(workload.clip_to_max_model_len)", err=True)
+    for w in workload_warnings(res.summary):
+        typer.echo(f"warning: {w}", err=True)
     typer.echo(f"results written to {out}/ (summary.json, requests.csv, steps.csv)")
 
 

@@ -18,7 +18,7 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
     from sim.compare import run_variants, variants_from_args
     from sim.output import json_safe, write_results
     from sim.report import write_compare_report
-    from sim.report_text import print_compare_table
+    from sim.report_text import print_compare_table, workload_warnings
     from sim.variant_data import VariantData
 
     if workers is not None and workers < 1:
@@ -66,6 +66,8 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
     (out / "variants.json").write_text(json.dumps(json_safe({n: s["config"] for n, (s, _) in results.items()}),
                                                    indent=2) + "\n")
     print_compare_table({n: s for n, (s, _) in results.items()})
+    for w in workload_warnings(first):  # every variant saw the same request stream
+        print(f"warning: {w}", file=sys.stderr)
     print(f"report: {report}")
     return report
 

@@ -124,7 +124,8 @@ def plan_markdown(table, s: PlanSettings, context: dict, figures: list[str]) -> 
     slos = ", ".join(map(str, s.slos)) or "none"
     out = [f"# Capacity plan: {context.get('model', '')}", ""]
     out += [f"- {k}: {v}" for k, v in context.items()]
-    out += [f"- SLOs: {slos}" + (f"; goodput SLOs (s): {s.goodput}" if s.goodput else ""),
+    per_request = ", ".join(f"{k} <= {v * 1e3:g} ms" for k, v in (s.goodput or {}).items())
+    out += [f"- SLOs: {slos}" + (f"; per-request goodput SLOs: {per_request}" if per_request else ""),
             f"- target rate: {s.target_rate:g} req/s" if s.target_rate is not None else "- target rate: none",
             f"- search: bisection on the request rate of one replica to within {s.rel_tol:.0%}; a rate passes when "
             "the run is stable (requests in system and queueing time do not grow from the first to the last third "

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.diagnosis import diagnose
+from sim.report_text import workload_warnings
 from sim.variant_data import VariantData
 from sim.winners import compare_winners
 
@@ -147,6 +148,7 @@ def _context_paragraph(variants: dict[str, VariantData], context: dict) -> str:
     extra = [f"{k}: {v}" for k, v in ctx.items()]
     if extra:
         parts.append(" ".join(f"{e}." for e in extra))
+    parts += [f"\n\n**Warning**: {w}." for w in workload_warnings(first)]
     return " ".join(parts)
 
 

@@ -79,6 +79,24 @@ def print_names(title: str, names) -> None:
     _console.print(t)
 
 
+def workload_warnings(s: dict) -> list[str]:
+    """What a run's workload silently changed (skipped or reordered trace rows,
+    clipped prompts), from its summary; printed by run and compare, and in
+    compare's report."""
+    out = []
+    if s.get("num_skipped_trace_rows"):
+        out.append(f"{s['num_skipped_trace_rows']:,} malformed trace row(s) skipped (workload.skip_bad_rows): "
+                   f"{s.get('workload_source', '')}")
+    if s.get("num_out_of_order_trace_rows"):
+        out.append(f"{s['num_out_of_order_trace_rows']:,} trace row(s) are timestamped before the row above "
+                   f"them; the trace was sorted by time (duration {s.get('duration', float('nan')):,.0f} s): "
+                   "check its time column")
+    if s.get("num_clipped_prompts"):
+        out.append(f"{s['num_clipped_prompts']:,} prompt(s) cut to fit max_model_len "
+                   "(workload.clip_to_max_model_len)")
+    return out
+
+
 COMPARE_COLUMNS = (
     ("req/s", "request_throughput", 2), ("out tok/s", "output_throughput", 0),
     ("TTFT p50", "median_ttft_ms", 1), ("TTFT p99", "p99_ttft_ms", 1),

@@ -48,6 +48,9 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
     summary["wall_time_s"] = wall
     summary["sim_requests_per_wall_s"] = len(specs) / wall if wall > 0 else float("inf")
     summary["workload_source"] = specs.source
+    summary["num_skipped_trace_rows"] = specs.num_skipped_rows
+    summary["num_out_of_order_trace_rows"] = specs.num_out_of_order_rows
+    summary["num_clipped_prompts"] = specs.num_clipped
     summary["config"] = dep.cfg.model_dump(mode="json")
     summary["servesim_version"] = __version__
     return RunOutput(summary, result, dep, specs, wall)

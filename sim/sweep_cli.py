@@ -77,7 +77,8 @@ def plan(
                                                         "e.g. max_num_batched_tokens=2048,8192."),
     replicas: Optional[str] = typer.Option(None, help="Allowed replica counts, comma-separated (default: 1..--max-replicas)."),
     max_replicas: int = typer.Option(64, help="Largest replica count considered when --replicas is not given."),
-    slo: Optional[List[str]] = typer.Option(None, help="SLO on a summary metric: KEY<=VALUE or KEY=VALUE (means <=), "
+    slo: Optional[List[str]] = typer.Option(None, help="SLO on a summary metric: KEY<=VALUE or KEY=VALUE (a cap; a floor "
+                                                       "for goodput_fraction), "
                                                        "e.g. p99_ttft_ms=1000 p99_tpot_ms=60; or goodput_fraction>=0.9 "
                                                        "with --goodput. The load to serve is --target-rate. "
                                                        "Repeatable."),
@@ -149,7 +150,8 @@ def plan(
     settings = PlanSettings(slos, gp, target_rate, reps, max_replicas, start_rate, rel_tol)
     wl = base.workload
     n_req = wl.num_requests if wl.num_requests is not None else "the trace's requests"
-    context = {"model": base.model, "workload": workload or (f"trace {wl.trace}" if wl.trace else "default"),
+    trace_desc = f"trace {wl.trace}" + (f" (its lengths; {wl.arrival} arrivals)" if wl.arrival else "")
+    context = {"model": base.model, "workload": workload or (trace_desc if wl.trace else "default"),
                "requests per replica per run": f"{n_req} + {wl.num_warmup_requests} warm-up",
                "max_model_len": base.max_model_len or "model default", "seed": base.seed,
                "candidates": len(cands)}
@@ -183,6 +185,6 @@ def _check_plannable(base) -> None:
         table = load_trace(wl.trace, wl.trace_format, wl.columns, wl.skip_bad_rows)
         if wl.arrival_process(has_timestamps=table.arrival_s is not None) == "trace":
             raise ConfigError(f"plan: {wl.trace} is replayed at its own timestamps, so the request rate plan "
-                              "searches has no effect; set workload.arrival (poisson, gamma, constant) and any "
-                              "workload.request_rate (plan replaces it at each rate) to draw arrivals with the "
-                              "trace's lengths")
+                              "searches has no effect; to draw arrivals with the trace's lengths, set both "
+                              "workload.arrival (poisson, gamma, constant) and workload.request_rate (required; any "
+                              "value, plan replaces it at each rate)")

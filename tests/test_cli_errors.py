@@ -133,3 +133,15 @@ def test_run_warns_about_rows_out_of_time_order(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "warning: 1 trace row(s) are timestamped before the row above them" in r.stderr
     assert "check its time column" in r.stderr
+
+
+def test_compare_warns_about_rows_out_of_time_order_on_screen_and_in_the_report(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n"
+                     "2020-01-01 00:00:00,500,10\n2023-11-16 18:15:51.00,396,9\n")
+    r = cli("compare", "--quiet", "--out", str(tmp_path / "o"), "--schedulers", "chunked",
+            "--set", f"workload.trace={trace}")
+    assert r.returncode == 0, r.stderr
+    assert "warning: 1 trace row(s) are timestamped before the row above them" in r.stderr
+    assert "**Warning**: 1 trace row(s) are timestamped before the row above them" in \
+        (tmp_path / "o" / "report.md").read_text()
