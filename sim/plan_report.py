@@ -83,7 +83,9 @@ def plan_table(plans: list[CandidatePlan], s: PlanSettings):
     # Cheapest first; at equal cost, the most capacity (replicas × max rate) first.
     df = df.sort_values(["_o", "cost_per_hour_usd", "capacity_req_s", "max_rate_per_replica"],
                         ascending=[True, True, False, False], na_position="last", kind="stable").drop(columns="_o")
-    df.insert(0, "rank", range(1, len(df) + 1))
+    ok = (df["status"] == "ok").tolist()
+    # only candidates that serve the load are ranked (they sort first)
+    df.insert(0, "rank", [i + 1 if o else math.nan for i, o in enumerate(ok)])
     return df.reset_index(drop=True)
 
 
@@ -180,7 +182,11 @@ def run_plan(base: SimConfig, candidates: list[Candidate], settings: PlanSetting
         rows.to_csv(out / "results.csv", index=False, float_format="%.9g")
         parquet_safe(rows).to_parquet(out / "results.parquet", index=False)
     figures = []
-    (out / "latency_vs_load").mkdir(exist_ok=True)
+    lvl = out / "latency_vs_load"
+    for old in lvl.glob("*.png") if lvl.is_dir() else ():  # an earlier plan's figures (other candidates)
+        old.unlink()
+    if any(p.rows for p in plans):
+        lvl.mkdir(exist_ok=True)
     for p in plans:
         if p.rows:
             f = f"latency_vs_load/{slug(p.candidate.name)}.png"

@@ -114,6 +114,7 @@ def test_replicas_and_cost_for_target(monkeypatch):
     assert plans[2].status == "infeasible" and "power of two" in plans[2].reason
     table = plan_table(plans, s)
     assert list(table["candidate"]) == ["test tp2", "test tp4 tiny", "test tp3"]
+    assert table["rank"].iloc[0] == 1 and table["rank"].iloc[1:].isna().all()  # infeasible: not ranked
     row = table.iloc[0]
     assert row["num_gpus"] == 6 and row["cost_per_hour_usd"] == pytest.approx(6.0)  # 3 × TP 2 × $1
     # $6/h over 10 req/s × 200 output tokens per request × 3600 s
@@ -214,6 +215,7 @@ def test_cli_plan_positional_slos(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     table = pd.read_csv(tmp_path / "plan.csv")
     assert list(table["replicas"]) == [3, 3] and list(table["num_gpus"]) == [3, 6]  # ceil(10 / 4) replicas
+    assert list(table["rank"]) == [1, 2]
     assert "Cheapest for 10 req/s: 3 × (test_gpu tp1 chunked) = 3 GPUs, $3.00/hour" in r.output
     assert "p99_tpot_ms <= 50" in (tmp_path / "plan.md").read_text()
 
@@ -228,6 +230,9 @@ def test_cli_plan_without_answer_says_why_on_screen(tmp_path, monkeypatch):
     app = typer.Typer()
     app.command()(plan)
     app.command()(lambda: None)
+    stale = tmp_path / "latency_vs_load" / "old_candidate.png"  # an earlier plan's figure in the same --out
+    stale.parent.mkdir()
+    stale.write_bytes(b"png")
     r = CliRunner().invoke(app, [  # p99 TTFT is >= 100 / 4.2 = 23.8 ms at any rate: nothing passes
         "plan", "--model", MODEL, "--hardware", GPU, "--tp", "1,2", "--slo", "p99_ttft_ms=1", "--start-rate", "0.01",
         "--set", "max_model_len=1024", "--out", str(tmp_path), "--workers", "1", "--quiet"])
@@ -238,6 +243,9 @@ def test_cli_plan_without_answer_says_why_on_screen(tmp_path, monkeypatch):
         assert any(line.startswith(f"  test_gpu tp{tp} chunked (no_rate): ") and "p99_ttft_ms = " in line
                    for line in lines), r.output
     table = pd.read_csv(tmp_path / "plan.csv")
+    assert table["rank"].isna().all()  # no candidate serves the load: none is ranked
+    assert not stale.exists() and sorted(p.name for p in stale.parent.iterdir()) == [
+        "test_gpu_tp1_chunked.png", "test_gpu_tp2_chunked.png"]
     from sim.plan_report import plan_markdown
 
     md = plan_markdown(table, PlanSettings([SLO("p99_ttft_ms", "<=", 1.0)]), {}, figures=[])
