@@ -3,7 +3,8 @@ results store; the ``local`` (process pool) and ``ray`` executors.
 
 A row holds ``point_id``, the axis values, ``status`` (``ok`` / ``infeasible`` /
 ``failed``), ``reason``, every scalar summary metric (``summary.json`` keys), the
-stability columns of :mod:`sim.stability`, ``num_gpus`` (TP × replicas),
+stability columns of :mod:`sim.stability`, the point's whole resolved config as
+``config.<key>`` (scalar keys, as ``comparison.csv``), ``num_gpus`` (TP × replicas),
 ``price_per_gpu_hour_usd``, ``cost_per_hour_usd`` and
 ``usd_per_million_output_tokens`` = cost per hour / (output_throughput · 3600 s) · 1e6.
 
@@ -98,6 +99,8 @@ def run_point(cfg: SimConfig, goodput: dict[str, float] | None = None) -> tuple[
         result = res.result
         row.update({k: v for k, v in res.summary.items() if _scalar(v)})
         row.update(assess_stability(res.result.requests, res.result.steps))
+        # the point's whole deployment, as compare's comparison.csv: not only the swept keys
+        row.update({f"config.{k}": v for k, v in res.summary["config"].items() if _scalar(v)})
     row.update(cost_columns(cfg, row.get("output_throughput")))
     row["wall_s"] = time.perf_counter() - t0
     return row, result

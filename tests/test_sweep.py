@@ -113,6 +113,11 @@ def test_resume_skips_finished_and_loses_none(tmp_path):
     lines = (out / "points.jsonl").read_text().splitlines()
     assert len(lines) == 4  # 2 + the 2 new points; the finished ones were not re-run
     assert list(full["workload.request_rate"]) == [50, 100, 200, 400]
+    # every row names its whole deployment, not only the swept key (as comparison.csv does)
+    csv_rows = pd.read_csv(out / "results.csv")
+    assert csv_rows["config.model"].str.endswith("test_model.json").all()
+    assert csv_rows["config.hardware"].str.endswith("test_gpu.yaml").all()
+    assert list(csv_rows["config.max_model_len"]) == [1024] * 4
     assert (full["status"] == "ok").all() and (full["completed"] == 30).all()
     # the first two rows are exactly those of the first run
     keep = [c for c in first.columns if c not in WALL_COLUMNS]
