@@ -216,7 +216,7 @@ def parse_value(text: str) -> Any:
     if text.strip().lower() in ("inf", "+inf", "infinity"):
         return math.inf
     try:
-        return yaml.safe_load(text)
+        return safe_load_unique(text)
     except yaml.YAMLError:
         return text
 

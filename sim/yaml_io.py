@@ -1,9 +1,11 @@
 """YAML reading shared by config, sweep and hardware-profile files: PyYAML's
 safe loader, except that a key given twice in one mapping is an error (plain
-YAML keeps the last one silently)."""
+YAML keeps the last one silently), and that ``8.0e10`` and ``80e9`` are numbers
+as in YAML 1.2 (PyYAML follows YAML 1.1, which needs ``8.0e+10``)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -26,6 +28,12 @@ def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, d
 
 
 UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+# YAML 1.2 floats: an exponent without a sign, a mantissa without a dot (the YAML 1.1
+# patterns stay first; this one adds the forms they read as strings).
+UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
 
 
 def safe_load_unique(text: str) -> Any:

@@ -71,6 +71,16 @@ def test_invalid_profiles_name_file_key_value(tmp_path, mutate, match):
     assert str(path) in str(e.value)
 
 
+def test_exponents_without_sign_or_dot_are_numbers(tmp_path):
+    """YAML 1.2 floats (PyYAML reads 8.0e10 and 80e9 as strings under YAML 1.1)."""
+    text = (Path(__file__).parent.parent / "hardware_profiles" / "h100_sxm.yaml").read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("memory_bytes:"))
+    for value in ("8.0e10", "80e9"):
+        path = tmp_path / f"h_{value}.yaml"
+        path.write_text(text.replace(line, f"memory_bytes: {value}"))
+        assert load_hardware(path).memory_bytes == 80_000_000_000
+
+
 def test_empty_profile_file_is_named_as_empty(tmp_path):
     path = tmp_path / "empty.yaml"
     path.write_text("")
