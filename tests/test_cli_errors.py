@@ -114,10 +114,16 @@ def test_a_folder_where_a_file_belongs_is_named_as_such(tmp_path, args, what):
     assert f"error: {what}: {tmp_path} is a folder; give a file" in r.stderr
 
 
-def test_run_warns_about_skipped_trace_rows(tmp_path):
+def _azure_trace(tmp_path, middle_row: str):
+    """A three-row Azure trace whose second row is ``middle_row``."""
     trace = tmp_path / "t.csv"
     trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n"
-                     "2023-11-16 18:15:50.99,-5,109\n2023-11-16 18:15:51.00,396,9\n")
+                     f"{middle_row}\n2023-11-16 18:15:51.00,396,9\n")
+    return trace
+
+
+def test_run_warns_about_skipped_trace_rows(tmp_path):
+    trace = _azure_trace(tmp_path, "2023-11-16 18:15:50.99,-5,109")
     r = cli("run", "--quiet", "--out", str(tmp_path / "o"), "--set", f"workload.trace={trace}",
             "--set", "workload.skip_bad_rows=true")
     assert r.returncode == 0, r.stderr
@@ -125,23 +131,12 @@ def test_run_warns_about_skipped_trace_rows(tmp_path):
     assert "2 of 3 rows" in r.stderr
 
 
-def test_run_warns_about_rows_out_of_time_order(tmp_path):
-    trace = tmp_path / "t.csv"
-    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n"
-                     "2020-01-01 00:00:00,500,10\n2023-11-16 18:15:51.00,396,9\n")
-    r = cli("run", "--quiet", "--out", str(tmp_path / "o"), "--set", f"workload.trace={trace}")
+@pytest.mark.parametrize("command", [("run",), ("compare", "--schedulers", "chunked")])
+def test_rows_out_of_time_order_are_warned_about(tmp_path, command):
+    trace = _azure_trace(tmp_path, "2020-01-01 00:00:00,500,10")  # years before the row above it
+    r = cli(*command, "--quiet", "--out", str(tmp_path / "o"), "--set", f"workload.trace={trace}")
     assert r.returncode == 0, r.stderr
-    assert "warning: 1 trace row(s) are timestamped before the row above them" in r.stderr
-    assert "check its time column" in r.stderr
-
-
-def test_compare_warns_about_rows_out_of_time_order_on_screen_and_in_the_report(tmp_path):
-    trace = tmp_path / "t.csv"
-    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n"
-                     "2020-01-01 00:00:00,500,10\n2023-11-16 18:15:51.00,396,9\n")
-    r = cli("compare", "--quiet", "--out", str(tmp_path / "o"), "--schedulers", "chunked",
-            "--set", f"workload.trace={trace}")
-    assert r.returncode == 0, r.stderr
-    assert "warning: 1 trace row(s) are timestamped before the row above them" in r.stderr
-    assert "**Warning**: 1 trace row(s) are timestamped before the row above them" in \
-        (tmp_path / "o" / "report.md").read_text()
+    warning = "1 trace row(s) are timestamped before the row above them"
+    assert f"warning: {warning}" in r.stderr and "check its time column" in r.stderr
+    if command[0] == "compare":  # and in the report, which otherwise ranks variants on 0.00 req/s
+        assert f"**Warning**: {warning}" in (tmp_path / "o" / "report.md").read_text()

@@ -142,7 +142,7 @@ def test_decode_steps_equal_repeated_step_time(name, tp):
     for hw in (HW, get_hardware("h100_sxm")):
         cm = CostModel(model, hw, tensor_parallel_size=tp)
         ctx = np.random.default_rng(7).integers(0, 5000, size=37)
-        for k in (1, 7, 40, 41, 50):  # short runs take a Python path, long ones numpy's
+        for k in (1, 7, 40, 41, 50):  # numpy over the steps (the engine's Python path: decode_run_ends)
             fast = cm.decode_steps_time_s(ctx, k)
             slow = np.array([cm.step_time_s(np.ones_like(ctx), ctx + j) for j in range(k)])
             assert fast.shape == (k,)

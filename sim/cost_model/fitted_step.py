@@ -253,38 +253,17 @@ class FittedAttention:
             total += self._naive_extra(float(snc + snn))
         return (max(launch, self.ca.launch_s) + total) * self.layers
 
-    def decode_run_py(self, cl: list[int], k: int) -> list[float]:
-        """:meth:`decode_run_s` of a short run, every context growing, with
-        Python floats (cheaper than numpy's per-call cost for a few dozen
-        steps): the same operations as k calls of :meth:`step_s`'s decode
-        branch. Tiles grow by the sequences whose context reaches a tile
-        boundary: (c_i + j) % tile == 0 at step j."""
-        t, S, gen, layers, launch = self.tile, len(cl), self._gen, self.layers, self.ga.launch_s
-        tiles = sum((x + t) // t for x in cl)
-        crossings: dict[int, int] = {}
-        for x in cl:
-            r = x % t
-            crossings[r] = crossings.get(r, 0) + 1
-        base = sum(cl) + S  # KV tokens read at step 0
-        b = float(S)
-        out = []
-        for j in range(k):
-            if j:
-                tiles += crossings.get(-j % t, 0)
-            total = gen(b, float(base + j * S), float(tiles * t))
-            if self.naive:
-                total += self._naive_extra(float(base + j * S))
-            out.append((launch + total) * layers)
-        return out
-
     def decode_run_ends_py(self, cl: list[int], k: int, start: float, ops: tuple[float, ...],
                            cpu: float, overlap: bool) -> list[float]:
-        """End times (s) of a short run of k decode steps starting at ``start``:
-        :meth:`decode_run_py`, the step's other operators ``ops`` = (qkv, o,
-        ffn, norms, lm_head, all_reduce, overhead) and the host time ``cpu``
-        (``max`` when ``overlap``, else added) fused in one loop. The same
-        float operations, in the same order, as single steps and ``t += dt``,
-        so the ends are bit-identical to the reference mode's ``env.now``."""
+        """End times (s) of a short run of k decode steps starting at ``start``,
+        every context growing, in Python floats (cheaper than numpy's per-call
+        cost for a few dozen steps): :meth:`step_s`'s decode branch, the step's
+        other operators ``ops`` = (qkv, o, ffn, norms, lm_head, all_reduce,
+        overhead) and the host time ``cpu`` (``max`` when ``overlap``, else
+        added), fused in one loop. Tiles grow by the sequences whose context
+        reaches a tile boundary: (c_i + j) % tile == 0 at step j. The same float
+        operations, in the same order, as single steps and ``t += dt``, so the
+        ends are bit-identical to the reference mode's ``env.now``."""
         t, S, layers, launch = self.tile, len(cl), self.layers, self.ga.launch_s
         tiles = sum([(x + t) // t for x in cl])
         crossings: dict[int, int] = {}
@@ -330,7 +309,7 @@ class FittedAttention:
     def decode_run_s(self, c: np.ndarray, k: int, g: int) -> np.ndarray:
         """Times (s, shape (k,)) of k decode steps: the first ``g`` sequences'
         contexts grow by one per step. Tile counts are exact integers, equal
-        to :meth:`step_s`'s. (Short runs: :meth:`decode_run_py`.)"""
+        to :meth:`step_s`'s. (Short runs: :meth:`decode_run_ends_py`.)"""
         t = self.tile
         S = c.shape[0]
         j = np.arange(k, dtype=np.int64)

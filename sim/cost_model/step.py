@@ -258,8 +258,6 @@ class CostModel:
         if S == 0 or k == 0:
             return np.zeros(k)
         g = S if num_growing is None else num_growing
-        if self.fitted and g == S and k <= _PY_RUN_MAX:
-            return np.array(self.decode_steps_times(c.tolist(), k))
         qkv, o, ffn, norms, lm, ar, ov = self._linear_ops(float(S), float(S))
         if self.fitted:
             attn = self._attn_fitted.decode_run_s(c, k, g)
@@ -268,18 +266,6 @@ class CostModel:
         Cj = C + float(g) * np.arange(k, dtype=float)  # exact: integers < 2**53
         attn = self._attention(float(S), Cj, Cj, float(S), np.maximum)
         return qkv + attn + o + ffn + norms + lm + ar + ov
-
-    def decode_steps_times(self, num_context_tokens: list[int], k: int) -> list[float]:
-        """:meth:`decode_steps_time_s` for the engine's hot path: contexts as a
-        list of ints (every one growing), times (s) as a list of floats. A
-        short run of a fitted model (k <= 40) is computed in Python floats, the
-        same operations as k calls of :meth:`step_time_s`."""
-        S = len(num_context_tokens)
-        if not (self.fitted and 0 < k <= _PY_RUN_MAX and S):
-            return self.decode_steps_time_s(np.asarray(num_context_tokens, dtype=np.int64), k).tolist()
-        qkv, o, ffn, norms, lm, ar, ov = self._linear_ops(float(S), float(S))
-        return [qkv + a + o + ffn + norms + lm + ar + ov
-                for a in self._attn_fitted.decode_run_py(num_context_tokens, k)]
 
     def decode_run_ends(self, num_context_tokens: list[int], k: int, start: float, cpu_s: float = 0.0,
                         overlap: bool = False) -> list[float]:
