@@ -28,8 +28,8 @@ Processes:
   (``sim/overheads.py``) → ``yield env.timeout(step_time)`` →
   ``update_from_output()``. An idle replica waits on an event an arrival
   triggers; it never polls. One SimPy event per step with ``exact_steps``; by
-  default a run of identical decode steps takes two events (its first 16
-  steps, then the rest; ``_decode_run``), same results.
+  default a run of identical decode steps takes one or a few events
+  (``_decode_run``), same results.
 
 Metrics are appended to compact columns as the run goes (``sim.metrics``).
 """
@@ -54,6 +54,7 @@ from sim.workload import RequestSpecs
 
 
 _RUN_CHUNK = 16  # steps of a merged decode run timed first (most runs end sooner)
+_RUN_TO_ARRIVAL = 40  # at most this many when timed up to the next arrival (sim.cost_model._PY_RUN_MAX)
 
 
 @dataclass
@@ -70,7 +71,7 @@ class RunResult:
 
 class _Replica:
     __slots__ = ("index", "scheduler", "kv", "wake", "outstanding", "unused_integral", "merging", "proc",
-                 "num_recovering", "busy", "pending", "last_step_start", "frontend_done")
+                 "num_recovering", "busy", "pending", "last_step_start", "frontend_done", "run_ends")
 
     def __init__(self, index: int, scheduler, kv) -> None:
         self.index = index
@@ -80,6 +81,7 @@ class _Replica:
         self.outstanding = 0
         self.unused_integral = 0.0
         self.merging = False  # inside a run of merged decode steps (interruptible)
+        self.run_ends: list[float] = []  # the merged run's step end times timed so far
         self.num_recovering = 0  # preempted requests not yet back where they were
         self.proc = None
         # Overlap scheduling: the next step's batch is formed when a step starts, so
@@ -126,6 +128,7 @@ class Simulation(Traffic, Outputs):
         self.progress = progress
         self.progress_every = progress_every
         self._next_index = 0
+        self._num_sent = 0  # requests handed to the router so far
         self.max_concurrency = cfg.workload.max_concurrency
         self._spec_columns()
         # Reserved-but-unused KV is the contiguous baseline's metric; O(batch) a step.
@@ -133,13 +136,13 @@ class Simulation(Traffic, Outputs):
 
     # ------------------------------------------------------------------ requests
     def _send(self, req: Request) -> None:
+        self._num_sent += 1
         rep = self._route(req)
         req.replica = rep.index
         if rep.busy:  # overlap scheduling: seen by the batch after the next one
             rep.pending.append((self.env.now, req))
             if rep.merging and rep.scheduler.arrival_may_change_schedule():
-                rep.merging = False
-                rep.proc.interrupt()
+                self._cut_run(rep)
             return
         self._admit_to(rep, req)
 
@@ -150,11 +153,20 @@ class Simulation(Traffic, Outputs):
             if rep.wake is not None and not rep.wake.triggered:
                 rep.wake.succeed()
             elif cut:
-                rep.merging = False
-                rep.proc.interrupt()
+                self._cut_run(rep)
         else:
             self._record(req)
             self._on_done(req)
+
+    def _cut_run(self, rep: _Replica) -> None:
+        """End the replica's merged decode run at the end of the step in
+        progress. When that is the last step timed so far (the run was timed up
+        to this arrival: ``_next_send_s``), the pending timeout already ends
+        there and clearing ``merging`` says so; otherwise the run is interrupted."""
+        rep.merging = False
+        ends = rep.run_ends
+        if len(ends) > 1 and ends[-2] >= self.env.now:
+            rep.proc.interrupt()
 
     # ------------------------------------------------------------------ replica
     def _replica_loop(self, rep: _Replica):
@@ -234,12 +246,15 @@ class Simulation(Traffic, Outputs):
             self._finish(rep, finished, now, seen)
 
     def _decode_run(self, rep: _Replica, out, ctx: list[int], k: int, start: float):
-        """Up to ``k`` identical decode steps in at most two events (the first
-        ``_RUN_CHUNK`` steps, then the rest). Step end times are accumulated in
-        the same floating-point order as ``k`` single steps, so results equal
-        the reference mode's. An arrival routed to this replica interrupts the
-        run; it then ends at the end of the step in progress, as the reference
-        mode would let the scheduler see the arrival there."""
+        """Up to ``k`` identical decode steps in few events. Step end times are
+        accumulated in the same floating-point order as ``k`` single steps, so
+        results equal the reference mode's. An arrival routed to this replica
+        that may change the schedule cuts the run (``_cut_run``): it ends at the
+        end of the step in progress, as the reference mode would let the
+        scheduler see the arrival there. Steps are timed in chunks: in open loop
+        up to the next send (``_next_send_s``; most runs end there), else the
+        first ``_RUN_CHUNK`` steps; then, if the run goes on, the rest at once
+        (up to the next send)."""
         env = self.env
         sched = rep.scheduler
         scheduled = out.scheduled
@@ -248,11 +263,13 @@ class Simulation(Traffic, Outputs):
         ov = self.overheads
         cpu, overlap = ov.cpu_s(B), ov.overlap
         if len(ctx) == B:
-            # Step times are planned in two parts (16 steps, then the rest): most
-            # runs are cut by an arrival long before their k-th step, and the steps
-            # never reached need no time. The rest continues the same sequential
-            # float adds (contexts are integers): the ends are those of one whole run.
-            ends = self.cost.decode_run_ends(ctx, min(k, _RUN_CHUNK), start, cpu, overlap)
+            # Steps are timed in parts: most runs are cut by an arrival long before
+            # their k-th step, and the steps never reached need no time. Each part
+            # continues the same sequential float adds (contexts are integers): the
+            # ends are those of one whole run.
+            until = self._next_send_s()
+            ends = self.cost.decode_run_ends(ctx, min(k, _RUN_CHUNK if until == math.inf else _RUN_TO_ARRIVAL),
+                                             start, cpu, overlap, until)
         else:  # static batching: finished sequences computed as padding; all k steps timed here
             gpu = self.cost.decode_steps_time_s(np.asarray(ctx, dtype=np.int64), k, num_growing=B).tolist()
             ends = []
@@ -261,16 +278,18 @@ class Simulation(Traffic, Outputs):
                 t += dt
                 ends.append(t)
         rep.merging = True
+        rep.run_ends = ends
         try:
             while True:
                 yield env.timeout(ends[-1] - env.now)
                 m = len(ends)
-                if m >= k:
+                if m >= k or not rep.merging:  # all k steps, or cut by an arrival in the last one
                     break
                 self.num_events += 1
                 # a run that got this far often goes on: time the rest at once (numpy if long)
-                ends += self.cost.decode_run_ends([c + m for c in ctx], k - m, ends[-1], cpu, overlap)
-            j = k
+                ends += self.cost.decode_run_ends([c + m for c in ctx], k - m, ends[-1], cpu, overlap,
+                                                  self._next_send_s())
+            j = m
         except simpy.Interrupt:
             rep.merging = False
             now = env.now

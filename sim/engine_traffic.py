@@ -4,6 +4,7 @@ the serving frontend's ingress delay and the router (a mixin of
 
 from __future__ import annotations
 
+import math
 from array import array
 
 import numpy as np
@@ -54,6 +55,16 @@ class Traffic:
             best = max(reps, key=lambda r: (r.kv.get_computed_blocks(req)[1], -r.outstanding, -r.index))
             return best
         return min(reps, key=lambda r: (r.outstanding, r.index))  # least_outstanding_requests
+
+    def _next_send_s(self) -> float:
+        """When the next open-loop request reaches the router (s; inf in closed
+        loop or when every request was sent). Merged decode runs are timed up
+        to it, so the arrival that cuts one usually finds its last step timed;
+        it only bounds work done ahead and never changes a result."""
+        i = self._num_sent
+        if self.max_concurrency is not None or i >= len(self.specs):
+            return math.inf
+        return self._cols[0][i] + self.frontend_s
 
     def _arrivals(self):
         env = self.env

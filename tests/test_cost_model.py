@@ -164,6 +164,12 @@ def test_decode_run_ends_equal_single_steps_accumulated(cpu, overlap):
             t += max(gpu, cpu) if overlap else gpu + cpu
             ref.append(t)
         assert cm.decode_run_ends(ctx, k, 12.345, cpu, overlap) == ref
+    # Timed up to a time: the prefix through the first step ending at or after it.
+    assert cm.decode_run_ends(ctx, 40, 12.345, cpu, overlap, until=ref[12]) == ref[:13]
+    assert cm.decode_run_ends(ctx, 40, 12.345, cpu, overlap, until=ref[12] - 1e-9) == ref[:13]
+    assert cm.decode_run_ends(ctx, 40, 12.345, cpu, overlap, until=0.0) == ref[:1]
+    assert cm.decode_run_ends(ctx, 10, 12.345, cpu, overlap, until=ref[30]) == ref[:10]
+    assert cm.decode_run_ends(ctx, 57, 12.345, cpu, overlap, until=ref[44]) == ref[:45]  # numpy path
 
 
 def test_moe_touches_fewer_experts_at_small_batch():

@@ -13,6 +13,15 @@ SCENARIOS = {
                           "workload.input_len": {"dist": "uniform", "low": 20, "high": 300},
                           "workload.output_len": {"dist": "uniform", "low": 5, "high": 120},
                           "max_num_batched_tokens": 512, "max_num_seqs": 64},
+    # Runs are timed up to the next send: with three replicas most sends go
+    # elsewhere (the run goes on), and the frontend delays each send.
+    "open_loop_three_replicas_frontend": {"workload.arrival": "poisson", "workload.request_rate": 400.0,
+                                          "workload.num_requests": 500, "num_replicas": 3,
+                                          "frontend_latency_s": 2e-3, "frontend_token_s": 2e-5,
+                                          "cpu_step_overhead_s": 3e-4, "overlap_scheduling": True,
+                                          "workload.input_len": {"dist": "uniform", "low": 20, "high": 300},
+                                          "workload.output_len": {"dist": "uniform", "low": 5, "high": 120},
+                                          "max_num_batched_tokens": 512},
     "overload_preemption": {"workload.arrival": "inf", "workload.num_requests": 120,
                             "workload.input_len": {"dist": "uniform", "low": 50, "high": 400},
                             "workload.output_len": {"dist": "uniform", "low": 20, "high": 200},
@@ -29,6 +38,11 @@ SCENARIOS = {
                                  "num_replicas": 2, "router": "least_outstanding_requests",
                                  "workload.input_len": {"dist": "uniform", "low": 20, "high": 200},
                                  "workload.output_len": {"dist": "uniform", "low": 2, "high": 80}},
+    # Sends at unknown times inside merged runs: those runs are interrupted.
+    "closed_loop_think_time": {"workload.max_concurrency": 8, "workload.num_requests": 200,
+                               "client_think_time_s": 0.03,
+                               "workload.input_len": {"dist": "uniform", "low": 20, "high": 200},
+                               "workload.output_len": {"dist": "uniform", "low": 20, "high": 200}},
     # Engine CPU overheads (serial and overlapped), frontend latency, client think
     # times and start spread: sends land at arbitrary times inside merged runs.
     "closed_loop_overheads_serial": {"workload.max_concurrency": 12, "workload.num_requests": 240,
@@ -115,3 +129,19 @@ def test_fast_mode_equals_reference_with_engine_presets(engine):
         assert np.array_equal(fast.requests[key], ref.requests[key]), key
     for key in ("arrival_time_s", "first_scheduled_time_s", "first_token_time_s", "finish_time_s"):
         np.testing.assert_allclose(fast.requests[key], ref.requests[key], rtol=1e-9, atol=0)
+
+
+def test_open_loop_runs_are_timed_up_to_the_next_send(monkeypatch):
+    """Open loop: a merged run is timed up to the next send, so the arrival that
+    cuts it lands in its last timed step and no SimPy interrupt is needed. Closed
+    loop (send times unknown ahead) still interrupts, and the results above hold
+    for both."""
+    import simpy
+
+    calls = []
+    orig = simpy.Process.interrupt
+    monkeypatch.setattr(simpy.Process, "interrupt", lambda self, cause=None: (calls.append(1), orig(self, cause)))
+    _, res, _ = simulate(cfg_for(exact_steps=False, scheduler="chunked", **SCENARIOS["open_loop_poisson"]))
+    assert res.num_events < res.num_steps and calls == []
+    simulate(cfg_for(exact_steps=False, scheduler="chunked", **SCENARIOS["closed_loop_think_time"]))
+    assert len(calls) > 0

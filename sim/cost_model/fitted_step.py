@@ -11,6 +11,8 @@ kernel, so it pays one launch (the larger) and both cores.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from sim.cost_model.fitted import bus_efficiency, gemm_family
@@ -254,7 +256,7 @@ class FittedAttention:
         return (max(launch, self.ca.launch_s) + total) * self.layers
 
     def decode_run_ends_py(self, cl: list[int], k: int, start: float, ops: tuple[float, ...],
-                           cpu: float, overlap: bool) -> list[float]:
+                           cpu: float, overlap: bool, until: float = math.inf) -> list[float]:
         """End times (s) of a short run of k decode steps starting at ``start``,
         every context growing, in Python floats (cheaper than numpy's per-call
         cost for a few dozen steps): :meth:`step_s`'s decode branch, the step's
@@ -263,7 +265,8 @@ class FittedAttention:
         added), fused in one loop. Tiles grow by the sequences whose context
         reaches a tile boundary: (c_i + j) % tile == 0 at step j. The same float
         operations, in the same order, as single steps and ``t += dt``, so the
-        ends are bit-identical to the reference mode's ``env.now``."""
+        ends are bit-identical to the reference mode's ``env.now``. Stops
+        early after the first step that ends at or after ``until`` (s)."""
         t, S, layers, launch = self.tile, len(cl), self.layers, self.ga.launch_s
         tiles = sum([(x + t) // t for x in cl])
         crossings: dict[int, int] = {}
@@ -304,6 +307,8 @@ class FittedAttention:
             else:
                 end += dt + cpu
             append(end)
+            if end >= until:
+                break
         return ends
 
     def decode_run_s(self, c: np.ndarray, k: int, g: int) -> np.ndarray:

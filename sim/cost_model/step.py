@@ -12,6 +12,7 @@ all-reduce for the vocab-parallel embedding (vLLM
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
@@ -268,18 +269,22 @@ class CostModel:
         return qkv + attn + o + ffn + norms + lm + ar + ov
 
     def decode_run_ends(self, num_context_tokens: list[int], k: int, start: float, cpu_s: float = 0.0,
-                        overlap: bool = False) -> list[float]:
+                        overlap: bool = False, until: float = math.inf) -> list[float]:
         """End times (s) of k decode steps of an unchanged batch (every context
         growing) starting at ``start``, each step lasting its GPU time plus the
         host time ``cpu_s`` (``max`` of the two when ``overlap``; see
         ``sim/overheads.py``). The same floats as k single steps accumulated
         with ``t += dt``: the engine's merged runs end exactly where the
-        reference mode's steps do."""
+        reference mode's steps do. The list stops after the first step that
+        ends at or after ``until`` (s): the engine times a run up to the next
+        arrival that may cut it."""
         S = len(num_context_tokens)
         if self.fitted and 0 < k <= _PY_RUN_MAX and S:
             ops = self._linear_ops(float(S), float(S))
-            return self._attn_fitted.decode_run_ends_py(num_context_tokens, k, start, ops, cpu_s, overlap)
+            return self._attn_fitted.decode_run_ends_py(num_context_tokens, k, start, ops, cpu_s, overlap,
+                                                        until)
         gpu = self.decode_steps_time_s(np.asarray(num_context_tokens, dtype=np.int64), k)
         dts = np.maximum(gpu, cpu_s) if overlap else gpu + cpu_s
         # add.accumulate adds left to right (no pairwise summation): t += dt, step by step
-        return np.cumsum(np.concatenate(([start], dts)))[1:].tolist()
+        ends = np.cumsum(np.concatenate(([start], dts)))[1:].tolist()
+        return ends[:bisect_left(ends, until) + 1] if ends and until < ends[-1] else ends
