@@ -11,12 +11,17 @@ from typing import Any
 import yaml
 
 
-class UniqueKeyLoader(yaml.SafeLoader):
+# libyaml's parser when PyYAML was built with it (about 10x faster; start-up reads
+# the model presets and a hardware profile), else the pure-Python one: same results.
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class UniqueKeyLoader(_SafeLoader):
     """``yaml.SafeLoader`` that refuses a key given twice in one mapping (plain
     YAML keeps the last one silently)."""
 
 
-def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+def _construct_unique_mapping(loader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen: dict = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
@@ -24,7 +29,7 @@ def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, d
             raise yaml.constructor.ConstructorError(
                 None, None, f"key {key!r} is given twice (first on line {seen[key]})", key_node.start_mark)
         seen[key] = key_node.start_mark.line + 1
-    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+    return _SafeLoader.construct_mapping(loader, node, deep)
 
 
 UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)

@@ -60,24 +60,25 @@ class ChunkedPrefillScheduler(Scheduler):
         last_pos = self.limits.max_model_len - 1
         add = self._add_scheduled
         sched_reqs, sched_n, sched_c = out.scheduled, out.num_scheduled_tokens, out.num_computed_before
+        c_append = sched_c.append
         num_decode = 0
         i = 0
         while i < len(running) and budget > 0:
             if skip_alloc:
                 # A stretch of plain decodes with room in their last block: one token
                 # each, no allocation; their counts are added once after the stretch.
-                n0 = len(sched_reqs)
+                n0 = len(sched_c)
                 for req in running[i:i + budget]:
                     c = req.num_computed_tokens
                     o = req.num_output_tokens
                     if req.num_prompt_tokens + o - c != 1 or not o or c >= last_pos or c >= req.kv_capacity:
                         break
-                    sched_reqs.append(req)
-                    sched_c.append(c)
+                    c_append(c)
                     req.num_computed_tokens = c + 1
-                m = len(sched_reqs) - n0
+                m = len(sched_c) - n0
                 if m:
-                    sched_n.extend([1] * m)
+                    sched_reqs += running[i:i + m]  # the stretch is contiguous
+                    sched_n += [1] * m
                     num_decode += m
                     budget -= m
                     i += m
