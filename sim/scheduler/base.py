@@ -206,6 +206,8 @@ class Scheduler:
             o = r.num_output_tokens
             left = r.num_output_tokens_target - o
             if left < k:
+                if left <= 1:  # finishes at step 1 (common in big batches): no run
+                    return 1
                 k = left
             left = mml - r.num_prompt_tokens - o
             if left < k:

@@ -50,8 +50,8 @@ class ChunkedPrefillScheduler(Scheduler):
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
         """The RUNNING pass; returns the budget left. (Hot path: the token cap
         of :meth:`_cap_tokens` is inlined, and so is :meth:`_add_scheduled`
-        for stretches of decodes whose token fits in the blocks they hold —
-        then ``allocate_slots`` would be a no-op and is skipped.)"""
+        for stretches of plain decodes, which call ``allocate_slots`` only at a
+        block boundary: elsewhere it would be a no-op.)"""
         alloc = self.kv.allocate_slots
         skip_alloc = getattr(self.kv, "decode_skips_allocation", False)
         running = self.running
@@ -65,13 +65,17 @@ class ChunkedPrefillScheduler(Scheduler):
         i = 0
         while i < len(running) and budget > 0:
             if skip_alloc:
-                # A stretch of plain decodes with room in their last block: one token
-                # each, no allocation; their counts are added once after the stretch.
+                # A stretch of plain decodes: one token each (allocating a block for
+                # those at a block boundary); their counts are added once after the
+                # stretch. A failed allocation (no side effects) ends the stretch and
+                # the general path below preempts.
                 n0 = len(sched_c)
                 for req in running[i:i + budget]:
                     c = req.num_computed_tokens
                     o = req.num_output_tokens
-                    if req.num_prompt_tokens + o - c != 1 or not o or c >= last_pos or c >= req.kv_capacity:
+                    if req.num_prompt_tokens + o - c != 1 or not o or c >= last_pos:
+                        break
+                    if c >= req.kv_capacity and alloc(req, 1) is None:
                         break
                     c_append(c)
                     req.num_computed_tokens = c + 1
