@@ -134,9 +134,11 @@ def main() -> None:
 
     from sim.client_phase import CLIENT_PHASE_SPREAD, PHASE_KEY
     from sim.engines import FITTED
-    from sim.validate import read_rows
+    from sim.validate import read_rows, skipped_row_warnings
 
-    df = read_rows(args.csv)
+    df, skipped = read_rows(args.csv)
+    for w in skipped_row_warnings(args.csv, skipped):
+        print(f"warning: {w}", file=sys.stderr)
     fit_mask = split(df)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -72,7 +72,9 @@ Each row is simulated as it was run (:func:`row_overrides`):
 
 Rows that cannot be simulated (unknown model, backend or precision; weights
 that do not fit) are kept with ``status`` ``error`` / ``infeasible`` and the
-reason. Rows run in parallel processes.
+reason. Rows with a shape or measurement cell that is not a number are
+skipped, counted (``num_skipped_rows``) and listed (``skipped_rows``) with
+their CSV line, column and value. Rows run in parallel processes.
 """
 
 from __future__ import annotations
@@ -304,7 +306,11 @@ def predict_rows(rows: list[dict], opts: ValidateOptions,
 
 
 def read_rows(csv_path: str | Path):
-    """The CSV as a DataFrame; ConfigError naming missing columns."""
+    """The CSV's rows as a DataFrame (index = position among the data rows, so
+    CSV line = index + 2) and the rows skipped because a shape or measurement
+    cell is not a number: one dict per row, ``line``, ``column`` (its first bad
+    cell) and ``value``. ConfigError naming missing columns, or if every row
+    is skipped."""
     import pandas as pd
 
     p = Path(csv_path)
@@ -320,14 +326,25 @@ def read_rows(csv_path: str | Path):
         raise ConfigError(f"{p}: missing column(s) {', '.join(missing)}; required: {', '.join(REQUIRED_COLUMNS)}")
     if df.empty:
         raise ConfigError(f"{p}: no data rows (only the header)")
-    for col in NUMERIC_COLUMNS:  # a measurement or shape that is not a number is the file's error
+    # A garbled cell costs its row, as a malformed trace row does (workload.skip_bad_rows);
+    # an empty cell is kept and reported as that row's error by row_overrides.
+    skipped: dict[int, dict[str, Any]] = {}
+    for col in NUMERIC_COLUMNS:
         num = pd.to_numeric(df[col], errors="coerce")
-        bad = num.isna() & df[col].notna()
-        if bad.any():
-            i = int(bad.to_numpy().nonzero()[0][0])
-            raise ConfigError(f"{p}: line {i + 2}: {col}: not a number: {df[col].iloc[i]!r}")
+        for i in (num.isna() & df[col].notna()).to_numpy().nonzero()[0]:
+            skipped.setdefault(int(i), {"line": int(i) + 2, "column": col, "value": str(df[col].iloc[i])})
         df[col] = num
-    return df
+    if len(skipped) == len(df):
+        first = skipped[0]
+        raise ConfigError(f"{p}: no row has numbers in all of {', '.join(NUMERIC_COLUMNS)}; e.g. line "
+                          f"{first['line']}: {first['column']}: not a number: {first['value']!r}")
+    return df.drop(index=list(skipped)), [skipped[i] for i in sorted(skipped)]
+
+
+def skipped_row_warnings(csv_path: str | Path, skipped: list[dict[str, Any]]) -> list[str]:
+    """One line per row :func:`read_rows` skipped."""
+    return [f"{csv_path}: line {s['line']}: {s['column']}: not a number: {s['value']!r}; row skipped"
+            for s in skipped]
 
 
 def run_validation(csv_path: str | Path, out_dir: str | Path | None = None, opts: ValidateOptions | None = None,
@@ -340,7 +357,7 @@ def run_validation(csv_path: str | Path, out_dir: str | Path | None = None, opts
     from sim.validate_report import summarize_predictions, write_validation
 
     opts = opts or ValidateOptions()
-    df = read_rows(csv_path)
+    df, skipped = read_rows(csv_path)
     t0 = time.perf_counter()
     preds = predict_rows(df.to_dict("records"), opts, progress)
     wall = time.perf_counter() - t0
@@ -348,6 +365,8 @@ def run_validation(csv_path: str | Path, out_dir: str | Path | None = None, opts
     full = pd.concat([df, pred_df], axis=1)
     summary = summarize_predictions(full)
     summary["wall_time_s"] = wall
+    summary["num_skipped_rows"] = len(skipped)
+    summary["skipped_rows"] = skipped
     summary["options"] = {"protocol": opts.protocol, "requests_per_client": opts.requests_per_client,
                           "warmup_per_client": warmup_per_client(opts),
                           "client_think_time_s": opts.think_time_s, "seed": opts.seed,

@@ -27,7 +27,8 @@ def validate(
 ) -> None:
     """Simulate every row of a measured benchmark table and score the predicted TTFT and TPOT."""
     from sim.errors import ConfigError
-    from sim.validate import CLIENT_THINK_TIME_S, ValidateOptions, check_protocol, read_rows, run_validation
+    from sim.validate import (CLIENT_THINK_TIME_S, ValidateOptions, check_protocol, read_rows,
+                              run_validation, skipped_row_warnings)
 
     check_protocol(protocol)
     if requests_per_client < 1 or (warmup_per_client is not None and warmup_per_client < 0):
@@ -40,7 +41,7 @@ def validate(
         raise ConfigError(f"--think-time-ms must be a finite number >= 0, got {think_time_ms}")
     opts = ValidateOptions(protocol=protocol, requests_per_client=requests_per_client, warmup_per_client=warmup_per_client,
                            think_time_s=think, seed=seed, workers=workers)
-    n = len(read_rows(csv))
+    n = len(read_rows(csv)[0])
     from sim.cli import ensure_out_dir
 
     ensure_out_dir(out)
@@ -62,7 +63,10 @@ def validate(
         if bar is not None:
             bar.close()
     o = summary["overall"]
-    typer.echo(f"{summary['num_ok']} of {summary['num_rows']} rows simulated in {summary['wall_time_s']:.0f} s")
+    for w in skipped_row_warnings(csv, summary["skipped_rows"]):
+        typer.echo(f"warning: {w}", err=True)
+    typer.echo(f"{summary['num_ok']} of {summary['num_rows']} rows simulated in {summary['wall_time_s']:.0f} s"
+               + (f" ({summary['num_skipped_rows']} skipped)" if summary["num_skipped_rows"] else ""))
     if summary["num_ok"] == 0:
         for r in summary["not_simulated"][:10]:
             typer.echo(f"  line {r['row'] + 2} {r['id']}: {r['status']}: {r['reason']}")

@@ -82,6 +82,11 @@ def summary_markdown(summary: dict[str, Any], title: str = "servesim validate") 
         for r in summary["not_simulated"]:
             lines.append(f"| {r['row'] + 2} | {r['id']} | {r['status']} | {r['reason'].replace('|', '/')} |")
         lines.append("")
+    if summary.get("skipped_rows"):
+        lines += ["## Rows skipped (a cell is not a number)", "", "| line in the CSV | column | value |",
+                  "|---|---|---|"]
+        lines += [f"| {r['line']} | {r['column']} | {r['value'].replace('|', '/')} |" for r in summary["skipped_rows"]]
+        lines.append("")
     return "\n".join(lines)
 
 

@@ -117,8 +117,8 @@ def test_validate_writes_summary_and_flags_unknown_model(tmp_path):
     ("", "empty file"),
     ("backend,model_path,system,isl,osl,concurrency,tp_size,silicon_ttft_ms,silicon_tpot_ms\n", "no data rows"),
     ("backend,model_path,system,isl,osl,concurrency,tp_size,silicon_ttft_ms,silicon_tpot_ms\n"
-     "vllm,meta-llama/Llama-3.1-8B,h100_sxm,128,16,2,1,12.5,3.0\n"
-     "vllm,meta-llama/Llama-3.1-8B,h100_sxm,128,16,2,1,abc,3.0\n", r"line 3: silicon_ttft_ms: not a number: 'abc'"),
+     "vllm,meta-llama/Llama-3.1-8B,h100_sxm,128,16,2,1,abc,3.0\n",
+     r"no row has numbers in .*; e.g. line 2: silicon_ttft_ms: not a number: 'abc'"),
 ])
 def test_bad_csv_is_a_clear_error(tmp_path, text, match):
     from sim.errors import ConfigError
@@ -128,6 +128,39 @@ def test_bad_csv_is_a_clear_error(tmp_path, text, match):
     p.write_text(text)
     with pytest.raises(ConfigError, match=match):
         read_rows(p)
+
+
+def test_cli_skips_and_names_rows_with_a_non_numeric_cell(tmp_path):
+    import pandas as pd
+    import typer
+    from typer.testing import CliRunner
+
+    from sim.validate_cli import validate
+
+    rows = [dict(ROW, id="good"), dict(ROW, id="badshape", isl="12x8"),
+            dict(ROW, id="badmeas", silicon_ttft_ms="abc", tp_size="one"),
+            dict(ROW, id="nomodel", model_path="acme/No")]
+    csv = tmp_path / "rows.csv"
+    pd.DataFrame(rows).to_csv(csv, index=False)
+    out = tmp_path / "out"
+    app = typer.Typer()
+    app.command()(validate)
+    app.command()(lambda: None)
+    r = CliRunner().invoke(app, ["validate", str(csv), "--out", str(out), "--quiet", "--workers", "1",
+                                 "--requests-per-client", "2"])
+    assert r.exit_code == 0, r.output
+    # lines 3 and 4 skipped (first bad column of each named); the unknown model on line 5 keeps its line
+    assert f"warning: {csv}: line 3: isl: not a number: '12x8'; row skipped" in r.output
+    assert f"warning: {csv}: line 4: tp_size: not a number: 'one'; row skipped" in r.output
+    assert "1 of 2 rows simulated" in r.output and "(2 skipped)" in r.output
+    assert "line 5 nomodel: error" in r.output
+    js = json.loads((out / "summary.json").read_text())
+    assert js["num_rows"] == 2 and js["num_ok"] == 1 and js["num_skipped_rows"] == 2
+    assert js["skipped_rows"] == [{"line": 3, "column": "isl", "value": "12x8"},
+                                  {"line": 4, "column": "tp_size", "value": "one"}]
+    assert js["not_simulated"][0]["row"] == 3
+    assert list(pd.read_csv(out / "predictions.csv")["id"]) == ["good", "nomodel"]
+    assert "| 3 | isl | 12x8 |" in (out / "summary.md").read_text()
 
 
 def test_cli_fails_when_no_row_can_be_simulated(tmp_path):
