@@ -31,6 +31,7 @@ from calibration.profile_writer import (build_efficiency, fit_error_summary, tod
 from sim.efficiency import ElementwiseParams
 from sim.errors import ConfigError, ServesimError
 from sim.hardware import HardwareProfile, _validate, get_hardware
+from sim.paths import shared_dir
 
 #: substrings of CUDA device names -> built-in profile with their datasheet peaks
 KNOWN_GPUS = (("H200", "h200_sxm"), ("H100", "h100_sxm"), ("A100", "a100_sxm"), ("B200", "b200_sxm"),
@@ -155,7 +156,13 @@ def _base_for(device: str, info: dict, base_profile: str | None, kernels: Path) 
 
 def _check_out(out: Path, side_dir: Path) -> None:
     """Before any measuring or fitting: ``--out`` must be a writable file path,
-    and ``side_dir`` (plots, raw CSVs beside it) free for a folder."""
+    and ``side_dir`` (plots, raw CSVs beside it) free for a folder, neither in
+    the shared data folder."""
+    shared = shared_dir().resolve()
+    for p in (out, side_dir):  # resolved: a relative path or a link into it counts
+        if p.resolve().is_relative_to(shared):
+            raise ConfigError(f"--out {out}: {p} is inside the shared read-only data folder {shared}; "
+                              "write the profile elsewhere")
     if out.is_dir():
         raise ConfigError(f"--out {out}: a folder; give the profile's file, e.g. {out / 'my_gpu.yaml'}")
     if side_dir.exists() and not side_dir.is_dir():

@@ -200,3 +200,29 @@ def test_calibrate_out_is_checked_before_any_fit(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"cc_plots \(where the plots go\) is a file"):
         cal.calibrate(from_table=tmp_path, base_profile="h100_sxm", out=tmp_path / "cc.yaml")
     assert not (tmp_path / "cc.yaml").exists()
+
+
+def test_calibrate_refuses_out_in_the_shared_folder(tmp_path, monkeypatch):
+    """--out, or the plots folder beside it, inside the shared data folder
+    (here a temp folder standing in for it) is refused before anything is
+    written, however the path reaches it (relative, through a link)."""
+    import re
+    from pathlib import Path
+
+    import calibration.cli as cal
+    from sim.errors import ConfigError
+
+    shared = tmp_path / "shared"
+    (shared / "kernels").mkdir(parents=True)
+    monkeypatch.setenv("SERVESIM_SHARED", str(shared))
+    monkeypatch.setattr(cal, "family_rows", lambda *a, **k: pytest.fail("fitted before checking --out"))
+    monkeypatch.chdir(tmp_path / "shared" / "kernels")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "p_plots").symlink_to(shared)  # the plots would land in shared
+    cases = {Path("sub/p.yaml"): "sub/p.yaml", shared / "p.yaml": str(shared / "p.yaml"),
+             tmp_path / "elsewhere" / "p.yaml": str(tmp_path / "elsewhere" / "p_plots")}
+    for out, named in cases.items():
+        msg = f"--out {out}: {named} is inside the shared read-only data folder {shared}; write the profile elsewhere"
+        with pytest.raises(ConfigError, match=re.escape(msg)):
+            cal.calibrate(from_table=shared / "kernels", base_profile="h100_sxm", out=out)
+    assert sorted(p.name for p in shared.rglob("*")) == ["kernels"]  # nothing written, no folder made
