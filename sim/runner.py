@@ -52,5 +52,8 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
     summary["num_out_of_order_trace_rows"] = specs.num_out_of_order_rows
     summary["num_clipped_prompts"] = specs.num_clipped
     summary["config"] = dep.cfg.model_dump(mode="json")
+    wl = summary["config"]["workload"]
+    # the named workload's keys, under its name (the expansion consumed workload.name)
+    wl["name"] = wl.pop("expanded_from") or wl["name"]
     summary["servesim_version"] = __version__
     return RunOutput(summary, result, dep, specs, wall)

@@ -247,3 +247,26 @@ def test_workload_name_twice_or_with_a_trace_is_an_error(tmp_path):
     trace.write_text("arrival_s,input,output\n0.0,64,8\n")
     with pytest.raises(ConfigError, match="name 'chat' and trace .* both given"):
         build_config(set_args=["workload.name=chat", f"workload.trace={trace}"])
+
+
+def test_summary_keeps_the_workload_name_through_run_and_compare_copies():
+    """The expansion of a named workload consumes workload.name; summary.json still
+    names it (run's build_config + run_simulation, and compare's per-variant copy)."""
+    from sim.compare import Variant, apply_variant
+    from sim.runner import run_simulation
+
+    def build(workload=None, set_args=()):
+        return build_config(overrides={"model": str(DATA / "test_model.json"),
+                                       "hardware": str(DATA / "test_gpu.yaml")},
+                            set_args=["workload.num_requests=4", *set_args], workload=workload)
+
+    base = build("chat", ["workload.request_rate=8"])
+    assert (base.workload.name, base.workload.expanded_from, base.workload.request_rate) == (None, "chat", 8)
+    variant = apply_variant(base, Variant("static", {"scheduler": "static"}))
+    for cfg in (base, variant):
+        wl = run_simulation(cfg).summary["config"]["workload"]
+        assert wl["name"] == "chat" and "expanded_from" not in wl
+        assert wl["num_requests"] == 4 and wl["input_len"]["dist"] == "lognormal"  # chat's lengths
+    assert run_simulation(build()).summary["config"]["workload"]["name"] == "default"  # nothing named
+    explicit = build(set_args=["workload.input_len=32", "workload.output_len=4"])  # no name: no built-in used
+    assert run_simulation(explicit).summary["config"]["workload"]["name"] is None

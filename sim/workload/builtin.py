@@ -127,8 +127,9 @@ def _uses_default(data: dict[str, Any]) -> bool:
 
 def resolve_workload_dict(data: dict[str, Any]) -> dict[str, Any]:
     """Expand ``name`` (or, with no name, trace or lengths, the built-in ``default``)
-    into its keys, with the other keys in ``data`` overriding them. Raw dicts, so a
-    partial override such as ``{"input_len": {"mean": 3000}}`` works."""
+    into its keys, with the other keys in ``data`` overriding them, and record the
+    name in ``expanded_from``. Raw dicts, so a partial override such as
+    ``{"input_len": {"mean": 3000}}`` works."""
     data = {k: v for k, v in data.items() if not (k == "name" and v is None)}
     if "name" in data and data.get("trace") is not None:
         raise ConfigError(f"workload: name {data['name']!r} and trace {data['trace']!r} both given; a named "
@@ -136,7 +137,7 @@ def resolve_workload_dict(data: dict[str, Any]) -> dict[str, Any]:
     if "name" not in data and not _uses_default(data):
         return data
     name = data.pop("name", "default")
-    return merge_workload_dicts(load_workload_dict(name), data)
+    return merge_workload_dicts(load_workload_dict(name), data) | {"expanded_from": name}
 
 
 def resolve_workload(cfg: WorkloadConfig) -> WorkloadConfig:

@@ -195,6 +195,11 @@ class WorkloadConfig(BaseModel):
     model_config = _STRICT
 
     name: str | None = None
+    #: The workload (built-in name or file) that ``name``, or the implicit ``default``,
+    #: was expanded from (set by :func:`~sim.workload.builtin.resolve_workload_dict`,
+    #: which consumes ``name``); a plain field so that copies of a config keep it.
+    #: A label only: nothing reads it but the run's summary (``config.workload.name``).
+    expanded_from: str | None = None
     trace: str | None = None
     trace_format: Literal["azure", "mooncake", "burstgpt", "lengths", "generic"] | None = None
     columns: ColumnsConfig | None = None
