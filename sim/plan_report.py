@@ -11,6 +11,7 @@ Ray, one candidate per task), then write, in ``--out DIR``:
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,7 +119,19 @@ def _md_table(df) -> str:
     return "\n".join(lines)
 
 
-def plan_markdown(table, s: PlanSettings, context: dict, figures: list[str]) -> str:
+def plan_workload_warnings(plans: list[CandidatePlan]) -> list[str]:
+    """What the workload silently changed (skipped or reordered trace rows, clipped
+    prompts; :func:`sim.report_text.workload_warnings`), from the plan's first run."""
+    from sim.report_text import workload_warnings
+
+    # the first run stands for all: every candidate's search replays the same workload
+    # at the same seed and requests per replica
+    first = next((r for p in plans for r in p.rows if r.get("status") == "ok"), {})
+    return workload_warnings(first)
+
+
+def plan_markdown(table, s: PlanSettings, context: dict, figures: list[str],
+                  warnings: list[str] | None = None) -> str:
     cols = ["rank", "candidate", "max_rate_per_replica", "replicas", "capacity_req_s", "num_gpus",
             "cost_per_hour_usd", "usd_per_million_output_tokens", "p99_ttft_ms", "p99_tpot_ms", "verified"]
     ok = table[table["status"] == "ok"]
@@ -132,6 +145,7 @@ def plan_markdown(table, s: PlanSettings, context: dict, figures: list[str]) -> 
             f"- search: bisection on the request rate of one replica to within {s.rel_tol:.0%}; a rate passes when "
             "the run is stable (requests in system and queueing time do not grow from the first to the last third "
             "of the arrivals; ≥ 95 % of sent requests complete) and meets every SLO", "",
+            *(f"**Warning**: {w}.\n" for w in warnings or ()),
             "## Answer", "", answer_line(table, s), "", "## Candidates that serve the load (cheapest first)", "",
             "Prices are $/GPU-hour from `hardware_profiles/*.yaml`; $ per million output tokens at the served rate.",
             "", _md_table(ok[cols]) if len(ok) else "(none)", ""]
@@ -195,7 +209,10 @@ def run_plan(base: SimConfig, candidates: list[Candidate], settings: PlanSetting
     if any(p.rows for p in plans):
         plot_pareto(plans, settings, out / "pareto.png")
         figures.insert(0, "pareto.png")
-    (out / "plan.md").write_text(plan_markdown(table, settings, context or {}, figures))
+    warnings = plan_workload_warnings(plans)
+    (out / "plan.md").write_text(plan_markdown(table, settings, context or {}, figures, warnings))
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
     _warn_short_runs(plans)
     return table, plans
 
@@ -210,8 +227,6 @@ def _warn_short_runs(plans) -> None:
     ``MIN_WINDOW_TRANSIENTS`` start-up transients at the rate found; then the
     answer can be off either way (±20 % between 150 and 2,000 requests on
     llama-3.1-8b / chat)."""
-    import sys
-
     unjudged, short = 0, []
     for p in plans:
         for r in p.rows:

@@ -81,8 +81,8 @@ def print_names(title: str, names) -> None:
 
 def workload_warnings(s: dict) -> list[str]:
     """What a run's workload silently changed (skipped or reordered trace rows,
-    clipped prompts), from its summary; printed by run and compare, and in
-    compare's report."""
+    clipped prompts), from its summary; printed by run, compare and plan, and in
+    compare's report.md and plan's plan.md."""
     out = []
     if s.get("num_skipped_trace_rows"):
         out.append(f"{s['num_skipped_trace_rows']:,} malformed trace row(s) skipped (workload.skip_bad_rows): "

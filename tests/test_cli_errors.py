@@ -140,3 +140,16 @@ def test_rows_out_of_time_order_are_warned_about(tmp_path, command):
     assert f"warning: {warning}" in r.stderr and "check its time column" in r.stderr
     if command[0] == "compare":  # and in the report, which otherwise ranks variants on 0.00 req/s
         assert f"**Warning**: {warning}" in (tmp_path / "o" / "report.md").read_text()
+
+
+def test_plan_warns_about_skipped_trace_rows(tmp_path):
+    """As run and compare do: on screen and in plan.md."""
+    trace = _azure_trace(tmp_path, "2023-11-16 18:15:50.99,-5,109")
+    out = tmp_path / "o"
+    r = cli("plan", "--quiet", "--workers", "1", "--out", str(out), "--slo", "p99_ttft_ms=1000",
+            "--set", f"workload.trace={trace}", "--set", "workload.skip_bad_rows=true",
+            "--set", "workload.arrival=poisson", "--set", "workload.request_rate=1")
+    assert r.returncode == 0, r.stderr
+    warning = f"1 malformed trace row(s) skipped (workload.skip_bad_rows): trace {trace} (azure): 2 of 3 rows"
+    assert f"warning: {warning}" in r.stderr
+    assert f"**Warning**: {warning}" in (out / "plan.md").read_text()
