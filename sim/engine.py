@@ -21,8 +21,10 @@ Processes:
   one step's batch after the other); TTFT, TPOT and E2EL are measured there,
   as ``vllm bench serve`` does; ITL gaps are the engine's.
 - **router**: ``round_robin``, ``least_outstanding_requests``, ``random``
-  (seeded), ``prefix_aware`` (the replica whose prefix cache holds the longest
-  prefix of the request; ties → fewest outstanding).
+  (seeded), ``prefix_aware`` (SGLang's cache-aware router: the replica whose
+  prefix cache holds the longest prefix of the request when it covers more than
+  half the prompt and the load is balanced, else the least loaded;
+  ``Traffic._cache_aware``).
 - **replica loop** (one per replica): ``schedule()`` → step time from the cost
   model for exactly the scheduled batch, plus the engine's CPU overheads
   (``sim/overheads.py``) → ``yield env.timeout(step_time)`` →

@@ -11,6 +11,12 @@ import numpy as np
 
 from sim.request import Request
 
+# SGLang router cache_aware defaults (python -m sglang_router.launch_router --help:
+# --cache-threshold 0.5, --balance-abs-threshold 32, --balance-rel-threshold 1.0001)
+_CACHE_THRESHOLD = 0.5
+_BALANCE_ABS = 32
+_BALANCE_REL = 1.0001
+
 
 class Traffic:
     """Request creation, arrival processes, client turns and routing. Uses the
@@ -51,10 +57,28 @@ class Traffic:
             return rep
         if mode == "random":
             return reps[int(self.router_rng.integers(len(reps)))]
+        least_loaded = min(reps, key=lambda r: (r.outstanding, r.index))
         if mode == "prefix_aware":
-            best = max(reps, key=lambda r: (r.kv.get_computed_blocks(req)[1], -r.outstanding, -r.index))
-            return best
-        return min(reps, key=lambda r: (r.outstanding, r.index))  # least_outstanding_requests
+            return self._cache_aware(req, reps, least_loaded)
+        return least_loaded  # least_outstanding_requests
+
+    @staticmethod
+    def _cache_aware(req: Request, reps: list, least_loaded):
+        """SGLang router's ``cache_aware`` policy (sgl-router ``launch_router``
+        defaults): when the load is imbalanced — (max − min) outstanding
+        requests > ``_BALANCE_ABS`` and max > ``_BALANCE_REL`` × min — the
+        least-loaded replica; else the replica whose prefix cache holds the
+        longest prefix of the prompt if it covers more than ``_CACHE_THRESHOLD``
+        of it (ties → fewer outstanding), else the least-loaded replica.
+        (SGLang then picks the replica with the smallest radix tree; the load
+        stands in for it here.)"""
+        lo = least_loaded.outstanding
+        hi = max(r.outstanding for r in reps)
+        if hi - lo > _BALANCE_ABS and hi > _BALANCE_REL * lo:
+            return least_loaded
+        hits = [r.kv.get_computed_blocks(req)[1] for r in reps]  # cached prompt tokens
+        i = max(range(len(reps)), key=lambda i: (hits[i], -reps[i].outstanding, -reps[i].index))
+        return reps[i] if hits[i] > _CACHE_THRESHOLD * req.num_prompt_tokens else least_loaded
 
     def _next_send_s(self) -> float:
         """When the next open-loop request reaches the router (s; inf in closed

@@ -242,7 +242,7 @@ def _warn_short_runs(plans) -> None:
     if short:
         name, ratio = min(short, key=lambda x: x[1])
         parts.append(f"at the rates found, {len(short)} candidate(s) ran for fewer than "
-                     f"{MIN_WINDOW_TRANSIENTS:g} start-up transients (e.g. {name}: {ratio:.1f})")
+                     f"{MIN_WINDOW_TRANSIENTS:g} start-up transients (e.g. {name}: {ratio:.1f} transients long)")
     if parts:
         print(f"warning: {'; '.join(parts)}. Short runs make the rates found unreliable, in either "
               "direction; raise workload.num_requests for a firmer answer (results.csv: stability_reason, transient_s).",

@@ -163,3 +163,47 @@ def test_prefix_aware_router_keeps_shared_prefixes_together():
                      "workload.shared_prefix": {"fraction": 1.0, "num_prefixes": 2, "prefix_len": 256}})
     out = run_simulation(cfg)
     assert out.summary["prefix_cache_hit_rate"] > 0.5
+
+
+class _FakeKV:
+    def __init__(self, hit_tokens: int) -> None:
+        self.hit_tokens = hit_tokens
+
+    def get_computed_blocks(self, req):
+        return [], self.hit_tokens
+
+
+class _FakeReplica:
+    def __init__(self, index: int, outstanding: int, hit_tokens: int) -> None:
+        self.index, self.outstanding, self.kv = index, outstanding, _FakeKV(hit_tokens)
+
+
+@pytest.mark.parametrize("loads, hits, expected", [
+    ([5, 6], [600, 0], 0),      # balanced, 600 of 1000 prompt tokens cached > 0.5: cache affinity
+    ([5, 6], [0, 600], 1),      # ... on the busier replica too (6 - 5 <= 32)
+    ([5, 6], [400, 0], 0),      # 400 <= 500: least loaded (replica 0 anyway)
+    ([9, 6], [400, 0], 1),      # 400 <= 500: least loaded
+    ([40, 5], [1000, 0], 1),    # 40 - 5 = 35 > 32 and 40 > 1.0001 * 5: imbalanced, least loaded
+    ([37, 5], [1000, 0], 0),    # 37 - 5 = 32, not > 32: still balanced, cache affinity
+    ([7, 5, 5], [600, 600, 600], 1),  # equal hits: fewer outstanding, then the lower index
+])
+def test_prefix_aware_router_is_sglang_cache_aware(loads, hits, expected):
+    """SGLang router cache_aware defaults: cache_threshold 0.5, balance_abs 32, balance_rel 1.0001."""
+    from sim.engine_traffic import Traffic
+    from sim.request import Request
+
+    reps = [_FakeReplica(i, n, h) for i, (n, h) in enumerate(zip(loads, hits))]
+    least = min(reps, key=lambda r: (r.outstanding, r.index))
+    assert Traffic._cache_aware(Request(0, 0.0, 1000, 10), reps, least).index == expected
+
+
+def test_prefix_aware_router_balances_a_shared_system_prompt():
+    """Every request shares a short system prompt (a small part of each prompt):
+    the router must not pin them all to the replica that cached it first."""
+    cfg = cfg_for(**{"num_replicas": 3, "router": "prefix_aware", "enable_prefix_caching": True,
+                     "workload.num_requests": 60, "workload.request_rate": 2000.0,
+                     "workload.input_len": {"dist": "fixed", "value": 1024},
+                     "workload.shared_prefix": {"fraction": 1.0, "num_prefixes": 1, "prefix_len": 256}})
+    out = run_simulation(cfg)
+    counts = np.bincount(out.result.requests["replica"].astype(int), minlength=3)
+    assert counts.min() >= 10, counts

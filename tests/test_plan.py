@@ -362,7 +362,7 @@ def test_short_runs_warn(capsys):
     _warn_short_runs([plan_with(1000)])
     assert capsys.readouterr().err == ""
     _warn_short_runs([plan_with(100)])
-    assert "1 candidate(s) ran for fewer than 10 start-up transients (e.g. c: 5.0)" in capsys.readouterr().err
+    assert "1 candidate(s) ran for fewer than 10 start-up transients (e.g. c: 5.0 transients long)" in capsys.readouterr().err
 
 
 def test_a_vary_value_invalid_for_every_candidate_is_an_error():
