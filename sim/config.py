@@ -40,7 +40,8 @@ QUANTIZATIONS = ("fp8", "fp8_block", "int8", "int4_wo", "nvfp4")
 class SimConfig(BaseModel):
     """Every key of a run. Units: seconds, tokens, bytes; fractions in [0, 1]."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=False, protected_namespaces=())
+    # allow_inf_nan: an infinite overhead or latency would run to empty metrics or a traceback
+    model_config = ConfigDict(extra="forbid", validate_assignment=False, protected_namespaces=(), allow_inf_nan=False)
 
     model: str = "llama-3.1-8b"
     hardware: str = "h100_sxm"

@@ -48,6 +48,20 @@ def test_bad_values_name_the_key(tmp_path):
         build_deployment(build_config(overrides={"scheduler": "fifo"}))
 
 
+@pytest.mark.parametrize("key", ["frontend_latency_s", "frontend_token_s", "cpu_step_overhead_s",
+                                 "cpu_seq_overhead_s", "eager_step_overhead_s", "client_think_time_s",
+                                 "client_start_spread_s"])
+def test_infinite_times_are_refused(tmp_path, key):
+    """An infinite overhead or latency ran to empty metrics (or a traceback for
+    the start spread); it is refused like a negative one, from --set and YAML."""
+    with pytest.raises(ConfigError, match=rf"--set: {key}: Input should be a finite number \(got inf\)"):
+        build_config(overrides={key: float("inf")})
+    p = tmp_path / "c.yaml"
+    p.write_text(f"{key}: .inf\n")
+    with pytest.raises(ConfigError, match=rf"c.yaml: {key}: Input should be a finite number"):
+        build_config(p)
+
+
 def test_unknown_model_and_hardware_list_valid_names():
     with pytest.raises(ConfigError, match="llama-3.1-8b"):
         build_deployment(build_config(overrides={"model": "llama-9"}))
