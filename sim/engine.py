@@ -47,6 +47,7 @@ from operator import sub
 import numpy as np
 import simpy
 
+from sim.cost_model import PY_RUN_MAX_STEPS
 from sim.deployment import Deployment
 from sim.engine_outputs import Outputs
 from sim.engine_traffic import Traffic
@@ -56,7 +57,6 @@ from sim.workload import RequestSpecs
 
 
 _RUN_CHUNK = 16  # steps of a merged decode run timed first (most runs end sooner)
-_RUN_TO_ARRIVAL = 40  # at most this many when timed up to the next arrival (sim.cost_model._PY_RUN_MAX)
 
 
 @dataclass
@@ -270,8 +270,9 @@ class Simulation(Traffic, Outputs):
             # continues the same sequential float adds (contexts are integers): the
             # ends are those of one whole run.
             until = self._next_send_s()
-            ends = self.cost.decode_run_ends(ctx, min(k, _RUN_CHUNK if until == math.inf else _RUN_TO_ARRIVAL),
-                                             start, cpu, overlap, until)
+            # up to the next send, within the cost model's Python path; else a first chunk
+            first = PY_RUN_MAX_STEPS if until < math.inf else _RUN_CHUNK
+            ends = self.cost.decode_run_ends(ctx, min(k, first), start, cpu, overlap, until)
         else:  # static batching: finished sequences computed as padding; all k steps timed here
             gpu = self.cost.decode_steps_time_s(np.asarray(ctx, dtype=np.int64), k, num_growing=B).tolist()
             ends = []

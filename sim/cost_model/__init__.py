@@ -11,10 +11,10 @@ from sim.cost_model.operators import (ATTENTION_IMPLS, all_reduce_time_s, attent
                                       elementwise_time_s, gemm_cost, gemm_time_s,
                                       uniform_batch_sums)
 from sim.cost_model.roofline import GemmPrecision, gemm_dtype, gemm_precision, roofline_time_s
-from sim.cost_model.step import CostModel, StepTime
+from sim.cost_model.step import PY_RUN_MAX_STEPS, CostModel, StepTime
 
 __all__ = [
-    "ATTENTION_IMPLS", "CostModel", "GemmPrecision", "StepTime", "all_reduce_time_s",
+    "ATTENTION_IMPLS", "CostModel", "PY_RUN_MAX_STEPS", "GemmPrecision", "StepTime", "all_reduce_time_s",
     "attention_cost", "attention_time_s", "attention_uniform_time_s", "elementwise_time_s",
     "gemm_cost", "gemm_dtype", "gemm_precision", "gemm_time_s", "roofline_time_s", "uniform_batch_sums",
 ]

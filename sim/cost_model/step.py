@@ -33,7 +33,7 @@ OP_NAMES_MOE = tuple("moe_experts" if o == "ffn" else o for o in OP_NAMES_DENSE)
 
 
 _LIST_MAX = 64  # batches up to this many sequences given as lists are summed in Python
-_PY_RUN_MAX = 40  # decode runs up to this many steps: a Python loop beats numpy's per-call cost
+PY_RUN_MAX_STEPS = 40  # decode runs up to this many steps: a Python loop beats numpy's per-call cost
 
 
 @dataclass(frozen=True)
@@ -279,7 +279,7 @@ class CostModel:
         ends at or after ``until`` (s): the engine times a run up to the next
         arrival that may cut it."""
         S = len(num_context_tokens)
-        if self.fitted and 0 < k <= _PY_RUN_MAX and S:
+        if self.fitted and 0 < k <= PY_RUN_MAX_STEPS and S:
             ops = self._linear_ops(float(S), float(S))
             return self._attn_fitted.decode_run_ends_py(num_context_tokens, k, start, ops, cpu_s, overlap,
                                                         until)
