@@ -185,6 +185,10 @@ class Simulation(Traffic, Outputs):
         fast = not cfg.exact_steps and not (cfg.enable_prefix_caching and cfg.router == "prefix_aware"
                                             and cfg.num_replicas > 1)
         lag = cfg.overlap_scheduling
+        # Runs go on past finishes where nothing sees a finish before the run's end:
+        # open loop (a finish sends nothing) and no load-aware router across replicas.
+        span = fast and self.max_concurrency is None and (cfg.num_replicas == 1
+                                                          or cfg.router in ("round_robin", "random"))
         while True:
             if not sched.has_unfinished_requests() and not rep.pending:
                 rep.busy = False
@@ -225,9 +229,15 @@ class Simulation(Traffic, Outputs):
                 new, ctx = out.new_tokens, out.context_lens
             else:
                 new, ctx = out.num_scheduled_tokens, out.num_computed_before
-            k = sched.max_decode_run(out) if fast and not flushed else 1
+            lasts = None
+            if not fast or flushed:
+                k = 1
+            elif span:
+                k, lasts = sched.max_decode_span(out)
+            else:
+                k = sched.max_decode_run(out)
             if k > 1:
-                yield from self._decode_run(rep, out, ctx, k, start)
+                yield from self._decode_run(rep, out, ctx, k, start, lasts)
                 continue
             dt = overheads.apply(step_time_s(new, ctx), len(new), out.num_prefill_tokens > 0)
             rep.last_step_start = start
@@ -247,7 +257,8 @@ class Simulation(Traffic, Outputs):
                 self._recovered(rep, out.scheduled, now)
             self._finish(rep, finished, now, seen)
 
-    def _decode_run(self, rep: _Replica, out, ctx: list[int], k: int, start: float):
+    def _decode_run(self, rep: _Replica, out, ctx: list[int], k: int, start: float,
+                    lasts: list[int] | None = None):
         """Up to ``k`` identical decode steps in few events. Step end times are
         accumulated in the same floating-point order as ``k`` single steps, so
         results equal the reference mode's. An arrival routed to this replica
@@ -256,14 +267,17 @@ class Simulation(Traffic, Outputs):
         scheduler see the arrival there. Steps are timed in chunks: in open loop
         up to the next send (``_next_send_s``; most runs end there), else the
         first ``_RUN_CHUNK`` steps; then, if the run goes on, the rest at once
-        (up to the next send)."""
+        (up to the next send). With ``lasts`` (``Scheduler.max_decode_span``) the
+        run goes on past finishes: request i leaves after step ``lasts[i]``; each
+        part between finishes is recorded as a merged run of its own."""
         env = self.env
         sched = rep.scheduler
         scheduled = out.scheduled
         B = len(scheduled)
         num_waiting = sched.num_waiting  # at the run's start, as a single step records it
         ov = self.overheads
-        cpu, overlap = ov.cpu_s(B), ov.overlap
+        # a spanning run's batch shrinks: host time as a function of its size
+        cpu, overlap = (ov.cpu_s(B) if lasts is None else ov.cpu_s), ov.overlap
         if len(ctx) == B:
             # Steps are timed in parts: most runs are cut by an arrival long before
             # their k-th step, and the steps never reached need no time. Each part
@@ -272,7 +286,7 @@ class Simulation(Traffic, Outputs):
             until = self._next_send_s()
             # up to the next send, within the cost model's Python path; else a first chunk
             first = PY_RUN_MAX_STEPS if until < math.inf else _RUN_CHUNK
-            ends = self.cost.decode_run_ends(ctx, min(k, first), start, cpu, overlap, until)
+            ends = self.cost.decode_run_ends(ctx, min(k, first), start, cpu, overlap, until, lasts)
         else:  # static batching: finished sequences computed as padding; all k steps timed here
             gpu = self.cost.decode_steps_time_s(np.asarray(ctx, dtype=np.int64), k, num_growing=B).tolist()
             ends = []
@@ -290,8 +304,13 @@ class Simulation(Traffic, Outputs):
                     break
                 self.num_events += 1
                 # a run that got this far often goes on: time the rest at once (numpy if long)
-                ends += self.cost.decode_run_ends([c + m for c in ctx], k - m, ends[-1], cpu, overlap,
-                                                  self._next_send_s())
+                if lasts is None:
+                    ctx_m, lasts_m = [c + m for c in ctx], None
+                else:  # those still in the batch after step m
+                    ctx_m = [c + m for c, f in zip(ctx, lasts) if f > m]
+                    lasts_m = [f - m for f in lasts if f > m]
+                ends += self.cost.decode_run_ends(ctx_m, k - m, ends[-1], cpu, overlap, self._next_send_s(),
+                                                  lasts_m)
             j = m
         except simpy.Interrupt:
             rep.merging = False
@@ -305,6 +324,9 @@ class Simulation(Traffic, Outputs):
         end = ends[j - 1]
         rep.last_step_start = ends[j - 2] if j > 1 else start
         first_end = ends[0]
+        if lasts is not None:
+            self._span_done(rep, out, ends, j, start, lasts, num_waiting)
+            return
         if self.track_unused:
             rep.unused_integral += rep.kv.reserved_unused_fraction * (end - start)
         if self.frontend_tok_s > 0.0:
@@ -322,6 +344,51 @@ class Simulation(Traffic, Outputs):
         finished, usage = sched.apply_decode_run(out, j)
         self.step_cols.append((rep.index, start, j, end - start, B, num_waiting, B * j, 0, B * j, usage, 0))
         self._finish(rep, finished, end, seen)
+
+    def _span_done(self, rep: _Replica, out, ends: list[float], j: int, start: float, lasts: list[int],
+                   num_waiting: int) -> None:
+        """Record a run that went on past finishes (its first ``j`` steps ending at
+        ``ends``): step 1's tokens, then per part between finishes its pooled
+        gaps, its merged step row and its finished requests, as the reference
+        mode's single steps would. (Contiguous KV, whose unused reservation is
+        tracked, never spans: its tables do not grow by block.)"""
+        scheduled = out.scheduled
+        B = len(scheduled)
+        tok_s = self.frontend_tok_s
+        first_end = ends[0]
+        if tok_s > 0.0:
+            # the frontend streams each step's tokens in turn: the batch of step i+1
+            sizes = [0] * (j + 1)
+            sizes[0] = B
+            for f in lasts:
+                if f < j:
+                    sizes[f] -= 1
+            seen = []
+            b = 0
+            for i in range(j):
+                b += sizes[i]
+                seen.append(self._deliver(rep, ends[i], b))
+            first_seen = seen[0]
+        else:
+            seen, first_seen = ends, first_end
+        self._tokens_emitted(scheduled, start, first_end, first_seen, ends[j - 1])
+        if rep.num_recovering:
+            self._recovered(rep, scheduled, first_end)
+        parts = rep.scheduler.apply_decode_span(out, j, lasts)
+        append = self.step_cols.append
+        itl_extend = self.itl.extend
+        prev, t0, b = 0, start, B
+        for step, fin, usage in parts:
+            if step - prev > 1 or prev:  # gaps between step ends; step 1's are recorded above
+                lo = prev if prev else 1
+                itl_extend(list(map(sub, ends[lo:step], ends[lo - 1:step - 1])), b)
+            n = step - prev
+            end = ends[step - 1]
+            append((rep.index, t0, n, end - t0, b, num_waiting, b * n, 0, b * n, usage, 0))
+            if fin:
+                self._finish(rep, fin, end, seen[step - 1])
+            b -= len(fin)
+            prev, t0 = step, end
 
     def _unstick(self, rep: _Replica) -> None:
         """Nothing could be scheduled although requests are waiting: on an idle

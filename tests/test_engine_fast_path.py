@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sim.deployment import build_deployment
+from sim.engine import Simulation
 from test_engine import cfg_for, simulate
 
 SCENARIOS = {
@@ -22,6 +24,14 @@ SCENARIOS = {
                                           "workload.input_len": {"dist": "uniform", "low": 20, "high": 300},
                                           "workload.output_len": {"dist": "uniform", "low": 5, "high": 120},
                                           "max_num_batched_tokens": 512},
+    # Sparse arrivals, long outputs: runs go on past finishes (Scheduler.max_decode_span),
+    # with a host time per sequence and a frontend streaming per token (both per batch size).
+    "open_loop_runs_past_finishes": {"workload.arrival": "poisson", "workload.request_rate": 40.0,
+                                     "workload.num_requests": 150, "cpu_step_overhead_s": 2e-4,
+                                     "cpu_seq_overhead_s": 3e-5, "frontend_token_s": 2e-5,
+                                     "workload.input_len": {"dist": "uniform", "low": 20, "high": 300},
+                                     "workload.output_len": {"dist": "uniform", "low": 2, "high": 400},
+                                     "max_num_batched_tokens": 512},
     "overload_preemption": {"workload.arrival": "inf", "workload.num_requests": 120,
                             "workload.input_len": {"dist": "uniform", "low": 50, "high": 400},
                             "workload.output_len": {"dist": "uniform", "low": 20, "high": 200},
@@ -145,3 +155,38 @@ def test_open_loop_runs_are_timed_up_to_the_next_send(monkeypatch):
     assert res.num_events < res.num_steps and calls == []
     simulate(cfg_for(exact_steps=False, scheduler="chunked", **SCENARIOS["closed_loop_think_time"]))
     assert len(calls) > 0
+
+
+def test_run_goes_on_past_finishes_hand_schedule():
+    """Three 20-token prompts at t = 0 with 3, 5 and 8 output tokens. Step 1 is
+    their prefill (first tokens); then decode steps with 3, 3, 2, 2, 1, 1, 1
+    sequences: A finishes at step 3, B at 5, C at 8. The fast mode advances steps
+    2-8 in one run that goes on past both finishes, recorded as three merged
+    rows; finish times are the sums of the eight steps' times."""
+    from sim.workload.specs import RequestSpecs
+
+    specs = RequestSpecs(arrival_time_s=np.zeros(3), num_prompt_tokens=np.full(3, 20),
+                         output_len=np.array([3, 5, 8]), max_tokens=np.array([3, 5, 8]), priority=np.zeros(3))
+    results = {}
+    for exact in (True, False):
+        dep = build_deployment(cfg_for(exact_steps=exact, **{"workload.num_requests": 3}))
+        results[exact] = Simulation(dep, specs, seed=0).run()
+    cm = dep.cost_model
+    t = 0.0
+    ends = []
+    t += cm.step_time_s([20, 20, 20], [0, 0, 0])
+    ends.append(t)
+    for ctx in ([20] * 3, [21] * 3, [22] * 2, [23] * 2, [24], [25], [26]):
+        t += cm.step_time_s([1] * len(ctx), ctx)
+        ends.append(t)
+    fast, ref = results[False], results[True]
+    for res in (fast, ref):
+        assert res.num_steps == 8
+        assert res.requests["finish_time_s"].tolist() == [ends[2], ends[4], ends[7]]
+        assert res.requests["num_output_tokens"].tolist() == [3, 5, 8]
+    rows = list(zip(fast.steps["num_steps"].tolist(), fast.steps["num_running_seqs"].tolist()))
+    assert rows == [(1, 3), (2, 3), (2, 2), (3, 1)]
+    assert fast.steps["start_time_s"].tolist() == [0.0, ends[0], ends[2], ends[4]]
+    assert fast.num_events < ref.num_events - 5  # steps 2-8: one event instead of seven
+    # ITL: 7 pooled decode gaps per request's later tokens (2 + 4 + 7 = 13 tokens)
+    assert fast.itl[1].sum() == ref.itl[1].sum() == 13

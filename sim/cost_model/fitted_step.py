@@ -256,7 +256,8 @@ class FittedAttention:
         return (max(launch, self.ca.launch_s) + total) * self.layers
 
     def decode_run_ends_py(self, cl: list[int], k: int, start: float, ops: tuple[float, ...],
-                           cpu: float, overlap: bool, until: float = math.inf) -> list[float]:
+                           cpu: float, overlap: bool, until: float = math.inf,
+                           leave: dict[int, list[int]] | None = None, ops_of=None, cpu_of=None) -> list[float]:
         """End times (s) of a short run of k decode steps starting at ``start``,
         every context growing, in Python floats (cheaper than numpy's per-call
         cost for a few dozen steps): :meth:`step_s`'s decode branch, the step's
@@ -266,7 +267,12 @@ class FittedAttention:
         reaches a tile boundary: (c_i + j) % tile == 0 at step j. The same float
         operations, in the same order, as single steps and ``t += dt``, so the
         ends are bit-identical to the reference mode's ``env.now``. Stops
-        early after the first step that ends at or after ``until`` (s)."""
+        early after the first step that ends at or after ``until`` (s).
+
+        ``leave`` (a run going on past finishes): {j: contexts (of ``cl``) of the
+        sequences whose last step is j (1-based)}; from step j + 1 the batch is
+        the smaller one, with ``ops_of(S)`` and ``cpu_of(S)`` its other operators
+        and host time (S sequences)."""
         t, S, layers, launch = self.tile, len(cl), self.layers, self.ga.launch_s
         tiles = sum([(x + t) // t for x in cl])
         crossings: dict[int, int] = {}
@@ -274,7 +280,7 @@ class FittedAttention:
             r = x % t
             crossings[r] = crossings.get(r, 0) + 1
         get = crossings.get
-        base = sum(cl) + S  # KV tokens read at step 0
+        X = sum(cl)  # contexts before step 1; step j reads X + S (j + 1) KV tokens
         b = float(S)
         qkv, o, ffn, norms, lm, ar, ov = ops
         # _gen's terms that do not change along the run (the same float results)
@@ -288,8 +294,20 @@ class FittedAttention:
         end = start
         for j in range(k):
             if j:
+                if leave is not None and j in leave:  # finished after step j: out of the batch
+                    gone = leave[j]
+                    for x in gone:
+                        tiles -= (x + j - 1 + t) // t
+                        crossings[x % t] -= 1
+                        X -= x
+                    S -= len(gone)
+                    b = float(S)
+                    qkv, o, ffn, norms, lm, ar, ov = ops_of(S)
+                    cpu = cpu_of(S)
+                    bqb, bseq = self.bq * b, b * self.seq_head
+                    ctas = -(-(b * self.kvh) // self.sms) if cta else 0.0
                 tiles += get(-j % t, 0)
-            sum_len = float(base + j * S)
+            sum_len = float(X + S * (j + 1))
             tiled = float(tiles * t)
             tc = c1 * sum_len + c2 * sum_len ** cexp
             nbytes = bqb + bk * tiled

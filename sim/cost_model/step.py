@@ -268,8 +268,9 @@ class CostModel:
         attn = self._attention(float(S), Cj, Cj, float(S), np.maximum)
         return qkv + attn + o + ffn + norms + lm + ar + ov
 
-    def decode_run_ends(self, num_context_tokens: list[int], k: int, start: float, cpu_s: float = 0.0,
-                        overlap: bool = False, until: float = math.inf) -> list[float]:
+    def decode_run_ends(self, num_context_tokens: list[int], k: int, start: float, cpu_s=0.0,
+                        overlap: bool = False, until: float = math.inf,
+                        lasts: list[int] | None = None) -> list[float]:
         """End times (s) of k decode steps of an unchanged batch (every context
         growing) starting at ``start``, each step lasting its GPU time plus the
         host time ``cpu_s`` (``max`` of the two when ``overlap``; see
@@ -277,7 +278,52 @@ class CostModel:
         with ``t += dt``: the engine's merged runs end exactly where the
         reference mode's steps do. The list stops after the first step that
         ends at or after ``until`` (s): the engine times a run up to the next
-        arrival that may cut it."""
+        arrival that may cut it.
+
+        ``lasts`` (optional, one per sequence): the last step (1-based) in which
+        sequence i takes part; it leaves the batch after it (it finished), and the
+        later steps are those of the smaller batch (its contexts grown meanwhile).
+        ``cpu_s`` may then be a function of the number of sequences (s), as
+        ``Overheads.cpu_s``."""
+        if lasts is not None:
+            leave = sorted({f for f in lasts if f < k})
+            if leave:
+                return self._run_ends_leaving(num_context_tokens, k, start, cpu_s, overlap, until, lasts,
+                                              leave)
+        if callable(cpu_s):
+            cpu_s = cpu_s(len(num_context_tokens))
+        return self._run_ends(num_context_tokens, k, start, cpu_s, overlap, until)
+
+    def _run_ends_leaving(self, ctx: list[int], k: int, start: float, cpu_s, overlap: bool,
+                          until: float, lasts: list[int], leave: list[int]) -> list[float]:
+        """:meth:`decode_run_ends` of a batch that shrinks after the steps in
+        ``leave``: in one Python loop when short, else each part as its own run
+        (continuing the same float adds)."""
+        cpu_of = cpu_s if callable(cpu_s) else (lambda _s: cpu_s)
+        if self.fitted and k <= PY_RUN_MAX_STEPS:
+            gone: dict[int, list[int]] = {}
+            for c, f in zip(ctx, lasts):
+                if f < k:
+                    gone.setdefault(f, []).append(c)
+            S = len(ctx)
+            return self._attn_fitted.decode_run_ends_py(
+                ctx, k, start, self._linear_ops(float(S), float(S)), cpu_of(S), overlap, until, gone,
+                lambda n: self._linear_ops(float(n), float(n)), cpu_of)
+        ends: list[float] = []
+        j0 = 0
+        t = start
+        for step in leave + [k]:
+            cl = [c + j0 for c, f in zip(ctx, lasts) if f > j0]
+            ends += self._run_ends(cl, step - j0, t, cpu_of(len(cl)), overlap, until)
+            t = ends[-1]
+            if t >= until:
+                break
+            j0 = step
+        return ends
+
+    def _run_ends(self, num_context_tokens: list[int], k: int, start: float, cpu_s: float, overlap: bool,
+                  until: float) -> list[float]:
+        """:meth:`decode_run_ends` of an unchanged batch."""
         S = len(num_context_tokens)
         if self.fitted and 0 < k <= PY_RUN_MAX_STEPS and S:
             ops = self._linear_ops(float(S), float(S))

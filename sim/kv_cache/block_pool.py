@@ -263,6 +263,10 @@ class BlockPool:
         """1 - free / (N - 1), in [0, 1] (vLLM ``BlockPool.get_usage``)."""
         return 1.0 - self.num_free_blocks / (self.num_gpu_blocks - 1)
 
+    def usage_at(self, num_free_blocks: int) -> float:
+        """:meth:`get_usage` with ``num_free_blocks`` free (the same float)."""
+        return 1.0 - num_free_blocks / (self.num_gpu_blocks - 1)
+
     def check_invariants(self) -> None:
         """O(N) consistency check for tests: the free queue holds exactly the
         non-null blocks with ref 0, once each; the hash map matches the blocks'

@@ -308,6 +308,10 @@ class KVCacheManager:
         blocks count as free (vLLM ``kv_cache_usage``)."""
         return self.pool.get_usage()
 
+    def usage_at(self, num_free_blocks: int) -> float:
+        """:attr:`usage` if ``num_free_blocks`` were free (a merged run's earlier steps)."""
+        return self.pool.usage_at(num_free_blocks)
+
     @property
     def num_free_blocks(self) -> int:
         return self.pool.num_free_blocks

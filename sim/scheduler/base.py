@@ -235,6 +235,105 @@ class Scheduler:
                 hi = mid - 1
         return lo
 
+    spans_finishes = True  # a run may go on past finishes (see max_decode_span)
+
+    def max_decode_span(self, out: SchedulerOutput) -> tuple[int, list[int] | None]:
+        """A merged decode run that goes on past finishes: ``(k, lasts)``, where
+        ``lasts[i]`` is the step (1-based) at which ``out.scheduled[i]`` finishes
+        and leaves the batch, and ``k`` the last of them. Exactly what the
+        reference mode does when nothing else changes the batch: with nobody
+        waiting, the step after a finish schedules the same requests minus the
+        finished ones, each decoding one token (the running pass keeps their
+        order; the waiting pass has nobody to admit). Requires an empty waiting
+        queue, caching off and paged growth (``grows_decode_in_bulk``: block ids
+        are plain counts), and free blocks for every block boundary crossed up to
+        each request's finish (then every intermediate allocation succeeds:
+        finishes only add free blocks). Otherwise ``(max_decode_run(out), None)``.
+        The engine uses it only where a finish cannot be seen before the run
+        ends (open loop; no load-aware router across replicas)."""
+        sched = out.scheduled
+        kv = self.kv
+        if (out.preempted or out.num_prefill_tokens or not sched or not self.supports_decode_runs
+                or not self.spans_finishes or not self.frees_on_finish or self.waiting
+                or len(sched) != len(self.running)
+                or not getattr(kv, "grows_decode_in_bulk", False)):
+            return self.max_decode_run(out), None
+        mml = self.limits.max_model_len
+        bs = self.limits.block_size
+        lasts = []
+        append = lasts.append
+        k = need = 0
+        for r in sched:
+            o = r.num_output_tokens
+            f = r.num_output_tokens_target - o
+            g = mml - r.num_prompt_tokens - o
+            if g < f:
+                f = g
+            append(f)
+            if f > k:
+                k = f
+            # slots written through its last step: tokens c+1 .. c+f-1 after step 1
+            s = r.num_computed_tokens + f - 1 - r.kv_capacity
+            if s > 0:
+                need += -(-s // bs)
+        if k <= 1:
+            return 1, None
+        if need > kv.num_free_blocks:
+            return self.max_decode_run(out), None
+        return k, lasts
+
+    def apply_decode_span(self, out: SchedulerOutput, j: int,
+                          lasts: list[int]) -> list[tuple[int, list[Request], float]]:
+        """Advance a run planned by :meth:`max_decode_span` by ``j`` steps (step 1
+        included): request i takes part in ``min(j, lasts[i])`` of them. Returns,
+        per part of the run between finishes, ``(step, finished, usage)``: the
+        part's last step (1-based; the last part ends at ``j``), the requests
+        finishing there (running-list order) and the KV-cache usage during that
+        step (after its allocation, before the finished requests free their
+        blocks), as :meth:`apply_decode_run` for each part in turn. The blocks
+        of the whole run are taken in one call (they fit: the plan checked), so
+        block ids may differ from the reference mode's; counts do not."""
+        kv = self.kv
+        bs = self.limits.block_size
+        free0 = kv.num_free_blocks
+        growers = []  # (context after step 1, last step, slots held) of those taking blocks
+        grow, grow_slots = [], []
+        finishing: dict[int, list[Request]] = {}
+        for r, f in zip(out.scheduled, lasts):
+            n = f if f < j else j
+            c = r.num_computed_tokens
+            s = c + n - 1
+            if s > r.kv_capacity:
+                growers.append((c, f, r.kv_capacity))
+                grow.append(r)
+                grow_slots.append(s)
+            r.num_computed_tokens = s
+            r.num_output_tokens += n
+            if f <= j:
+                finishing.setdefault(f, []).append(r)
+        # blocks held at the run's start by the requests finishing at each step
+        held_at = {f: sum(r.kv_capacity for r in fin) // bs for f, fin in finishing.items()}
+        if grow:
+            kv.grow_for_decode(grow, grow_slots)
+        parts = []
+        returned = 0  # blocks the requests finished so far held at the run's start
+        for step in sorted(finishing) if j in finishing else sorted(finishing) + [j]:
+            taken = 0  # blocks taken by the step's end by those still running
+            for c, f, cap in growers:
+                if f >= step:
+                    x = c + step - 1 - cap
+                    if x > 0:
+                        taken += -(-x // bs)
+            usage = kv.usage_at(free0 - taken + returned)
+            fin = finishing.get(step, [])
+            if fin:
+                for r in fin:  # not before: _on_finished drops every FINISHED request
+                    r.status = RequestStatus.FINISHED
+                self._on_finished(fin)
+                returned += held_at[step]
+            parts.append((step, fin, usage))
+        return parts
+
     def apply_decode_run(self, out: SchedulerOutput, j: int) -> tuple[list[Request], float]:
         """Advance the batch of ``out`` by ``j`` decode steps (step 1 included),
         as ``j`` rounds of schedule()/update_from_output() would; ``j`` is at

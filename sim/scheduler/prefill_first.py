@@ -56,6 +56,8 @@ RETRACT_DECODE_STEPS = 20
 class PrefillFirstScheduler(Scheduler):
     name = "prefill_first"
     chunked_prefill = True
+    # Its decode steps decay new_token_ratio and check for retraction: runs stop at finishes.
+    spans_finishes = False
 
     def __init__(self, limits, kv) -> None:
         super().__init__(limits, kv)
