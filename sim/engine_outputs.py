@@ -56,10 +56,10 @@ class Outputs:
         itl_add = self.itl.add
         for req in emitted:
             prev = req.last_token_time
-            if req.first_token_time < 0:
-                req.first_token_time = seen
-            elif prev == start:
+            if prev == start:  # the common case first (a first token has prev = -1 < start)
                 same_gap += 1
+            elif req.first_token_time < 0:
+                req.first_token_time = seen
             else:
                 itl_add(now - prev, 1.0)
             req.last_token_time = last

@@ -24,6 +24,8 @@ def step(sched):
     out = sched.schedule()
     tokens = {r.request_id: n for r, n in zip(out.scheduled, out.num_scheduled_tokens)}
     emitted, finished = sched.update_from_output(out)
+    # partial prefill chunks (counted at schedule time) are exactly those that emit nothing
+    assert out.num_partial == len(out.scheduled) - len(emitted)
     return tokens, [r.request_id for r in emitted], [r.request_id for r in finished], out
 
 

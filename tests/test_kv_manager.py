@@ -177,6 +177,30 @@ def test_grow_for_decode_equals_one_allocation_after_the_other():
     assert not KVCacheManager(64, 4, max_model_len=30, enable_prefix_caching=True).grows_decode_in_bulk
 
 
+def test_grow_decode_block_equals_allocate_slots_of_one_token():
+    """A plain decode at a block boundary (the chunked running pass's shortcut)
+    takes the block allocate_slots(req, 1) would, or changes nothing when the
+    pool is empty."""
+    def setup():
+        kv = KVCacheManager(6, 4, max_model_len=100)  # 5 usable blocks
+        a, b = req(1, 8, keys=()), req(2, 4, keys=())
+        prefill(kv, a)  # 2 blocks, both full
+        prefill(kv, b)  # 1 block, full
+        return kv, a, b
+    kv, a, b = setup()
+    assert kv.allocate_slots(a, 1) == [4]
+    expected = snapshot(kv)
+    kv, a, b = setup()
+    assert kv.grow_decode_block(a) is True
+    assert snapshot(kv) == expected and a.kv_capacity == 12
+    assert kv.grow_decode_block(b) is True  # the last free block
+    before = snapshot(kv)
+    assert kv.allocate_slots(a, 4 + 1) is None  # none left: allocate_slots fails...
+    assert kv.grow_decode_block(a) is False  # ...and so does the shortcut, with no side effects
+    assert snapshot(kv) == before and a.kv_capacity == 12
+    kv.check_invariants()
+
+
 def test_eviction_order_on_tiny_pool_block_by_block():
     # 7 blocks -> 6 usable (1..6), block size 4, caching on.
     kv = KVCacheManager(7, 4, enable_prefix_caching=True, max_model_len=64)

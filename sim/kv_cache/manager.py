@@ -218,6 +218,19 @@ class KVCacheManager:
         growing by whole blocks (a running request's growth is pure counting)."""
         return self.decode_skips_allocation and not self.watermark_blocks and self.grows_by_block
 
+    def grow_decode_block(self, request) -> bool:
+        """``allocate_slots(request, 1) is not None`` for a running decode whose
+        held slots are all computed (``num_computed_tokens == kv_capacity``):
+        one more block from the free stack, or False (nothing changed) when
+        none is free. Only when :attr:`grows_decode_in_bulk`."""
+        pool = self.pool
+        if not pool.num_free_blocks:
+            return False
+        st = self._states[request.request_id]
+        st.blocks += pool.get_new_blocks(1)
+        st.capacity = request.kv_capacity = st.capacity + self.block_size
+        return True
+
     def grow_for_decode(self, requests: list, slots: list[int]) -> None:
         """Grow each running request's table to hold ``slots[i]`` tokens (capped
         at ``max_model_len``), as ``allocate_slots`` would one request after

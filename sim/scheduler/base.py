@@ -111,6 +111,8 @@ class Scheduler:
             out.num_decode_tokens += 1
         else:
             out.num_prefill_tokens += n
+            if c + n < req.num_prompt_tokens + req.num_output_tokens:
+                out.num_partial += 1
         req.num_computed_tokens = c + n
 
     def _unschedule(self, out: SchedulerOutput, req: Request) -> int:
@@ -123,6 +125,8 @@ class Scheduler:
             out.num_decode_tokens -= 1
         else:
             out.num_prefill_tokens -= n
+            if c + n < req.num_prompt_tokens + req.num_output_tokens:
+                out.num_partial -= 1
         del out.scheduled[j], out.num_scheduled_tokens[j], out.num_computed_before[j]
         return n
 
@@ -132,10 +136,23 @@ class Scheduler:
     def update_from_output(self, out: SchedulerOutput) -> tuple[list[Request], list[Request]]:
         """Sample a token for each scheduled request whose whole sequence is now
         computed; finish those that stop. Returns ``(emitted, finished)``: the
-        requests that received a token this step and those that finished."""
-        emitted: list[Request] = []
+        requests that received a token this step and those that finished.
+
+        vLLM's ``check_stop`` also stops a sequence at ``max_model_len``; that
+        never comes first here: :meth:`add_request` admits only requests with
+        ``num_prompt_tokens + max_tokens <= max_model_len``."""
         finished: list[Request] = []
-        max_len = self.limits.max_model_len
+        if not out.num_partial:  # every scheduled sequence is complete: each samples a token
+            for req in out.scheduled:
+                o = req.num_output_tokens + 1
+                req.num_output_tokens = o
+                if o >= req.num_output_tokens_target:
+                    req.status = RequestStatus.FINISHED
+                    finished.append(req)
+            if finished:
+                self._on_finished(finished)
+            return out.scheduled, finished
+        emitted: list[Request] = []
         for req in out.scheduled:
             o = req.num_output_tokens
             if req.num_computed_tokens < req.num_prompt_tokens + o:
@@ -143,7 +160,7 @@ class Scheduler:
             o += 1
             req.num_output_tokens = o
             emitted.append(req)
-            if o >= req.num_output_tokens_target or req.num_prompt_tokens + o >= max_len:
+            if o >= req.num_output_tokens_target:
                 req.status = RequestStatus.FINISHED
                 finished.append(req)
         if finished:

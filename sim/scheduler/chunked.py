@@ -54,6 +54,9 @@ class ChunkedPrefillScheduler(Scheduler):
         block boundary: elsewhere it would be a no-op.)"""
         alloc = self.kv.allocate_slots
         skip_alloc = getattr(self.kv, "decode_skips_allocation", False)
+        # a plain decode at a block boundary takes one block: allocate_slots(req, 1)
+        grow1 = (self.kv.grow_decode_block if getattr(self.kv, "grows_decode_in_bulk", False)
+                 else lambda r: alloc(r, 1) is not None)
         running = self.running
         cap_policy = self.limits.capacity_scheduler_policy
         thr = self.limits.long_prefill_token_threshold
@@ -75,7 +78,7 @@ class ChunkedPrefillScheduler(Scheduler):
                     o = req.num_output_tokens
                     if req.num_prompt_tokens + o - c != 1 or not o or c >= last_pos:
                         break
-                    if c >= req.kv_capacity and alloc(req, 1) is None:
+                    if c >= req.kv_capacity and not grow1(req):
                         break
                     c_append(c)
                     req.num_computed_tokens = c + 1

@@ -54,7 +54,8 @@ class SchedulerOutput:
     one token each at their final length). :attr:`new_tokens` and
     :attr:`context_lens` are what the cost model is charged for: the scheduled
     sequences, then the padding. ``admitted`` are the requests that entered the
-    running set this step.
+    running set this step. ``num_partial``: scheduled prefill chunks that stop
+    short of the sequence's end (they emit no token this step).
     """
 
     scheduled: list[Request] = field(default_factory=list)
@@ -65,6 +66,7 @@ class SchedulerOutput:
     admitted: list[Request] = field(default_factory=list)
     num_prefill_tokens: int = 0
     num_decode_tokens: int = 0
+    num_partial: int = 0
 
     @property
     def new_tokens(self) -> list[int]:
