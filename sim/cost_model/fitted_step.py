@@ -292,6 +292,8 @@ class FittedAttention:
         ends = []
         append = ends.append
         end = start
+        tiles_then = -1  # the memory term (tb², tp²) depends on the tiles only: kept until they change
+        tb2 = tp2 = 0.0
         for j in range(k):
             if j:
                 if leave is not None and j in leave:  # finished after step j: out of the batch
@@ -306,17 +308,21 @@ class FittedAttention:
                     cpu = cpu_of(S)
                     bqb, bseq = self.bq * b, b * self.seq_head
                     ctas = -(-(b * self.kvh) // self.sms) if cta else 0.0
+                    tiles_then = -1
                 tiles += get(-j % t, 0)
             sum_len = float(X + S * (j + 1))
-            tiled = float(tiles * t)
             tc = c1 * sum_len + c2 * sum_len ** cexp
-            nbytes = bqb + bk * tiled
-            tb = m1 * nbytes + m2 * nbytes ** mexp + bseq
-            if cta:
-                tp = ctas * (tiled / b) * cta
-                g = (tc * tc + tb * tb + tp * tp) ** 0.5
-            else:
-                g = (tc * tc + tb * tb) ** 0.5
+            if tiles != tiles_then:
+                tiles_then = tiles
+                tiled = float(tiles * t)
+                nbytes = bqb + bk * tiled
+                tb = m1 * nbytes + m2 * nbytes ** mexp + bseq
+                tb2 = tb * tb
+                if cta:
+                    tp = ctas * (tiled / b) * cta
+                    tp2 = tp * tp
+            # _gen's (tc² + tb² + tp²) ** 0.5, the same adds in the same order
+            g = (tc * tc + tb2 + tp2) ** 0.5 if cta else (tc * tc + tb2) ** 0.5
             if naive:
                 g += self._naive_extra(sum_len)
             dt = qkv + (launch + g) * layers + o + ffn + norms + lm + ar + ov
