@@ -141,6 +141,10 @@ def test_unknown_header(tmp_path):
     ("2023-11-16 18:17:06.0,12.5,5", "ContextTokens", "positive integer"),
     ("2023-11-16 18:17:06.0,12", "GeneratedTokens", "missing"),
     ("yesterday,12,5", "TIMESTAMP", "not a timestamp"),
+    # a literal nan / NA is quoted back, not called missing
+    ("2023-11-16 18:17:06.0,nan,5", "ContextTokens", "= 'nan': not a number"),
+    ("NA,12,5", "TIMESTAMP", "= 'NA': not a timestamp"),
+    ("2023-11-16 18:17:06.0,12,", "GeneratedTokens", "missing"),
 ])
 def test_malformed_csv_row_names_file_line_field(tmp_path, row, field, why):
     p = write(tmp_path / "bad.csv", AZURE + row + "\n" + "2023-11-16 18:17:07.0,1,1\n")

@@ -165,7 +165,9 @@ def _read_csv(path: Path, skip: bool):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
+            # only empty cells are missing: a literal 'nan' or 'NA' is quoted back as a bad value
             df = pd.read_csv(path, dtype=str, skip_blank_lines=False, skipinitialspace=True,
+                             keep_default_na=False, na_values=[""],
                              index_col=False, on_bad_lines="warn" if skip else "error")
         except pd.errors.ParserError as exc:
             raise ConfigError(f"{path}: malformed CSV: {str(exc).strip()}{_HINT}") from None
