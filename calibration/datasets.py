@@ -102,8 +102,10 @@ def family_rows(directory: str | Path) -> dict[str, FamilyRows]:
         out["all_reduce"].rows = (r.groupby(["num_gpus", "message_bytes"], as_index=False)
                                   ["latency_s"].median())
     if not out:
+        subs = sorted(p.name for p in Path(directory).iterdir() if p.is_dir()) if Path(directory).is_dir() else []
+        hint = f"; the tables are per GPU: give one of its folders ({', '.join(subs)})" if subs else ""
         raise ConfigError(f"{directory}: no kernel tables with modelled rows "
-                          "(*_gemm, *_context_attention, *_generation_attention, nccl_*)")
+                          f"(*_gemm, *_context_attention, *_generation_attention, nccl_*){hint}")
     return out
 
 

@@ -375,7 +375,12 @@ def build_config(
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected key=value (e.g. workload.request_rate=4)")
         k, v = item.split("=", 1)
-        set_dotted(flat, k.strip(), parse_value(v.strip()))
+        key, value = k.strip(), parse_value(v.strip())
+        given = (overrides or {}).get(key)
+        if given is not None and given != value:  # e.g. --scheduler continuous --set scheduler=mixed
+            raise ConfigError(f"--set {key}={v.strip()} conflicts with --{key.replace('_', '-')} {given}; "
+                              "give one of them")
+        set_dotted(flat, key, value)
     check_known_keys(flat, set_src)
     wl = merge_workload_dicts(wl, _workload_mapping(flat.pop("workload", None), set_src))
     data.update(flat)

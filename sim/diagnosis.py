@@ -94,6 +94,12 @@ def _col(df, name, default=0.0) -> np.ndarray:
     return df[name].to_numpy(float) if name in df.columns else np.full(len(df), default)
 
 
+def _mean_kv(st) -> np.ndarray:
+    """Each step row's time-averaged KV usage (a merged row's ``kv_cache_usage``
+    is its last step's; older results lack ``mean_kv_cache_usage``)."""
+    return _col(st, "mean_kv_cache_usage") if "mean_kv_cache_usage" in st.columns else _col(st, "kv_cache_usage")
+
+
 # ----------------------------------------------------------------- queueing
 def _rank_corr(x: np.ndarray, y: np.ndarray) -> float:
     """Spearman rank correlation (ties broken by order; 0 for constant input)."""
@@ -160,7 +166,7 @@ def _queue_limiter(v: VariantData) -> tuple[str, str, bool]:
     dt = _col(st, "step_time_s")
     if not wait.any() or dt[wait].sum() <= 0:
         return "", remedy, False
-    run, kv = _col(st, "num_running_seqs"), _col(st, "kv_cache_usage")
+    run, kv = _col(st, "num_running_seqs"), _mean_kv(st)
     prefill = _col(st, "num_prefill_tokens") > 0
     t_wait = dt[wait].sum()
     w = dt[wait] / t_wait
@@ -276,7 +282,7 @@ def _kv_capacity(v: VariantData) -> Finding | None:
     if not (max_kv > KV_HIGH and npre > 0):
         return None
     dt = _col(st, "step_time_s")
-    mean_kv = float((_col(st, "kv_cache_usage") * dt).sum() / dt.sum()) if dt.sum() > 0 else float("nan")
+    mean_kv = float((_mean_kv(st) * dt).sum() / dt.sum()) if dt.sum() > 0 else float("nan")
     hit = int((pre > 0).sum())
     share = hit / max(len(req), 1)
     rec = _col(req, "preempted_ms")[pre > 0]

@@ -241,9 +241,10 @@ class Simulation(Traffic, Outputs):
                 continue
             dt = overheads.apply(step_time_s(new, ctx), len(new), out.num_prefill_tokens > 0)
             rep.last_step_start = start
+            usage = kv.usage
             step_append((rep.index, start, 1, dt, sched.num_running, sched.num_waiting,
                          out.num_batched_tokens, out.num_prefill_tokens, out.num_decode_tokens,
-                         kv.usage, len(out.preempted)))
+                         usage, len(out.preempted), usage))
             if self.track_unused:
                 rep.unused_integral += kv.reserved_unused_fraction * dt
             yield env.timeout(dt)
@@ -327,8 +328,11 @@ class Simulation(Traffic, Outputs):
         if lasts is not None:
             self._span_done(rep, out, ends, j, start, lasts, num_waiting)
             return
-        if self.track_unused:
-            rep.unused_integral += rep.kv.reserved_unused_fraction * (end - start)
+        if self.track_unused:  # each step's reserved-but-unused fraction × its time, as single steps add them
+            t = start
+            for frac, e in zip(rep.kv.reserved_unused_fractions(scheduled, j), ends):
+                rep.unused_integral += frac * (e - t)
+                t = e
         if self.frontend_tok_s > 0.0:
             seen = first_seen = self._deliver(rep, first_end, B)
             for i in range(1, j):  # the frontend streams each step's tokens in turn
@@ -341,8 +345,10 @@ class Simulation(Traffic, Outputs):
             self._recovered(rep, scheduled, first_end)
         if j > 1:
             self.itl.extend(list(map(sub, ends[1:j], ends[:j - 1])), B)  # gaps between step ends
+        usages = sched.decode_run_usages(out, j)
         finished, usage = sched.apply_decode_run(out, j)
-        self.step_cols.append((rep.index, start, j, end - start, B, num_waiting, B * j, 0, B * j, usage, 0))
+        self.step_cols.append((rep.index, start, j, end - start, B, num_waiting, B * j, 0, B * j, usage, 0,
+                               _time_average(usages, ends, 0, j, start)))
         self._finish(rep, finished, end, seen)
 
     def _span_done(self, rep: _Replica, out, ends: list[float], j: int, start: float, lasts: list[int],
@@ -374,17 +380,20 @@ class Simulation(Traffic, Outputs):
         self._tokens_emitted(scheduled, start, first_end, first_seen, ends[j - 1])
         if rep.num_recovering:
             self._recovered(rep, scheduled, first_end)
-        parts = rep.scheduler.apply_decode_span(out, j, lasts)
+        sched = rep.scheduler
+        usages = sched.decode_run_usages(out, j, lasts)
+        parts = sched.apply_decode_span(out, j, lasts)
         append = self.step_cols.append
         itl_extend = self.itl.extend
         prev, t0, b = 0, start, B
-        for step, fin, usage in parts:
+        for step, fin in parts:
             if step - prev > 1 or prev:  # gaps between step ends; step 1's are recorded above
                 lo = prev if prev else 1
                 itl_extend(list(map(sub, ends[lo:step], ends[lo - 1:step - 1])), b)
             n = step - prev
             end = ends[step - 1]
-            append((rep.index, t0, n, end - t0, b, num_waiting, b * n, 0, b * n, usage, 0))
+            append((rep.index, t0, n, end - t0, b, num_waiting, b * n, 0, b * n, usages[step - 1], 0,
+                    _time_average(usages, ends, prev, step, t0)))
             if fin:
                 self._finish(rep, fin, end, seen[step - 1])
             b -= len(fin)
@@ -452,6 +461,18 @@ class Simulation(Traffic, Outputs):
             if rep.kv.num_free_blocks != rep.kv.num_usable_blocks:
                 raise RuntimeError(f"replica {rep.index}: KV blocks leaked "
                                    f"({rep.kv.num_usable_blocks - rep.kv.num_free_blocks} still held)")
+
+
+def _time_average(values: list[float], ends: list[float], lo: int, hi: int, start: float) -> float:
+    """Time average of ``values[lo:hi]`` over steps ``lo``..``hi − 1`` of a
+    run (step i lasts ``ends[i] − ends[i − 1]``; step ``lo`` starts at ``start``)."""
+    total = 0.0
+    t = start
+    for i in range(lo, hi):
+        e = ends[i]
+        total += values[i] * (e - t)
+        t = e
+    return total / (t - start) if t > start else values[hi - 1]
 
 
 def simulate(dep: Deployment, specs: RequestSpecs, *, seed: int = 0, progress=None) -> RunResult:

@@ -30,6 +30,7 @@ REQUEST_COLUMNS = (
 STEP_COLUMNS = (
     "replica", "start_time_s", "num_steps", "step_time_s", "num_running_seqs", "num_waiting_reqs",
     "num_batched_tokens", "num_prefill_tokens", "num_decode_tokens", "kv_cache_usage", "num_preempted",
+    "mean_kv_cache_usage",
 )
 STATUS_FINISHED, STATUS_REJECTED = 0, 1
 PERCENTILES = (50, 90, 99)
@@ -245,7 +246,9 @@ def summarize(req: dict[str, np.ndarray], steps: dict[str, np.ndarray], itl: tup
     dt = steps["step_time_s"]
     if dt.size and dt.sum() > 0:
         w = dt / dt.sum()
-        out["mean_kv_cache_usage"] = float((steps["kv_cache_usage"] * w).sum())
+        # a merged row's kv_cache_usage is its last step's; mean_kv_cache_usage its time average
+        mean_col = steps.get("mean_kv_cache_usage", steps["kv_cache_usage"])
+        out["mean_kv_cache_usage"] = float((mean_col * w).sum())
         out["max_kv_cache_usage"] = float(steps["kv_cache_usage"].max())
         out["mean_num_running_seqs"] = float((steps["num_running_seqs"] * w).sum())
         nsteps = steps["num_steps"].sum()

@@ -94,6 +94,11 @@ def workload_warnings(s: dict) -> list[str]:
     if s.get("num_clipped_prompts"):
         out.append(f"{s['num_clipped_prompts']:,} prompt(s) cut to fit max_model_len "
                    "(workload.clip_to_max_model_len)")
+    wl = (s.get("config") or {}).get("workload") or {}
+    if (wl.get("trace") and wl.get("arrival") is None and wl.get("request_rate") is None
+            and wl.get("max_concurrency") is None and str(s.get("workload_source", "")).endswith("arrivals inf")):
+        out.append("the trace has no timestamps and no workload.request_rate was given: every request was sent "
+                   "at t = 0 (arrival inf); set workload.request_rate or workload.max_concurrency to pace them")
     return out
 
 

@@ -101,6 +101,8 @@ def plan(
     from sim.plan_report import answer_line, run_plan
     from sim.sweep import check_names
 
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--workers: must be >= 1, got {workers}")
     config, slo = None, list(slo or [])
     for a in args or []:
         if "=" in a and not Path(a).is_file():

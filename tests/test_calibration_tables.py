@@ -124,3 +124,10 @@ def test_shipped_profiles_predict_the_real_tables():
             e = ape(predict(fam, params, r, dev), r["latency_s"].to_numpy())
             assert np.median(e) < med_max and e.mean() < 20.0, (gpu, fam, np.median(e), e.mean())
     assert len(family_rows(shared_dir() / "kernels" / "h100_sxm")["context_attention"].rows) == 13158
+
+
+def test_a_folder_of_per_gpu_folders_names_them(tmp_path):
+    (tmp_path / "h100_sxm").mkdir()
+    (tmp_path / "a100_sxm").mkdir()
+    with pytest.raises(ConfigError, match=r"no kernel tables .*give one of its folders \(a100_sxm, h100_sxm\)"):
+        family_rows(tmp_path)

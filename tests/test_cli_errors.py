@@ -153,3 +153,56 @@ def test_plan_warns_about_skipped_trace_rows(tmp_path):
     warning = f"1 malformed trace row(s) skipped (workload.skip_bad_rows): trace {trace} (azure): 2 of 3 rows"
     assert f"warning: {warning}" in r.stderr
     assert f"**Warning**: {warning}" in (out / "plan.md").read_text()
+
+
+@pytest.mark.parametrize("sets, expect", [
+    # --set parses 'inf' as a number; for the arrival process the name is meant
+    (["workload.arrival=inf", "workload.num_requests=5"], None),
+    (["workload.num_warmup_requests=100000000"], "less than or equal to 50000000"),
+    (["workload.num_requests=49999999", "workload.num_warmup_requests=2"],
+     "num_requests (49,999,999) + num_warmup_requests (2) is over the 50,000,000 a run takes"),
+    # 50 requests at 1e-300 req/s: send times ~1e301 s, where a millisecond step is lost in rounding
+    (["workload.num_requests=50", "workload.request_rate=1e-300"], "where float64 seconds are too coarse"),
+    (["workload.num_requests=50", "workload.request_rate=1e-6"], None),  # 5e7 s: fine
+])
+def test_workload_limits(sets, expect):
+    from sim.config import build_config
+
+    if expect is None:
+        build_config(None, {}, sets, "default")
+        return
+    with pytest.raises(ConfigError) as e:
+        build_config(None, {}, sets, "default")
+    assert expect in str(e.value)
+
+
+def test_trace_with_a_byte_order_mark_and_crlf(tmp_path):
+    """Excel's CSV export: a UTF-8 byte-order mark before the header, CRLF line ends."""
+    trace = tmp_path / "excel.csv"
+    trace.write_bytes(b"\xef\xbb\xbfTIMESTAMP,ContextTokens,GeneratedTokens\r\n"
+                      b"2023-11-16 18:15:46.68,374,44\r\n2023-11-16 18:15:51.00,396,9\r\n")
+    r = cli("run", "--quiet", "--out", str(tmp_path / "o"), "--set", f"workload.trace={trace}")
+    assert r.returncode == 0, r.stderr
+    import json
+
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert "(azure): 2 of 2 rows" in summary["workload_source"] and summary["completed"] == 2
+
+
+def test_an_option_and_a_set_of_the_same_key_must_agree():
+    from sim.config import build_config
+
+    with pytest.raises(ConfigError, match="--set scheduler=mixed conflicts with --scheduler continuous"):
+        build_config(None, {"scheduler": "continuous"}, ["scheduler=mixed"])
+    assert build_config(None, {"seed": 3}, ["seed=3"]).seed == 3  # the same value twice is fine
+
+
+def test_a_lengths_only_trace_sent_all_at_once_is_warned_about():
+    from sim.report_text import workload_warnings
+
+    s = {"workload_source": "trace t.csv (lengths): 20 of 20 rows, arrivals inf",
+         "config": {"workload": {"trace": "t.csv", "arrival": None, "request_rate": None, "max_concurrency": None}}}
+    assert any("every request was sent at t = 0" in w for w in workload_warnings(s))
+    s["config"]["workload"]["request_rate"] = 5.0
+    s["workload_source"] = "trace t.csv (lengths): 20 of 20 rows, arrivals poisson"
+    assert workload_warnings(s) == []

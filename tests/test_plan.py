@@ -275,6 +275,7 @@ def test_cli_plan_mistyped_hardware_is_an_error(tmp_path):
     (["--vary", "foo=1,2"], "--vary: unknown config key 'foo'"),
     (["--slo", "p99_ttft_ms=-1"], "the limit must be a finite number >= 0"),
     (["--max-replicas", "0"], "--max-replicas: must be >= 1"),
+    (["--workers", "0"], "--workers: must be >= 1, got 0"),
 ])
 def test_cli_plan_rejects_bad_options(tmp_path, args, match):
     import typer

@@ -119,3 +119,34 @@ class ContiguousKVCacheManager(KVCacheManager):
             reserved += r
             used += min(st.request.num_computed_tokens, r)
         return (reserved - used) / reserved if reserved else 0.0
+
+    def reserved_unused_fractions(self, growing: list, k: int) -> list[float]:
+        """:attr:`reserved_unused_fraction` after d = 0 .. k−1 more computed
+        tokens of each request in ``growing`` (a merged decode run's steps;
+        each request's count stops at its reservation), in O(requests + k)."""
+        bs = self.block_size
+        reserved = used = 0
+        for st in self._states.values():
+            r = len(st.blocks) * bs
+            reserved += r
+            used += min(st.request.num_computed_tokens, r)
+        if not reserved:
+            return [0.0] * k
+        stops = [0] * (k + 1)  # growing requests by slack (slots left in their reservation) < k
+        active = 0  # growing requests still below their reservation at offset d
+        for req in growing:
+            st = self._states.get(req.request_id)
+            if st is None:
+                continue
+            r = len(st.blocks) * bs
+            slack = r - min(req.num_computed_tokens, r)
+            active += 1
+            if slack < k:
+                stops[slack] += 1
+        out = []
+        for d in range(k):
+            if d:
+                used += active
+            out.append((reserved - used) / reserved)
+            active -= stops[d]
+        return out

@@ -299,21 +299,56 @@ class Scheduler:
             return self.max_decode_run(out), None
         return k, lasts
 
+    def decode_run_usages(self, out: SchedulerOutput, j: int, lasts: list[int] | None = None) -> list[float]:
+        """KV-cache usage during each of a merged run's first ``j`` steps
+        (index 0 = step 1): after the step's allocation, before finished
+        requests free their blocks, as the reference mode's step rows record
+        it. Call after step 1 was scheduled and before the run is applied.
+        ``lasts`` as :meth:`apply_decode_span` (None: nobody leaves).
+
+        Request r holds ``kv_capacity`` slots with ``num_computed_tokens`` =
+        c computed after step 1; step i (≥ 2) writes slot c + i − 2, so it
+        takes a block at steps s + 2, s + 2 + bs, ... (s = kv_capacity − c)
+        up to its last step; a request finishing after step f frees what it
+        holds from step f + 1. O(requests + j): the block takings are added
+        per residue class of the step mod ``block_size``. Managers whose
+        tables do not grow by block (the contiguous reservation) hold their
+        usage through a run."""
+        kv = self.kv
+        if not getattr(kv, "grows_by_block", False):
+            return [kv.usage] * j
+        bs = self.limits.block_size
+        takes = [0] * (j + bs + 2)  # +1 where a request's block takings start, -1 past them
+        back = [0] * (j + 2)  # blocks returned at the start of a step
+        for idx, r in enumerate(out.scheduled):
+            f = j if lasts is None else lasts[idx]
+            last = f if f < j else j
+            first = r.kv_capacity - r.num_computed_tokens + 2
+            n = (last - first) // bs + 1 if first <= last else 0
+            if n:
+                takes[first] += 1
+                takes[first + n * bs] -= 1
+            if f < j:
+                back[f + 1] += r.kv_capacity // bs + n
+        free = kv.num_free_blocks
+        usage_at = kv.usage_at
+        usages = [usage_at(free)]
+        for i in range(2, j + 1):
+            takes[i] += takes[i - bs] if i >= bs else 0  # takings at step i: this residue's running count
+            free += back[i] - takes[i]
+            usages.append(usage_at(free))
+        return usages
+
     def apply_decode_span(self, out: SchedulerOutput, j: int,
-                          lasts: list[int]) -> list[tuple[int, list[Request], float]]:
+                          lasts: list[int]) -> list[tuple[int, list[Request]]]:
         """Advance a run planned by :meth:`max_decode_span` by ``j`` steps (step 1
         included): request i takes part in ``min(j, lasts[i])`` of them. Returns,
-        per part of the run between finishes, ``(step, finished, usage)``: the
-        part's last step (1-based; the last part ends at ``j``), the requests
-        finishing there (running-list order) and the KV-cache usage during that
-        step (after its allocation, before the finished requests free their
-        blocks), as :meth:`apply_decode_run` for each part in turn. The blocks
-        of the whole run are taken in one call (they fit: the plan checked), so
-        block ids may differ from the reference mode's; counts do not."""
-        kv = self.kv
-        bs = self.limits.block_size
-        free0 = kv.num_free_blocks
-        growers = []  # (context after step 1, last step, slots held) of those taking blocks
+        per part of the run between finishes, ``(step, finished)``: the part's
+        last step (1-based; the last part ends at ``j``) and the requests
+        finishing there (running-list order), as :meth:`apply_decode_run` for
+        each part in turn (:meth:`decode_run_usages` gives the usage). The
+        blocks of the whole run are taken in one call (they fit: the plan
+        checked), so block ids may differ from the reference mode's; counts do not."""
         grow, grow_slots = [], []
         finishing: dict[int, list[Request]] = {}
         for r, f in zip(out.scheduled, lasts):
@@ -321,34 +356,22 @@ class Scheduler:
             c = r.num_computed_tokens
             s = c + n - 1
             if s > r.kv_capacity:
-                growers.append((c, f, r.kv_capacity))
                 grow.append(r)
                 grow_slots.append(s)
             r.num_computed_tokens = s
             r.num_output_tokens += n
             if f <= j:
                 finishing.setdefault(f, []).append(r)
-        # blocks held at the run's start by the requests finishing at each step
-        held_at = {f: sum(r.kv_capacity for r in fin) // bs for f, fin in finishing.items()}
         if grow:
-            kv.grow_for_decode(grow, grow_slots)
+            self.kv.grow_for_decode(grow, grow_slots)
         parts = []
-        returned = 0  # blocks the requests finished so far held at the run's start
         for step in sorted(finishing) if j in finishing else sorted(finishing) + [j]:
-            taken = 0  # blocks taken by the step's end by those still running
-            for c, f, cap in growers:
-                if f >= step:
-                    x = c + step - 1 - cap
-                    if x > 0:
-                        taken += -(-x // bs)
-            usage = kv.usage_at(free0 - taken + returned)
             fin = finishing.get(step, [])
             if fin:
                 for r in fin:  # not before: _on_finished drops every FINISHED request
                     r.status = RequestStatus.FINISHED
                 self._on_finished(fin)
-                returned += held_at[step]
-            parts.append((step, fin, usage))
+            parts.append((step, fin))
         return parts
 
     def apply_decode_run(self, out: SchedulerOutput, j: int) -> tuple[list[Request], float]:

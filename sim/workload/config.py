@@ -33,6 +33,9 @@ from sim.errors import ConfigError
 _STRICT = ConfigDict(extra="forbid")
 
 MAX_NUM_REQUESTS = 50_000_000
+# Open-loop send times beyond this (s, ~32 years) leave float64 seconds too coarse
+# (spacing > 0.1 us) for millisecond steps to add up exactly.
+MAX_SIMULATED_SPAN_S = 1e9
 TRACE_FORMATS = ("azure", "mooncake", "burstgpt", "lengths", "generic")
 ARRIVALS = ("poisson", "gamma", "constant", "inf", "trace")
 
@@ -217,7 +220,7 @@ class WorkloadConfig(BaseModel):
     shared_prefix: SharedPrefixConfig | None = None
     conversation: ConversationConfig | None = None
     priority_classes: list[PriorityClass] | None = None
-    num_warmup_requests: int = Field(default=0, ge=0)
+    num_warmup_requests: int = Field(default=0, ge=0, le=MAX_NUM_REQUESTS)
     seed: int | None = Field(default=None, ge=0)
     # Key granularity (tokens) of synthetic prefix keys; 16 = vLLM's default block size.
     prefix_chunk_tokens: int = Field(default=16, ge=1)
@@ -230,6 +233,12 @@ class WorkloadConfig(BaseModel):
     # Uniform [0, jitter_s) added to each trace timestamp, e.g. 3.0 for Mooncake,
     # whose timestamps are quantised to ~3 s steps (see ../shared/traces/README.md).
     jitter_s: float = Field(default=0.0, ge=0)
+
+    @field_validator("arrival", mode="before")
+    @classmethod
+    def _arrival(cls, v):
+        # --set workload.arrival=inf parses the value as the float inf: the name is meant
+        return "inf" if isinstance(v, float) and v == math.inf else v
 
     @field_validator("request_rate")
     @classmethod
@@ -318,6 +327,16 @@ class WorkloadConfig(BaseModel):
             raise ValueError(f"duration_s ({self.duration_s:g}) x request_rate ({self.request_rate:g}) is "
                              f"{self.duration_s * self.request_rate:,.0f} requests, over the {MAX_NUM_REQUESTS:,} "
                              "a run takes")
+        total = (self.num_requests or 0) + self.num_warmup_requests
+        if self.num_requests is not None and total > MAX_NUM_REQUESTS:
+            raise ValueError(f"num_requests ({self.num_requests:,}) + num_warmup_requests "
+                             f"({self.num_warmup_requests:,}) is over the {MAX_NUM_REQUESTS:,} a run takes")
+        if not self.is_infinite_rate():
+            span = self.duration_s if self.num_requests is None else total / self.request_rate
+            if span > MAX_SIMULATED_SPAN_S:
+                raise ValueError(f"request_rate {self.request_rate:g} req/s spreads the requests over ~{span:.3g} s "
+                                 f"of simulated time, beyond {MAX_SIMULATED_SPAN_S:g} s (~32 years), where float64 "
+                                 "seconds are too coarse for millisecond engine steps; raise the rate")
         return self
 
     # ------------------------------------------------------------ helpers

@@ -74,7 +74,8 @@ def _is_jsonl(path: Path, first: str) -> bool:
 
 def _first_line(path: Path) -> str:
     require_file(path, "workload.trace")
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    # utf-8-sig: a byte-order mark (Excel's CSV export) is not part of the first column's name
+    with open(path, encoding="utf-8-sig", errors="replace") as fh:
         for line in fh:
             if line.strip():
                 return line.strip()
@@ -167,7 +168,7 @@ def _read_csv(path: Path, skip: bool):
         try:
             # only empty cells are missing: a literal 'nan' or 'NA' is quoted back as a bad value
             df = pd.read_csv(path, dtype=str, skip_blank_lines=False, skipinitialspace=True,
-                             keep_default_na=False, na_values=[""],
+                             keep_default_na=False, na_values=[""], encoding="utf-8-sig",
                              index_col=False, on_bad_lines="warn" if skip else "error")
         except pd.errors.ParserError as exc:
             raise ConfigError(f"{path}: malformed CSV: {str(exc).strip()}{_HINT}") from None
@@ -198,7 +199,7 @@ def _read_jsonl(path: Path, fields: dict[str, str], keys_field: str | None, skip
     keys: list = []
     lines: list[int] = []
     num_bad = 0
-    with open(path, encoding="utf-8") as fh:
+    with open(path, encoding="utf-8-sig") as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
