@@ -466,6 +466,8 @@ class Simulation(Traffic, Outputs):
 def _time_average(values: list[float], ends: list[float], lo: int, hi: int, start: float) -> float:
     """Time average of ``values[lo:hi]`` over steps ``lo``..``hi − 1`` of a
     run (step i lasts ``ends[i] − ends[i − 1]``; step ``lo`` starts at ``start``)."""
+    if values[lo] == values[hi - 1]:  # usage only grows inside a part: constant there
+        return values[lo]
     total = 0.0
     t = start
     for i in range(lo, hi):

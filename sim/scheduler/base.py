@@ -331,12 +331,19 @@ class Scheduler:
             if f < j:
                 back[f + 1] += r.kv_capacity // bs + n
         free = kv.num_free_blocks
+        u = kv.usage_at(free)
+        usages = [u]
+        append = usages.append
         usage_at = kv.usage_at
-        usages = [usage_at(free)]
         for i in range(2, j + 1):
-            takes[i] += takes[i - bs] if i >= bs else 0  # takings at step i: this residue's running count
-            free += back[i] - takes[i]
-            usages.append(usage_at(free))
+            t = takes[i]
+            if i >= bs:
+                t += takes[i - bs]  # takings at step i: this residue class's running count
+                takes[i] = t
+            if t or back[i]:
+                free += back[i] - t
+                u = usage_at(free)
+            append(u)
         return usages
 
     def apply_decode_span(self, out: SchedulerOutput, j: int,
