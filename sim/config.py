@@ -35,6 +35,7 @@ POLICIES = ("fcfs", "priority")
 CAPACITY_POLICIES = ("guaranteed_no_evict", "max_utilization")
 ROUTERS = ("round_robin", "least_outstanding_requests", "random", "prefix_aware")
 QUANTIZATIONS = ("fp8", "fp8_block", "int8", "int4_wo", "nvfp4")
+MAX_TIME_KEY_S = 3600.0  # s: the per-step, per-token, per-request and client time keys
 
 
 class SimConfig(BaseModel):
@@ -86,28 +87,30 @@ class SimConfig(BaseModel):
     num_replicas: int = Field(default=1, ge=1, le=1024)  # each holds a block pool: 10^4 would need ~15 GB
     router: Literal["round_robin", "least_outstanding_requests", "random", "prefix_aware"] = "round_robin"
 
+    # The time keys below are at most an hour each: beyond that a run's simulated
+    # time drifts toward float64's limits (1e308 s overheads ran to inf/nan times).
     # CPU/framework overheads outside the cost model (sim/overheads.py): per
     # engine step (s), per scheduled sequence per step (s); overlapped with the
     # GPU (step = max(gpu, cpu)) or serial (gpu + cpu).
-    cpu_step_overhead_s: float = Field(default=0.0, ge=0.0)
-    cpu_seq_overhead_s: float = Field(default=0.0, ge=0.0)
+    cpu_step_overhead_s: float = Field(default=0.0, ge=0.0, le=MAX_TIME_KEY_S)
+    cpu_seq_overhead_s: float = Field(default=0.0, ge=0.0, le=MAX_TIME_KEY_S)
     overlap_scheduling: bool = False
     # Extra host time (s) of a step with prefill tokens (no CUDA graph: every kernel launched).
-    eager_step_overhead_s: float = Field(default=0.0, ge=0.0)
+    eager_step_overhead_s: float = Field(default=0.0, ge=0.0, le=MAX_TIME_KEY_S)
     # Per request (s): sent → seen by the engine's scheduler (HTTP, tokenization,
     # hand-off to the engine process); counted in TTFT.
-    frontend_latency_s: float = Field(default=0.0, ge=0.0)
+    frontend_latency_s: float = Field(default=0.0, ge=0.0, le=MAX_TIME_KEY_S)
     # Per streamed output token (s): the frontend's single-threaded output path
     # (detokenize, serialize, send), one step's tokens after the other; clients see
     # tokens (and send their next request) when it is done.
-    frontend_token_s: float = Field(default=0.0, ge=0.0)
+    frontend_token_s: float = Field(default=0.0, ge=0.0, le=MAX_TIME_KEY_S)
     # Closed loop: mean (s) of the exponential delay between a client receiving
     # its last token and sending its next request (client processing, network);
     # not part of TTFT. 0 = at once.
-    client_think_time_s: float = Field(default=0.0, ge=0.0)
+    client_think_time_s: float = Field(default=0.0, ge=0.0, le=MAX_TIME_KEY_S)
     # Closed loop: each client's first send is at a uniform random time in
     # [0, this) (s), then think times as above. 0 = all start together.
-    client_start_spread_s: float = Field(default=0.0, ge=0.0)
+    client_start_spread_s: float = Field(default=0.0, ge=0.0, le=MAX_TIME_KEY_S)
 
     seed: int = 0
     exact_steps: bool = False  # reference mode: one event per engine step, never merged

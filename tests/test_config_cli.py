@@ -60,6 +60,10 @@ def test_infinite_times_are_refused(tmp_path, key):
     p.write_text(f"{key}: .inf\n")
     with pytest.raises(ConfigError, match=rf"c.yaml: {key}: Input should be a finite number"):
         build_config(p)
+    # huge but finite (1e308 s per step ran simulated time to inf/nan): at most an hour
+    with pytest.raises(ConfigError, match=rf"{key}: Input should be less than or equal to 3600"):
+        build_config(overrides={key: 1e308})
+    assert getattr(build_config(overrides={key: 3600.0}), key) == 3600.0
 
 
 def test_unknown_model_and_hardware_list_valid_names():
