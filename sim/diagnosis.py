@@ -162,7 +162,8 @@ def _queue_limiter(v: VariantData) -> tuple[str, str, bool]:
     remedy = "More replicas, a larger max_num_batched_tokens / max_num_seqs, or a faster GPU would cut it."
     if len(st) == 0:
         return "", remedy, False
-    wait = _col(st, "num_waiting_reqs") > 0
+    wait = (_col(st, "mean_num_waiting_reqs") if "mean_num_waiting_reqs" in st.columns
+            else _col(st, "num_waiting_reqs")) > 0
     dt = _col(st, "step_time_s")
     if not wait.any() or dt[wait].sum() <= 0:
         return "", remedy, False

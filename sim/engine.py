@@ -73,7 +73,8 @@ class RunResult:
 
 class _Replica:
     __slots__ = ("index", "scheduler", "kv", "wake", "outstanding", "unused_integral", "merging", "proc",
-                 "num_recovering", "busy", "pending", "last_step_start", "frontend_done", "run_ends")
+                 "num_recovering", "busy", "pending", "last_step_start", "frontend_done", "run_ends",
+                 "run_joins")
 
     def __init__(self, index: int, scheduler, kv) -> None:
         self.index = index
@@ -84,6 +85,7 @@ class _Replica:
         self.unused_integral = 0.0
         self.merging = False  # inside a run of merged decode steps (interruptible)
         self.run_ends: list[float] = []  # the merged run's step end times timed so far
+        self.run_joins: list[float] = []  # when requests joined the waiting queue during the run
         self.num_recovering = 0  # preempted requests not yet back where they were
         self.proc = None
         # Overlap scheduling: the next step's batch is formed when a step starts, so
@@ -143,6 +145,8 @@ class Simulation(Traffic, Outputs):
         req.replica = rep.index
         if rep.busy:  # overlap scheduling: seen by the batch after the next one
             rep.pending.append((self.env.now, req))
+            if rep.merging:  # counted as waiting from the next step on, as single steps record it
+                rep.run_joins.append(self.env.now)
             if rep.merging and rep.scheduler.arrival_may_change_schedule():
                 self._cut_run(rep)
             return
@@ -152,6 +156,8 @@ class Simulation(Traffic, Outputs):
         cut = rep.merging and rep.scheduler.arrival_may_change_schedule()
         if rep.scheduler.add_request(req):
             rep.outstanding += 1
+            if rep.merging:  # waits behind a blocked queue: counted from the next step on
+                rep.run_joins.append(self.env.now)
             if rep.wake is not None and not rep.wake.triggered:
                 rep.wake.succeed()
             elif cut:
@@ -244,7 +250,7 @@ class Simulation(Traffic, Outputs):
             usage = kv.usage
             step_append((rep.index, start, 1, dt, sched.num_running, sched.num_waiting,
                          out.num_batched_tokens, out.num_prefill_tokens, out.num_decode_tokens,
-                         usage, len(out.preempted), usage))
+                         usage, len(out.preempted), usage, sched.num_waiting))
             if self.track_unused:
                 rep.unused_integral += kv.reserved_unused_fraction * dt
             yield env.timeout(dt)
@@ -297,6 +303,7 @@ class Simulation(Traffic, Outputs):
                 ends.append(t)
         rep.merging = True
         rep.run_ends = ends
+        rep.run_joins = []
         try:
             while True:
                 yield env.timeout(ends[-1] - env.now)
@@ -346,9 +353,10 @@ class Simulation(Traffic, Outputs):
         if j > 1:
             self.itl.extend(list(map(sub, ends[1:j], ends[:j - 1])), B)  # gaps between step ends
         usages = sched.decode_run_usages(out, j)
+        waits = _waiting_per_step(num_waiting, rep.run_joins, ends, j, start)
         finished, usage = sched.apply_decode_run(out, j)
-        self.step_cols.append((rep.index, start, j, end - start, B, num_waiting, B * j, 0, B * j, usage, 0,
-                               _time_average(usages, ends, 0, j, start)))
+        self.step_cols.append((rep.index, start, j, end - start, B, waits[-1], B * j, 0, B * j, usage, 0,
+                               _time_average(usages, ends, 0, j, start), _time_average(waits, ends, 0, j, start)))
         self._finish(rep, finished, end, seen)
 
     def _span_done(self, rep: _Replica, out, ends: list[float], j: int, start: float, lasts: list[int],
@@ -382,6 +390,7 @@ class Simulation(Traffic, Outputs):
             self._recovered(rep, scheduled, first_end)
         sched = rep.scheduler
         usages = sched.decode_run_usages(out, j, lasts)
+        waits = _waiting_per_step(num_waiting, rep.run_joins, ends, j, start)
         parts = sched.apply_decode_span(out, j, lasts)
         append = self.step_cols.append
         itl_extend = self.itl.extend
@@ -392,8 +401,8 @@ class Simulation(Traffic, Outputs):
                 itl_extend(list(map(sub, ends[lo:step], ends[lo - 1:step - 1])), b)
             n = step - prev
             end = ends[step - 1]
-            append((rep.index, t0, n, end - t0, b, num_waiting, b * n, 0, b * n, usages[step - 1], 0,
-                    _time_average(usages, ends, prev, step, t0)))
+            append((rep.index, t0, n, end - t0, b, waits[step - 1], b * n, 0, b * n, usages[step - 1], 0,
+                    _time_average(usages, ends, prev, step, t0), _time_average(waits, ends, prev, step, t0)))
             if fin:
                 self._finish(rep, fin, end, seen[step - 1])
             b -= len(fin)
@@ -463,10 +472,19 @@ class Simulation(Traffic, Outputs):
                                    f"({rep.kv.num_usable_blocks - rep.kv.num_free_blocks} still held)")
 
 
+def _waiting_per_step(first: int, joins: list[float], ends: list[float], j: int, start: float) -> list[int]:
+    """Requests waiting at each of a merged run's ``j`` steps (``num_waiting_reqs``
+    as single steps record it): ``first`` at step 1, plus those that joined the
+    queue (at times ``joins``, ascending) before each later step started."""
+    if not joins:
+        return [first] * j
+    return [first] + [first + bisect_left(joins, ends[i - 1]) for i in range(1, j)]
+
+
 def _time_average(values: list[float], ends: list[float], lo: int, hi: int, start: float) -> float:
     """Time average of ``values[lo:hi]`` over steps ``lo``..``hi − 1`` of a
     run (step i lasts ``ends[i] − ends[i − 1]``; step ``lo`` starts at ``start``)."""
-    if values[lo] == values[hi - 1]:  # usage only grows inside a part: constant there
+    if values[lo] == values[hi - 1]:  # usage and the queue only grow inside a part: constant there
         return values[lo]
     total = 0.0
     t = start

@@ -30,7 +30,7 @@ REQUEST_COLUMNS = (
 STEP_COLUMNS = (
     "replica", "start_time_s", "num_steps", "step_time_s", "num_running_seqs", "num_waiting_reqs",
     "num_batched_tokens", "num_prefill_tokens", "num_decode_tokens", "kv_cache_usage", "num_preempted",
-    "mean_kv_cache_usage",
+    "mean_kv_cache_usage", "mean_num_waiting_reqs",
 )
 STATUS_FINISHED, STATUS_REJECTED = 0, 1
 PERCENTILES = (50, 90, 99)

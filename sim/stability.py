@@ -49,7 +49,8 @@ def _time_avg_in_system(steps: dict[str, np.ndarray], lo: float, hi: float) -> f
     start = steps["start_time_s"]
     end = start + steps["step_time_s"]
     overlap = np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0.0, None)
-    n = steps["num_running_seqs"] + steps["num_waiting_reqs"]
+    # a merged row's num_waiting_reqs is its last step's; mean_num_waiting_reqs its time average
+    n = steps["num_running_seqs"] + steps.get("mean_num_waiting_reqs", steps["num_waiting_reqs"])
     return float((n * overlap).sum() / (hi - lo)) if hi > lo else float("nan")
 
 

@@ -82,7 +82,8 @@ def step_timeseries(steps: "pd.DataFrame", *, max_points: int = 2000, num_replic
     Each ``steps`` row holds its values over ``[start_time_s, start_time_s +
     step_time_s)`` (a merged row of ``num_steps`` identical decode steps covers
     the whole run; its ``kv_cache_usage`` is the value at the run's end, its
-    ``mean_kv_cache_usage`` the run's time average, used here when present). An
+    ``mean_kv_cache_usage`` the run's time average, used here when present, as
+    ``mean_num_waiting_reqs``). An
     idle replica has nothing waiting or running and holds no KV blocks, so it
     counts as 0. Per bin: ``num_waiting_reqs`` and ``num_running_seqs`` are time
     averages summed over replicas; ``kv_cache_usage`` (0..1) is the time average
@@ -115,7 +116,7 @@ def step_timeseries(steps: "pd.DataFrame", *, max_points: int = 2000, num_replic
         # Knots of the running integral: it rises across a row and is flat between rows.
         x = np.maximum.accumulate(np.column_stack([s, e]).ravel())
         for c in cols:
-            src = "mean_kv_cache_usage" if c == "kv_cache_usage" and "mean_kv_cache_usage" in steps.columns else c
+            src = f"mean_{c}" if c in ("kv_cache_usage", "num_waiting_reqs") and f"mean_{c}" in steps.columns else c
             v = steps[src].to_numpy(float)[m][order]
             # num_prefill_tokens is a total over the row: integrate it as a rate.
             area = v if c == "num_prefill_tokens" else v * d

@@ -133,6 +133,29 @@ def test_fast_mode_kv_usage_matches_reference(scheduler, scenario, kv_allocation
     assert np.array_equal(ref.steps["mean_kv_cache_usage"][one], ref.steps["kv_cache_usage"][one])
 
 
+@pytest.mark.parametrize("scheduler, extra", [
+    ("static", {}), ("chunked", {"max_num_seqs": 4}), ("chunked", {"max_num_seqs": 4, "overlap_scheduling": True}),
+])
+def test_fast_mode_queue_length_matches_reference(scheduler, extra):
+    """Requests arriving during a merged run wait behind a blocked queue (a static
+    batch, max_num_seqs reached): a merged row records the queue at its last step
+    and its time average, so the time-averaged queue (what stability checks and
+    the timeline read) equals the reference mode's."""
+    kw = dict(SCENARIOS["open_loop_poisson"], scheduler=scheduler, **extra)
+    if scheduler == "static":
+        kw["max_num_batched_tokens"] = 4096
+    _, ref, _ = simulate(cfg_for(exact_steps=True, **kw))
+    _, fast, _ = simulate(cfg_for(exact_steps=False, **kw))
+    assert fast.num_events < ref.num_steps
+
+    def mean_waiting(st):
+        return float((st["mean_num_waiting_reqs"] * st["step_time_s"]).sum() / st["step_time_s"].sum())
+
+    assert mean_waiting(ref.steps) > 1.0  # the queue really was blocked
+    assert mean_waiting(fast.steps) == pytest.approx(mean_waiting(ref.steps), rel=1e-9)
+    assert fast.steps["num_waiting_reqs"].max() == ref.steps["num_waiting_reqs"].max()
+
+
 @pytest.mark.parametrize("engine", ["vllm", "trtllm", "sglang"])
 def test_fast_mode_equals_reference_with_engine_presets(engine):
     # Each preset's batching mode, admission and KV rules with nonzero CPU overheads,
