@@ -142,6 +142,32 @@ def _cpu_base(info: dict, kernels: Path) -> HardwareProfile:
     return _validate(data, f"<cpu profile {name}>")
 
 
+def _warn_other_device(kernels: Path, profile_name: str) -> None:
+    """Warn (stderr) when the tables' ``device`` column names another GPU than
+    the base profile (A100 tables fitted onto h100_sxm's datasheet peaks give a
+    profile that describes neither). The GPU is the profile name's part before
+    the first underscore (``h100`` of ``h100_sxm``)."""
+    import re
+    import sys
+
+    import pandas as pd
+
+    from calibration.tables import find_tables
+
+    gpu = re.match(r"[a-z]+\d+[a-z]*", profile_name.lower())
+    if gpu is None:
+        return
+    devices = set()
+    for _, path in find_tables(kernels):
+        head = pd.read_csv(path, nrows=1)
+        if "device" in head.columns and len(head):
+            devices.add(str(head["device"].iloc[0]))
+    other = sorted(d for d in devices if gpu.group(0) not in d.lower().replace("-", "").replace(" ", ""))
+    if other:
+        print(f"warning: the tables in {kernels} were measured on {', '.join(other)}, not the base profile's "
+              f"GPU ({profile_name}); the fit keeps {profile_name}'s datasheet peaks", file=sys.stderr)
+
+
 def _base_for(device: str, info: dict, base_profile: str | None, kernels: Path) -> HardwareProfile:
     if base_profile:
         return get_hardware(base_profile)
@@ -197,6 +223,7 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
             raise ConfigError("calibrate --from-table: --base-profile is required (datasheet peaks)")
         base = get_hardware(base_profile)
         kernels, plot_dir = Path(from_table), out.parent / f"{out.stem}_plots"
+        _warn_other_device(kernels, base.name)
         source = f"tables {kernels}"
         versions, elementwise = "as recorded in the tables", None
     else:

@@ -151,7 +151,7 @@ def run_variants(base: SimConfig, variants: list[Variant], *, goodput=None, work
         except (ConfigError, InfeasibleError) as e:
             raise type(e)(f"variant {name}: {e}") from None
     specs = make_specs(build_deployment(base))
-    workers = workers or min(len(variants), os.cpu_count() or 1)
+    workers = min(workers or os.cpu_count() or 1, len(variants))  # never more processes than variants
     results: dict[str, tuple[dict, Any]] = {}
     if workers <= 1 or len(variants) == 1:
         for name, c in cfgs.items():

@@ -379,6 +379,8 @@ def build_config(
             raise ConfigError(f"--set {item!r}: expected key=value (e.g. workload.request_rate=4)")
         k, v = item.split("=", 1)
         key, value = k.strip(), parse_value(v.strip())
+        if workload is not None and key in ("workload", "workload.name") and value != workload:
+            raise ConfigError(f"--set {key}={v.strip()} conflicts with --workload {workload}; give one of them")
         given = (overrides or {}).get(key)
         if given is not None and given != value:  # e.g. --scheduler continuous --set scheduler=mixed
             raise ConfigError(f"--set {key}={v.strip()} conflicts with --{key.replace('_', '-')} {given}; "

@@ -217,7 +217,7 @@ class ResultStore:
 def run_local(tasks: list[PointTask], on_row: Callable[[dict], None], workers: int | None = None,
               fn: Callable[[Any], dict] = evaluate_task) -> None:
     """A process pool (``workers`` processes; 1 = in this process)."""
-    workers = workers or min(len(tasks), os.cpu_count() or 1)
+    workers = min(workers or os.cpu_count() or 1, len(tasks))  # never more processes than tasks
     if workers <= 1 or len(tasks) <= 1:
         for t in tasks:
             on_row(fn(t))

@@ -26,6 +26,7 @@ def validate(
     quiet: bool = typer.Option(False, help="No progress bar."),
 ) -> None:
     """Simulate every row of a measured benchmark table and score the predicted TTFT and TPOT."""
+    from sim.config import MAX_TIME_KEY_S
     from sim.errors import ConfigError
     from sim.validate import (CLIENT_THINK_TIME_S, ValidateOptions, check_protocol, read_rows,
                               run_validation, skipped_row_warnings)
@@ -37,8 +38,9 @@ def validate(
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
     think = CLIENT_THINK_TIME_S if think_time_ms is None else think_time_ms / 1e3
-    if not (think >= 0 and think != float("inf")):  # NaN fails too
-        raise ConfigError(f"--think-time-ms must be a finite number >= 0, got {think_time_ms}")
+    if not (0 <= think <= MAX_TIME_KEY_S):  # NaN and inf fail too
+        raise ConfigError(f"--think-time-ms must be a number from 0 to {MAX_TIME_KEY_S * 1e3:,.0f} (an hour), "
+                          f"got {think_time_ms}")
     opts = ValidateOptions(protocol=protocol, requests_per_client=requests_per_client, warmup_per_client=warmup_per_client,
                            think_time_s=think, seed=seed, workers=workers)
     n = len(read_rows(csv)[0])

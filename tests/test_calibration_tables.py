@@ -131,3 +131,16 @@ def test_a_folder_of_per_gpu_folders_names_them(tmp_path):
     (tmp_path / "a100_sxm").mkdir()
     with pytest.raises(ConfigError, match=r"no kernel tables .*give one of its folders \(a100_sxm, h100_sxm\)"):
         family_rows(tmp_path)
+
+
+def test_tables_of_another_gpu_than_the_base_profile_are_warned_about(capsys):
+    kernels = shared_dir() / "kernels"
+    if not (kernels / "a100_sxm").is_dir():
+        pytest.skip("../shared/kernels not found (a fresh clone without the shared data)")
+    from calibration.cli import _warn_other_device
+
+    _warn_other_device(kernels / "a100_sxm", "h100_sxm")
+    assert "measured on NVIDIA A100-SXM4-80GB, not the base profile's GPU (h100_sxm)" in capsys.readouterr().err
+    _warn_other_device(kernels / "h100_sxm", "h100_sxm")
+    _warn_other_device(kernels / "a100_sxm", "a100_sxm")
+    assert capsys.readouterr().err == ""

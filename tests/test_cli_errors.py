@@ -164,15 +164,23 @@ def test_plan_warns_about_skipped_trace_rows(tmp_path):
     # 50 requests at 1e-300 req/s: send times ~1e301 s, where a millisecond step is lost in rounding
     (["workload.num_requests=50", "workload.request_rate=1e-300"], "where float64 seconds are too coarse"),
     (["workload.num_requests=50", "workload.request_rate=1e-6"], None),  # 5e7 s: fine
+    # lengths beyond int64 sampling (they raised tracebacks) and absurd spreads
+    (["workload.input_len={dist: uniform, low: 1, high: 100000000000000000000}"], "high <= 100,000,000"),
+    (["workload.input_len={dist: uniform, mean: 1e300, range_ratio: 0.5}"], "must be <= 100,000,000 tokens"),
+    (["workload.input_len={dist: lognormal, mean: 1000, sigma: 1e300}"], "less than or equal to 10"),
+    (["workload.output_len={dist: lognormal, mean: 1e300, sigma: 0.1}"], "less than or equal to 100000000"),
+    (["workload.trace=t.csv", "workload.speedup=1e-300"], "greater than or equal to 0.001"),
+    (["workload.trace=t.csv", "workload.jitter_s=1e300"], "less than or equal to 3600"),
 ])
 def test_workload_limits(sets, expect):
     from sim.config import build_config
 
+    named = None if any(s.startswith("workload.trace=") for s in sets) else "default"
     if expect is None:
-        build_config(None, {}, sets, "default")
+        build_config(None, {}, sets, named)
         return
     with pytest.raises(ConfigError) as e:
-        build_config(None, {}, sets, "default")
+        build_config(None, {}, sets, named)
     assert expect in str(e.value)
 
 
@@ -195,6 +203,8 @@ def test_an_option_and_a_set_of_the_same_key_must_agree():
     with pytest.raises(ConfigError, match="--set scheduler=mixed conflicts with --scheduler continuous"):
         build_config(None, {"scheduler": "continuous"}, ["scheduler=mixed"])
     assert build_config(None, {"seed": 3}, ["seed=3"]).seed == 3  # the same value twice is fine
+    with pytest.raises(ConfigError, match="--set workload.name=code conflicts with --workload chat"):
+        build_config(None, {}, ["workload.name=code"], "chat")
 
 
 def test_a_lengths_only_trace_sent_all_at_once_is_warned_about():

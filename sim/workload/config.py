@@ -41,12 +41,18 @@ ARRIVALS = ("poisson", "gamma", "constant", "inf", "trace")
 
 
 # ---------------------------------------------------------------- length specs
+#: tokens: no model's context comes near it; larger values overflow int64 sampling
+MAX_LENGTH_TOKENS = 100_000_000
+#: log-standard-deviation: e^(10 sigma) at 10 already spans 43 decades
+MAX_LOGNORMAL_SIGMA = 10.0
+
+
 class FixedLen(BaseModel):
     """Every request has ``value`` tokens."""
 
     model_config = _STRICT
     dist: Literal["fixed"]
-    value: int = Field(ge=1)
+    value: int = Field(ge=1, le=MAX_LENGTH_TOKENS)
 
 
 class UniformLen(BaseModel):
@@ -75,9 +81,12 @@ class UniformLen(BaseModel):
                 raise ValueError("mean and range_ratio must both be given")
             if not 0 <= self.range_ratio < 1:
                 raise ValueError(f"range_ratio must be in [0, 1), got {self.range_ratio}")
+            if not self.mean * (1 + self.range_ratio) <= MAX_LENGTH_TOKENS:
+                raise ValueError(f"mean x (1 + range_ratio) must be <= {MAX_LENGTH_TOKENS:,} tokens, "
+                                 f"got mean={self.mean:g}")
         lo, hi = self.bounds()
-        if lo < 1 or lo > hi:
-            raise ValueError(f"need 1 <= low <= high, got low={lo}, high={hi}")
+        if lo < 1 or lo > hi or hi > MAX_LENGTH_TOKENS:
+            raise ValueError(f"need 1 <= low <= high <= {MAX_LENGTH_TOKENS:,}, got low={lo}, high={hi}")
         return self
 
     def bounds(self) -> tuple[int, int]:
@@ -95,10 +104,10 @@ class LognormalLen(BaseModel):
 
     model_config = _STRICT
     dist: Literal["lognormal"]
-    mean: float = Field(gt=0)
-    sigma: float = Field(ge=0)
-    min: int = Field(default=1, ge=1)
-    max: int | None = None
+    mean: float = Field(gt=0, le=MAX_LENGTH_TOKENS)
+    sigma: float = Field(ge=0, le=MAX_LOGNORMAL_SIGMA)
+    min: int = Field(default=1, ge=1, le=MAX_LENGTH_TOKENS)
+    max: int | None = Field(default=None, le=MAX_LENGTH_TOKENS)
 
     @model_validator(mode="after")
     def _bounds(self) -> "LognormalLen":
@@ -226,13 +235,13 @@ class WorkloadConfig(BaseModel):
     prefix_chunk_tokens: int = Field(default=16, ge=1)
     # Keys shared by every trace loader.
     window_s: tuple[float, float] | None = None
-    speedup: float = Field(default=1.0, gt=0)
+    speedup: float = Field(default=1.0, ge=1e-3, le=1e6)
     sample_fraction: float = Field(default=1.0, gt=0, le=1)
     clip_to_max_model_len: bool = False
     skip_bad_rows: bool = False
     # Uniform [0, jitter_s) added to each trace timestamp, e.g. 3.0 for Mooncake,
     # whose timestamps are quantised to ~3 s steps (see ../shared/traces/README.md).
-    jitter_s: float = Field(default=0.0, ge=0)
+    jitter_s: float = Field(default=0.0, ge=0, le=3600.0)
 
     @field_validator("arrival", mode="before")
     @classmethod
