@@ -112,24 +112,25 @@ class ContiguousKVCacheManager(KVCacheManager):
         """(reserved slots − slots holding computed tokens) / reserved slots
         over the requests holding a reservation; 0.0 when none. Read at step
         boundaries (tokens = ``num_computed_tokens``)."""
+        reserved, used = self._reserved_and_used()
+        return (reserved - used) / reserved if reserved else 0.0
+
+    def _reserved_and_used(self) -> tuple[int, int]:
+        """(reserved slots, slots holding computed tokens) over the reservations."""
         bs = self.block_size
         reserved = used = 0
         for st in self._states.values():
             r = len(st.blocks) * bs
             reserved += r
             used += min(st.request.num_computed_tokens, r)
-        return (reserved - used) / reserved if reserved else 0.0
+        return reserved, used
 
     def reserved_unused_fractions(self, growing: list, k: int) -> list[float]:
         """:attr:`reserved_unused_fraction` after d = 0 .. k−1 more computed
         tokens of each request in ``growing`` (a merged decode run's steps;
         each request's count stops at its reservation), in O(requests + k)."""
         bs = self.block_size
-        reserved = used = 0
-        for st in self._states.values():
-            r = len(st.blocks) * bs
-            reserved += r
-            used += min(st.request.num_computed_tokens, r)
+        reserved, used = self._reserved_and_used()
         if not reserved:
             return [0.0] * k
         stops = [0] * (k + 1)  # growing requests by slack (slots left in their reservation) < k
