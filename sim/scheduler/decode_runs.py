@@ -1,0 +1,264 @@
+"""Merged decode runs — the fast path (``exact_steps: false``) of the
+:class:`~sim.scheduler.base.Scheduler` (a mixin it inherits).
+
+One scheduler output stands for k identical decode-only steps, advanced in one
+engine event: exactly equivalent to k calls of ``schedule()`` /
+``update_from_output()`` when nothing can change the batch in between. The
+engine asks how far a run may go (:meth:`DecodeRuns.max_decode_run`, or
+:meth:`DecodeRuns.max_decode_span` past finishes), times it, and applies the
+steps it reached (:meth:`DecodeRuns.apply_decode_run` /
+:meth:`DecodeRuns.apply_decode_span`; :meth:`DecodeRuns.decode_run_usages`
+for the KV usage of each step). Uses the state ``Scheduler`` sets up
+(``running``, ``waiting``, ``kv``, ``limits``) and its ``_on_finished``.
+"""
+
+from __future__ import annotations
+
+from sim.request import Request, RequestStatus
+from sim.scheduler.types import SchedulerOutput
+
+
+class DecodeRuns:
+    """The scheduler's merged-decode-run planning and application."""
+
+    supports_decode_runs = True  # a subclass whose decisions can change without an
+    #                              arrival, finish or preemption must set this False
+
+    def arrival_may_change_schedule(self) -> bool:
+        """Could a request arriving now change the next step? Called by the
+        engine, before adding it, to decide whether a run of merged decode steps
+        must be cut. Under FCFS a new request joins the tail of a non-empty
+        queue whose head is blocked (that is why the queue is non-empty during a
+        decode run), so it cannot be admitted before a finish. The base class
+        answers True (always safe)."""
+        return True
+
+    def max_decode_run(self, out: SchedulerOutput) -> int:
+        """How many identical decode-only steps, starting with ``out`` (already
+        scheduled), are certain: every running request decodes one token each
+        step; no preemption (the free blocks cover every block boundary crossed);
+        no finish before the last of them; no admission (a waiting request that
+        could not be admitted this step cannot be before a finish: decode steps
+        only take blocks, never free them, and the budget and ``max_num_seqs``
+        stay as they are). With prefix caching, runs need an empty waiting queue
+        (an arrival then cuts the run, so admission sees the same hashed blocks as
+        in the reference mode). Returns ≥ 1."""
+        sched = out.scheduled
+        if (out.preempted or out.num_prefill_tokens or not sched or not self.supports_decode_runs
+                or len(sched) != len(self.running)):
+            return 1
+        if self.waiting and getattr(self.kv, "enable_prefix_caching", False):
+            # Blocks are hashed as they fill; a waiting request could start to hit them.
+            return 1
+        mml = self.limits.max_model_len
+        k = mml
+        kv = self.kv
+        skip = getattr(kv, "decode_skips_allocation", False)  # kv_capacity is kept up to date
+        held = kv.num_held_blocks
+        bs = self.limits.block_size
+        rooms = []  # free slots after step 1
+        for r in sched:
+            o = r.num_output_tokens
+            left = r.num_output_tokens_target - o
+            if left < k:
+                if left <= 1:  # finishes at step 1 (common in big batches): no run
+                    return 1
+                k = left
+            left = mml - r.num_prompt_tokens - o
+            if left < k:
+                k = left
+            rooms.append((r.kv_capacity if skip else held(r) * bs) - r.num_computed_tokens)
+        if k <= 1:
+            return 1
+        free = kv.num_free_blocks
+        # Blocks each request needs to write tokens c+1 .. c+k (c = context before step 1).
+        extra = 0
+        needs = []
+        km1 = k - 1
+        for room in rooms:
+            if room < km1:
+                needs.append(room)
+                extra += -(-(km1 - room) // bs)
+        if extra <= free:
+            return k
+        lo, hi = 1, k  # largest k' with need(k') <= free; need(1) = 0
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if sum(-(-(mid - 1 - room) // bs) for room in needs if room < mid - 1) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    spans_finishes = True  # a run may go on past finishes (see max_decode_span)
+
+    def max_decode_span(self, out: SchedulerOutput) -> tuple[int, list[int] | None]:
+        """A merged decode run that goes on past finishes: ``(k, lasts)``, where
+        ``lasts[i]`` is the step (1-based) at which ``out.scheduled[i]`` finishes
+        and leaves the batch, and ``k`` the last of them. Exactly what the
+        reference mode does when nothing else changes the batch: with nobody
+        waiting, the step after a finish schedules the same requests minus the
+        finished ones, each decoding one token (the running pass keeps their
+        order; the waiting pass has nobody to admit). Requires an empty waiting
+        queue, caching off and paged growth (``grows_decode_in_bulk``: block ids
+        are plain counts), and free blocks for every block boundary crossed up to
+        each request's finish (then every intermediate allocation succeeds:
+        finishes only add free blocks). Otherwise ``(max_decode_run(out), None)``.
+        The engine uses it only where a finish cannot be seen before the run
+        ends (open loop; no load-aware router across replicas)."""
+        sched = out.scheduled
+        kv = self.kv
+        if (out.preempted or out.num_prefill_tokens or not sched or not self.supports_decode_runs
+                or not self.spans_finishes or not self.frees_on_finish or self.waiting
+                or len(sched) != len(self.running)
+                or not getattr(kv, "grows_decode_in_bulk", False)):
+            return self.max_decode_run(out), None
+        mml = self.limits.max_model_len
+        bs = self.limits.block_size
+        lasts = []
+        append = lasts.append
+        k = need = 0
+        for r in sched:
+            o = r.num_output_tokens
+            f = r.num_output_tokens_target - o
+            g = mml - r.num_prompt_tokens - o
+            if g < f:
+                f = g
+            append(f)
+            if f > k:
+                k = f
+            # slots written through its last step: tokens c+1 .. c+f-1 after step 1
+            s = r.num_computed_tokens + f - 1 - r.kv_capacity
+            if s > 0:
+                need += -(-s // bs)
+        if k <= 1:
+            return 1, None
+        if need > kv.num_free_blocks:
+            return self.max_decode_run(out), None
+        return k, lasts
+
+    def decode_run_usages(self, out: SchedulerOutput, j: int, lasts: list[int] | None = None) -> list[float]:
+        """KV-cache usage during each of a merged run's first ``j`` steps
+        (index 0 = step 1): after the step's allocation, before finished
+        requests free their blocks, as the reference mode's step rows record
+        it. Call after step 1 was scheduled and before the run is applied.
+        ``lasts`` as :meth:`apply_decode_span` (None: nobody leaves).
+
+        Request r holds ``kv_capacity`` slots with ``num_computed_tokens`` =
+        c computed after step 1; step i (≥ 2) writes slot c + i − 2, so it
+        takes a block at steps s + 2, s + 2 + bs, ... (s = kv_capacity − c)
+        up to its last step; a request finishing after step f frees what it
+        holds from step f + 1. O(requests + j): the block takings are added
+        per residue class of the step mod ``block_size``. Managers whose
+        tables do not grow by block (the contiguous reservation) hold their
+        usage through a run."""
+        kv = self.kv
+        if not getattr(kv, "grows_by_block", False):
+            return [kv.usage] * j
+        bs = self.limits.block_size
+        takes = [0] * (j + bs + 2)  # +1 where a request's block takings start, -1 past them
+        back = [0] * (j + 2)  # blocks returned at the start of a step
+        for idx, r in enumerate(out.scheduled):
+            f = j if lasts is None else lasts[idx]
+            last = f if f < j else j
+            first = r.kv_capacity - r.num_computed_tokens + 2
+            n = (last - first) // bs + 1 if first <= last else 0
+            if n:
+                takes[first] += 1
+                takes[first + n * bs] -= 1
+            if f < j:
+                back[f + 1] += r.kv_capacity // bs + n
+        free = kv.num_free_blocks
+        u = kv.usage_at(free)
+        usages = [u]
+        append = usages.append
+        usage_at = kv.usage_at
+        for i in range(2, j + 1):
+            t = takes[i]
+            if i >= bs:
+                t += takes[i - bs]  # takings at step i: this residue class's running count
+                takes[i] = t
+            if t or back[i]:
+                free += back[i] - t
+                u = usage_at(free)
+            append(u)
+        return usages
+
+    def apply_decode_span(self, out: SchedulerOutput, j: int,
+                          lasts: list[int]) -> list[tuple[int, list[Request]]]:
+        """Advance a run planned by :meth:`max_decode_span` by ``j`` steps (step 1
+        included): request i takes part in ``min(j, lasts[i])`` of them. Returns,
+        per part of the run between finishes, ``(step, finished)``: the part's
+        last step (1-based; the last part ends at ``j``) and the requests
+        finishing there (running-list order), as :meth:`apply_decode_run` for
+        each part in turn (:meth:`decode_run_usages` gives the usage). The
+        blocks of the whole run are taken in one call (they fit: the plan
+        checked), so block ids may differ from the reference mode's; counts do not."""
+        grow, grow_slots = [], []
+        finishing: dict[int, list[Request]] = {}
+        for r, f in zip(out.scheduled, lasts):
+            n = f if f < j else j
+            c = r.num_computed_tokens
+            s = c + n - 1
+            if s > r.kv_capacity:
+                grow.append(r)
+                grow_slots.append(s)
+            r.num_computed_tokens = s
+            r.num_output_tokens += n
+            if f <= j:
+                finishing.setdefault(f, []).append(r)
+        if grow:
+            self.kv.grow_for_decode(grow, grow_slots)
+        parts = []
+        for step in sorted(finishing) if j in finishing else sorted(finishing) + [j]:
+            fin = finishing.get(step, [])
+            if fin:
+                for r in fin:  # not before: _on_finished drops every FINISHED request
+                    r.status = RequestStatus.FINISHED
+                self._on_finished(fin)
+            parts.append((step, fin))
+        return parts
+
+    def apply_decode_run(self, out: SchedulerOutput, j: int) -> tuple[list[Request], float]:
+        """Advance the batch of ``out`` by ``j`` decode steps (step 1 included),
+        as ``j`` rounds of schedule()/update_from_output() would; ``j`` is at
+        most :meth:`max_decode_run`. Returns the requests that finished (only at
+        the last step) and the KV-cache usage during the last step (after its
+        allocation, before the finished requests free their blocks — what a
+        single step records)."""
+        kv = self.kv
+        alloc = kv.allocate_slots
+        mml = self.limits.max_model_len
+        finished = []
+        skip_alloc = getattr(kv, "decode_skips_allocation", False)
+        bulk = getattr(kv, "grows_decode_in_bulk", False)
+        grow, grow_slots = [], []
+        jm1 = j - 1
+        for r in out.scheduled:
+            o = r.num_output_tokens
+            if jm1:
+                c = r.num_computed_tokens
+                if bulk:  # counting only: the blocks of steps 2..j, taken below in one call
+                    if c + jm1 > r.kv_capacity:
+                        grow.append(r)
+                        grow_slots.append(c + jm1)
+                elif not (skip_alloc and c + jm1 <= r.kv_capacity):
+                    # The state before step j, then step j's allocation: it takes the
+                    # blocks of steps 2..j at once and hashes those that filled.
+                    r.num_output_tokens = o + jm1
+                    r.num_computed_tokens = c + jm1 - 1
+                    if alloc(r, 1) is None:
+                        raise RuntimeError("decode run: block allocation failed although it was planned")
+                # else: step j's token fits in the blocks held, allocate_slots would be a no-op
+                r.num_computed_tokens = c + jm1
+            o += j
+            r.num_output_tokens = o
+            if o >= r.num_output_tokens_target or r.num_prompt_tokens + o >= mml:
+                r.status = RequestStatus.FINISHED
+                finished.append(r)
+        if grow:
+            kv.grow_for_decode(grow, grow_slots)
+        usage = kv.usage
+        if finished:
+            self._on_finished(finished)
+        return finished, usage
