@@ -42,7 +42,6 @@ import gc
 import math
 from bisect import bisect_left
 from dataclasses import dataclass
-from operator import sub
 
 import numpy as np
 import simpy
@@ -329,84 +328,11 @@ class Simulation(Traffic, Outputs):
         rep.merging = False
         self.num_events += 1
         self.num_steps += j
-        end = ends[j - 1]
         rep.last_step_start = ends[j - 2] if j > 1 else start
-        first_end = ends[0]
         if lasts is not None:
             self._span_done(rep, out, ends, j, start, lasts, num_waiting)
-            return
-        if self.track_unused:  # each step's reserved-but-unused fraction × its time, as single steps add them
-            t = start
-            for frac, e in zip(rep.kv.reserved_unused_fractions(scheduled, j), ends):
-                rep.unused_integral += frac * (e - t)
-                t = e
-        if self.frontend_tok_s > 0.0:
-            seen = first_seen = self._deliver(rep, first_end, B)
-            for i in range(1, j):  # the frontend streams each step's tokens in turn
-                seen = self._deliver(rep, ends[i], B)
         else:
-            seen, first_seen = end, first_end
-        # Step 1 as a normal step (gaps since each request's last token), then j-1 pooled steps.
-        self._tokens_emitted(scheduled, start, first_end, first_seen, end)
-        if rep.num_recovering:
-            self._recovered(rep, scheduled, first_end)
-        if j > 1:
-            self.itl.extend(list(map(sub, ends[1:j], ends[:j - 1])), B)  # gaps between step ends
-        usages = sched.decode_run_usages(out, j)
-        waits = _waiting_per_step(num_waiting, rep.run_joins, ends, j, start)
-        finished, usage = sched.apply_decode_run(out, j)
-        self.step_cols.append((rep.index, start, j, end - start, B, waits[-1], B * j, 0, B * j, usage, 0,
-                               _time_average(usages, ends, 0, j, start), _time_average(waits, ends, 0, j, start)))
-        self._finish(rep, finished, end, seen)
-
-    def _span_done(self, rep: _Replica, out, ends: list[float], j: int, start: float, lasts: list[int],
-                   num_waiting: int) -> None:
-        """Record a run that went on past finishes (its first ``j`` steps ending at
-        ``ends``): step 1's tokens, then per part between finishes its pooled
-        gaps, its merged step row and its finished requests, as the reference
-        mode's single steps would. (Contiguous KV, whose unused reservation is
-        tracked, never spans: its tables do not grow by block.)"""
-        scheduled = out.scheduled
-        B = len(scheduled)
-        tok_s = self.frontend_tok_s
-        first_end = ends[0]
-        if tok_s > 0.0:
-            # the frontend streams each step's tokens in turn: the batch of step i+1
-            sizes = [0] * (j + 1)
-            sizes[0] = B
-            for f in lasts:
-                if f < j:
-                    sizes[f] -= 1
-            seen = []
-            b = 0
-            for i in range(j):
-                b += sizes[i]
-                seen.append(self._deliver(rep, ends[i], b))
-            first_seen = seen[0]
-        else:
-            seen, first_seen = ends, first_end
-        self._tokens_emitted(scheduled, start, first_end, first_seen, ends[j - 1])
-        if rep.num_recovering:
-            self._recovered(rep, scheduled, first_end)
-        sched = rep.scheduler
-        usages = sched.decode_run_usages(out, j, lasts)
-        waits = _waiting_per_step(num_waiting, rep.run_joins, ends, j, start)
-        parts = sched.apply_decode_span(out, j, lasts)
-        append = self.step_cols.append
-        itl_extend = self.itl.extend
-        prev, t0, b = 0, start, B
-        for step, fin in parts:
-            if step - prev > 1 or prev:  # gaps between step ends; step 1's are recorded above
-                lo = prev if prev else 1
-                itl_extend(list(map(sub, ends[lo:step], ends[lo - 1:step - 1])), b)
-            n = step - prev
-            end = ends[step - 1]
-            append((rep.index, t0, n, end - t0, b, waits[step - 1], b * n, 0, b * n, usages[step - 1], 0,
-                    _time_average(usages, ends, prev, step, t0), _time_average(waits, ends, prev, step, t0)))
-            if fin:
-                self._finish(rep, fin, end, seen[step - 1])
-            b -= len(fin)
-            prev, t0 = step, end
+            self._run_done(rep, out, ends, j, start, num_waiting)
 
     def _unstick(self, rep: _Replica) -> None:
         """Nothing could be scheduled although requests are waiting: on an idle
@@ -470,29 +396,6 @@ class Simulation(Traffic, Outputs):
             if rep.kv.num_free_blocks != rep.kv.num_usable_blocks:
                 raise RuntimeError(f"replica {rep.index}: KV blocks leaked "
                                    f"({rep.kv.num_usable_blocks - rep.kv.num_free_blocks} still held)")
-
-
-def _waiting_per_step(first: int, joins: list[float], ends: list[float], j: int, start: float) -> list[int]:
-    """Requests waiting at each of a merged run's ``j`` steps (``num_waiting_reqs``
-    as single steps record it): ``first`` at step 1, plus those that joined the
-    queue (at times ``joins``, ascending) before each later step started."""
-    if not joins:
-        return [first] * j
-    return [first] + [first + bisect_left(joins, ends[i - 1]) for i in range(1, j)]
-
-
-def _time_average(values: list[float], ends: list[float], lo: int, hi: int, start: float) -> float:
-    """Time average of ``values[lo:hi]`` over steps ``lo``..``hi − 1`` of a
-    run (step i lasts ``ends[i] − ends[i − 1]``; step ``lo`` starts at ``start``)."""
-    if values[lo] == values[hi - 1]:  # usage and the queue only grow inside a part: constant there
-        return values[lo]
-    total = 0.0
-    t = start
-    for i in range(lo, hi):
-        e = ends[i]
-        total += values[i] * (e - t)
-        t = e
-    return total / (t - start) if t > start else values[hi - 1]
 
 
 def simulate(dep: Deployment, specs: RequestSpecs, *, seed: int = 0, progress=None) -> RunResult:
