@@ -10,6 +10,9 @@ steps it reached (:meth:`DecodeRuns.apply_decode_run` /
 :meth:`DecodeRuns.apply_decode_span`; :meth:`DecodeRuns.decode_run_usages`
 for the KV usage of each step). Uses the state ``Scheduler`` sets up
 (``running``, ``waiting``, ``kv``, ``limits``) and its ``_on_finished``.
+A request finishes at ``num_output_tokens_target``: admission guarantees
+``num_prompt_tokens + max_tokens <= max_model_len``, so vLLM's
+``max_model_len`` stop never comes first (as ``Scheduler.update_from_output``).
 """
 
 from __future__ import annotations
@@ -50,8 +53,7 @@ class DecodeRuns:
         if self.waiting and getattr(self.kv, "enable_prefix_caching", False):
             # Blocks are hashed as they fill; a waiting request could start to hit them.
             return 1
-        mml = self.limits.max_model_len
-        k = mml
+        k = self.limits.max_model_len
         kv = self.kv
         skip = getattr(kv, "decode_skips_allocation", False)  # kv_capacity is kept up to date
         held = kv.num_held_blocks
@@ -63,9 +65,6 @@ class DecodeRuns:
             if left < k:
                 if left <= 1:  # finishes at step 1 (common in big batches): no run
                     return 1
-                k = left
-            left = mml - r.num_prompt_tokens - o
-            if left < k:
                 k = left
             rooms.append((r.kv_capacity if skip else held(r) * bs) - r.num_computed_tokens)
         if k <= 1:
@@ -113,7 +112,6 @@ class DecodeRuns:
                 or len(sched) != len(self.running)
                 or not getattr(kv, "grows_decode_in_bulk", False)):
             return self.max_decode_run(out), None
-        mml = self.limits.max_model_len
         bs = self.limits.block_size
         lasts = []
         append = lasts.append
@@ -121,9 +119,6 @@ class DecodeRuns:
         for r in sched:
             o = r.num_output_tokens
             f = r.num_output_tokens_target - o
-            g = mml - r.num_prompt_tokens - o
-            if g < f:
-                f = g
             append(f)
             if f > k:
                 k = f
@@ -228,7 +223,6 @@ class DecodeRuns:
         single step records)."""
         kv = self.kv
         alloc = kv.allocate_slots
-        mml = self.limits.max_model_len
         finished = []
         skip_alloc = getattr(kv, "decode_skips_allocation", False)
         bulk = getattr(kv, "grows_decode_in_bulk", False)
@@ -253,7 +247,7 @@ class DecodeRuns:
                 r.num_computed_tokens = c + jm1
             o += j
             r.num_output_tokens = o
-            if o >= r.num_output_tokens_target or r.num_prompt_tokens + o >= mml:
+            if o >= r.num_output_tokens_target:
                 r.status = RequestStatus.FINISHED
                 finished.append(r)
         if grow:
