@@ -194,6 +194,9 @@ class Simulation(Traffic, Outputs):
         # open loop (a finish sends nothing) and no load-aware router across replicas.
         span = fast and self.max_concurrency is None and (cfg.num_replicas == 1
                                                           or cfg.router in ("round_robin", "random"))
+        # Spans take in whole-prompt arrivals where a step's tokens reach the clients at
+        # its end and no step adds per-step accounting (no lag, no frontend streaming).
+        joins = span and not lag and self.frontend_tok_s <= 0.0 and not self.track_unused
         while True:
             if not sched.has_unfinished_requests() and not rep.pending:
                 rep.busy = False
@@ -234,15 +237,16 @@ class Simulation(Traffic, Outputs):
                 new, ctx = out.new_tokens, out.context_lens
             else:
                 new, ctx = out.num_scheduled_tokens, out.num_computed_before
-            lasts = None
             if not fast or flushed:
                 k = 1
-            elif span:
-                k, lasts = sched.max_decode_span(out)
             else:
+                plan = sched.plan_decode_span(out) if span else None
+                if plan is not None:
+                    yield from self._span_run(rep, plan, start, joins)
+                    continue
                 k = sched.max_decode_run(out)
             if k > 1:
-                yield from self._decode_run(rep, out, ctx, k, start, lasts)
+                yield from self._decode_run(rep, out, ctx, k, start)
                 continue
             dt = overheads.apply(step_time_s(new, ctx), len(new), out.num_prefill_tokens > 0)
             rep.last_step_start = start
@@ -263,8 +267,7 @@ class Simulation(Traffic, Outputs):
                 self._recovered(rep, out.scheduled, now)
             self._finish(rep, finished, now, seen)
 
-    def _decode_run(self, rep: _Replica, out, ctx: list[int], k: int, start: float,
-                    lasts: list[int] | None = None):
+    def _decode_run(self, rep: _Replica, out, ctx: list[int], k: int, start: float):
         """Up to ``k`` identical decode steps in few events. Step end times are
         accumulated in the same floating-point order as ``k`` single steps, so
         results equal the reference mode's. An arrival routed to this replica
@@ -273,17 +276,14 @@ class Simulation(Traffic, Outputs):
         scheduler see the arrival there. Steps are timed in chunks: in open loop
         up to the next send (``_next_send_s``; most runs end there), else the
         first ``_RUN_CHUNK`` steps; then, if the run goes on, the rest at once
-        (up to the next send). With ``lasts`` (``Scheduler.max_decode_span``) the
-        run goes on past finishes: request i leaves after step ``lasts[i]``; each
-        part between finishes is recorded as a merged run of its own."""
+        (up to the next send). (Runs past finishes and arrivals: :meth:`_span_run`.)"""
         env = self.env
         sched = rep.scheduler
         scheduled = out.scheduled
         B = len(scheduled)
         num_waiting = sched.num_waiting  # at the run's start, as a single step records it
         ov = self.overheads
-        # a spanning run's batch shrinks: host time as a function of its size
-        cpu, overlap = (ov.cpu_s(B) if lasts is None else ov.cpu_s), ov.overlap
+        cpu, overlap = ov.cpu_s(B), ov.overlap
         if len(ctx) == B:
             # Steps are timed in parts: most runs are cut by an arrival long before
             # their k-th step, and the steps never reached need no time. Each part
@@ -292,7 +292,7 @@ class Simulation(Traffic, Outputs):
             until = self._next_send_s()
             # up to the next send, within the cost model's Python path; else a first chunk
             first = PY_RUN_MAX_STEPS if until < math.inf else _RUN_CHUNK
-            ends = self.cost.decode_run_ends(ctx, min(k, first), start, cpu, overlap, until, lasts)
+            ends = self.cost.decode_run_ends(ctx, min(k, first), start, cpu, overlap, until)
         else:  # static batching: finished sequences computed as padding; all k steps timed here
             gpu = self.cost.decode_steps_time_s(np.asarray(ctx, dtype=np.int64), k, num_growing=B).tolist()
             ends = []
@@ -311,13 +311,8 @@ class Simulation(Traffic, Outputs):
                     break
                 self.num_events += 1
                 # a run that got this far often goes on: time the rest at once (numpy if long)
-                if lasts is None:
-                    ctx_m, lasts_m = [c + m for c in ctx], None
-                else:  # those still in the batch after step m
-                    ctx_m = [c + m for c, f in zip(ctx, lasts) if f > m]
-                    lasts_m = [f - m for f in lasts if f > m]
-                ends += self.cost.decode_run_ends(ctx_m, k - m, ends[-1], cpu, overlap, self._next_send_s(),
-                                                  lasts_m)
+                ends += self.cost.decode_run_ends([c + m for c in ctx], k - m, ends[-1], cpu, overlap,
+                                                  self._next_send_s())
             j = m
         except simpy.Interrupt:
             rep.merging = False
@@ -329,10 +324,71 @@ class Simulation(Traffic, Outputs):
         self.num_events += 1
         self.num_steps += j
         rep.last_step_start = ends[j - 2] if j > 1 else start
-        if lasts is not None:
-            self._span_done(rep, out, ends, j, start, lasts, num_waiting)
-        else:
-            self._run_done(rep, out, ends, j, start, num_waiting)
+        self._run_done(rep, out, ends, j, start, num_waiting)
+
+    def _span_run(self, rep: _Replica, span, start: float, joins: bool):
+        """A decode span (``Scheduler.plan_decode_span``): decode steps that go on
+        past finishes and, with ``joins``, take in arrivals the next step would
+        admit whole (``Scheduler.span_admissions``, ``DecodeSpan.join``): that
+        step is timed as a mixed one and the newcomers decode from the next on.
+        Timed step by step (``CostModel.decode_clock``) up to the next send,
+        where this replica wakes: the arrival either joined or ends the span at
+        the end of the step in progress (as ``_decode_run``). Per-request state
+        is applied once, at the end (``_span_done``)."""
+        env = self.env
+        ov = self.overheads
+        clock = self.cost.decode_clock(span.contexts, span.lasts, start, ov.cpu_s, ov.overlap)
+        joins = joins and clock.can_join
+        ends = clock.ends
+        clock.advance(span.k, self._next_send_s())
+        rep.merging = True
+        rep.run_ends = ends
+        rep.run_joins = []
+        try:
+            while True:
+                yield env.timeout(ends[-1] - env.now)
+                m = len(ends)
+                if m >= span.k:
+                    break
+                if rep.merging:
+                    clock.advance(span.k - m, self._next_send_s())
+                elif joins and self._join_span(rep, span, clock, m):
+                    rep.merging = True
+                else:  # the arrival changes the next step otherwise: single steps from here
+                    break
+                self.num_events += 1
+            j = m
+        except simpy.Interrupt:
+            rep.merging = False
+            now = env.now
+            j = min(bisect_left(ends, now) + 1, len(ends))
+            if span.joins and j < span.joins[-1][0]:  # a join's step was already under way
+                j = span.joins[-1][0]
+            if ends[j - 1] > now:
+                yield env.timeout(ends[j - 1] - now)
+        rep.merging = False
+        self.num_events += 1
+        self.num_steps += j
+        rep.last_step_start = ends[j - 2] if j > 1 else start
+        self._span_done(rep, span, ends, j, start)
+
+    def _join_span(self, rep: _Replica, span, clock, m: int) -> bool:
+        """Admit the waiting arrivals into the span at step m + 1 and time that
+        step, if the scheduler would admit them all whole there and their blocks
+        fit (else False, nothing changed)."""
+        num_decoding = clock.batch_at_next()
+        reqs = rep.scheduler.span_admissions(num_decoding)
+        if not reqs:
+            return False
+        lasts = span.join(m + 1, reqs)
+        if lasts is None:
+            return False
+        step_start = clock.ends[m - 1]
+        for req in reqs:
+            req.first_scheduled_time = step_start
+        clock.mixed([r.num_prompt_tokens for r in reqs], lasts,
+                    self.overheads.cpu_s(num_decoding + len(reqs), True))
+        return True
 
     def _unstick(self, rep: _Replica) -> None:
         """Nothing could be scheduled although requests are waiting: on an idle

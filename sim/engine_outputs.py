@@ -117,55 +117,48 @@ class Outputs:
                                _time_average(usages, ends, 0, j, start), _time_average(waits, ends, 0, j, start)))
         self._finish(rep, finished, end, seen)
 
-    def _span_done(self, rep, out, ends: list[float], j: int, start: float, lasts: list[int],
-                   num_waiting: int) -> None:
-        """Record a run that went on past finishes (its first ``j`` steps ending at
-        ``ends``): step 1's tokens, then per part between finishes its pooled
-        gaps, its merged step row and its finished requests, as the reference
-        mode's single steps would. (Contiguous KV, whose unused reservation is
-        tracked, never spans: its tables do not grow by block.)"""
-        scheduled = out.scheduled
-        B = len(scheduled)
-        tok_s = self.frontend_tok_s
+    def _span_done(self, rep, span, ends: list[float], j: int, start: float) -> None:
+        """Record a decode span (``sim.scheduler.decode_span``; its first ``j``
+        steps ending at ``ends``): step 1's tokens, the joining requests' first
+        tokens, then per part (steps with an unchanged batch; a join step is one)
+        its pooled gaps, its merged step row and its finished requests, as the
+        reference mode's single steps would. Nobody waits during a span. (Contiguous
+        KV, whose unused reservation is tracked, never spans: its tables do not
+        grow by block.)"""
+        scheduled = span.scheduled
         first_end = ends[0]
-        if tok_s > 0.0:
-            # the frontend streams each step's tokens in turn: the batch of step i+1
-            sizes = [0] * (j + 1)
-            sizes[0] = B
-            for f in lasts:
-                if f < j:
-                    sizes[f] -= 1
-            seen = []
-            b = 0
-            for i in range(j):
-                b += sizes[i]
-                seen.append(self._deliver(rep, ends[i], b))
-            first_seen = seen[0]
-        else:
-            seen, first_seen = ends, first_end
-        self._tokens_emitted(scheduled, start, first_end, first_seen, ends[j - 1])
         if rep.num_recovering:
             self._recovered(rep, scheduled, first_end)
-        sched = rep.scheduler
-        usages = sched.decode_run_usages(out, j, lasts)
-        waits = _waiting_per_step(num_waiting, rep.run_joins, ends, j, start)
-        parts = sched.apply_decode_span(out, j, lasts)
+        usages = span.usages(j)
+        parts = span.apply(j)
+        if self.frontend_tok_s > 0.0:
+            seen = []  # the frontend streams each step's tokens in turn
+            i = 0
+            for step, b, _, _, _ in parts:
+                while i < step:
+                    seen.append(self._deliver(rep, ends[i], b))
+                    i += 1
+        else:
+            seen = ends
+        last = ends[j - 1]
+        self._tokens_emitted(scheduled, start, first_end, seen[0], last)
+        for step, req, _ in span.joins:
+            req.first_token_time = seen[step - 1]
+            req.last_token_time = last
         append = self.step_cols.append
         itl_extend = self.itl.extend
-        prev, t0, b = 0, start, B
-        for step, fin in parts:
+        prev, t0 = 0, start
+        for step, b, dec, pre, fin in parts:
             if step - prev > 1 or prev:  # gaps between step ends; step 1's are recorded above
                 lo = prev if prev else 1
-                itl_extend(list(map(sub, ends[lo:step], ends[lo - 1:step - 1])), b)
+                itl_extend(list(map(sub, ends[lo:step], ends[lo - 1:step - 1])), dec)
             n = step - prev
             end = ends[step - 1]
-            append((rep.index, t0, n, end - t0, b, waits[step - 1], b * n, 0, b * n, usages[step - 1], 0,
-                    _time_average(usages, ends, prev, step, t0), _time_average(waits, ends, prev, step, t0)))
+            append((rep.index, t0, n, end - t0, b, 0, dec * n + pre, pre, dec * n, usages[step - 1], 0,
+                    _time_average(usages, ends, prev, step, t0), 0))
             if fin:
                 self._finish(rep, fin, end, seen[step - 1])
-            b -= len(fin)
             prev, t0 = step, end
-
 
 def _waiting_per_step(first: int, joins: list[float], ends: list[float], j: int, start: float) -> list[int]:
     """Requests waiting at each of a merged run's ``j`` steps (``num_waiting_reqs``

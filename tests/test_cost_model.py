@@ -221,3 +221,37 @@ def test_step_time_lists_equal_arrays(name):
         assert cm.step_time_s(n.tolist(), c.tolist()) == cm.step_time_s(n, c)
     with pytest.raises(ConfigError, match="num_new_tokens"):
         cm.step_time_s([1, 1], [5])
+
+
+@pytest.mark.parametrize("cpu, overlap", [(0.0, False), (3e-4, False), (3e-4, True)])
+def test_decode_clock_with_finishes_and_joins_equals_single_steps(cpu, overlap):
+    """A span's clock: 6 sequences, two finishing early; at step 4 two prompts
+    (700 and 33 tokens) are prefilled whole beside the decodes, then decode from
+    step 5 (one of them finishes at once). Every end equals single steps of
+    CostModel.step_time_s over the explicit batch, accumulated with t += dt."""
+    cm = CostModel(get_model("llama-3.1-8b"), get_hardware("h100_sxm"))
+    ctx = [5, 130, 511, 512, 1000, 2047]
+    lasts = [2, 9, 12, 12, 3, 12]
+    clock = cm.decode_clock(ctx, lasts, 1.5, lambda s: cpu + 1e-6 * s, overlap)
+    assert clock.can_join
+    clock.advance(3)
+    assert clock.batch_at_next() == 4
+    clock.mixed([700, 33], [10, 4], cpu * 2)
+    clock.advance(8)
+    # the same schedule, one step at a time
+    seqs = [[c, f, 1] for c, f in zip(ctx, lasts)]  # context, last step, first step
+    t, ref = 1.5, []
+    for step in range(1, 13):
+        if step == 4:
+            seqs += [[700, 10, 5], [33, 4, 5]]
+        live = [s for s in seqs if s[2] <= step <= s[1]]
+        new, cl = [1] * len(live), [s[0] for s in live]
+        host = cpu + 1e-6 * len(live)
+        if step == 4:
+            new, cl, host = new + [700, 33], cl + [0, 0], cpu * 2
+        gpu = cm.step_time_s(new, cl)
+        t += max(gpu, host) if overlap else gpu + host
+        ref.append(t)
+        for s in live:
+            s[0] += 1
+    assert clock.ends == ref

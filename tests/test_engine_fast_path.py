@@ -225,3 +225,76 @@ def test_run_goes_on_past_finishes_hand_schedule():
     assert fast.num_events < ref.num_events - 5  # steps 2-8: one event instead of seven
     # ITL: 7 pooled decode gaps per request's later tokens (2 + 4 + 7 = 13 tokens)
     assert fast.itl[1].sum() == ref.itl[1].sum() == 13
+
+
+# Spans that take in arrivals run on the fitted cost form (h100_sxm's profile):
+# whole-prompt arrivals join a running span as a mixed step; 1-token prompts,
+# prompts over the budget (chunked), a full KV cache (refused joins, preemption)
+# and max_num_seqs end spans instead. Every case must equal the reference mode.
+JOIN_SCENARIOS = {
+    "sparse": {"workload.request_rate": 6.0, "workload.num_requests": 120,
+               "workload.input_len": {"dist": "lognormal", "mean": 400, "sigma": 1.0, "min": 1, "max": 3000},
+               "workload.output_len": {"dist": "lognormal", "mean": 120, "sigma": 1.0, "min": 1, "max": 600}},
+    "busy_small_budget": {"workload.request_rate": 40.0, "workload.num_requests": 200,
+                          "max_num_batched_tokens": 512, "max_num_seqs": 24,
+                          "workload.input_len": {"dist": "uniform", "low": 1, "high": 700},
+                          "workload.output_len": {"dist": "uniform", "low": 1, "high": 200}},
+    "tight_kv": {"workload.request_rate": 10.0, "workload.num_requests": 200, "num_gpu_blocks_override": 300,
+                 "max_model_len": 1024,
+                 "workload.input_len": {"dist": "uniform", "low": 20, "high": 600},
+                 "workload.output_len": {"dist": "uniform", "low": 20, "high": 300}},
+    "overheads_two_replicas": {"workload.request_rate": 30.0, "workload.num_requests": 200, "num_replicas": 2,
+                               "cpu_step_overhead_s": 2e-4, "cpu_seq_overhead_s": 3e-5,
+                               "eager_step_overhead_s": 4e-4, "frontend_latency_s": 1e-3,
+                               "workload.input_len": {"dist": "uniform", "low": 2, "high": 900},
+                               "workload.output_len": {"dist": "uniform", "low": 1, "high": 150}},
+}
+
+
+def _fitted_cfg(**kw):
+    base = {"model": "llama-3.1-8b", "hardware": "h100_sxm", "scheduler": "chunked", "seed": 3,
+            "enable_prefix_caching": False, "workload.arrival": "poisson", "workload.max_tokens": "output_len"}
+    base.update(kw)
+    from sim.config import build_config
+    return build_config(overrides=base)
+
+
+@pytest.mark.parametrize("scenario", sorted(JOIN_SCENARIOS))
+def test_arrivals_join_spans_as_the_reference_schedules_them(scenario, monkeypatch):
+    from sim.engine import Simulation as Sim
+
+    joined = []
+    orig = Sim._join_span
+    monkeypatch.setattr(Sim, "_join_span", lambda *a: joined.append(orig(*a)) or joined[-1])
+    _, ref, _ = simulate(_fitted_cfg(exact_steps=True, **JOIN_SCENARIOS[scenario]))
+    _, fast, _ = simulate(_fitted_cfg(exact_steps=False, **JOIN_SCENARIOS[scenario]))
+    assert sum(joined) >= 20  # arrivals really joined spans
+    if scenario in ("busy_small_budget", "tight_kv"):
+        assert not all(joined)  # ... and some could not (budget, KV, max_num_seqs, 1-token prompt)
+    assert fast.num_steps == ref.num_steps
+    for key in ("num_output_tokens", "num_prompt_tokens", "num_preemptions", "status", "replica"):
+        assert np.array_equal(fast.requests[key], ref.requests[key]), key
+    for key in ("arrival_time_s", "first_scheduled_time_s", "first_token_time_s", "finish_time_s"):
+        np.testing.assert_allclose(fast.requests[key], ref.requests[key], rtol=1e-9, atol=0)
+    for col in ("num_batched_tokens", "num_prefill_tokens", "num_decode_tokens", "num_steps"):
+        assert fast.steps[col].sum() == ref.steps[col].sum(), col
+    fv, fw = fast.itl
+    rv, rw = ref.itl
+    assert fw.sum() == rw.sum()
+    assert np.average(fv, weights=fw) == pytest.approx(np.average(rv, weights=rw), rel=1e-12)
+    from sim.metrics import summarize
+
+    sr, sf = summarize(ref.requests, ref.steps, ref.itl), summarize(fast.requests, fast.steps, fast.itl)
+    assert sf["max_kv_cache_usage"] == sr["max_kv_cache_usage"]
+    for key in ("mean_kv_cache_usage", "mean_num_running_seqs", "p99_itl_ms", "median_tpot_ms"):
+        assert sf[key] == pytest.approx(sr[key], rel=1e-9), key
+
+
+def test_sparse_arrivals_take_few_engine_events():
+    """At 6 req/s nearly every arrival joins the span in progress: the replica
+    wakes about twice per arrival (its step, the mixed step) whatever the
+    number of decode steps in between."""
+    _, fast, _ = simulate(_fitted_cfg(exact_steps=False, **JOIN_SCENARIOS["sparse"]))
+    n = 120
+    assert fast.num_steps > 10 * n
+    assert fast.num_events < 4 * n  # n arrival events + about 2 n replica wake-ups

@@ -255,90 +255,10 @@ class FittedAttention:
             total += self._naive_extra(float(snc + snn))
         return (max(launch, self.ca.launch_s) + total) * self.layers
 
-    def decode_run_ends_py(self, cl: list[int], k: int, start: float, ops: tuple[float, ...],
-                           cpu: float, overlap: bool, until: float = math.inf,
-                           leave: dict[int, list[int]] | None = None, ops_of=None, cpu_of=None) -> list[float]:
-        """End times (s) of a short run of k decode steps starting at ``start``,
-        every context growing, in Python floats (cheaper than numpy's per-call
-        cost for a few dozen steps): :meth:`step_s`'s decode branch, the step's
-        other operators ``ops`` = (qkv, o, ffn, norms, lm_head, all_reduce,
-        overhead) and the host time ``cpu`` (``max`` when ``overlap``, else
-        added), fused in one loop. Tiles grow by the sequences whose context
-        reaches a tile boundary: (c_i + j) % tile == 0 at step j. The same float
-        operations, in the same order, as single steps and ``t += dt``, so the
-        ends are bit-identical to the reference mode's ``env.now``. Stops
-        early after the first step that ends at or after ``until`` (s).
-
-        ``leave`` (a run going on past finishes): {j: contexts (of ``cl``) of the
-        sequences whose last step is j (1-based)}; from step j + 1 the batch is
-        the smaller one, with ``ops_of(S)`` and ``cpu_of(S)`` its other operators
-        and host time (S sequences)."""
-        t, S, layers, launch = self.tile, len(cl), self.layers, self.ga.launch_s
-        tiles = sum([(x + t) // t for x in cl])
-        crossings: dict[int, int] = {}
-        for x in cl:
-            r = x % t
-            crossings[r] = crossings.get(r, 0) + 1
-        get = crossings.get
-        X = sum(cl)  # contexts before step 1; step j reads X + S (j + 1) KV tokens
-        b = float(S)
-        qkv, o, ffn, norms, lm, ar, ov = ops
-        # _gen's terms that do not change along the run (the same float results)
-        c1, c2, cexp, m1, m2, mexp = self.c1, self.c2, self.ca_exp, self.m1, self.m2, self.me_exp
-        bqb, bk, bseq = self.bq * b, self.bk, b * self.seq_head
-        cta = self.cta
-        ctas = -(-(b * self.kvh) // self.sms) if cta else 0.0
-        naive = self.naive
-        ends = []
-        append = ends.append
-        end = start
-        tiles_then = -1  # the memory term (tb², tp²) depends on the tiles only: kept until they change
-        tb2 = tp2 = 0.0
-        for j in range(k):
-            if j:
-                if leave is not None and j in leave:  # finished after step j: out of the batch
-                    gone = leave[j]
-                    for x in gone:
-                        tiles -= (x + j - 1 + t) // t
-                        crossings[x % t] -= 1
-                        X -= x
-                    S -= len(gone)
-                    b = float(S)
-                    qkv, o, ffn, norms, lm, ar, ov = ops_of(S)
-                    cpu = cpu_of(S)
-                    bqb, bseq = self.bq * b, b * self.seq_head
-                    ctas = -(-(b * self.kvh) // self.sms) if cta else 0.0
-                    tiles_then = -1
-                tiles += get(-j % t, 0)
-            sum_len = float(X + S * (j + 1))
-            tc = c1 * sum_len + c2 * sum_len ** cexp
-            if tiles != tiles_then:
-                tiles_then = tiles
-                tiled = float(tiles * t)
-                nbytes = bqb + bk * tiled
-                tb = m1 * nbytes + m2 * nbytes ** mexp + bseq
-                tb2 = tb * tb
-                if cta:
-                    tp = ctas * (tiled / b) * cta
-                    tp2 = tp * tp
-            # _gen's (tc² + tb² + tp²) ** 0.5, the same adds in the same order
-            g = (tc * tc + tb2 + tp2) ** 0.5 if cta else (tc * tc + tb2) ** 0.5
-            if naive:
-                g += self._naive_extra(sum_len)
-            dt = qkv + (launch + g) * layers + o + ffn + norms + lm + ar + ov
-            if overlap:
-                end += dt if dt > cpu else cpu
-            else:
-                end += dt + cpu
-            append(end)
-            if end >= until:
-                break
-        return ends
-
     def decode_run_s(self, c: np.ndarray, k: int, g: int) -> np.ndarray:
         """Times (s, shape (k,)) of k decode steps: the first ``g`` sequences'
         contexts grow by one per step. Tile counts are exact integers, equal
-        to :meth:`step_s`'s. (Short runs: :meth:`decode_run_ends_py`.)"""
+        to :meth:`step_s`'s. (Short runs: ``sim.cost_model.decode_clock``.)"""
         t = self.tile
         S = c.shape[0]
         j = np.arange(k, dtype=np.int64)

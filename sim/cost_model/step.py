@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.cost_model.decode_clock import DecodeClock
 from sim.cost_model.operators import (ATTENTION_IMPLS, ATTENTION_KERNELS, attention_cost,
                                       attention_peak_flops, gemm_cost)
 from sim.cost_model.fitted_step import (FittedAllReduce, FittedAttention, FittedGemm,
@@ -294,6 +295,21 @@ class CostModel:
             cpu_s = cpu_s(len(num_context_tokens))
         return self._run_ends(num_context_tokens, k, start, cpu_s, overlap, until)
 
+    def decode_clock(self, num_context_tokens: list[int], lasts: list[int] | None, start: float, cpu_s,
+                     overlap: bool = False):
+        """A resumable timer of a decode run (``ends``: step end times, s), as
+        :meth:`decode_run_ends` with ``lasts``: ``advance(k, until)`` times up to
+        k more steps. For the ``fitted_v1`` form a
+        :class:`~sim.cost_model.decode_clock.DecodeClock`, which also times a
+        mixed step that prefills joining sequences (``can_join``); otherwise a
+        clock of decode steps only. ``cpu_s``: host time (s) per step, or a
+        function of the number of sequences."""
+        cpu_of = cpu_s if callable(cpu_s) else (lambda _s: cpu_s)
+        if self.fitted:
+            return DecodeClock(self._attn_fitted, self._linear_ops, num_context_tokens, lasts, start, cpu_of,
+                               overlap)
+        return _RunClock(self, num_context_tokens, lasts, start, cpu_of, overlap)
+
     def _run_ends_leaving(self, ctx: list[int], k: int, start: float, cpu_s, overlap: bool,
                           until: float, lasts: list[int], leave: list[int]) -> list[float]:
         """:meth:`decode_run_ends` of a batch that shrinks after the steps in
@@ -301,14 +317,9 @@ class CostModel:
         (continuing the same float adds)."""
         cpu_of = cpu_s if callable(cpu_s) else (lambda _s: cpu_s)
         if self.fitted and k <= PY_RUN_MAX_STEPS:
-            gone: dict[int, list[int]] = {}
-            for c, f in zip(ctx, lasts):
-                if f < k:
-                    gone.setdefault(f, []).append(c)
-            S = len(ctx)
-            return self._attn_fitted.decode_run_ends_py(
-                ctx, k, start, self._linear_ops(float(S), float(S)), cpu_of(S), overlap, until, gone,
-                lambda n: self._linear_ops(float(n), float(n)), cpu_of)
+            clock = self.decode_clock(ctx, lasts, start, cpu_of, overlap)
+            clock.advance(k, until)
+            return clock.ends
         ends: list[float] = []
         j0 = 0
         t = start
@@ -326,11 +337,35 @@ class CostModel:
         """:meth:`decode_run_ends` of an unchanged batch."""
         S = len(num_context_tokens)
         if self.fitted and 0 < k <= PY_RUN_MAX_STEPS and S:
-            ops = self._linear_ops(float(S), float(S))
-            return self._attn_fitted.decode_run_ends_py(num_context_tokens, k, start, ops, cpu_s, overlap,
-                                                        until)
+            clock = self.decode_clock(num_context_tokens, None, start, lambda _s: cpu_s, overlap)
+            clock.advance(k, until)
+            return clock.ends
         gpu = self.decode_steps_time_s(np.asarray(num_context_tokens, dtype=np.int64), k)
         dts = np.maximum(gpu, cpu_s) if overlap else gpu + cpu_s
         # add.accumulate adds left to right (no pairwise summation): t += dt, step by step
         ends = np.cumsum(np.concatenate(([start], dts)))[1:].tolist()
         return ends[:bisect_left(ends, until) + 1] if ends and until < ends[-1] else ends
+
+
+class _RunClock:
+    """:meth:`CostModel.decode_clock` for cost forms without a step-by-step
+    decode timer: each ``advance`` times its steps with
+    :meth:`CostModel.decode_run_ends` from the contexts grown so far."""
+
+    can_join = False
+
+    def __init__(self, cost: CostModel, contexts: list[int], lasts: list[int] | None, start: float, cpu_of,
+                 overlap: bool) -> None:
+        self.cost, self.contexts, self.lasts, self.cpu_of, self.overlap = cost, contexts, lasts, cpu_of, overlap
+        self.ends: list[float] = []
+        self.start = start
+
+    def advance(self, k: int, until: float = math.inf) -> None:
+        m = len(self.ends)
+        if self.lasts is None:
+            ctx, lasts = [c + m for c in self.contexts], None
+        else:  # those still in the batch after step m
+            ctx = [c + m for c, f in zip(self.contexts, self.lasts) if f > m]
+            lasts = [f - m for f in self.lasts if f > m]
+        t = self.ends[-1] if m else self.start
+        self.ends += self.cost.decode_run_ends(ctx, k, t, self.cpu_of, self.overlap, until, lasts)

@@ -157,6 +157,52 @@ class ChunkedPrefillScheduler(Scheduler):
             budget -= n
         return budget
 
+    def span_admissions(self, num_decoding: int) -> list[Request] | None:
+        """The WAITING pass of a step whose RUNNING pass scheduled
+        ``num_decoding`` decodes, when it admits every waiting request whole:
+        FCFS, new requests only (no preemption, no prefix cache, no TensorRT-LLM
+        capacity policy), each prompt (> 1 token: a 1-token prompt is costed as a
+        decode) within the budget left, the long-prefill threshold and
+        ``max_num_seqs``. None when any would stay waiting or be chunked. The KV
+        check is the span's (``DecodeSpan.join``). Only for this class's own
+        schedule: a subclass that changes it gets None."""
+        cls = type(self)
+        if (cls._schedule is not ChunkedPrefillScheduler._schedule
+                or cls._schedule_waiting is not ChunkedPrefillScheduler._schedule_waiting
+                or not self.chunked_prefill):
+            return None
+        lim = self.limits
+        waiting = self.waiting
+        if (not waiting or waiting.priority or waiting.reordered or lim.capacity_scheduler_policy
+                or getattr(self.kv, "enable_prefix_caching", False)):
+            return None
+        budget = lim.max_num_batched_tokens - num_decoding
+        thr = lim.long_prefill_token_threshold
+        room = lim.max_num_seqs - num_decoding
+        reqs = list(waiting)
+        if len(reqs) > room:
+            return None
+        for req in reqs:
+            p = req.num_prompt_tokens
+            if (req.num_preemptions or req.num_output_tokens or p < 2 or p > budget or 0 < thr < p
+                    or p >= lim.max_model_len):
+                return None
+            budget -= p
+        return reqs
+
+    def admit_whole_prompt(self, req: Request) -> None:
+        """Admit the waiting queue's head with its whole prompt scheduled, as
+        the WAITING pass does (a span's join: ``span_admissions`` and the
+        span's KV check passed)."""
+        if self.waiting.pop() is not req:
+            raise RuntimeError(f"request {req.request_id}: not at the head of the waiting queue")
+        if self.kv.allocate_slots(req, req.num_prompt_tokens, 0, [], full_sequence_check=True,
+                                  has_scheduled_reqs=True) is None:
+            raise RuntimeError(f"request {req.request_id}: prompt blocks do not fit although planned")
+        self._admit(req, 0)
+        self.running.append(req)
+        req.num_computed_tokens = req.num_prompt_tokens
+
     def arrival_may_change_schedule(self) -> bool:
         w = self.waiting
         return w.priority or w.reordered or not w

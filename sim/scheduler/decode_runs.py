@@ -5,10 +5,10 @@ One scheduler output stands for k identical decode-only steps, advanced in one
 engine event: exactly equivalent to k calls of ``schedule()`` /
 ``update_from_output()`` when nothing can change the batch in between. The
 engine asks how far a run may go (:meth:`DecodeRuns.max_decode_run`, or
-:meth:`DecodeRuns.max_decode_span` past finishes), times it, and applies the
-steps it reached (:meth:`DecodeRuns.apply_decode_run` /
-:meth:`DecodeRuns.apply_decode_span`; :meth:`DecodeRuns.decode_run_usages`
-for the KV usage of each step). Uses the state ``Scheduler`` sets up
+:meth:`DecodeRuns.plan_decode_span` past finishes and arrivals), times it,
+and applies the steps it reached (:meth:`DecodeRuns.apply_decode_run`, with
+:meth:`DecodeRuns.decode_run_usages` for the KV usage of each step; a span
+applies itself: ``sim.scheduler.decode_span``). Uses the state ``Scheduler`` sets up
 (``running``, ``waiting``, ``kv``, ``limits``) and its ``_on_finished``.
 A request finishes at ``num_output_tokens_target``: admission guarantees
 ``num_prompt_tokens + max_tokens <= max_model_len``, so vLLM's
@@ -18,6 +18,7 @@ A request finishes at ``num_output_tokens_target``: admission guarantees
 from __future__ import annotations
 
 from sim.request import Request, RequestStatus
+from sim.scheduler.decode_span import DecodeSpan
 from sim.scheduler.types import SchedulerOutput
 
 
@@ -89,29 +90,28 @@ class DecodeRuns:
                 hi = mid - 1
         return lo
 
-    spans_finishes = True  # a run may go on past finishes (see max_decode_span)
+    spans_finishes = True  # a run may go on past finishes (see plan_decode_span)
 
-    def max_decode_span(self, out: SchedulerOutput) -> tuple[int, list[int] | None]:
-        """A merged decode run that goes on past finishes: ``(k, lasts)``, where
-        ``lasts[i]`` is the step (1-based) at which ``out.scheduled[i]`` finishes
-        and leaves the batch, and ``k`` the last of them. Exactly what the
-        reference mode does when nothing else changes the batch: with nobody
-        waiting, the step after a finish schedules the same requests minus the
-        finished ones, each decoding one token (the running pass keeps their
-        order; the waiting pass has nobody to admit). Requires an empty waiting
-        queue, caching off and paged growth (``grows_decode_in_bulk``: block ids
-        are plain counts), and free blocks for every block boundary crossed up to
-        each request's finish (then every intermediate allocation succeeds:
-        finishes only add free blocks). Otherwise ``(max_decode_run(out), None)``.
-        The engine uses it only where a finish cannot be seen before the run
-        ends (open loop; no load-aware router across replicas)."""
+    def plan_decode_span(self, out: SchedulerOutput) -> DecodeSpan | None:
+        """A merged decode run that goes on past finishes (and may take in
+        arrivals: :class:`~sim.scheduler.decode_span.DecodeSpan`), or None.
+        Exactly what the reference mode does when nothing else changes the
+        batch: with nobody waiting, the step after a finish schedules the same
+        requests minus the finished ones, each decoding one token (the running
+        pass keeps their order; the waiting pass has nobody to admit). Requires
+        an empty waiting queue, caching off and paged growth
+        (``grows_decode_in_bulk``: block ids are plain counts), and free blocks
+        for every block boundary crossed up to each request's finish (then every
+        intermediate allocation succeeds: finishes only add free blocks). The
+        engine uses it only where a finish cannot be seen before the run ends
+        (open loop; no load-aware router across replicas)."""
         sched = out.scheduled
         kv = self.kv
         if (out.preempted or out.num_prefill_tokens or not sched or not self.supports_decode_runs
                 or not self.spans_finishes or not self.frees_on_finish or self.waiting
                 or len(sched) != len(self.running)
                 or not getattr(kv, "grows_decode_in_bulk", False)):
-            return self.max_decode_run(out), None
+            return None
         bs = self.limits.block_size
         lasts = []
         append = lasts.append
@@ -126,93 +126,27 @@ class DecodeRuns:
             s = r.num_computed_tokens + f - 1 - r.kv_capacity
             if s > 0:
                 need += -(-s // bs)
-        if k <= 1:
-            return 1, None
-        if need > kv.num_free_blocks:
-            return self.max_decode_run(out), None
-        return k, lasts
-
-    def decode_run_usages(self, out: SchedulerOutput, j: int, lasts: list[int] | None = None) -> list[float]:
-        """KV-cache usage during each of a merged run's first ``j`` steps
-        (index 0 = step 1): after the step's allocation, before finished
-        requests free their blocks, as the reference mode's step rows record
-        it. Call after step 1 was scheduled and before the run is applied.
-        ``lasts`` as :meth:`apply_decode_span` (None: nobody leaves).
-
-        Request r holds ``kv_capacity`` slots with ``num_computed_tokens`` =
-        c computed after step 1; step i (≥ 2) writes slot c + i − 2, so it
-        takes a block at steps s + 2, s + 2 + bs, ... (s = kv_capacity − c)
-        up to its last step; a request finishing after step f frees what it
-        holds from step f + 1. O(requests + j): the block takings are added
-        per residue class of the step mod ``block_size``. Managers whose
-        tables do not grow by block (the contiguous reservation) hold their
-        usage through a run."""
-        kv = self.kv
-        if not getattr(kv, "grows_by_block", False):
-            return [kv.usage] * j
-        bs = self.limits.block_size
-        takes = [0] * (j + bs + 2)  # +1 where a request's block takings start, -1 past them
-        back = [0] * (j + 2)  # blocks returned at the start of a step
-        for idx, r in enumerate(out.scheduled):
-            f = j if lasts is None else lasts[idx]
-            last = f if f < j else j
-            first = r.kv_capacity - r.num_computed_tokens + 2
-            n = (last - first) // bs + 1 if first <= last else 0
-            if n:
-                takes[first] += 1
-                takes[first + n * bs] -= 1
-            if f < j:
-                back[f + 1] += r.kv_capacity // bs + n
         free = kv.num_free_blocks
-        u = kv.usage_at(free)
-        usages = [u]
-        append = usages.append
-        usage_at = kv.usage_at
-        for i in range(2, j + 1):
-            t = takes[i]
-            if i >= bs:
-                t += takes[i - bs]  # takings at step i: this residue class's running count
-                takes[i] = t
-            if t or back[i]:
-                free += back[i] - t
-                u = usage_at(free)
-            append(u)
-        return usages
+        if k <= 1 or need > free:
+            return None
+        return DecodeSpan(self, out, lasts, free - need)
 
-    def apply_decode_span(self, out: SchedulerOutput, j: int,
-                          lasts: list[int]) -> list[tuple[int, list[Request]]]:
-        """Advance a run planned by :meth:`max_decode_span` by ``j`` steps (step 1
-        included): request i takes part in ``min(j, lasts[i])`` of them. Returns,
-        per part of the run between finishes, ``(step, finished)``: the part's
-        last step (1-based; the last part ends at ``j``) and the requests
-        finishing there (running-list order), as :meth:`apply_decode_run` for
-        each part in turn (:meth:`decode_run_usages` gives the usage). The
-        blocks of the whole run are taken in one call (they fit: the plan
-        checked), so block ids may differ from the reference mode's; counts do not."""
-        grow, grow_slots = [], []
-        finishing: dict[int, list[Request]] = {}
-        for r, f in zip(out.scheduled, lasts):
-            n = f if f < j else j
-            c = r.num_computed_tokens
-            s = c + n - 1
-            if s > r.kv_capacity:
-                grow.append(r)
-                grow_slots.append(s)
-            r.num_computed_tokens = s
-            r.num_output_tokens += n
-            if f <= j:
-                finishing.setdefault(f, []).append(r)
-        if grow:
-            self.kv.grow_for_decode(grow, grow_slots)
-        parts = []
-        for step in sorted(finishing) if j in finishing else sorted(finishing) + [j]:
-            fin = finishing.get(step, [])
-            if fin:
-                for r in fin:  # not before: _on_finished drops every FINISHED request
-                    r.status = RequestStatus.FINISHED
-                self._on_finished(fin)
-            parts.append((step, fin))
-        return parts
+    def span_admissions(self, num_decoding: int) -> list[Request] | None:
+        """The waiting requests the next step would admit into a decode span
+        (``num_decoding`` running requests each decoding one token), if it
+        admits every one of them with its whole prompt in that step; else None
+        (the span ends there). The base class answers None."""
+        return None
+
+    def decode_run_usages(self, out: SchedulerOutput, j: int) -> list[float]:
+        """KV-cache usage during each of a merged run's first ``j`` steps
+        (index 0 = step 1; :meth:`DecodeSpan.usages` of a span nobody leaves
+        before step j). Call after step 1 was scheduled and before the run is
+        applied. Managers whose tables do not grow by block (the contiguous
+        reservation) hold their usage through a run."""
+        if not getattr(self.kv, "grows_by_block", False):
+            return [self.kv.usage] * j
+        return DecodeSpan(self, out, [j] * len(out.scheduled), 0).usages(j)
 
     def apply_decode_run(self, out: SchedulerOutput, j: int) -> tuple[list[Request], float]:
         """Advance the batch of ``out`` by ``j`` decode steps (step 1 included),

@@ -1,0 +1,191 @@
+"""Resumable timing of a merged decode run for the ``fitted_v1`` cost form.
+
+A :class:`DecodeClock` times the steps of a run one after the other, in
+Python floats, keeping the batch's aggregates (sequences, summed contexts,
+KV tiles read, tile crossings by residue) up to date instead of revisiting
+every sequence each step: a decode step costs a few float operations
+whatever the batch size. The batch changes only at known steps: a sequence
+leaves after its last step (it finished), and new sequences join after a
+mixed step that prefilled them whole (:meth:`DecodeClock.mixed`). Each step
+is timed with the same floating-point operations, in the same order, as the
+cost model's single-step ``step_time_s`` and the engine's ``t += dt``, so the
+end times are bit-identical to the reference mode's ``env.now``.
+
+Contexts are kept as virtual values: a sequence with context ``c`` at step
+index ``j`` (0-based) is stored as ``x = c − j``, so step ``j`` reads ``x + j
++ 1`` KV tokens and crosses a tile boundary when ``(x + j) % tile == 0``.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+class DecodeClock:
+    """Times the steps of a decode run (see the module docstring).
+
+    ``contexts``: tokens in each sequence's KV cache before step 1 (its
+    ``num_computed_tokens`` before the step); ``lasts``: optional, the last
+    step (1-based) in which each takes part; ``start``: the run's start (s);
+    ``linear_ops(T, ns)``: the step's other operators (qkv, o, ffn, norms,
+    lm_head, all_reduce, overhead; s) for T tokens and ns sampled rows;
+    ``cpu_of(S)``: host time (s) of a decode step over S sequences, added to
+    the GPU time, or its ``max`` with it when ``overlap``. ``ends`` holds the
+    step end times (s) timed so far.
+    """
+
+    can_join = True
+
+    def __init__(self, attn, linear_ops, contexts: list[int], lasts: list[int] | None, start: float,
+                 cpu_of, overlap: bool) -> None:
+        t = attn.tile
+        self.attn, self.linear_ops, self.cpu_of, self.overlap, self.tile = attn, linear_ops, cpu_of, overlap, t
+        self.S = len(contexts)
+        self.X = sum(contexts)
+        self.tiles = sum([(x + t) // t for x in contexts])
+        crossings: dict[int, int] = {}
+        for x in contexts:
+            r = x % t
+            crossings[r] = crossings.get(r, 0) + 1
+        self.crossings = crossings
+        leave: dict[int, list[int]] = {}
+        if lasts is not None:
+            for x, f in zip(contexts, lasts):
+                leave.setdefault(f, []).append(x)
+        self.leave = leave  # step (1-based) after which they leave → their virtual contexts
+        self.joining: list[tuple[int, int]] = []  # (context, last step) joining at the next step
+        self.ends: list[float] = []
+        self.end = start
+        self._batch()
+
+    def _batch(self) -> None:
+        """Per-batch-size terms (recomputed when sequences leave or join)."""
+        a = self.attn
+        b = float(self.S)
+        self.ops = self.linear_ops(b, b)
+        self.cpu = self.cpu_of(self.S)
+        self.bqb, self.bseq = a.bq * b, b * a.seq_head
+        self.ctas = -(-(b * a.kvh) // a.sms) if a.cta else 0.0
+        self.tiles_then = -1  # the memory term depends on the tiles only: cached until they change
+
+    def _enter(self, j: int) -> None:
+        """Step index j (0-based) begins: sequences whose last step was j leave,
+        tiles grow where contexts reach a boundary, and sequences prefilled at
+        step j − 1 join."""
+        t = self.tile
+        changed = False
+        gone = self.leave.pop(j, None)
+        if gone:
+            cr = self.crossings
+            for x in gone:
+                self.tiles -= (x + j - 1 + t) // t
+                cr[x % t] -= 1
+                self.X -= x
+            self.S -= len(gone)
+            changed = True
+        self.tiles += self.crossings.get(-j % t, 0)
+        if self.joining:
+            cr, leave = self.crossings, self.leave
+            for c, last in self.joining:
+                x = c - j
+                self.X += x
+                self.tiles += (c + t) // t
+                r = x % t
+                cr[r] = cr.get(r, 0) + 1
+                leave.setdefault(last, []).append(x)
+            self.S += len(self.joining)
+            self.joining = []
+            changed = True
+        if changed:
+            self._batch()
+
+    def batch_at_next(self) -> int:
+        """Sequences decoding in the next step to be timed (after leaves and joins)."""
+        gone = self.leave.get(len(self.ends))
+        return self.S - (len(gone) if gone else 0) + len(self.joining)
+
+    def advance(self, k: int, until: float = math.inf) -> None:
+        """Time up to ``k`` more decode steps; stop after the first that ends at
+        or after ``until`` (s). The caller never times a step with no sequence."""
+        j0 = len(self.ends)
+        if j0:
+            self._enter(j0)
+        a = self.attn
+        t, layers, launch = self.tile, a.layers, a.ga.launch_s
+        S, X, tiles = self.S, self.X, self.tiles
+        get = self.crossings.get
+        leave = self.leave
+        qkv, o, ffn, norms, lm, ar, ov = self.ops
+        cpu, overlap = self.cpu, self.overlap
+        c1, c2, cexp, m1, m2, mexp = a.c1, a.c2, a.ca_exp, a.m1, a.m2, a.me_exp
+        bqb, bk, bseq, cta, ctas = self.bqb, a.bk, self.bseq, a.cta, self.ctas
+        naive = a.naive
+        tiles_then = self.tiles_then
+        tb2 = tp2 = 0.0
+        if tiles_then >= 0:
+            tb2, tp2 = self._tb2, self._tp2
+        ends = self.ends
+        append = ends.append
+        end = self.end
+        for j in range(j0, j0 + k):
+            if j > j0:
+                if j in leave:  # finished after step j: out of the batch
+                    self.S, self.X, self.tiles = S, X, tiles
+                    self._enter(j)
+                    S, X, tiles = self.S, self.X, self.tiles
+                    qkv, o, ffn, norms, lm, ar, ov = self.ops
+                    cpu, bqb, bseq, ctas, tiles_then = self.cpu, self.bqb, self.bseq, self.ctas, -1
+                else:
+                    tiles += get(-j % t, 0)
+            sum_len = float(X + S * (j + 1))
+            tc = c1 * sum_len + c2 * sum_len ** cexp
+            if tiles != tiles_then:
+                tiles_then = tiles
+                tiled = float(tiles * t)
+                nbytes = bqb + bk * tiled
+                tb = m1 * nbytes + m2 * nbytes ** mexp + bseq
+                tb2 = tb * tb
+                if cta:
+                    tp = ctas * (tiled / float(S)) * cta
+                    tp2 = tp * tp
+            # FittedAttention._gen's (tc² + tb² + tp²) ** 0.5, the same adds in the same order
+            g = (tc * tc + tb2 + tp2) ** 0.5 if cta else (tc * tc + tb2) ** 0.5
+            if naive:
+                g += a._naive_extra(sum_len)
+            dt = qkv + (launch + g) * layers + o + ffn + norms + lm + ar + ov
+            if overlap:
+                end += dt if dt > cpu else cpu
+            else:
+                end += dt + cpu
+            append(end)
+            if end >= until:
+                break
+        self.S, self.X, self.tiles, self.end = S, X, tiles, end
+        self.tiles_then, self._tb2, self._tp2 = tiles_then, tb2, tp2
+
+    def mixed(self, prompts: list[int], lasts: list[int], cpu: float) -> None:
+        """Time the next step as a mixed one: every decoding sequence plus a
+        whole-prompt prefill chunk of each of ``prompts`` (tokens, each > 1,
+        nothing cached), one varlen attention call (``FittedAttention._mixed_s``);
+        ``cpu`` (s): the step's host time. The prefilled sequences decode from
+        the following step on, with context = prompt, up to step ``lasts[i]``
+        (1-based; a sequence whose last step is this one never decodes)."""
+        j = len(self.ends)
+        if j:
+            self._enter(j)
+        a = self.attn
+        tq = a.ca.tile_q
+        S = self.S
+        sn = sum(prompts)
+        snn = sum([p * p for p in prompts])
+        qtiles = sum([-(-p // tq) for p in prompts])
+        attn = a._mixed_s(S, self.X + S * (j + 1), self.tiles, len(prompts), sn, 0, 0, snn, qtiles)
+        qkv, o, ffn, norms, lm, ar, ov = self.linear_ops(float(S + sn), float(S + len(prompts)))
+        gpu = qkv + attn + o + ffn + norms + lm + ar + ov  # CostModel.step_time_s's order
+        if self.overlap:
+            self.end += gpu if gpu >= cpu else cpu
+        else:
+            self.end += gpu + cpu
+        self.ends.append(self.end)
+        self.tiles_then = -1
+        self.joining = [(p, f) for p, f in zip(prompts, lasts) if f > j + 1]

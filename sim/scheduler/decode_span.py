@@ -1,0 +1,172 @@
+"""A decode span: a merged decode run that goes on past finishes and takes
+in arrivals whose whole prompt is admitted in one step.
+
+Planned by :meth:`sim.scheduler.decode_runs.DecodeRuns.plan_decode_span`
+(after step 1 was scheduled); grown by :meth:`DecodeSpan.join` when the
+scheduler admits arrivals into it (``ChunkedPrefillScheduler.span_admissions``);
+applied once, at its end, by :meth:`DecodeSpan.apply`. While the span lasts,
+the requests' token counts and KV tables stay as they were after step 1 (a
+joining request's, as after its admission): everything in between is
+implied by the plan, so a step costs no per-request work.
+
+KV blocks: the plan holds a *slack*, the free blocks left when every member
+has grown to its finish (finishes returning nothing meanwhile). A joining
+request takes its prompt blocks and its growth to its finish out of the
+slack; a join that would overdraw it is refused (the engine ends the span and
+steps singly). So no step of the span can run short of blocks — the reference
+mode would not preempt either — and the whole growth fits at once at the end.
+"""
+
+from __future__ import annotations
+
+from sim.request import Request, RequestStatus
+from sim.scheduler.types import SchedulerOutput
+
+
+class DecodeSpan:
+    """The plan of one span: ``scheduled`` (step 1's batch, running-list
+    order) with ``lasts[i]`` its last step (1-based), ``contexts`` their KV
+    tokens before step 1, ``k`` the last step of any member, ``joins``
+    ``(step, request, last step)`` of the requests admitted later."""
+
+    __slots__ = ("sched", "scheduled", "contexts", "lasts", "k", "slack", "free0", "joins")
+
+    def __init__(self, sched, out: SchedulerOutput, lasts: list[int], slack: int) -> None:
+        self.sched = sched
+        self.scheduled = out.scheduled
+        self.contexts = out.num_computed_before
+        self.lasts = lasts
+        self.k = max(lasts)
+        self.slack = slack
+        self.free0 = sched.kv.num_free_blocks  # after step 1's allocations
+        self.joins: list[tuple[int, Request, int]] = []
+
+    def join(self, step: int, reqs: list[Request]) -> list[int] | None:
+        """Admit ``reqs`` (the scheduler's whole-prompt admissions) at ``step``
+        (1-based) if their blocks to completion fit in the slack: allocate
+        their prompts' blocks now, as the waiting pass would, and return their
+        last steps; else None (nothing changed)."""
+        sched = self.sched
+        bs = sched.limits.block_size
+        need = 0
+        for r in reqs:  # prompt + every decode slot written up to the finish
+            need += -(-(r.num_prompt_tokens + r.num_output_tokens_target - 1) // bs)
+        if need > self.slack:
+            return None
+        self.slack -= need
+        lasts = []
+        for r in reqs:
+            sched.admit_whole_prompt(r)
+            last = step + r.num_output_tokens_target - 1
+            self.joins.append((step, r, last))
+            lasts.append(last)
+            if last > self.k:
+                self.k = last
+        return lasts
+
+    def usages(self, j: int) -> list[float]:
+        """KV-cache usage during each of the span's first ``j`` steps (index 0 =
+        step 1), as the reference mode's step rows record it: after the step's
+        allocations (decodes crossing into a new block, joining prompts), before
+        finished requests free their blocks (from the next step on)."""
+        kv = self.sched.kv
+        bs = self.sched.limits.block_size
+        takes = [0] * (j + bs + 2)  # +1 where a request's block takings start, -1 past them
+        once = [0] * (j + 2)  # prompt blocks taken at a join
+        back = [0] * (j + 2)  # blocks returned at the start of a step
+
+        def add(first: int, last: int, held: int) -> None:
+            end = last if last < j else j
+            n = (end - first) // bs + 1 if first <= end else 0
+            if n:
+                takes[first] += 1
+                takes[first + n * bs] -= 1
+            if last < j:
+                back[last + 1] += held + n
+
+        for r, f in zip(self.scheduled, self.lasts):
+            # after step 1 it holds kv_capacity slots with c computed; step i writes slot c + i − 2
+            add(r.kv_capacity - r.num_computed_tokens + 2, f, r.kv_capacity // bs)
+        for step, r, f in self.joins:
+            if step <= j:
+                once[step] += r.kv_capacity // bs
+                # step i > step writes slot p + i − step − 1
+                add(r.kv_capacity - r.num_prompt_tokens + step + 1, f, r.kv_capacity // bs)
+        free = self.free0
+        usage_at = kv.usage_at
+        u = usage_at(free)
+        usages = [u]
+        append = usages.append
+        for i in range(2, j + 1):
+            t = takes[i]
+            if i >= bs:
+                t += takes[i - bs]  # takings at step i: this residue class's running count
+                takes[i] = t
+            d = back[i] - t - once[i]
+            if d:
+                free += d
+                u = usage_at(free)
+            append(u)
+        return usages
+
+    def apply(self, j: int) -> list[tuple[int, int, int, int, list[Request]]]:
+        """Advance every member by the span's first ``j`` steps and finish those
+        whose last step came. Returns the span's parts — steps with an unchanged
+        batch — as ``(last step, batch size, decode tokens per step, prefill
+        tokens, finished at that step)``; a join step is a part of its own. The
+        growth of the whole span is taken in one call (it fits: the slack), so
+        block ids may differ from the reference mode's; counts do not."""
+        grow, grow_slots = [], []
+        finishing: dict[int, list[Request]] = {}
+        for r, f in zip(self.scheduled, self.lasts):
+            n = f if f < j else j
+            s = r.num_computed_tokens + n - 1
+            if s > r.kv_capacity:
+                grow.append(r)
+                grow_slots.append(s)
+            r.num_computed_tokens = s
+            r.num_output_tokens += n
+            if f <= j:
+                finishing.setdefault(f, []).append(r)
+        joined: dict[int, list[Request]] = {}
+        for step, r, f in self.joins:
+            n = (f if f < j else j) - step  # decode steps after its prefill
+            s = r.num_prompt_tokens + n
+            if s > r.kv_capacity:
+                grow.append(r)
+                grow_slots.append(s)
+            r.num_computed_tokens = s
+            r.num_output_tokens = 1 + n
+            joined.setdefault(step, []).append(r)
+            if f <= j:
+                finishing.setdefault(f, []).append(r)
+        sched = self.sched
+        if grow:
+            sched.kv.grow_for_decode(grow, grow_slots)
+        bounds = set(finishing)
+        for step in joined:
+            bounds.add(step)
+            bounds.add(step - 1)
+        bounds = sorted(s for s in bounds if s < j)
+        bounds.append(j)
+        parts = []
+        b = len(self.scheduled)
+        prev = 0
+        for step in bounds:
+            new = joined.get(prev + 1) if prev else None
+            if new:  # a join step: its own part
+                b += len(new)
+                pre = sum(r.num_prompt_tokens for r in new)
+                dec = b - len(new)
+            else:
+                pre, dec = 0, b
+            fin = finishing.get(step, [])
+            if fin:  # members, then joiners in join order: the running-list order
+                for r in fin:  # not before: _on_finished drops every FINISHED request
+                    r.status = RequestStatus.FINISHED
+                sched._on_finished(fin)
+            parts.append((step, b, dec, pre, fin))
+            b -= len(fin)
+            prev = step
+        return parts
+
