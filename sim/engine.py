@@ -354,6 +354,9 @@ class Simulation(Traffic, Outputs):
                     clock.advance(span.k - m, self._next_send_s())
                 elif joins and self._join_span(rep, span, clock, m):
                     rep.merging = True
+                    until = self._next_send_s()
+                    if clock.end < until and m + 1 < span.k:  # nothing arrives during the mixed step
+                        clock.advance(span.k - m - 1, until)
                 else:  # the arrival changes the next step otherwise: single steps from here
                     break
                 self.num_events += 1

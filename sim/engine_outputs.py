@@ -11,6 +11,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from operator import sub
 
+import numpy as np
+
 from sim.metrics import STATUS_FINISHED, STATUS_REJECTED
 from sim.request import Request, RequestStatus
 
@@ -119,25 +121,23 @@ class Outputs:
 
     def _span_done(self, rep, span, ends: list[float], j: int, start: float) -> None:
         """Record a decode span (``sim.scheduler.decode_span``; its first ``j``
-        steps ending at ``ends``): step 1's tokens, the joining requests' first
-        tokens, then per part (steps with an unchanged batch; a join step is one)
-        its pooled gaps, its merged step row and its finished requests, as the
-        reference mode's single steps would. Nobody waits during a span. (Contiguous
-        KV, whose unused reservation is tracked, never spans: its tables do not
-        grow by block.)"""
+        steps ending at ``ends``) as the reference mode's single steps would:
+        step 1's tokens, the joining requests' first tokens, and per part (steps
+        with an unchanged batch; a join step is one) its pooled gaps, its merged
+        step row and its finished requests. Rows and gaps are built with numpy,
+        per span. Nobody waits during a span. (Contiguous KV, whose unused
+        reservation is tracked, never spans: its tables do not grow by block.)"""
         scheduled = span.scheduled
         first_end = ends[0]
         if rep.num_recovering:
             self._recovered(rep, scheduled, first_end)
-        usages = span.usages(j)
+        usage = span.usages(j)
         parts = span.apply(j)
-        if self.frontend_tok_s > 0.0:
-            seen = []  # the frontend streams each step's tokens in turn
-            i = 0
-            for step, b, _, _, _ in parts:
-                while i < step:
-                    seen.append(self._deliver(rep, ends[i], b))
-                    i += 1
+        steps = np.array(parts.steps, dtype=np.int64)
+        counts = np.diff(steps, prepend=0)  # steps per part
+        if self.frontend_tok_s > 0.0:  # the frontend streams each step's tokens in turn
+            deliver = self._deliver
+            seen = [deliver(rep, e, b) for e, b in zip(ends, np.repeat(parts.batch, counts).tolist())]
         else:
             seen = ends
         last = ends[j - 1]
@@ -145,20 +145,25 @@ class Outputs:
         for step, req, _ in span.joins:
             req.first_token_time = seen[step - 1]
             req.last_token_time = last
-        append = self.step_cols.append
-        itl_extend = self.itl.extend
-        prev, t0 = 0, start
-        for step, b, dec, pre, fin in parts:
-            if step - prev > 1 or prev:  # gaps between step ends; step 1's are recorded above
-                lo = prev if prev else 1
-                itl_extend(list(map(sub, ends[lo:step], ends[lo - 1:step - 1])), dec)
-            n = step - prev
-            end = ends[step - 1]
-            append((rep.index, t0, n, end - t0, b, 0, dec * n + pre, pre, dec * n, usages[step - 1], 0,
-                    _time_average(usages, ends, prev, step, t0), 0))
-            if fin:
-                self._finish(rep, fin, end, seen[step - 1])
-            prev, t0 = step, end
+        e = np.array(ends[:j])
+        dts = np.diff(e, prepend=start)
+        if j > 1:  # gaps between step ends (step 1's are recorded above), weighted by the decodes
+            self.itl.extend_arrays(dts[1:], np.repeat(np.array(parts.decode, dtype=np.float64), counts)[1:])
+        end_t = e[steps - 1]
+        start_t = np.concatenate(([start], end_t[:-1]))
+        lo = steps - counts  # first step of each part, 0-based
+        first_u, last_u = usage[lo], usage[steps - 1]
+        mean_u = np.add.reduceat(usage * dts, lo) / (end_t - start_t)
+        mean_u = np.where(first_u == last_u, first_u, mean_u)  # constant in the part: exactly it
+        decode = np.array(parts.decode, dtype=np.float64)
+        prefill = np.array(parts.prefill, dtype=np.float64)
+        zero = np.zeros(len(steps))
+        rows = np.column_stack((np.full(len(steps), float(rep.index)), start_t, counts, end_t - start_t,
+                                parts.batch, zero, decode * counts + prefill, prefill, decode * counts,
+                                last_u, zero, mean_u, zero))
+        self.step_cols.extend_rows(rows)
+        for step, fin in parts.finished:
+            self._finish(rep, fin, ends[step - 1], seen[step - 1])
 
 def _waiting_per_step(first: int, joins: list[float], ends: list[float], j: int, start: float) -> list[int]:
     """Requests waiting at each of a merged run's ``j`` steps (``num_waiting_reqs``

@@ -49,6 +49,10 @@ class Columns:
     def __len__(self) -> int:
         return len(self.flat) // len(self.names)
 
+    def extend_rows(self, rows: np.ndarray) -> None:
+        """Append the rows of a (n, len(names)) float64 array."""
+        self.flat.frombytes(np.ascontiguousarray(rows, dtype=np.float64).tobytes())
+
     def column(self, name: str) -> np.ndarray:
         """A strided view of one column (valid while nothing is appended)."""
         i = self.names.index(name)
@@ -79,6 +83,11 @@ class WeightedSamples:
         """Add every value in ``values`` with the same ``weight``."""
         self.values.extend(values)
         self.weights.extend([float(weight)] * len(values))
+
+    def extend_arrays(self, values: np.ndarray, weights: np.ndarray) -> None:
+        """Add ``values[i]`` with weight ``weights[i]`` (float64 arrays of one length)."""
+        self.values.frombytes(np.ascontiguousarray(values, dtype=np.float64).tobytes())
+        self.weights.frombytes(np.ascontiguousarray(weights, dtype=np.float64).tobytes())
 
     def arrays(self, copy: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """(values, weights) as float64 arrays; ``copy=False``: views, as

@@ -146,7 +146,7 @@ class DecodeRuns:
         reservation) hold their usage through a run."""
         if not getattr(self.kv, "grows_by_block", False):
             return [self.kv.usage] * j
-        return DecodeSpan(self, out, [j] * len(out.scheduled), 0).usages(j)
+        return DecodeSpan(self, out, [j] * len(out.scheduled), 0).usages(j).tolist()
 
     def apply_decode_run(self, out: SchedulerOutput, j: int) -> tuple[list[Request], float]:
         """Advance the batch of ``out`` by ``j`` decode steps (step 1 included),

@@ -19,6 +19,10 @@ mode would not preempt either — and the whole growth fits at once at the end.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import numpy as np
+
 from sim.request import Request, RequestStatus
 from sim.scheduler.types import SchedulerOutput
 
@@ -64,58 +68,54 @@ class DecodeSpan:
                 self.k = last
         return lasts
 
-    def usages(self, j: int) -> list[float]:
+    def usages(self, j: int) -> np.ndarray:
         """KV-cache usage during each of the span's first ``j`` steps (index 0 =
-        step 1), as the reference mode's step rows record it: after the step's
-        allocations (decodes crossing into a new block, joining prompts), before
-        finished requests free their blocks (from the next step on)."""
-        kv = self.sched.kv
+        step 1; float64, shape (j,)), as the reference mode's step rows record
+        it: after the step's allocations (decodes crossing into a new block,
+        joining prompts), before finished requests free their blocks (from the
+        next step on). Call before :meth:`apply`.
+
+        A member holding ``cap`` slots with ``c`` computed writes slot c, c + 1,
+        ... in its following steps, taking a block at each multiple of
+        ``block_size`` crossed, up to its last step; it frees all it holds after
+        it. The takings of all members are added per residue class of the step
+        mod ``block_size`` (one cumulative sum), so the cost is O(members + j)."""
         bs = self.sched.limits.block_size
-        takes = [0] * (j + bs + 2)  # +1 where a request's block takings start, -1 past them
-        once = [0] * (j + 2)  # prompt blocks taken at a join
-        back = [0] * (j + 2)  # blocks returned at the start of a step
+        on, off, back_at, back_n, once_at, once_n = [], [], [], [], [], []
 
         def add(first: int, last: int, held: int) -> None:
             end = last if last < j else j
             n = (end - first) // bs + 1 if first <= end else 0
             if n:
-                takes[first] += 1
-                takes[first + n * bs] -= 1
+                on.append(first)
+                off.append(first + n * bs)
             if last < j:
-                back[last + 1] += held + n
+                back_at.append(last + 1)
+                back_n.append(held + n)
 
         for r, f in zip(self.scheduled, self.lasts):
-            # after step 1 it holds kv_capacity slots with c computed; step i writes slot c + i − 2
+            # after step 1: kv_capacity slots held, c computed; step i writes slot c + i − 2
             add(r.kv_capacity - r.num_computed_tokens + 2, f, r.kv_capacity // bs)
         for step, r, f in self.joins:
             if step <= j:
-                once[step] += r.kv_capacity // bs
-                # step i > step writes slot p + i − step − 1
+                once_at.append(step)
+                once_n.append(r.kv_capacity // bs)
+                # after its prefill at ``step``: step i writes slot p + i − step − 1
                 add(r.kv_capacity - r.num_prompt_tokens + step + 1, f, r.kv_capacity // bs)
-        free = self.free0
-        usage_at = kv.usage_at
-        u = usage_at(free)
-        usages = [u]
-        append = usages.append
-        for i in range(2, j + 1):
-            t = takes[i]
-            if i >= bs:
-                t += takes[i - bs]  # takings at step i: this residue class's running count
-                takes[i] = t
-            d = back[i] - t - once[i]
-            if d:
-                free += d
-                u = usage_at(free)
-            append(u)
-        return usages
+        size = (j // bs + 2) * bs + bs  # room for every "off" mark (<= j + bs), whole rows of bs
+        marks = _count(on, None, size) - _count(off, None, size)
+        takes = marks.reshape(-1, bs).cumsum(axis=0).ravel()[:j + 1]  # blocks taken at step i
+        delta = _count(back_at, back_n, j + 1) - _count(once_at, once_n, j + 1) - takes
+        delta[:2] = 0  # step 1 is as the plan found it
+        free = self.free0 + np.cumsum(delta[1:])
+        return self.sched.kv.usage_at(free)
 
-    def apply(self, j: int) -> list[tuple[int, int, int, int, list[Request]]]:
+    def apply(self, j: int) -> SpanParts:
         """Advance every member by the span's first ``j`` steps and finish those
-        whose last step came. Returns the span's parts — steps with an unchanged
-        batch — as ``(last step, batch size, decode tokens per step, prefill
-        tokens, finished at that step)``; a join step is a part of its own. The
-        growth of the whole span is taken in one call (it fits: the slack), so
-        block ids may differ from the reference mode's; counts do not."""
+        whose last step came (their blocks freed at once: block ids may differ
+        from the reference mode's; counts do not). Returns the span's parts:
+        steps with an unchanged batch, a join step being a part of its own. The
+        growth of the whole span is taken in one call (it fits: the slack)."""
         grow, grow_slots = [], []
         finishing: dict[int, list[Request]] = {}
         for r, f in zip(self.scheduled, self.lasts):
@@ -149,24 +149,50 @@ class DecodeSpan:
             bounds.add(step - 1)
         bounds = sorted(s for s in bounds if s < j)
         bounds.append(j)
-        parts = []
+        parts = SpanParts(bounds, [], [], [], [])
+        batch, decode, prefill, finished = parts.batch, parts.decode, parts.prefill, parts.finished
+        done = []
         b = len(self.scheduled)
         prev = 0
         for step in bounds:
             new = joined.get(prev + 1) if prev else None
-            if new:  # a join step: its own part
+            if new:  # a join step
                 b += len(new)
-                pre = sum(r.num_prompt_tokens for r in new)
-                dec = b - len(new)
+                prefill.append(sum([r.num_prompt_tokens for r in new]))
+                decode.append(b - len(new))
             else:
-                pre, dec = 0, b
-            fin = finishing.get(step, [])
+                prefill.append(0)
+                decode.append(b)
+            batch.append(b)
+            fin = finishing.get(step)
             if fin:  # members, then joiners in join order: the running-list order
-                for r in fin:  # not before: _on_finished drops every FINISHED request
-                    r.status = RequestStatus.FINISHED
-                sched._on_finished(fin)
-            parts.append((step, b, dec, pre, fin))
-            b -= len(fin)
+                finished.append((step, fin))
+                done += fin
+                b -= len(fin)
             prev = step
+        if done:
+            for r in done:  # not before: _on_finished drops every FINISHED request
+                r.status = RequestStatus.FINISHED
+            sched._on_finished(done)
         return parts
 
+
+def _count(at: list[int], n: list[int] | None, size: int) -> np.ndarray:
+    """int64 array of ``size``: sum of ``n`` (default 1 each) at positions ``at`` (< size)."""
+    idx = np.array(at, dtype=np.int64)
+    if n is None:
+        return np.bincount(idx, minlength=size)[:size]
+    return np.bincount(idx, np.array(n, dtype=np.float64), minlength=size)[:size].astype(np.int64)
+
+
+class SpanParts(NamedTuple):
+    """A span's parts, one entry each: ``steps`` its last step (1-based),
+    ``batch`` the requests running, ``decode`` the decode tokens per step,
+    ``prefill`` the prefill tokens (join steps); ``finished``: (step, requests
+    finishing there), in step order."""
+
+    steps: list[int]
+    batch: list[int]
+    decode: list[int]
+    prefill: list[int]
+    finished: list[tuple[int, list[Request]]]
