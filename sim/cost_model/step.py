@@ -86,6 +86,7 @@ class CostModel:
         eff = hw.efficiency
         self.fitted = isinstance(eff, FittedEfficiency)
         self._memo: dict[tuple[float, float], tuple[float, ...]] = {}
+        self._memo_t: dict[float, tuple[float, ...]] = {}  # the T-dependent ops (mixed steps vary ns)
         ce, me, launch = eff.operator_efficiency("gemm")
         self.heads_r = model.num_attention_heads // tp
         self.kv_heads_r = model.kv_heads_per_rank(tp)
@@ -177,9 +178,13 @@ class CostModel:
             if ops is None:
                 if len(self._memo) > 1 << 16:
                     self._memo.clear()
-                ops = self._memo[key] = (
-                    self._qkv(T), self._o(T), self._ffn(T), self._elem_per_tok * T + self._elem_const,
-                    self._lm(ns), self._ar_fitted(T), self._overhead)
+                    self._memo_t.clear()
+                by_t = self._memo_t.get(T)
+                if by_t is None:
+                    by_t = self._memo_t[T] = (self._qkv(T), self._o(T), self._ffn(T),
+                                              self._elem_per_tok * T + self._elem_const, self._ar_fitted(T))
+                qkv, o, ffn, norms, ar = by_t
+                ops = self._memo[key] = (qkv, o, ffn, norms, self._lm(ns), ar, self._overhead)
             return ops
         ar = self._ar_count * (self._ar_per_tok * T + self._ar_lat)
         return (self._qkv(T), self._o(T), self._ffn(T), self._elem_per_tok * T + self._elem_const,

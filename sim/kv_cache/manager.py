@@ -231,6 +231,22 @@ class KVCacheManager:
         st.capacity = request.kv_capacity = st.capacity + self.block_size
         return True
 
+    def allocate_prompt(self, request) -> bool:
+        """``allocate_slots(request, request.num_prompt_tokens,
+        full_sequence_check=True) is not None`` for a new request holding no
+        blocks, when :attr:`grows_decode_in_bulk` (no cache to look up, no
+        watermark): its prompt's blocks from the free stack, or False (nothing
+        changed) when they do not fit."""
+        bs = self.block_size
+        n = -(-min(request.num_prompt_tokens, self.max_model_len) // bs)
+        pool = self.pool
+        if n > pool.num_free_blocks or request.request_id in self._states:
+            return False
+        st = self._states[request.request_id] = _ReqState(request)
+        st.blocks = pool.get_new_blocks(n)
+        st.capacity = request.kv_capacity = n * bs
+        return True
+
     def grow_for_decode(self, requests: list, slots: list[int]) -> None:
         """Grow each running request's table to hold ``slots[i]`` tokens (capped
         at ``max_model_len``), as ``allocate_slots`` would one request after

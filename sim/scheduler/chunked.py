@@ -196,10 +196,10 @@ class ChunkedPrefillScheduler(Scheduler):
         span's KV check passed)."""
         if self.waiting.pop() is not req:
             raise RuntimeError(f"request {req.request_id}: not at the head of the waiting queue")
-        if self.kv.allocate_slots(req, req.num_prompt_tokens, 0, [], full_sequence_check=True,
-                                  has_scheduled_reqs=True) is None:
+        if not self.kv.allocate_prompt(req):  # spans run with grows_decode_in_bulk
             raise RuntimeError(f"request {req.request_id}: prompt blocks do not fit although planned")
-        self._admit(req, 0)
+        req.num_cached_tokens = 0  # as _admit(req, 0) with caching off
+        req.status = RequestStatus.RUNNING
         self.running.append(req)
         req.num_computed_tokens = req.num_prompt_tokens
 
