@@ -196,7 +196,8 @@ class Simulation(Traffic, Outputs):
                                                           or cfg.router in ("round_robin", "random"))
         # Spans take in whole-prompt arrivals where a step's tokens reach the clients at
         # its end and no step adds per-step accounting (no lag, no frontend streaming).
-        joins = span and not lag and self.frontend_tok_s <= 0.0 and not self.track_unused
+        joins = (span and not lag and self.frontend_tok_s <= 0.0 and not self.track_unused
+                 and self.cost.decode_clock_joins)
         while True:
             if not sched.has_unfinished_requests() and not rep.pending:
                 rep.busy = False
@@ -240,9 +241,10 @@ class Simulation(Traffic, Outputs):
             if not fast or flushed:
                 k = 1
             else:
-                plan = sched.plan_decode_span(out) if span else None
+                plan = sched.plan_decode_span(out, joins) if span else None
                 if plan is not None:
-                    yield from self._span_run(rep, plan, start, joins)
+                    yield from (self._queued_span_run(rep, plan, start) if plan.queued
+                                else self._span_run(rep, plan, start, joins))
                     continue
                 k = sched.max_decode_run(out)
             if k > 1:
@@ -338,7 +340,7 @@ class Simulation(Traffic, Outputs):
         env = self.env
         ov = self.overheads
         clock = self.cost.decode_clock(span.contexts, span.lasts, start, ov.cpu_s, ov.overlap)
-        joins = joins and clock.can_join
+        joins = joins and rep.scheduler.spans_admit()
         ends = clock.ends
         clock.advance(span.k, self._next_send_s())
         rep.merging = True
@@ -369,6 +371,57 @@ class Simulation(Traffic, Outputs):
                 j = span.joins[-1][0]
             if ends[j - 1] > now:
                 yield env.timeout(ends[j - 1] - now)
+        rep.merging = False
+        self.num_events += 1
+        self.num_steps += j
+        rep.last_step_start = ends[j - 2] if j > 1 else start
+        self._span_done(rep, span, ends, j, start)
+
+    def _queued_span_run(self, rep: _Replica, span, start: float):
+        """A queued decode span (requests waiting): each step is gated by the
+        span (``DecodeSpan.gate``: exact free blocks, the waiting pass's whole-
+        prompt admissions) and timed as a decode or mixed step, without an event
+        of its own; the replica wakes only at the step in which the next send
+        lands (arrivals join the queue's tail), and the span ends before the
+        first step it cannot take (the reference mode then steps on singly)."""
+        env = self.env
+        ov = self.overheads
+        sched = rep.scheduler
+        clock = self.cost.decode_clock(span.contexts, span.lasts, start, ov.cpu_s, ov.overlap)
+        if not clock.can_join:
+            raise RuntimeError("a queued span needs a cost model that times mixed steps")
+        ends = clock.ends
+        clock.advance(1)
+        rep.merging = True
+        rep.run_ends = ends
+        rep.run_joins = []
+        until = self._next_send_s()
+        try:
+            while True:
+                m = len(ends)
+                if ends[-1] >= until:  # the next send lands in step m: let it in first
+                    yield env.timeout(ends[-1] - env.now)
+                    self.num_events += 1
+                    rep.merging = True  # (an arrival to an empty queue cuts: it is simply seen next)
+                    until = self._next_send_s()
+                if m >= span.k:
+                    break
+                reqs = span.gate(m, clock.batch_at_next())
+                if reqs is None:
+                    break
+                if reqs:
+                    lasts = span.join(m + 1, reqs)
+                    for req in reqs:
+                        req.first_scheduled_time = ends[m - 1]
+                    clock.mixed([r.num_prompt_tokens for r in reqs], lasts,
+                                ov.cpu_s(clock.batch_at_next() + len(reqs), True))
+                else:
+                    clock.advance(1)
+            if ends[-1] > env.now:
+                yield env.timeout(ends[-1] - env.now)
+            j = len(ends)
+        except simpy.Interrupt:  # not expected: steps are never timed past the next send
+            raise RuntimeError("queued decode span interrupted") from None
         rep.merging = False
         self.num_events += 1
         self.num_steps += j

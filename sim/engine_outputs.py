@@ -125,7 +125,7 @@ class Outputs:
         step 1's tokens, the joining requests' first tokens, and per part (steps
         with an unchanged batch; a join step is one) its pooled gaps, its merged
         step row and its finished requests. Rows and gaps are built with numpy,
-        per span. Nobody waits during a span. (Contiguous KV, whose unused
+        per span. (Contiguous KV, whose unused
         reservation is tracked, never spans: its tables do not grow by block.)"""
         scheduled = span.scheduled
         first_end = ends[0]
@@ -152,15 +152,22 @@ class Outputs:
         end_t = e[steps - 1]
         start_t = np.concatenate(([start], end_t[:-1]))
         lo = steps - counts  # first step of each part, 0-based
+        span_t = end_t - start_t
         first_u, last_u = usage[lo], usage[steps - 1]
-        mean_u = np.add.reduceat(usage * dts, lo) / (end_t - start_t)
-        mean_u = np.where(first_u == last_u, first_u, mean_u)  # constant in the part: exactly it
+        mean_u = np.where(first_u == last_u, first_u,  # constant in the part: exactly it
+                          np.add.reduceat(usage * dts, lo) / span_t)
+        if span.queued:  # requests wait (the queue only shrinks by admissions: join steps)
+            waits = np.array(span.waits(j), dtype=np.float64)
+            first_w, last_w = waits[lo], waits[steps - 1]
+            mean_w = np.where(first_w == last_w, first_w, np.add.reduceat(waits * dts, lo) / span_t)
+        else:
+            last_w = mean_w = np.zeros(len(steps))
         decode = np.array(parts.decode, dtype=np.float64)
         prefill = np.array(parts.prefill, dtype=np.float64)
         zero = np.zeros(len(steps))
-        rows = np.column_stack((np.full(len(steps), float(rep.index)), start_t, counts, end_t - start_t,
-                                parts.batch, zero, decode * counts + prefill, prefill, decode * counts,
-                                last_u, zero, mean_u, zero))
+        rows = np.column_stack((np.full(len(steps), float(rep.index)), start_t, counts, span_t,
+                                parts.batch, last_w, decode * counts + prefill, prefill, decode * counts,
+                                last_u, zero, mean_u, mean_w))
         self.step_cols.extend_rows(rows)
         for step, fin in parts.finished:
             self._finish(rep, fin, ends[step - 1], seen[step - 1])

@@ -243,6 +243,13 @@ JOIN_SCENARIOS = {
                  "max_model_len": 1024,
                  "workload.input_len": {"dist": "uniform", "low": 20, "high": 600},
                  "workload.output_len": {"dist": "uniform", "low": 20, "high": 300}},
+    # A queue that never empties: queued spans gate every step (admissions, preemptions).
+    "overload_queue": {"workload.request_rate": 80.0, "workload.num_requests": 400,
+                       "num_gpu_blocks_override": 1500, "max_model_len": 4096,
+                       "workload.input_len": {"dist": "lognormal", "mean": 400, "sigma": 1.0, "min": 1,
+                                              "max": 3000},
+                       "workload.output_len": {"dist": "lognormal", "mean": 120, "sigma": 1.0, "min": 1,
+                                               "max": 1000}},
     "overheads_two_replicas": {"workload.request_rate": 30.0, "workload.num_requests": 200, "num_replicas": 2,
                                "cpu_step_overhead_s": 2e-4, "cpu_seq_overhead_s": 3e-5,
                                "eager_step_overhead_s": 4e-4, "frontend_latency_s": 1e-3,
@@ -262,15 +269,19 @@ def _fitted_cfg(**kw):
 @pytest.mark.parametrize("scenario", sorted(JOIN_SCENARIOS))
 def test_arrivals_join_spans_as_the_reference_schedules_them(scenario, monkeypatch):
     from sim.engine import Simulation as Sim
+    from sim.scheduler.decode_span import DecodeSpan
 
-    joined = []
-    orig = Sim._join_span
-    monkeypatch.setattr(Sim, "_join_span", lambda *a: joined.append(orig(*a)) or joined[-1])
+    joined, refused = [], []
+    join, join_span, gate = DecodeSpan.join, Sim._join_span, DecodeSpan.gate
+    monkeypatch.setattr(DecodeSpan, "join", lambda self, step, reqs: joined.append(len(reqs)) or join(self, step, reqs))
+    monkeypatch.setattr(Sim, "_join_span", lambda *a: join_span(*a) or refused.append(1))
+    monkeypatch.setattr(DecodeSpan, "gate", lambda *a: (lambda r: refused.append(1) if r is None else r)(gate(*a)))
     _, ref, _ = simulate(_fitted_cfg(exact_steps=True, **JOIN_SCENARIOS[scenario]))
     _, fast, _ = simulate(_fitted_cfg(exact_steps=False, **JOIN_SCENARIOS[scenario]))
-    assert sum(joined) >= 20  # arrivals really joined spans
-    if scenario in ("busy_small_budget", "tight_kv"):
-        assert not all(joined)  # ... and some could not (budget, KV, max_num_seqs, 1-token prompt)
+    assert sum(joined) >= 20  # requests really joined spans
+    if scenario in ("busy_small_budget", "tight_kv", "overload_queue"):
+        # ... and some steps could not be taken (chunked prompts, KV, 1-token prompts, preemption)
+        assert refused
     assert fast.num_steps == ref.num_steps
     for key in ("num_output_tokens", "num_prompt_tokens", "num_preemptions", "status", "replica"):
         assert np.array_equal(fast.requests[key], ref.requests[key]), key
@@ -298,3 +309,18 @@ def test_sparse_arrivals_take_few_engine_events():
     n = 120
     assert fast.num_steps > 10 * n
     assert fast.num_events < 4 * n  # n arrival events + about 2 n replica wake-ups
+
+
+def test_overloaded_queue_steps_are_gated_inside_spans(monkeypatch):
+    """Requests always waiting and KV full: most steps are taken inside queued
+    spans (gated one by one, without an engine event each), and the span ends
+    only before steps it cannot take (preemptions among them)."""
+    from sim.scheduler.decode_span import DecodeSpan
+
+    gated = []
+    gate = DecodeSpan.gate
+    monkeypatch.setattr(DecodeSpan, "gate", lambda *a: (lambda r: gated.append(r is not None) or r)(gate(*a)))
+    _, fast, _ = simulate(_fitted_cfg(exact_steps=False, **JOIN_SCENARIOS["overload_queue"]))
+    assert fast.requests["num_preemptions"].sum() > 20
+    assert sum(gated) > 0.75 * fast.num_steps
+    assert fast.num_events < 0.5 * fast.num_steps + len(fast.requests["request_id"])

@@ -201,6 +201,26 @@ def test_grow_decode_block_equals_allocate_slots_of_one_token():
     kv.check_invariants()
 
 
+@pytest.mark.parametrize("prompt", [1, 3, 4, 5, 12, 13, 16, 17])
+def test_allocate_prompt_equals_allocate_slots_with_the_full_sequence_check(prompt):
+    """A decode span admits a new request's whole prompt with allocate_prompt:
+    the blocks, capacity and free count of allocate_slots(full_sequence_check);
+    False with nothing changed where allocate_slots fails (5 usable blocks of 4)."""
+    def setup():
+        kv = KVCacheManager(6, 4, max_model_len=100)
+        prefill(kv, req(1, 4, keys=()))  # 1 block held, 4 free
+        return kv, req(2, prompt, keys=())
+    kv, r = setup()
+    expected_ok = kv.allocate_slots(r, prompt, full_sequence_check=True) is not None
+    expected = snapshot(kv), r.kv_capacity
+    kv, r = setup()
+    before = snapshot(kv)
+    assert kv.allocate_prompt(r) is expected_ok
+    assert (snapshot(kv), r.kv_capacity) == (expected if expected_ok else (before, 0))
+    assert expected_ok == (prompt <= 16)
+    kv.check_invariants()
+
+
 def test_eviction_order_on_tiny_pool_block_by_block():
     # 7 blocks -> 6 usable (1..6), block size 4, caching on.
     kv = KVCacheManager(7, 4, enable_prefix_caching=True, max_model_len=64)

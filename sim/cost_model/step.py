@@ -300,6 +300,11 @@ class CostModel:
             cpu_s = cpu_s(len(num_context_tokens))
         return self._run_ends(num_context_tokens, k, start, cpu_s, overlap, until)
 
+    @property
+    def decode_clock_joins(self) -> bool:
+        """Whether :meth:`decode_clock` times mixed steps (sequences joining a run)."""
+        return self.fitted
+
     def decode_clock(self, num_context_tokens: list[int], lasts: list[int] | None, start: float, cpu_s,
                      overlap: bool = False):
         """A resumable timer of a decode run (``ends``: step end times, s), as

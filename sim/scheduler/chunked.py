@@ -157,47 +157,65 @@ class ChunkedPrefillScheduler(Scheduler):
             budget -= n
         return budget
 
-    def span_admissions(self, num_decoding: int) -> list[Request] | None:
-        """The WAITING pass of a step whose RUNNING pass scheduled
-        ``num_decoding`` decodes, when it admits every waiting request whole:
-        FCFS, new requests only (no preemption, no prefix cache, no TensorRT-LLM
-        capacity policy), each prompt (> 1 token: a 1-token prompt is costed as a
-        decode) within the budget left, the long-prefill threshold and
-        ``max_num_seqs``. None when any would stay waiting or be chunked. The KV
-        check is the span's (``DecodeSpan.join``). Only for this class's own
-        schedule: a subclass that changes it gets None."""
+    def spans_admit(self) -> bool:
+        """Can a decode span take in this scheduler's admissions
+        (:meth:`span_admissions`)? This class's own schedule with chunked
+        prefill, an FCFS queue never reordered, no prefix cache and no
+        TensorRT-LLM capacity policy; a subclass that changes the schedule gets
+        False."""
         cls = type(self)
-        if (cls._schedule is not ChunkedPrefillScheduler._schedule
-                or cls._schedule_waiting is not ChunkedPrefillScheduler._schedule_waiting
-                or not self.chunked_prefill):
-            return None
         lim = self.limits
-        waiting = self.waiting
-        if (not waiting or waiting.priority or waiting.reordered or lim.capacity_scheduler_policy
-                or getattr(self.kv, "enable_prefix_caching", False)):
-            return None
+        return (cls._schedule is ChunkedPrefillScheduler._schedule
+                and cls._schedule_waiting is ChunkedPrefillScheduler._schedule_waiting
+                and self.chunked_prefill and not self.waiting.priority and not self.waiting.reordered
+                and not lim.capacity_scheduler_policy and not getattr(self.kv, "enable_prefix_caching", False))
+
+    def span_admissions(self, num_decoding: int, free_blocks: int | None = None) -> list[Request] | None:
+        """The WAITING pass of a step whose RUNNING pass scheduled
+        ``num_decoding`` decodes, inside a decode span (:meth:`spans_admit`).
+        With ``free_blocks`` (the free KV blocks after the running pass): the
+        requests it admits whole, in order, up to the first it cannot admit
+        (head-of-line blocking: KV, budget or ``max_num_seqs``); None if the
+        pass would do what a span cannot represent — admit a prompt chunked
+        (budget, long-prefill threshold), a 1-token prompt (costed as a decode)
+        or a preempted request's recompute. Without ``free_blocks`` (the span
+        checks blocks itself): every waiting request must be admitted whole, else
+        None."""
+        lim = self.limits
         budget = lim.max_num_batched_tokens - num_decoding
-        thr = lim.long_prefill_token_threshold
         room = lim.max_num_seqs - num_decoding
-        reqs = list(waiting)
-        if len(reqs) > room:
-            return None
-        for req in reqs:
-            p = req.num_prompt_tokens
-            if (req.num_preemptions or req.num_output_tokens or p < 2 or p > budget or 0 < thr < p
-                    or p >= lim.max_model_len):
+        thr = lim.long_prefill_token_threshold
+        bs = lim.block_size
+        out = []
+        for req in self.waiting:
+            if budget <= 0 or room <= 0:
+                break
+            n = req.num_tokens  # a preempted request recomputes its outputs too
+            if 0 < thr < n:
+                n = thr
+            if n > budget:
+                n = budget
+            if free_blocks is not None:
+                # allocate_slots(full_sequence_check=True): the whole sequence's blocks must fit
+                need = -(-min(req.num_tokens, lim.max_model_len) // bs)
+                if need > free_blocks or -(-n // bs) > free_blocks:
+                    break
+                free_blocks -= -(-n // bs)
+            if req.num_output_tokens or n < req.num_prompt_tokens or n < 2:
                 return None
-            budget -= p
-        return reqs
+            out.append(req)
+            budget -= n
+            room -= 1
+        if free_blocks is None and len(out) < len(self.waiting):
+            return None
+        return out
 
     def admit_whole_prompt(self, req: Request) -> None:
         """Admit the waiting queue's head with its whole prompt scheduled, as
-        the WAITING pass does (a span's join: ``span_admissions`` and the
-        span's KV check passed)."""
+        the WAITING pass does (a span's join, after :meth:`span_admissions`),
+        holding no KV blocks yet: the span allocates them when it is applied."""
         if self.waiting.pop() is not req:
             raise RuntimeError(f"request {req.request_id}: not at the head of the waiting queue")
-        if not self.kv.allocate_prompt(req):  # spans run with grows_decode_in_bulk
-            raise RuntimeError(f"request {req.request_id}: prompt blocks do not fit although planned")
         req.num_cached_tokens = 0  # as _admit(req, 0) with caching off
         req.status = RequestStatus.RUNNING
         self.running.append(req)

@@ -92,25 +92,29 @@ class DecodeRuns:
 
     spans_finishes = True  # a run may go on past finishes (see plan_decode_span)
 
-    def plan_decode_span(self, out: SchedulerOutput) -> DecodeSpan | None:
-        """A merged decode run that goes on past finishes (and may take in
-        arrivals: :class:`~sim.scheduler.decode_span.DecodeSpan`), or None.
-        Exactly what the reference mode does when nothing else changes the
-        batch: with nobody waiting, the step after a finish schedules the same
-        requests minus the finished ones, each decoding one token (the running
-        pass keeps their order; the waiting pass has nobody to admit). Requires
-        an empty waiting queue, caching off and paged growth
-        (``grows_decode_in_bulk``: block ids are plain counts), and free blocks
-        for every block boundary crossed up to each request's finish (then every
-        intermediate allocation succeeds: finishes only add free blocks). The
-        engine uses it only where a finish cannot be seen before the run ends
-        (open loop; no load-aware router across replicas)."""
+    def plan_decode_span(self, out: SchedulerOutput, queued: bool = False) -> DecodeSpan | None:
+        """A merged decode run that goes on past finishes and may take in
+        whole-prompt admissions (:class:`~sim.scheduler.decode_span.DecodeSpan`),
+        or None. Exactly what the reference mode does while nothing else changes
+        the batch: the step after a finish schedules the same requests minus the
+        finished ones, each decoding one token (the running pass keeps their
+        order), plus what the waiting pass admits. Requires caching off and paged
+        growth (``grows_decode_in_bulk``: block ids are plain counts). With an
+        empty waiting queue and free blocks for every block boundary crossed up to
+        each request's finish, a free-running span; else, with ``queued`` and a
+        scheduler whose admissions spans can take (``spans_admit``), a queued
+        span whose steps are gated one by one. The engine uses spans only where
+        a finish cannot be seen before the run ends (open loop; no load-aware
+        router across replicas)."""
         sched = out.scheduled
         kv = self.kv
         if (out.preempted or out.num_prefill_tokens or not sched or not self.supports_decode_runs
-                or not self.spans_finishes or not self.frees_on_finish or self.waiting
+                or not self.spans_finishes or not self.frees_on_finish
                 or len(sched) != len(self.running)
                 or not getattr(kv, "grows_decode_in_bulk", False)):
+            return None
+        gated = queued and self.spans_admit()
+        if self.waiting and not gated:
             return None
         bs = self.limits.block_size
         lasts = []
@@ -127,15 +131,22 @@ class DecodeRuns:
             if s > 0:
                 need += -(-s // bs)
         free = kv.num_free_blocks
-        if k <= 1 or need > free:
+        if k <= 1:
             return None
-        return DecodeSpan(self, out, lasts, free - need)
+        if not self.waiting and need <= free:
+            return DecodeSpan(self, out, lasts, free - need)
+        return DecodeSpan(self, out, lasts, None) if gated else None
 
-    def span_admissions(self, num_decoding: int) -> list[Request] | None:
-        """The waiting requests the next step would admit into a decode span
-        (``num_decoding`` running requests each decoding one token), if it
-        admits every one of them with its whole prompt in that step; else None
-        (the span ends there). The base class answers None."""
+    def spans_admit(self) -> bool:
+        """Can a decode span take in this scheduler's admissions (and so also
+        start with requests waiting)? The base class answers False."""
+        return False
+
+    def span_admissions(self, num_decoding: int, free_blocks: int | None = None) -> list[Request] | None:
+        """The requests the next step's waiting pass would admit whole into a
+        decode span (``num_decoding`` running requests each decoding one token),
+        or None if it would do anything a span cannot represent (see
+        ``ChunkedPrefillScheduler.span_admissions``). The base class answers None."""
         return None
 
     def decode_run_usages(self, out: SchedulerOutput, j: int) -> list[float]:
