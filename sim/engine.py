@@ -343,6 +343,8 @@ class Simulation(Traffic, Outputs):
         joins = joins and rep.scheduler.spans_admit()
         ends = clock.ends
         clock.advance(span.k, self._next_send_s())
+        if rep.num_recovering:  # back where they were when preempted, by step 1's end
+            self._recovered(rep, span.scheduled, ends[0])
         rep.merging = True
         rep.run_ends = ends
         rep.run_joins = []
@@ -392,6 +394,10 @@ class Simulation(Traffic, Outputs):
             raise RuntimeError("a queued span needs a cost model that times mixed steps")
         ends = clock.ends
         clock.advance(1)
+        if rep.num_recovering:  # back where they were when preempted, by step 1's end
+            self._recovered(rep, span.scheduled, ends[0])
+        # Tokens are recorded as they come (a member may be preempted and resume inside the span).
+        self._tokens_emitted(span.scheduled, start, ends[0], ends[0], ends[0])
         rep.merging = True
         rep.run_ends = ends
         rep.run_joins = []
@@ -406,15 +412,27 @@ class Simulation(Traffic, Outputs):
                     until = self._next_send_s()
                 if m >= span.k:
                     break
-                reqs = span.gate(m, clock.batch_at_next())
-                if reqs is None:
+                gated = span.gate(m, clock.batch_at_next())
+                if gated is None:
                     break
+                reqs, dropped = gated
+                if dropped:  # preempted at the start of step m + 1; their last token came at step m
+                    for x, last in dropped:
+                        clock.drop(x, last)
+                    for _, _, req in span.preempted[-len(dropped):]:
+                        req.last_token_time = ends[m - 1]
+                        if req.preempted_time < 0:
+                            req.preempted_time = ends[m - 1]
+                            rep.num_recovering += 1
                 if reqs:
+                    sizes = [r.num_tokens for r in reqs]  # before admission: what is prefilled
+                    resumed = [r.num_output_tokens > 0 for r in reqs]
                     lasts = span.join(m + 1, reqs)
                     for req in reqs:
-                        req.first_scheduled_time = ends[m - 1]
-                    clock.mixed([r.num_prompt_tokens for r in reqs], lasts,
-                                ov.cpu_s(clock.batch_at_next() + len(reqs), True))
+                        if req.first_scheduled_time < 0:
+                            req.first_scheduled_time = ends[m - 1]
+                    clock.mixed(sizes, lasts, ov.cpu_s(clock.batch_at_next() + len(reqs), True))
+                    self._joined(rep, reqs, resumed, ends[m])
                 else:
                     clock.advance(1)
             if ends[-1] > env.now:

@@ -85,6 +85,21 @@ class Outputs:
             # run does not keep every Request object alive (memory O(running)).
             rep.scheduler.finished.clear()
 
+    def _joined(self, rep, reqs: list[Request], resumed: list[bool], end: float) -> None:
+        """Requests a span admitted whole at the step ending at ``end``: a new
+        one's first token; a resumed one's token is an ITL gap since its last
+        token before the preemption, and closes its recompute interval (its
+        prompt and outputs are computed again)."""
+        for req, again in zip(reqs, resumed):
+            if not again:
+                req.first_token_time = end
+                continue
+            self.itl.add(end - req.last_token_time, 1.0)
+            if req.preempted_time >= 0:
+                req.preempted_s += end - req.preempted_time
+                req.preempted_time = -1.0
+                rep.num_recovering -= 1
+
     def _run_done(self, rep, out, ends: list[float], j: int, start: float, num_waiting: int) -> None:
         """Record a merged run of an unchanged batch (its first ``j`` steps
         ending at ``ends``): step 1 as a normal step (gaps since each
@@ -122,15 +137,14 @@ class Outputs:
     def _span_done(self, rep, span, ends: list[float], j: int, start: float) -> None:
         """Record a decode span (``sim.scheduler.decode_span``; its first ``j``
         steps ending at ``ends``) as the reference mode's single steps would:
-        step 1's tokens, the joining requests' first tokens, and per part (steps
+        step 1's tokens, the joining requests' first tokens (a queued span's
+        engine loop records these, resumes and preemptions as they come), and per part (steps
         with an unchanged batch; a join step is one) its pooled gaps, its merged
         step row and its finished requests. Rows and gaps are built with numpy,
         per span. (Contiguous KV, whose unused
         reservation is tracked, never spans: its tables do not grow by block.)"""
         scheduled = span.scheduled
         first_end = ends[0]
-        if rep.num_recovering:
-            self._recovered(rep, scheduled, first_end)
         usage = span.usages(j)
         parts = span.apply(j)
         steps = np.array(parts.steps, dtype=np.int64)
@@ -141,10 +155,14 @@ class Outputs:
         else:
             seen = ends
         last = ends[j - 1]
-        self._tokens_emitted(scheduled, start, first_end, seen[0], last)
-        for step, req, _ in span.joins:
-            req.first_token_time = seen[step - 1]
-            req.last_token_time = last
+        if span.queued:  # step 1's tokens, joins and preemptions were recorded as they came
+            for req in parts.running:
+                req.last_token_time = last
+        else:  # nobody was preempted or resumed: only new requests joined
+            self._tokens_emitted(scheduled, start, first_end, seen[0], last)
+            for step, req, _, _, _ in span.joins:
+                req.first_token_time = seen[step - 1]
+                req.last_token_time = last
         e = np.array(ends[:j])
         dts = np.diff(e, prepend=start)
         if j > 1:  # gaps between step ends (step 1's are recorded above), weighted by the decodes
@@ -164,10 +182,9 @@ class Outputs:
             last_w = mean_w = np.zeros(len(steps))
         decode = np.array(parts.decode, dtype=np.float64)
         prefill = np.array(parts.prefill, dtype=np.float64)
-        zero = np.zeros(len(steps))
         rows = np.column_stack((np.full(len(steps), float(rep.index)), start_t, counts, span_t,
                                 parts.batch, last_w, decode * counts + prefill, prefill, decode * counts,
-                                last_u, zero, mean_u, mean_w))
+                                last_u, parts.preempted, mean_u, mean_w))
         self.step_cols.extend_rows(rows)
         for step, fin in parts.finished:
             self._finish(rep, fin, ends[step - 1], seen[step - 1])

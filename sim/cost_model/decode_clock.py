@@ -99,6 +99,23 @@ class DecodeClock:
         if changed:
             self._batch()
 
+    def drop(self, x: int, last: int) -> None:
+        """Take a sequence out of the batch before the next step is timed (it
+        was preempted): ``x`` its virtual context (context at step index j
+        minus j), ``last`` the last step it would have decoded."""
+        j = len(self.ends)
+        for idx, (c, f) in enumerate(self.joining):  # prefilled by the step just timed
+            if f == last and c - j == x:
+                del self.joining[idx]
+                return
+        t = self.tile
+        self.X -= x
+        self.S -= 1
+        self.tiles -= (x + j - 1 + t) // t
+        self.crossings[x % t] -= 1
+        self.leave[last].remove(x)
+        self._batch()
+
     def batch_at_next(self) -> int:
         """Sequences decoding in the next step to be timed (after leaves and joins)."""
         gone = self.leave.get(len(self.ends))

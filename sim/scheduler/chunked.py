@@ -177,8 +177,9 @@ class ChunkedPrefillScheduler(Scheduler):
         requests it admits whole, in order, up to the first it cannot admit
         (head-of-line blocking: KV, budget or ``max_num_seqs``); None if the
         pass would do what a span cannot represent — admit a prompt chunked
-        (budget, long-prefill threshold), a 1-token prompt (costed as a decode)
-        or a preempted request's recompute. Without ``free_blocks`` (the span
+        (budget, long-prefill threshold) or a 1-token prompt (costed as a
+        decode). A preempted request resumes with its prompt and outputs
+        recomputed, as one prefill. Without ``free_blocks`` (the span
         checks blocks itself): every waiting request must be admitted whole, else
         None."""
         lim = self.limits
@@ -201,7 +202,7 @@ class ChunkedPrefillScheduler(Scheduler):
                 if need > free_blocks or -(-n // bs) > free_blocks:
                     break
                 free_blocks -= -(-n // bs)
-            if req.num_output_tokens or n < req.num_prompt_tokens or n < 2:
+            if n < req.num_tokens or n < 2:  # chunked, or a 1-token prompt (costed as a decode)
                 return None
             out.append(req)
             budget -= n
@@ -211,15 +212,17 @@ class ChunkedPrefillScheduler(Scheduler):
         return out
 
     def admit_whole_prompt(self, req: Request) -> None:
-        """Admit the waiting queue's head with its whole prompt scheduled, as
-        the WAITING pass does (a span's join, after :meth:`span_admissions`),
-        holding no KV blocks yet: the span allocates them when it is applied."""
+        """Admit the waiting queue's head with its whole sequence scheduled (a
+        preempted request's outputs too), as the WAITING pass does (a span's
+        join, after :meth:`span_admissions`), holding no KV blocks yet: the span
+        allocates them when it is applied."""
         if self.waiting.pop() is not req:
             raise RuntimeError(f"request {req.request_id}: not at the head of the waiting queue")
-        req.num_cached_tokens = 0  # as _admit(req, 0) with caching off
+        if req.status != RequestStatus.PREEMPTED:  # as _admit(req, 0) with caching off
+            req.num_cached_tokens = 0
         req.status = RequestStatus.RUNNING
         self.running.append(req)
-        req.num_computed_tokens = req.num_prompt_tokens
+        req.num_computed_tokens = req.num_tokens
 
     def arrival_may_change_schedule(self) -> bool:
         w = self.waiting
