@@ -412,27 +412,31 @@ class Simulation(Traffic, Outputs):
                     until = self._next_send_s()
                 if m >= span.k:
                     break
-                gated = span.gate(m, clock.batch_at_next())
-                if gated is None:
+                g = span.gate(m, clock.batch_at_next())
+                if g is None:
                     break
-                reqs, dropped = gated
-                if dropped:  # preempted at the start of step m + 1; their last token came at step m
-                    for x, last in dropped:
+                step_start = ends[m - 1]
+                if g.preempted:  # at the start of step m + 1; their last token came at step m
+                    for x, last in g.dropped:
                         clock.drop(x, last)
-                    for _, _, req in span.preempted[-len(dropped):]:
-                        req.last_token_time = ends[m - 1]
+                    for req, decoding in g.preempted:
+                        if decoding:
+                            req.last_token_time = step_start
                         if req.preempted_time < 0:
-                            req.preempted_time = ends[m - 1]
+                            req.preempted_time = step_start
                             rep.num_recovering += 1
-                if reqs:
-                    sizes = [r.num_tokens for r in reqs]  # before admission: what is prefilled
-                    resumed = [r.num_output_tokens > 0 for r in reqs]
-                    lasts = span.join(m + 1, reqs)
-                    for req in reqs:
-                        if req.first_scheduled_time < 0:
-                            req.first_scheduled_time = ends[m - 1]
-                    clock.mixed(sizes, lasts, ov.cpu_s(clock.batch_at_next() + len(reqs), True))
-                    self._joined(rep, reqs, resumed, ends[m])
+                for req in g.admitted:
+                    if req.first_scheduled_time < 0:
+                        req.first_scheduled_time = step_start
+                if g.chunks:
+                    clock.mixed(g.chunks, g.clock_joins, ov.cpu_s(clock.batch_at_next() + len(g.chunks), True))
+                    for req in g.caught_up:  # back where it was when preempted
+                        if req.preempted_time >= 0:
+                            req.preempted_s += ends[m] - req.preempted_time
+                            req.preempted_time = -1.0
+                            rep.num_recovering -= 1
+                    if g.completed:
+                        self._joined(g.completed, ends[m])
                 else:
                     clock.advance(1)
             if ends[-1] > env.now:
@@ -451,16 +455,17 @@ class Simulation(Traffic, Outputs):
         step, if the scheduler would admit them all whole there and their blocks
         fit (else False, nothing changed)."""
         num_decoding = clock.batch_at_next()
-        reqs = rep.scheduler.span_admissions(num_decoding)
-        if not reqs:
+        got = rep.scheduler.span_admissions(num_decoding, rep.scheduler.limits.max_num_batched_tokens - num_decoding)
+        if not got or not got[0]:
             return False
+        reqs = got[0]
         lasts = span.join(m + 1, reqs)
         if lasts is None:
             return False
         step_start = clock.ends[m - 1]
         for req in reqs:
             req.first_scheduled_time = step_start
-        clock.mixed([r.num_prompt_tokens for r in reqs], lasts,
+        clock.mixed([(r.num_prompt_tokens, 0) for r in reqs], list(zip([r.num_prompt_tokens for r in reqs], lasts)),
                     self.overheads.cpu_s(num_decoding + len(reqs), True))
         return True
 

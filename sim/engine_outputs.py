@@ -85,20 +85,16 @@ class Outputs:
             # run does not keep every Request object alive (memory O(running)).
             rep.scheduler.finished.clear()
 
-    def _joined(self, rep, reqs: list[Request], resumed: list[bool], end: float) -> None:
-        """Requests a span admitted whole at the step ending at ``end``: a new
-        one's first token; a resumed one's token is an ITL gap since its last
-        token before the preemption, and closes its recompute interval (its
-        prompt and outputs are computed again)."""
-        for req, again in zip(reqs, resumed):
-            if not again:
+    def _joined(self, completed: list[tuple[Request, bool]], end: float) -> None:
+        """Requests whose prefill a span completed at the step ending at
+        ``end`` (request, resumed after a preemption): a new one's first token;
+        a resumed one's token is an ITL gap since its last token before the
+        preemption (its recompute interval was closed by ``_recovered``)."""
+        for req, again in completed:
+            if again:
+                self.itl.add(end - req.last_token_time, 1.0)
+            else:
                 req.first_token_time = end
-                continue
-            self.itl.add(end - req.last_token_time, 1.0)
-            if req.preempted_time >= 0:
-                req.preempted_s += end - req.preempted_time
-                req.preempted_time = -1.0
-                rep.num_recovering -= 1
 
     def _run_done(self, rep, out, ends: list[float], j: int, start: float, num_waiting: int) -> None:
         """Record a merged run of an unchanged batch (its first ``j`` steps
@@ -166,7 +162,9 @@ class Outputs:
         e = np.array(ends[:j])
         dts = np.diff(e, prepend=start)
         if j > 1:  # gaps between step ends (step 1's are recorded above), weighted by the decodes
-            self.itl.extend_arrays(dts[1:], np.repeat(np.array(parts.decode, dtype=np.float64), counts)[1:])
+            w = np.repeat(np.array(parts.pooled, dtype=np.float64), counts)[1:]
+            keep = w > 0  # (a step of prefill chunks only pools nothing)
+            self.itl.extend_arrays(dts[1:][keep], w[keep])
         end_t = e[steps - 1]
         start_t = np.concatenate(([start], end_t[:-1]))
         lo = steps - counts  # first step of each part, 0-based

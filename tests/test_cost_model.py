@@ -236,7 +236,7 @@ def test_decode_clock_with_finishes_and_joins_equals_single_steps(cpu, overlap):
     assert clock.can_join
     clock.advance(3)
     assert clock.batch_at_next() == 4
-    clock.mixed([700, 33], [10, 4], cpu * 2)
+    clock.mixed([(700, 0), (33, 0)], [(700, 10), (33, 4)], cpu * 2)
     clock.advance(8)
     # the same schedule, one step at a time
     seqs = [[c, f, 1] for c, f in zip(ctx, lasts)]  # context, last step, first step

@@ -250,6 +250,12 @@ JOIN_SCENARIOS = {
                                               "max": 3000},
                        "workload.output_len": {"dist": "lognormal", "mean": 120, "sigma": 1.0, "min": 1,
                                                "max": 1000}},
+    # Chunked prompts and preemptions inside queued spans (a prefilling request preempted too).
+    "small_budget_tight_kv": {"workload.request_rate": 10.0, "workload.num_requests": 200,
+                              "num_gpu_blocks_override": 300, "max_model_len": 1024,
+                              "max_num_batched_tokens": 256,
+                              "workload.input_len": {"dist": "uniform", "low": 1, "high": 700},
+                              "workload.output_len": {"dist": "uniform", "low": 1, "high": 300}},
     "overheads_two_replicas": {"workload.request_rate": 30.0, "workload.num_requests": 200, "num_replicas": 2,
                                "cpu_step_overhead_s": 2e-4, "cpu_seq_overhead_s": 3e-5,
                                "eager_step_overhead_s": 4e-4, "frontend_latency_s": 1e-3,
@@ -270,16 +276,26 @@ def _fitted_cfg(**kw):
 def test_arrivals_join_spans_as_the_reference_schedules_them(scenario, monkeypatch):
     from sim.engine import Simulation as Sim
     from sim.scheduler.decode_span import DecodeSpan
+    from sim.scheduler.queued_span import QueuedSpan
 
     joined, refused = [], []
-    join, join_span, gate = DecodeSpan.join, Sim._join_span, DecodeSpan.gate
+    join, join_span, gate = DecodeSpan.join, Sim._join_span, QueuedSpan.gate
+
+    def gated(*a):
+        g = gate(*a)
+        if g is None:
+            refused.append(1)
+        else:
+            joined.append(len(g.admitted))
+        return g
+
     monkeypatch.setattr(DecodeSpan, "join", lambda self, step, reqs: joined.append(len(reqs)) or join(self, step, reqs))
     monkeypatch.setattr(Sim, "_join_span", lambda *a: join_span(*a) or refused.append(1))
-    monkeypatch.setattr(DecodeSpan, "gate", lambda *a: (lambda r: refused.append(1) if r is None else r)(gate(*a)))
+    monkeypatch.setattr(QueuedSpan, "gate", gated)
     _, ref, _ = simulate(_fitted_cfg(exact_steps=True, **JOIN_SCENARIOS[scenario]))
     _, fast, _ = simulate(_fitted_cfg(exact_steps=False, **JOIN_SCENARIOS[scenario]))
     assert sum(joined) >= 20  # requests really joined spans
-    if scenario in ("busy_small_budget", "tight_kv", "overload_queue"):
+    if scenario in ("busy_small_budget", "tight_kv", "overload_queue", "small_budget_tight_kv"):
         # ... and some steps could not be taken (chunked prompts, KV, 1-token prompts, preemption)
         assert refused
     assert fast.num_steps == ref.num_steps
@@ -287,7 +303,8 @@ def test_arrivals_join_spans_as_the_reference_schedules_them(scenario, monkeypat
         assert np.array_equal(fast.requests[key], ref.requests[key]), key
     for key in ("arrival_time_s", "first_scheduled_time_s", "first_token_time_s", "finish_time_s"):
         np.testing.assert_allclose(fast.requests[key], ref.requests[key], rtol=1e-9, atol=0)
-    for col in ("num_batched_tokens", "num_prefill_tokens", "num_decode_tokens", "num_steps"):
+    np.testing.assert_allclose(fast.requests["preempted_s"], ref.requests["preempted_s"], rtol=1e-9, atol=1e-12)
+    for col in ("num_batched_tokens", "num_prefill_tokens", "num_decode_tokens", "num_steps", "num_preempted"):
         assert fast.steps[col].sum() == ref.steps[col].sum(), col
     fv, fw = fast.itl
     rv, rw = ref.itl
@@ -315,11 +332,11 @@ def test_overloaded_queue_steps_are_gated_inside_spans(monkeypatch):
     """Requests always waiting and KV full: most steps are taken inside queued
     spans (gated one by one, without an engine event each), and the span ends
     only before steps it cannot take (preemptions among them)."""
-    from sim.scheduler.decode_span import DecodeSpan
+    from sim.scheduler.queued_span import QueuedSpan
 
     gated = []
-    gate = DecodeSpan.gate
-    monkeypatch.setattr(DecodeSpan, "gate", lambda *a: (lambda r: gated.append(r is not None) or r)(gate(*a)))
+    gate = QueuedSpan.gate
+    monkeypatch.setattr(QueuedSpan, "gate", lambda *a: (lambda r: gated.append(r is not None) or r)(gate(*a)))
     _, fast, _ = simulate(_fitted_cfg(exact_steps=False, **JOIN_SCENARIOS["overload_queue"]))
     assert fast.requests["num_preemptions"].sum() > 20
     assert sum(gated) > 0.75 * fast.num_steps

@@ -215,7 +215,7 @@ def test_allocate_prompt_equals_allocate_slots_with_the_full_sequence_check(prom
     expected = snapshot(kv), r.kv_capacity
     kv, r = setup()
     before = snapshot(kv)
-    assert kv.allocate_prompt(r) is expected_ok
+    assert kv.allocate_prompt(r, prompt) is expected_ok
     assert (snapshot(kv), r.kv_capacity) == (expected if expected_ok else (before, 0))
     assert expected_ok == (prompt <= 16)
     kv.check_invariants()

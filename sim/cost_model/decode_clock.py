@@ -180,24 +180,37 @@ class DecodeClock:
         self.S, self.X, self.tiles, self.end = S, X, tiles, end
         self.tiles_then, self._tb2, self._tp2 = tiles_then, tb2, tp2
 
-    def mixed(self, prompts: list[int], lasts: list[int], cpu: float) -> None:
-        """Time the next step as a mixed one: every decoding sequence plus a
-        whole-prompt prefill chunk of each of ``prompts`` (tokens, each > 1,
-        nothing cached), one varlen attention call (``FittedAttention._mixed_s``);
-        ``cpu`` (s): the step's host time. The prefilled sequences decode from
-        the following step on, with context = prompt, up to step ``lasts[i]``
-        (1-based; a sequence whose last step is this one never decodes)."""
+    def mixed(self, chunks: list[tuple[int, int]], joins: list[tuple[int, int]], cpu: float) -> None:
+        """Time the next step as a mixed one: every decoding sequence plus the
+        prefill ``chunks`` (new tokens, tokens already cached) in one varlen
+        attention call (``FittedAttention._mixed_s``; a 1-token chunk is costed
+        as the kernel sees it, a decode at that context); ``cpu`` (s): the
+        step's host time. ``joins``: (context, last step) of the sequences whose
+        prefill this step completes; they decode from the next step on, up to
+        their last step (1-based; one whose last step is this one never decodes)."""
         j = len(self.ends)
         if j:
             self._enter(j)
         a = self.attn
-        tq = a.ca.tile_q
+        t, tq = self.tile, a.ca.tile_q
         S = self.S
-        sn = sum(prompts)
-        snn = sum([p * p for p in prompts])
-        qtiles = sum([-(-p // tq) for p in prompts])
-        attn = a._mixed_s(S, self.X + S * (j + 1), self.tiles, len(prompts), sn, 0, 0, snn, qtiles)
-        qkv, o, ffn, norms, lm, ar, ov = self.linear_ops(float(S + sn), float(S + len(prompts)))
+        b, sum_len, tiles = S, self.X + S * (j + 1), self.tiles
+        npre = sn = sc = snc = snn = qtiles = T = 0
+        for n, c in chunks:
+            T += n
+            if n == 1:
+                b += 1
+                sum_len += c + 1
+                tiles += (c + t) // t
+            else:
+                npre += 1
+                sn += n
+                sc += c
+                snc += n * c
+                snn += n * n
+                qtiles += -(-n // tq)
+        attn = a._mixed_s(b, sum_len, tiles, npre, sn, sc, snc, snn, qtiles)
+        qkv, o, ffn, norms, lm, ar, ov = self.linear_ops(float(S + T), float(S + len(chunks)))
         gpu = qkv + attn + o + ffn + norms + lm + ar + ov  # CostModel.step_time_s's order
         if self.overlap:
             self.end += gpu if gpu >= cpu else cpu
@@ -205,4 +218,4 @@ class DecodeClock:
             self.end += gpu + cpu
         self.ends.append(self.end)
         self.tiles_then = -1
-        self.joining = [(p, f) for p, f in zip(prompts, lasts) if f > j + 1]
+        self.joining = [(c, f) for c, f in joins if f > j + 1]

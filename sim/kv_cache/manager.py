@@ -231,14 +231,15 @@ class KVCacheManager:
         st.capacity = request.kv_capacity = st.capacity + self.block_size
         return True
 
-    def allocate_prompt(self, request) -> bool:
-        """``allocate_slots(request, request.num_prompt_tokens,
-        full_sequence_check=True) is not None`` for a new request holding no
-        blocks, when :attr:`grows_decode_in_bulk` (no cache to look up, no
-        watermark): its prompt's blocks from the free stack, or False (nothing
-        changed) when they do not fit."""
+    def allocate_prompt(self, request, num_tokens: int) -> bool:
+        """Blocks for ``num_tokens`` slots of a request holding none, when
+        :attr:`grows_decode_in_bulk` (no cache to look up, no watermark): from
+        the free stack, or False (nothing changed) when they do not fit. For a
+        new request's prompt this is ``allocate_slots(request, num_prompt_tokens,
+        full_sequence_check=True) is not None``; a decode span also gives its
+        joining requests the slots they computed in it."""
         bs = self.block_size
-        n = -(-min(request.num_prompt_tokens, self.max_model_len) // bs)
+        n = -(-min(num_tokens, self.max_model_len) // bs)
         pool = self.pool
         if n > pool.num_free_blocks or request.request_id in self._states:
             return False

@@ -160,69 +160,68 @@ class ChunkedPrefillScheduler(Scheduler):
     def spans_admit(self) -> bool:
         """Can a decode span take in this scheduler's admissions
         (:meth:`span_admissions`)? This class's own schedule with chunked
-        prefill, an FCFS queue never reordered, no prefix cache and no
-        TensorRT-LLM capacity policy; a subclass that changes the schedule gets
-        False."""
+        prefill, an FCFS queue never reordered, no long-prefill threshold, no
+        prefix cache and no TensorRT-LLM capacity policy; a subclass that
+        changes the schedule gets False."""
         cls = type(self)
         lim = self.limits
         return (cls._schedule is ChunkedPrefillScheduler._schedule
                 and cls._schedule_waiting is ChunkedPrefillScheduler._schedule_waiting
+                and cls._schedule_running is ChunkedPrefillScheduler._schedule_running
                 and self.chunked_prefill and not self.waiting.priority and not self.waiting.reordered
-                and not lim.capacity_scheduler_policy and not getattr(self.kv, "enable_prefix_caching", False))
+                and not lim.long_prefill_token_threshold and not lim.capacity_scheduler_policy
+                and not getattr(self.kv, "enable_prefix_caching", False))
 
-    def span_admissions(self, num_decoding: int, free_blocks: int | None = None) -> list[Request] | None:
-        """The WAITING pass of a step whose RUNNING pass scheduled
-        ``num_decoding`` decodes, inside a decode span (:meth:`spans_admit`).
-        With ``free_blocks`` (the free KV blocks after the running pass): the
-        requests it admits whole, in order, up to the first it cannot admit
-        (head-of-line blocking: KV, budget or ``max_num_seqs``); None if the
-        pass would do what a span cannot represent — admit a prompt chunked
-        (budget, long-prefill threshold) or a 1-token prompt (costed as a
-        decode). A preempted request resumes with its prompt and outputs
-        recomputed, as one prefill. Without ``free_blocks`` (the span
-        checks blocks itself): every waiting request must be admitted whole, else
-        None."""
+    def span_admissions(self, num_running: int, budget: int,
+                        free_blocks: int | None = None) -> tuple[list[Request], int] | None:
+        """The WAITING pass inside a decode span (:meth:`spans_admit`), after a
+        running pass that left ``num_running`` requests running and ``budget``
+        tokens: ``(admitted, n)``, the requests it admits in order, the last of
+        them with ``n`` tokens scheduled (its whole sequence, or a first chunk
+        when the budget runs out; a preempted request recomputes its outputs
+        too). With ``free_blocks`` (free KV blocks after the running pass) it
+        stops at the first request whose blocks do not fit or that
+        ``max_num_seqs`` leaves out (head-of-line blocking), as
+        :meth:`_schedule_waiting`. Without (the span checks blocks itself),
+        every waiting request must be admitted whole, else None."""
         lim = self.limits
-        budget = lim.max_num_batched_tokens - num_decoding
-        room = lim.max_num_seqs - num_decoding
-        thr = lim.long_prefill_token_threshold
+        room = lim.max_num_seqs - num_running
         bs = lim.block_size
         out = []
+        last = 0
         for req in self.waiting:
             if budget <= 0 or room <= 0:
                 break
-            n = req.num_tokens  # a preempted request recomputes its outputs too
-            if 0 < thr < n:
-                n = thr
+            n = req.num_tokens
             if n > budget:
                 n = budget
             if free_blocks is not None:
                 # allocate_slots(full_sequence_check=True): the whole sequence's blocks must fit
-                need = -(-min(req.num_tokens, lim.max_model_len) // bs)
-                if need > free_blocks or -(-n // bs) > free_blocks:
+                if (-(-min(req.num_tokens, lim.max_model_len) // bs) > free_blocks
+                        or -(-n // bs) > free_blocks):
                     break
                 free_blocks -= -(-n // bs)
-            if n < req.num_tokens or n < 2:  # chunked, or a 1-token prompt (costed as a decode)
+            elif n < req.num_tokens:
                 return None
             out.append(req)
+            last = n
             budget -= n
             room -= 1
         if free_blocks is None and len(out) < len(self.waiting):
             return None
-        return out
+        return out, last
 
-    def admit_whole_prompt(self, req: Request) -> None:
-        """Admit the waiting queue's head with its whole sequence scheduled (a
-        preempted request's outputs too), as the WAITING pass does (a span's
-        join, after :meth:`span_admissions`), holding no KV blocks yet: the span
-        allocates them when it is applied."""
+    def admit_to_span(self, req: Request, num_tokens: int) -> None:
+        """Admit the waiting queue's head with ``num_tokens`` scheduled, as the
+        WAITING pass does (a span's join, after :meth:`span_admissions`),
+        holding no KV blocks yet: the span allocates them when it is applied."""
         if self.waiting.pop() is not req:
             raise RuntimeError(f"request {req.request_id}: not at the head of the waiting queue")
         if req.status != RequestStatus.PREEMPTED:  # as _admit(req, 0) with caching off
             req.num_cached_tokens = 0
         req.status = RequestStatus.RUNNING
         self.running.append(req)
-        req.num_computed_tokens = req.num_tokens
+        req.num_computed_tokens = num_tokens
 
     def arrival_may_change_schedule(self) -> bool:
         w = self.waiting

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from sim.request import Request, RequestStatus
 from sim.scheduler.decode_span import DecodeSpan
+from sim.scheduler.queued_span import QueuedSpan
 from sim.scheduler.types import SchedulerOutput
 
 
@@ -135,18 +136,18 @@ class DecodeRuns:
             return None
         if not self.waiting and need <= free:
             return DecodeSpan(self, out, lasts, free - need)
-        return DecodeSpan(self, out, lasts, None) if gated else None
+        return QueuedSpan(self, out, lasts) if gated else None
 
     def spans_admit(self) -> bool:
         """Can a decode span take in this scheduler's admissions (and so also
         start with requests waiting)? The base class answers False."""
         return False
 
-    def span_admissions(self, num_decoding: int, free_blocks: int | None = None) -> list[Request] | None:
-        """The requests the next step's waiting pass would admit whole into a
-        decode span (``num_decoding`` running requests each decoding one token),
-        or None if it would do anything a span cannot represent (see
-        ``ChunkedPrefillScheduler.span_admissions``). The base class answers None."""
+    def span_admissions(self, num_running: int, budget: int,
+                        free_blocks: int | None = None) -> tuple[list[Request], int] | None:
+        """What the next step's waiting pass admits into a decode span (see
+        ``ChunkedPrefillScheduler.span_admissions``). The base class answers
+        None (a span cannot represent it)."""
         return None
 
     def decode_run_usages(self, out: SchedulerOutput, j: int) -> list[float]:
@@ -157,7 +158,7 @@ class DecodeRuns:
         reservation) hold their usage through a run."""
         if not getattr(self.kv, "grows_by_block", False):
             return [self.kv.usage] * j
-        return DecodeSpan(self, out, [j] * len(out.scheduled), 0).usages(j).tolist()
+        return DecodeSpan(self, out, [j] * len(out.scheduled)).usages(j).tolist()
 
     def apply_decode_run(self, out: SchedulerOutput, j: int) -> tuple[list[Request], float]:
         """Advance the batch of ``out`` by ``j`` decode steps (step 1 included),
