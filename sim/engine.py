@@ -49,6 +49,7 @@ import simpy
 from sim.cost_model import PY_RUN_MAX_STEPS
 from sim.deployment import Deployment
 from sim.engine_outputs import Outputs
+from sim.engine_spans import Spans
 from sim.engine_traffic import Traffic
 from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS, Columns, WeightedSamples
 from sim.request import Request, RequestStatus
@@ -95,12 +96,14 @@ class _Replica:
         self.frontend_done = 0.0  # when the frontend has streamed every token emitted so far
 
 
-class Simulation(Traffic, Outputs):
+class Simulation(Traffic, Outputs, Spans):
     """One run: ``Simulation(deployment, specs).run()`` → :class:`RunResult`.
 
     ``progress`` is an optional callable ``progress(num_done)`` called every
     ``progress_every`` completed requests (the CLI hooks a progress bar here).
     """
+
+    Interrupt = simpy.Interrupt  # for the mixins (only this module imports simpy)
 
     def __init__(self, dep: Deployment, specs: RequestSpecs, *, seed: int = 0,
                  progress=None, progress_every: int = 200) -> None:
@@ -327,147 +330,6 @@ class Simulation(Traffic, Outputs):
         self.num_steps += j
         rep.last_step_start = ends[j - 2] if j > 1 else start
         self._run_done(rep, out, ends, j, start, num_waiting)
-
-    def _span_run(self, rep: _Replica, span, start: float, joins: bool):
-        """A decode span (``Scheduler.plan_decode_span``): decode steps that go on
-        past finishes and, with ``joins``, take in arrivals the next step would
-        admit whole (``Scheduler.span_admissions``, ``DecodeSpan.join``): that
-        step is timed as a mixed one and the newcomers decode from the next on.
-        Timed step by step (``CostModel.decode_clock``) up to the next send,
-        where this replica wakes: the arrival either joined or ends the span at
-        the end of the step in progress (as ``_decode_run``). Per-request state
-        is applied once, at the end (``_span_done``)."""
-        env = self.env
-        ov = self.overheads
-        clock = self.cost.decode_clock(span.contexts, span.lasts, start, ov.cpu_s, ov.overlap)
-        joins = joins and rep.scheduler.spans_admit()
-        ends = clock.ends
-        clock.advance(span.k, self._next_send_s())
-        if rep.num_recovering:  # back where they were when preempted, by step 1's end
-            self._recovered(rep, span.scheduled, ends[0])
-        rep.merging = True
-        rep.run_ends = ends
-        rep.run_joins = []
-        try:
-            while True:
-                yield env.timeout(ends[-1] - env.now)
-                m = len(ends)
-                if m >= span.k:
-                    break
-                if rep.merging:
-                    clock.advance(span.k - m, self._next_send_s())
-                elif joins and self._join_span(rep, span, clock, m):
-                    rep.merging = True
-                    until = self._next_send_s()
-                    if clock.end < until and m + 1 < span.k:  # nothing arrives during the mixed step
-                        clock.advance(span.k - m - 1, until)
-                else:  # the arrival changes the next step otherwise: single steps from here
-                    break
-                self.num_events += 1
-            j = m
-        except simpy.Interrupt:
-            rep.merging = False
-            now = env.now
-            j = min(bisect_left(ends, now) + 1, len(ends))
-            if span.joins and j < span.joins[-1][0]:  # a join's step was already under way
-                j = span.joins[-1][0]
-            if ends[j - 1] > now:
-                yield env.timeout(ends[j - 1] - now)
-        rep.merging = False
-        self.num_events += 1
-        self.num_steps += j
-        rep.last_step_start = ends[j - 2] if j > 1 else start
-        self._span_done(rep, span, ends, j, start)
-
-    def _queued_span_run(self, rep: _Replica, span, start: float):
-        """A queued decode span (requests waiting): each step is gated by the
-        span (``DecodeSpan.gate``: exact free blocks, the waiting pass's whole-
-        prompt admissions) and timed as a decode or mixed step, without an event
-        of its own; the replica wakes only at the step in which the next send
-        lands (arrivals join the queue's tail), and the span ends before the
-        first step it cannot take (the reference mode then steps on singly)."""
-        env = self.env
-        ov = self.overheads
-        sched = rep.scheduler
-        clock = self.cost.decode_clock(span.contexts, span.lasts, start, ov.cpu_s, ov.overlap)
-        if not clock.can_join:
-            raise RuntimeError("a queued span needs a cost model that times mixed steps")
-        ends = clock.ends
-        clock.advance(1)
-        if rep.num_recovering:  # back where they were when preempted, by step 1's end
-            self._recovered(rep, span.scheduled, ends[0])
-        # Tokens are recorded as they come (a member may be preempted and resume inside the span).
-        self._tokens_emitted(span.scheduled, start, ends[0], ends[0], ends[0])
-        rep.merging = True
-        rep.run_ends = ends
-        rep.run_joins = []
-        until = self._next_send_s()
-        try:
-            while True:
-                m = len(ends)
-                if ends[-1] >= until:  # the next send lands in step m: let it in first
-                    yield env.timeout(ends[-1] - env.now)
-                    self.num_events += 1
-                    rep.merging = True  # (an arrival to an empty queue cuts: it is simply seen next)
-                    until = self._next_send_s()
-                if m >= span.k:
-                    break
-                g = span.gate(m, clock.batch_at_next())
-                if g is None:
-                    break
-                step_start = ends[m - 1]
-                if g.preempted:  # at the start of step m + 1; their last token came at step m
-                    for x, last in g.dropped:
-                        clock.drop(x, last)
-                    for req, decoding in g.preempted:
-                        if decoding:
-                            req.last_token_time = step_start
-                        if req.preempted_time < 0:
-                            req.preempted_time = step_start
-                            rep.num_recovering += 1
-                for req in g.admitted:
-                    if req.first_scheduled_time < 0:
-                        req.first_scheduled_time = step_start
-                if g.chunks:
-                    clock.mixed(g.chunks, g.clock_joins, ov.cpu_s(clock.batch_at_next() + len(g.chunks), True))
-                    for req in g.caught_up:  # back where it was when preempted
-                        if req.preempted_time >= 0:
-                            req.preempted_s += ends[m] - req.preempted_time
-                            req.preempted_time = -1.0
-                            rep.num_recovering -= 1
-                    if g.completed:
-                        self._joined(g.completed, ends[m])
-                else:
-                    clock.advance(1)
-            if ends[-1] > env.now:
-                yield env.timeout(ends[-1] - env.now)
-            j = len(ends)
-        except simpy.Interrupt:  # not expected: steps are never timed past the next send
-            raise RuntimeError("queued decode span interrupted") from None
-        rep.merging = False
-        self.num_events += 1
-        self.num_steps += j
-        rep.last_step_start = ends[j - 2] if j > 1 else start
-        self._span_done(rep, span, ends, j, start)
-
-    def _join_span(self, rep: _Replica, span, clock, m: int) -> bool:
-        """Admit the waiting arrivals into the span at step m + 1 and time that
-        step, if the scheduler would admit them all whole there and their blocks
-        fit (else False, nothing changed)."""
-        num_decoding = clock.batch_at_next()
-        got = rep.scheduler.span_admissions(num_decoding, rep.scheduler.limits.max_num_batched_tokens - num_decoding)
-        if not got or not got[0]:
-            return False
-        reqs = got[0]
-        lasts = span.join(m + 1, reqs)
-        if lasts is None:
-            return False
-        step_start = clock.ends[m - 1]
-        for req in reqs:
-            req.first_scheduled_time = step_start
-        clock.mixed([(r.num_prompt_tokens, 0) for r in reqs], list(zip([r.num_prompt_tokens for r in reqs], lasts)),
-                    self.overheads.cpu_s(num_decoding + len(reqs), True))
-        return True
 
     def _unstick(self, rep: _Replica) -> None:
         """Nothing could be scheduled although requests are waiting: on an idle

@@ -47,9 +47,15 @@ class Outputs:
         where they were when preempted (``preempted_ms`` in requests.csv)."""
         for req in scheduled:
             if req.preempted_time >= 0 and req.num_computed_tokens >= req.preempted_at_tokens:
-                req.preempted_s += now - req.preempted_time
-                req.preempted_time = -1.0
-                rep.num_recovering -= 1
+                Outputs._close_recompute(rep, req, now)
+
+    @staticmethod
+    def _close_recompute(rep, req: Request, now: float) -> None:
+        """End ``req``'s preemption-recompute interval at ``now`` (if open)."""
+        if req.preempted_time >= 0:
+            req.preempted_s += now - req.preempted_time
+            req.preempted_time = -1.0
+            rep.num_recovering -= 1
 
     def _tokens_emitted(self, emitted: list[Request], start: float, now: float, seen: float,
                         last: float) -> None:
