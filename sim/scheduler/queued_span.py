@@ -131,8 +131,9 @@ class QueuedSpan(DecodeSpan):
     def gate(self, j: int, num_decoding: int) -> GateResult | None:
         """Step j + 1 (``j`` steps done), whose running pass has ``num_decoding``
         decodes: what it does (:class:`GateResult`), or None if the span cannot
-        take it (every request would be preempted, or more decodes than the
-        budget). The span's state moves to after that step's schedule."""
+        take it (every request would be preempted, nothing would run, or more
+        decodes than the budget); after None the span is only applied. The
+        span's state moves to after that step's schedule."""
         sched = self.sched
         lim = sched.limits
         if num_decoding > lim.max_num_batched_tokens:
@@ -187,6 +188,8 @@ class QueuedSpan(DecodeSpan):
             free -= need + pblocks
             if sched.waiting:
                 admitted, n_last = sched.span_admissions(running, budget - pn, free)
+            if not running and not admitted:  # nothing to run: the reference mode's idle path
+                return None
         step = j + 1
         chunks, completed, clock_joins, caught_up = [], [], [], []
         prefill = one_decode = 0
