@@ -115,7 +115,8 @@ class Spans:
                     if req.first_scheduled_time < 0:
                         req.first_scheduled_time = step_start
                 if g.chunks:
-                    clock.mixed(g.chunks, g.clock_joins, ov.cpu_s(clock.batch_at_next() + len(g.chunks), True))
+                    clock.mixed(g.chunks, g.clock_joins,
+                                ov.cpu_s(clock.batch_at_next() + len(g.chunks), g.num_prefill_tokens > 0))
                     for req in g.caught_up:  # back where it was when preempted
                         self._close_recompute(rep, req, ends[m])
                     if g.completed:

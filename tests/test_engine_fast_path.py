@@ -256,6 +256,13 @@ JOIN_SCENARIOS = {
                               "max_num_batched_tokens": 256,
                               "workload.input_len": {"dist": "uniform", "low": 1, "high": 700},
                               "workload.output_len": {"dist": "uniform", "low": 1, "high": 300}},
+    # All at t = 0, KV for a few requests, eager-mode host time on prefill steps: a
+    # recompute's last single token is a decode (no eager time) in the reference mode.
+    "burst_eager_resume": {"workload.arrival": "inf", "workload.num_requests": 150, "seed": 1,
+                           "num_gpu_blocks_override": 150, "max_model_len": 1024,
+                           "max_num_batched_tokens": 128, "eager_step_overhead_s": 1e-3,
+                           "workload.input_len": {"dist": "uniform", "low": 1, "high": 600},
+                           "workload.output_len": {"dist": "uniform", "low": 1, "high": 300}},
     "overheads_two_replicas": {"workload.request_rate": 30.0, "workload.num_requests": 200, "num_replicas": 2,
                                "cpu_step_overhead_s": 2e-4, "cpu_seq_overhead_s": 3e-5,
                                "eager_step_overhead_s": 4e-4, "frontend_latency_s": 1e-3,

@@ -43,7 +43,9 @@ class GateResult(NamedTuple):
     decode from the next step, ``dropped`` (clock context, last step) of the
     decoding requests preempted at its start, ``preempted`` (request, was
     decoding) of every request preempted there, and ``caught_up``: preempted
-    requests whose recompute gets back where they were by its end."""
+    requests whose recompute gets back where they were by its end;
+    ``num_prefill_tokens`` as the step's row counts them (a recompute's last
+    single token counts as a decode)."""
 
     admitted: list[Request]
     chunks: list[tuple[int, int]]
@@ -52,6 +54,7 @@ class GateResult(NamedTuple):
     dropped: list[tuple[int, int]]
     preempted: list[tuple[Request, bool]]
     caught_up: list[Request]
+    num_prefill_tokens: int
 
 
 class QueuedSpan(DecodeSpan):
@@ -237,7 +240,8 @@ class QueuedSpan(DecodeSpan):
         self.step_pool.append(num_decoding)
         self.step_pre.append(prefill - one_decode)
         self.step_npre.append(len(victims))
-        return GateResult(admitted, chunks, completed, clock_joins, dropped, preempted, caught_up)
+        return GateResult(admitted, chunks, completed, clock_joins, dropped, preempted, caught_up,
+                          prefill - one_decode)
 
     def _victims(self, needers: list[tuple[int, int]], free: int, j: int) -> list[int]:
         """The running pass at a block shortage (``chunked.py``'s
