@@ -41,6 +41,7 @@ from __future__ import annotations
 import gc
 import math
 from bisect import bisect_left
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -134,6 +135,8 @@ class Simulation(Traffic, Outputs, Spans):
         self.progress = progress
         self.progress_every = progress_every
         self._next_index = 0
+        self._ready_clients: deque[int] = deque()  # closed-loop clients sending at once (Traffic)
+        self._draining = False
         self._num_sent = 0  # requests handed to the router so far
         self.max_concurrency = cfg.workload.max_concurrency
         self._spec_columns()
@@ -145,6 +148,9 @@ class Simulation(Traffic, Outputs, Spans):
         self._num_sent += 1
         rep = self._route(req)
         req.replica = rep.index
+        # In flight from the router's view from now on (load-aware routers count it),
+        # also while it waits for an overlap-scheduled replica's next batch.
+        rep.outstanding += 1
         if rep.busy:  # overlap scheduling: seen by the batch after the next one
             rep.pending.append((self.env.now, req))
             if rep.merging:  # counted as waiting from the next step on, as single steps record it
@@ -157,7 +163,6 @@ class Simulation(Traffic, Outputs, Spans):
     def _admit_to(self, rep: _Replica, req: Request) -> None:
         cut = rep.merging and rep.scheduler.arrival_may_change_schedule()
         if rep.scheduler.add_request(req):
-            rep.outstanding += 1
             if rep.merging:  # waits behind a blocked queue: counted from the next step on
                 rep.run_joins.append(self.env.now)
             if rep.wake is not None and not rep.wake.triggered:
@@ -165,6 +170,7 @@ class Simulation(Traffic, Outputs, Spans):
             elif cut:
                 self._cut_run(rep)
         else:
+            rep.outstanding -= 1
             self._record(req)
             self._on_done(req)
 
@@ -226,14 +232,17 @@ class Simulation(Traffic, Outputs, Spans):
                     self._admit_to(rep, req)
                 flushed = True
             if out.is_empty:
-                if not flushed:
+                if out.preempted:
+                    # The running pass preempted the very request it was making room for
+                    # and stopped (vLLM's scheduler does the same): nothing runs this
+                    # round; the next schedule() goes on without it.
+                    self._preempted(rep, out.preempted, start)
+                elif not flushed:
                     self._unstick(rep)
                 continue
             rep.busy = lag
-            for req in out.preempted:
-                if req.preempted_time < 0:
-                    req.preempted_time = start
-                    rep.num_recovering += 1
+            if out.preempted:
+                self._preempted(rep, out.preempted, start)
             for req in out.admitted:
                 if req.first_scheduled_time < 0:
                     req.first_scheduled_time = start

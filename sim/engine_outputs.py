@@ -42,6 +42,15 @@ class Outputs:
         ))
 
     @staticmethod
+    def _preempted(rep, preempted, now: float) -> None:
+        """Open the preemption-recompute interval of requests preempted at
+        ``now`` (one still recomputing from an earlier preemption keeps its own)."""
+        for req in preempted:
+            if req.preempted_time < 0:
+                req.preempted_time = now
+                rep.num_recovering += 1
+
+    @staticmethod
     def _recovered(rep, scheduled: list[Request], now: float) -> None:
         """Close the preemption-recompute interval of requests that are back
         where they were when preempted (``preempted_ms`` in requests.csv)."""

@@ -108,9 +108,7 @@ class Spans:
                     for req, decoding in g.preempted:
                         if decoding:
                             req.last_token_time = step_start
-                        if req.preempted_time < 0:
-                            req.preempted_time = step_start
-                            rep.num_recovering += 1
+                    self._preempted(rep, [req for req, _ in g.preempted], step_start)
                 for req in g.admitted:
                     if req.first_scheduled_time < 0:
                         req.first_scheduled_time = step_start

@@ -127,7 +127,16 @@ class Traffic:
         """The client's next send: ``delay`` (its last token still streaming)
         plus an exponential think time, or at once."""
         if self.think_s <= 0.0 and delay <= 0.0:
-            self._client_next(client_id)
+            # At once, but in a loop rather than by recursion: a send rejected on the
+            # spot would otherwise nest one call deeper per rejection (same order).
+            self._ready_clients.append(client_id)
+            if not self._draining:
+                self._draining = True
+                try:
+                    while self._ready_clients:
+                        self._client_next(self._ready_clients.popleft())
+                finally:
+                    self._draining = False
             return
         if self._next_index >= len(self.specs):
             return

@@ -207,3 +207,15 @@ def test_prefix_aware_router_balances_a_shared_system_prompt():
     out = run_simulation(cfg)
     counts = np.bincount(out.result.requests["replica"].astype(int), minlength=3)
     assert counts.min() >= 10, counts
+
+
+def test_closed_loop_clients_rejected_on_the_spot_send_again_without_recursion():
+    """Every request is rejected at once (prompt + max_tokens > max_model_len):
+    each client sends its next request immediately, 500 times over, in a loop
+    (it used to recurse one call deeper per rejection: RecursionError)."""
+    _, res, _ = simulate(cfg_for(**{"workload.max_concurrency": 4, "workload.num_requests": 500,
+                                    "max_model_len": 1024, "workload.input_len": {"dist": "fixed", "value": 2000},
+                                    "workload.output_len": {"dist": "fixed", "value": 10}}))
+    assert res.requests["request_id"].size == 500
+    assert (res.requests["status"] == 1).all()  # all rejected, all recorded
+    assert np.array_equal(res.requests["request_id"], np.arange(500))

@@ -348,3 +348,40 @@ def test_overloaded_queue_steps_are_gated_inside_spans(monkeypatch):
     assert fast.requests["num_preemptions"].sum() > 20
     assert sum(gated) > 0.75 * fast.num_steps
     assert fast.num_events < 0.5 * fast.num_steps + len(fast.requests["request_id"])
+
+
+@pytest.mark.parametrize("scheduler", ["chunked", "static", "prefill_first"])
+def test_load_aware_router_with_overlap_scheduling_routes_as_the_reference(scheduler):
+    """Requests waiting for an overlap-scheduled replica's next batch are in
+    flight for the router (counted as outstanding from the send), so a merged
+    run, which admits them later than single steps do, routes the same."""
+    kw = {"model": "llama-3.1-8b", "hardware": "h100_sxm", "scheduler": scheduler,
+          "max_num_batched_tokens": 1024, "max_num_seqs": 4, "max_model_len": 1024,
+          "workload.input_len": {"dist": "uniform", "low": 1, "high": 513},
+          "workload.output_len": {"dist": "uniform", "low": 6, "high": 60}, "workload.num_requests": 120,
+          "workload.arrival": "poisson", "workload.request_rate": 300.0, "overlap_scheduling": True,
+          "num_replicas": 2, "router": "least_outstanding_requests"}
+    _, ref, _ = simulate(cfg_for(exact_steps=True, **kw))
+    _, fast, _ = simulate(cfg_for(exact_steps=False, **kw))
+    assert fast.num_events < ref.num_steps
+    assert np.array_equal(fast.requests["replica"], ref.requests["replica"])
+    for key in ("first_scheduled_time_s", "first_token_time_s", "finish_time_s"):
+        np.testing.assert_allclose(fast.requests[key], ref.requests[key], rtol=1e-9, atol=0)
+
+
+def test_a_step_that_only_preempts_runs_nothing_and_goes_on():
+    """Priority policy, KV nearly full: the running pass preempts the request it
+    was making room for and stops (vLLM does the same). That round runs nothing;
+    the next one goes on (it used to be taken for a stuck replica: RuntimeError)."""
+    kw = {"model": "llama-3.1-8b", "hardware": "h100_sxm", "scheduler": "mixed", "max_model_len": 2048,
+          "max_num_batched_tokens": 4096, "max_num_seqs": 8, "num_gpu_blocks_override": 130,
+          "enable_prefix_caching": True, "policy": "priority", "seed": 55144, "frontend_token_s": 2e-5,
+          "workload.input_len": {"dist": "uniform", "low": 1, "high": 1984}, "workload.output_len": 31,
+          "workload.num_requests": 265, "workload.max_concurrency": 37,
+          "workload.shared_prefix": {"fraction": 0.3, "num_prefixes": 3, "prefix_len": 16},
+          "workload.priority_classes": [{"fraction": 0.8, "priority": 1}, {"fraction": 0.2, "priority": 0}]}
+    _, ref, _ = simulate(cfg_for(exact_steps=True, **kw))
+    _, fast, _ = simulate(cfg_for(exact_steps=False, **kw))
+    assert (ref.requests["status"] == 0).all() and ref.requests["num_preemptions"].sum() > 0
+    assert np.array_equal(fast.requests["num_preemptions"], ref.requests["num_preemptions"])
+    np.testing.assert_allclose(fast.requests["finish_time_s"], ref.requests["finish_time_s"], rtol=1e-9, atol=0)
