@@ -146,8 +146,9 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
             f"{model.name} does not fit on {hw.name} at TP {tp}: weights {weights / GiB:.2f} GiB "
             f"+ activation/workspace estimate {act / GiB:.2f} GiB per rank (for max_num_batched_tokens "
             f"{max_num_batched_tokens:,} and max_num_seqs {max_num_seqs:,}) leave "
-            f"{available / GiB:.2f} GiB for the KV cache ({hw.memory_bytes / GiB:.2f} GiB, "
-            f"kv_memory_rule {kv_memory_rule}, gpu_memory_utilization {gpu_memory_utilization})")
+            f"{available / GiB:.2f} GiB for the KV cache (of the GPU's {hw.memory_bytes / GiB:.2f} GiB, "
+            f"{usable / GiB:.2f} GiB usable under kv_memory_rule {kv_memory_rule} with "
+            f"gpu_memory_utilization {gpu_memory_utilization})")
     num_blocks = (num_gpu_blocks_override if num_gpu_blocks_override is not None
                   else int(available // block_bytes))
     blocks_per_seq = math.ceil(max_model_len / block_size)
