@@ -24,14 +24,17 @@ Processes:
   (seeded), ``prefix_aware`` (SGLang's cache-aware router: the replica whose
   prefix cache holds the longest prefix of the request when it covers more than
   half the prompt and the load is balanced, else the least loaded;
-  ``Traffic._cache_aware``).
+  ``Traffic._cache_aware``). Load is the requests a replica has in flight: sent
+  to it and not yet finished or rejected (waiting included).
 - **replica loop** (one per replica): ``schedule()`` → step time from the cost
   model for exactly the scheduled batch, plus the engine's CPU overheads
   (``sim/overheads.py``) → ``yield env.timeout(step_time)`` →
   ``update_from_output()``. An idle replica waits on an event an arrival
   triggers; it never polls. One SimPy event per step with ``exact_steps``; by
   default a run of identical decode steps takes one or a few events
-  (``_decode_run``), same results.
+  (``_decode_run``), and in open loop a span of steps with finishes,
+  admissions and preemptions takes one event per arrival or fewer
+  (``sim/engine_spans.py``), same results.
 
 Metrics are appended to compact columns as the run goes (``sim.metrics``).
 """
