@@ -53,7 +53,6 @@ class DecodeClock:
             for x, f in zip(contexts, lasts):
                 leave.setdefault(f, []).append(x)
         self.leave = leave  # step (1-based) after which they leave → their virtual contexts
-        self.joining: list[tuple[int, int]] = []  # (context, last step) joining at the next step
         self.ends: list[float] = []
         self.end = start
         self._batch()
@@ -70,8 +69,7 @@ class DecodeClock:
 
     def _enter(self, j: int) -> None:
         """Step index j (0-based) begins: sequences whose last step was j leave,
-        tiles grow where contexts reach a boundary, and sequences prefilled at
-        step j − 1 join."""
+        and tiles grow where contexts reach a boundary."""
         t = self.tile
         changed = False
         gone = self.leave.pop(j, None)
@@ -84,18 +82,6 @@ class DecodeClock:
             self.S -= len(gone)
             changed = True
         self.tiles += self.crossings.get(-j % t, 0)
-        if self.joining:
-            cr, leave = self.crossings, self.leave
-            for c, last in self.joining:
-                x = c - j
-                self.X += x
-                self.tiles += (c + t) // t
-                r = x % t
-                cr[r] = cr.get(r, 0) + 1
-                leave.setdefault(last, []).append(x)
-            self.S += len(self.joining)
-            self.joining = []
-            changed = True
         if changed:
             self._batch()
 
@@ -104,10 +90,6 @@ class DecodeClock:
         was preempted): ``x`` its virtual context (context at step index j
         minus j), ``last`` the last step it would have decoded."""
         j = len(self.ends)
-        for idx, (c, f) in enumerate(self.joining):  # prefilled by the step just timed
-            if f == last and c - j == x:
-                del self.joining[idx]
-                return
         t = self.tile
         self.X -= x
         self.S -= 1
@@ -119,7 +101,7 @@ class DecodeClock:
     def batch_at_next(self) -> int:
         """Sequences decoding in the next step to be timed (after leaves and joins)."""
         gone = self.leave.get(len(self.ends))
-        return self.S - (len(gone) if gone else 0) + len(self.joining)
+        return self.S - (len(gone) if gone else 0)
 
     def advance(self, k: int, until: float = math.inf) -> None:
         """Time up to ``k`` more decode steps; stop after the first that ends at
@@ -217,5 +199,21 @@ class DecodeClock:
         else:
             self.end += gpu + cpu
         self.ends.append(self.end)
+        # The prefilled sequences join now, as if they had decoded at this step with
+        # context c − 1 (so the next step's crossings bring their tiles to (c + t) // t).
+        if joins:
+            cr, leave = self.crossings, self.leave
+            n = 0
+            for c, f in joins:
+                if f > j + 1:
+                    x = c - j - 1
+                    self.X += x
+                    self.tiles += (c - 1 + t) // t
+                    r = x % t
+                    cr[r] = cr.get(r, 0) + 1
+                    leave.setdefault(f, []).append(x)
+                    n += 1
+            if n:
+                self.S += n
+                self._batch()
         self.tiles_then = -1
-        self.joining = [(c, f) for c, f in joins if f > j + 1]
