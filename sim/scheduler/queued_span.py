@@ -166,7 +166,8 @@ class QueuedSpan(DecodeSpan):
         admitted: list[Request] = []
         n_last = 0
         if need + pblocks > free:
-            needers = [(i, 1) for i in sorted(i for i in self.by_res.get(r0, ()) if not dead[i])]
+            live = self.by_res[r0] = [i for i in self.by_res.get(r0, ()) if not dead[i]]  # (pruned)
+            needers = [(i, 1) for i in sorted(live)]
             if pn:
                 needers.append((part[0], pblocks))
             victims = self._victims(needers, free, j)
