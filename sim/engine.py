@@ -43,14 +43,12 @@ from __future__ import annotations
 
 import gc
 import math
-from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 import simpy
 
-from sim.cost_model import PY_RUN_MAX_STEPS
 from sim.deployment import Deployment
 from sim.engine_outputs import Outputs
 from sim.engine_spans import Spans
@@ -58,9 +56,6 @@ from sim.engine_traffic import Traffic
 from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS, Columns, WeightedSamples
 from sim.request import Request, RequestStatus
 from sim.workload import RequestSpecs
-
-
-_RUN_CHUNK = 16  # steps of a merged decode run timed first (most runs end sooner)
 
 
 @dataclass
@@ -283,65 +278,6 @@ class Simulation(Traffic, Outputs, Spans):
             if rep.num_recovering:
                 self._recovered(rep, out.scheduled, now)
             self._finish(rep, finished, now, seen)
-
-    def _decode_run(self, rep: _Replica, out, ctx: list[int], k: int, start: float):
-        """Up to ``k`` identical decode steps in few events. Step end times are
-        accumulated in the same floating-point order as ``k`` single steps, so
-        results equal the reference mode's. An arrival routed to this replica
-        that may change the schedule cuts the run (``_cut_run``): it ends at the
-        end of the step in progress, as the reference mode would let the
-        scheduler see the arrival there. Steps are timed in chunks: in open loop
-        up to the next send (``_next_send_s``; most runs end there), else the
-        first ``_RUN_CHUNK`` steps; then, if the run goes on, the rest at once
-        (up to the next send). (Runs past finishes and arrivals: :meth:`_span_run`.)"""
-        env = self.env
-        sched = rep.scheduler
-        scheduled = out.scheduled
-        B = len(scheduled)
-        num_waiting = sched.num_waiting  # at the run's start, as a single step records it
-        ov = self.overheads
-        cpu, overlap = ov.cpu_s(B), ov.overlap
-        if len(ctx) == B:
-            # Steps are timed in parts: most runs are cut by an arrival long before
-            # their k-th step, and the steps never reached need no time. Each part
-            # continues the same sequential float adds (contexts are integers): the
-            # ends are those of one whole run.
-            until = self._next_send_s()
-            # up to the next send, within the cost model's Python path; else a first chunk
-            first = PY_RUN_MAX_STEPS if until < math.inf else _RUN_CHUNK
-            ends = self.cost.decode_run_ends(ctx, min(k, first), start, cpu, overlap, until)
-        else:  # static batching: finished sequences computed as padding; all k steps timed here
-            gpu = self.cost.decode_steps_time_s(np.asarray(ctx, dtype=np.int64), k, num_growing=B).tolist()
-            ends = []
-            t = start
-            for dt in ov.apply_run(gpu, len(ctx)):  # sequential float adds, as env.now
-                t += dt
-                ends.append(t)
-        rep.merging = True
-        rep.run_ends = ends
-        rep.run_joins = []
-        try:
-            while True:
-                yield env.timeout(ends[-1] - env.now)
-                m = len(ends)
-                if m >= k or not rep.merging:  # all k steps, or cut by an arrival in the last one
-                    break
-                self.num_events += 1
-                # a run that got this far often goes on: time the rest at once (numpy if long)
-                ends += self.cost.decode_run_ends([c + m for c in ctx], k - m, ends[-1], cpu, overlap,
-                                                  self._next_send_s())
-            j = m
-        except simpy.Interrupt:
-            rep.merging = False
-            now = env.now
-            j = min(bisect_left(ends, now) + 1, len(ends))
-            if ends[j - 1] > now:
-                yield env.timeout(ends[j - 1] - now)
-        rep.merging = False
-        self.num_events += 1
-        self.num_steps += j
-        rep.last_step_start = ends[j - 2] if j > 1 else start
-        self._run_done(rep, out, ends, j, start, num_waiting)
 
     def _unstick(self, rep: _Replica) -> None:
         """Nothing could be scheduled although requests are waiting: on an idle

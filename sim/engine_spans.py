@@ -1,19 +1,103 @@
-"""Decode spans on the engine (a mixin of :class:`sim.engine.Simulation`):
-a span (``sim.scheduler.decode_span``) times its steps with the cost model's
-resumable clock (``CostModel.decode_clock``) and takes SimPy events only
-where the next request reaches the router, so a stretch of steps, finishes
-and admissions costs no event of its own. Uses the state ``Simulation`` sets
-up (``env``, ``cost``, ``overheads``, ``num_events``, ``num_steps``, and
+"""Merged steps on the engine (a mixin of :class:`sim.engine.Simulation`):
+runs of identical decode steps (``_decode_run``) and decode spans
+(``sim.scheduler.decode_span``), which time their steps with the cost model's
+resumable clock (``CostModel.decode_clock``) and take SimPy events only where
+the next request reaches the router, so a stretch of steps, finishes and
+admissions costs no event of its own. Uses the state ``Simulation`` sets up
+(``env``, ``cost``, ``overheads``, ``num_events``, ``num_steps``, and
 ``Interrupt``: SimPy's, as only ``sim/engine.py`` imports simpy) and its
 recording (``sim.engine_outputs``); ``rep`` is a ``sim.engine._Replica``."""
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
+
+import numpy as np
+
+from sim.cost_model import PY_RUN_MAX_STEPS
+
+_RUN_CHUNK = 16  # steps of a merged decode run timed first (most runs end sooner)
 
 
 class Spans:
-    """The span runners of the replica loop."""
+    """The merged-step runners of the replica loop."""
+
+    @staticmethod
+    def _run_begins(rep, ends: list[float]) -> None:
+        """A merged run starts: arrivals may cut it (``Simulation._cut_run``)."""
+        rep.merging = True
+        rep.run_ends = ends
+        rep.run_joins = []
+
+    def _interrupted(self, rep, ends: list[float], floor: int = 1):
+        """An arrival cut the run inside a step already timed: the run ends
+        with the step in progress (at least step ``floor``); waits for its end
+        and returns the steps run."""
+        rep.merging = False
+        now = self.env.now
+        j = max(min(bisect_left(ends, now) + 1, len(ends)), floor)
+        if ends[j - 1] > now:
+            yield self.env.timeout(ends[j - 1] - now)
+        return j
+
+    def _run_ends(self, rep, ends: list[float], j: int, start: float) -> None:
+        """A merged run of ``j`` steps ended (its steps counted, one event)."""
+        rep.merging = False
+        self.num_events += 1
+        self.num_steps += j
+        rep.last_step_start = ends[j - 2] if j > 1 else start
+
+    def _decode_run(self, rep, out, ctx: list[int], k: int, start: float):
+        """Up to ``k`` identical decode steps in few events. Step end times are
+        accumulated in the same floating-point order as ``k`` single steps, so
+        results equal the reference mode's. An arrival routed to this replica
+        that may change the schedule cuts the run (``_cut_run``): it ends at the
+        end of the step in progress, as the reference mode would let the
+        scheduler see the arrival there. Steps are timed in chunks: in open loop
+        up to the next send (``_next_send_s``; most runs end there), else the
+        first ``_RUN_CHUNK`` steps; then, if the run goes on, the rest at once
+        (up to the next send). (Runs past finishes and arrivals: :meth:`_span_run`.)"""
+        env = self.env
+        sched = rep.scheduler
+        scheduled = out.scheduled
+        B = len(scheduled)
+        num_waiting = sched.num_waiting  # at the run's start, as a single step records it
+        ov = self.overheads
+        cpu, overlap = ov.cpu_s(B), ov.overlap
+        if len(ctx) == B:
+            # Steps are timed in parts: most runs are cut by an arrival long before
+            # their k-th step, and the steps never reached need no time. Each part
+            # continues the same sequential float adds (contexts are integers): the
+            # ends are those of one whole run.
+            until = self._next_send_s()
+            # up to the next send, within the cost model's Python path; else a first chunk
+            first = PY_RUN_MAX_STEPS if until < math.inf else _RUN_CHUNK
+            ends = self.cost.decode_run_ends(ctx, min(k, first), start, cpu, overlap, until)
+        else:  # static batching: finished sequences computed as padding; all k steps timed here
+            gpu = self.cost.decode_steps_time_s(np.asarray(ctx, dtype=np.int64), k, num_growing=B).tolist()
+            ends = []
+            t = start
+            for dt in ov.apply_run(gpu, len(ctx)):  # sequential float adds, as env.now
+                t += dt
+                ends.append(t)
+        self._run_begins(rep, ends)
+        try:
+            while True:
+                yield env.timeout(ends[-1] - env.now)
+                m = len(ends)
+                if m >= k or not rep.merging:  # all k steps, or cut by an arrival in the last one
+                    break
+                self.num_events += 1
+                # a run that got this far often goes on: time the rest at once (numpy if long)
+                ends += self.cost.decode_run_ends([c + m for c in ctx], k - m, ends[-1], cpu, overlap,
+                                                  self._next_send_s())
+            j = m
+        except self.Interrupt:
+            j = yield from self._interrupted(rep, ends)
+        self._run_ends(rep, ends, j, start)
+        self._run_done(rep, out, ends, j, start, num_waiting)
+
 
     def _span_run(self, rep, span, start: float, joins: bool):
         """A decode span (``Scheduler.plan_decode_span``): decode steps that go on
@@ -32,9 +116,7 @@ class Spans:
         clock.advance(span.k, self._next_send_s())
         if rep.num_recovering:  # back where they were when preempted, by step 1's end
             self._recovered(rep, span.scheduled, ends[0])
-        rep.merging = True
-        rep.run_ends = ends
-        rep.run_joins = []
+        self._run_begins(rep, ends)
         try:
             while True:
                 yield env.timeout(ends[-1] - env.now)
@@ -52,18 +134,9 @@ class Spans:
                     break
                 self.num_events += 1
             j = m
-        except self.Interrupt:  # (rare: steps are timed up to the next send) as _decode_run
-            rep.merging = False
-            now = env.now
-            j = min(bisect_left(ends, now) + 1, len(ends))
-            if span.joins and j < span.joins[-1][0]:  # a join's step was already under way
-                j = span.joins[-1][0]
-            if ends[j - 1] > now:
-                yield env.timeout(ends[j - 1] - now)
-        rep.merging = False
-        self.num_events += 1
-        self.num_steps += j
-        rep.last_step_start = ends[j - 2] if j > 1 else start
+        except self.Interrupt:  # (rare: steps are timed up to the next send; a join's step stays)
+            j = yield from self._interrupted(rep, ends, span.joins[-1][0] if span.joins else 1)
+        self._run_ends(rep, ends, j, start)
         self._span_done(rep, span, ends, j, start)
 
     def _queued_span_run(self, rep, span, start: float):
@@ -84,9 +157,7 @@ class Spans:
             self._recovered(rep, span.scheduled, ends[0])
         # Tokens are recorded as they come (a member may be preempted and resume inside the span).
         self._tokens_emitted(span.scheduled, start, ends[0], ends[0], ends[0])
-        rep.merging = True
-        rep.run_ends = ends
-        rep.run_joins = []
+        self._run_begins(rep, ends)
         until = self._next_send_s()
         try:
             while True:
@@ -126,10 +197,7 @@ class Spans:
             j = len(ends)
         except self.Interrupt:  # not expected: steps are never timed past the next send
             raise RuntimeError("queued decode span interrupted") from None
-        rep.merging = False
-        self.num_events += 1
-        self.num_steps += j
-        rep.last_step_start = ends[j - 2] if j > 1 else start
+        self._run_ends(rep, ends, j, start)
         self._span_done(rep, span, ends, j, start)
 
     def _join_span(self, rep, span, clock, m: int) -> bool:

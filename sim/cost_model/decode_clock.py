@@ -174,25 +174,15 @@ class DecodeClock:
         if j:
             self._enter(j)
         a = self.attn
-        t, tq = self.tile, a.ca.tile_q
+        t = self.tile
         S = self.S
-        b, sum_len, tiles = S, self.X + S * (j + 1), self.tiles
-        npre = sn = sc = snc = snn = qtiles = T = 0
-        for n, c in chunks:
-            T += n
-            if n == 1:
-                b += 1
-                sum_len += c + 1
-                tiles += (c + t) // t
-            else:
-                npre += 1
-                sn += n
-                sc += c
-                snc += n * c
-                snn += n * n
-                qtiles += -(-n // tq)
-        attn = a._mixed_s(b, sum_len, tiles, npre, sn, sc, snc, snn, qtiles)
-        qkv, o, ffn, norms, lm, ar, ov = self.linear_ops(float(S + T), float(S + len(chunks)))
+        new = [n for n, _ in chunks]
+        sums = a.batch_sums(new, [c for _, c in chunks])
+        sums[0] += S  # the decoding sequences: S more decodes, their KV reads and tiles
+        sums[1] += self.X + S * (j + 1)
+        sums[2] += self.tiles
+        attn = a._mixed_s(*sums)
+        qkv, o, ffn, norms, lm, ar, ov = self.linear_ops(float(S + sum(new)), float(S + len(chunks)))
         gpu = qkv + attn + o + ffn + norms + lm + ar + ov  # CostModel.step_time_s's order
         if self.overlap:
             self.end += gpu if gpu >= cpu else cpu

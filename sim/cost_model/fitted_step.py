@@ -207,7 +207,14 @@ class FittedAttention:
         t = self.tile
         if T == Q2 and T == S:
             return self._decode_only_s(S, C, sum([(x + t) // t for x in cl]))
-        tq = self.ca.tile_q
+        return self._mixed_s(*self.batch_sums(nl, cl))
+
+    def batch_sums(self, nl, cl) -> list[int]:
+        """The integer arguments of :meth:`_mixed_s` — ``[b, sum_len, tiled,
+        npre, sn, sc, snc, snn, qtiles]`` — for sequences with ``nl`` new and
+        ``cl`` cached tokens: one new token reads as a decode (the generation
+        kernel), more as a prefill chunk (the context kernel)."""
+        t, tq = self.tile, self.ca.tile_q
         npre = sn = sc = snc = snn = qtiles = b = sum_len = tiled = 0
         for a, x in zip(nl, cl):
             if a == 1:
@@ -221,7 +228,7 @@ class FittedAttention:
                 snc += a * x
                 snn += a * a
                 qtiles += -(-a // tq)
-        return self._mixed_s(b, sum_len, tiled, npre, sn, sc, snc, snn, qtiles)
+        return [b, sum_len, tiled, npre, sn, sc, snc, snn, qtiles]
 
     def _decode_only_s(self, S: int, C: int, tiles: int) -> float:
         """A decode-only step: S sequences, C cached tokens, ``tiles`` KV tiles read."""

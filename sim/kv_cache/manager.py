@@ -20,6 +20,7 @@ from __future__ import annotations
 from sim.errors import ConfigError
 from sim.kv_cache.block_pool import BlockPool
 from sim.kv_cache.hashing import ensure_block_hashes
+from sim.kv_cache.prefix_stats import PrefixCacheStats
 from sim.request import RequestStatus
 
 _WAITING_STATES = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
@@ -42,7 +43,7 @@ class _ReqState:
         self.num_cached = 0
 
 
-class KVCacheManager:
+class KVCacheManager(PrefixCacheStats):
     """Paged KV cache over a :class:`BlockPool`.
 
     ``grows_by_block``: a table grows by the blocks its next tokens need (so a
@@ -86,13 +87,7 @@ class KVCacheManager:
         #: allocate_slots within the held capacity does nothing (no hashing)
         self.decode_skips_allocation = not self.enable_prefix_caching
         self._states: dict[int, _ReqState] = {}
-        # vLLM PrefixCacheStats: first admissions vs resumed (preempted) ones.
-        self.prefix_cache_requests = 0
-        self.prefix_cache_queries = 0
-        self.prefix_cache_hits = 0
-        self.preempted_prefix_cache_requests = 0
-        self.preempted_prefix_cache_queries = 0
-        self.preempted_prefix_cache_hits = 0
+        self._reset_prefix_stats()
 
     # ---- prefix cache ---------------------------------------------------------
     def get_computed_blocks(self, request, record_stats: bool = False) -> tuple[list[int], int]:
@@ -131,31 +126,6 @@ class KVCacheManager:
         if record_stats:
             self.record_prefix_cache_stats(request, num_hit)
         return hits, num_hit
-
-    def record_prefix_cache_stats(self, request, num_hits: int) -> None:
-        """Count one admission's lookup (vLLM ``record_prefix_cache_stats``)."""
-        self.record_prefix_lookup(request.num_tokens, num_hits, preempted=request.num_preemptions > 0)
-
-    def record_prefix_lookup(self, num_tokens: int, num_hits: int, preempted: bool = False) -> None:
-        """Count a lookup of ``num_tokens`` tokens with ``num_hits`` hit tokens;
-        ``preempted`` lookups go to the ``preempted_*`` counters (vLLM
-        ``PrefixCacheStats.record``). No-op when caching is off."""
-        if not self.enable_prefix_caching:
-            return
-        if preempted:
-            self.preempted_prefix_cache_requests += 1
-            self.preempted_prefix_cache_queries += num_tokens
-            self.preempted_prefix_cache_hits += num_hits
-        else:
-            self.prefix_cache_requests += 1
-            self.prefix_cache_queries += num_tokens
-            self.prefix_cache_hits += num_hits
-
-    @property
-    def prefix_cache_hit_rate(self) -> float:
-        """hits / queries over first admissions, whole run (vLLM's logged rate
-        uses the last 1000 requests); 0.0 before any query."""
-        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
 
     def reset_prefix_cache(self) -> bool:
         """Drop all cached hashes; False (and nothing done) if any block is held."""
