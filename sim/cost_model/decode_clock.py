@@ -55,16 +55,19 @@ class DecodeClock:
         self.leave = leave  # step (1-based) after which they leave → their virtual contexts
         self.ends: list[float] = []
         self.end = start
+        self._terms: dict[int, tuple] = {}
         self._batch()
 
     def _batch(self) -> None:
-        """Per-batch-size terms (recomputed when sequences leave or join)."""
-        a = self.attn
-        b = float(self.S)
-        self.ops = self.linear_ops(b, b)
-        self.cpu = self.cpu_of(self.S)
-        self.bqb, self.bseq = a.bq * b, b * a.seq_head
-        self.ctas = -(-(b * a.kvh) // a.sms) if a.cta else 0.0
+        """Per-batch-size terms (when sequences leave or join; kept per size)."""
+        S = self.S
+        terms = self._terms.get(S)
+        if terms is None:
+            a = self.attn
+            b = float(S)
+            terms = self._terms[S] = (self.linear_ops(b, b), self.cpu_of(S), a.bq * b, b * a.seq_head,
+                                      -(-(b * a.kvh) // a.sms) if a.cta else 0.0)
+        self.ops, self.cpu, self.bqb, self.bseq, self.ctas = terms
         self.tiles_then = -1  # the memory term depends on the tiles only: cached until they change
 
     def _enter(self, j: int) -> None:
@@ -176,8 +179,8 @@ class DecodeClock:
         a = self.attn
         t = self.tile
         S = self.S
-        new = [n for n, _ in chunks]
-        sums = a.batch_sums(new, [c for _, c in chunks])
+        new, cached = zip(*chunks)
+        sums = a.batch_sums(new, cached)
         sums[0] += S  # the decoding sequences: S more decodes, their KV reads and tiles
         sums[1] += self.X + S * (j + 1)
         sums[2] += self.tiles
