@@ -188,7 +188,7 @@ class Outputs:
         mean_u = np.where(first_u == last_u, first_u,  # constant in the part: exactly it
                           np.add.reduceat(usage * dts, lo) / span_t)
         if span.queued:  # requests wait (the queue only shrinks by admissions: join steps)
-            waits = np.array(span.waits(j), dtype=np.float64)
+            waits = np.array(span.waits[:j], dtype=np.float64)
             first_w, last_w = waits[lo], waits[steps - 1]
             mean_w = np.where(first_w == last_w, first_w, np.add.reduceat(waits * dts, lo) / span_t)
         else:

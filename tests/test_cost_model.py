@@ -233,7 +233,7 @@ def test_decode_clock_with_finishes_and_joins_equals_single_steps(cpu, overlap):
     ctx = [5, 130, 511, 512, 1000, 2047]
     lasts = [2, 9, 12, 12, 3, 12]
     clock = cm.decode_clock(ctx, lasts, 1.5, lambda s: cpu + 1e-6 * s, overlap)
-    assert clock.can_join
+    assert cm.decode_clock_joins
     clock.advance(3)
     assert clock.batch_at_next() == 4
     clock.mixed([(700, 0), (33, 0)], [(700, 10), (33, 4)], cpu * 2)

@@ -34,8 +34,6 @@ class DecodeClock:
     step end times (s) timed so far.
     """
 
-    can_join = True
-
     def __init__(self, attn, linear_ops, contexts: list[int], lasts: list[int] | None, start: float,
                  cpu_of, overlap: bool) -> None:
         t = attn.tile

@@ -311,7 +311,7 @@ class CostModel:
         :meth:`decode_run_ends` with ``lasts``: ``advance(k, until)`` times up to
         k more steps. For the ``fitted_v1`` form a
         :class:`~sim.cost_model.decode_clock.DecodeClock`, which also times a
-        mixed step that prefills joining sequences (``can_join``); otherwise a
+        mixed step that prefills joining sequences (:attr:`decode_clock_joins`); otherwise a
         clock of decode steps only. ``cpu_s``: host time (s) per step, or a
         function of the number of sequences."""
         cpu_of = cpu_s if callable(cpu_s) else (lambda _s: cpu_s)
@@ -361,8 +361,6 @@ class _RunClock:
     """:meth:`CostModel.decode_clock` for cost forms without a step-by-step
     decode timer: each ``advance`` times its steps with
     :meth:`CostModel.decode_run_ends` from the contexts grown so far."""
-
-    can_join = False
 
     def __init__(self, cost: CostModel, contexts: list[int], lasts: list[int] | None, start: float, cpu_of,
                  overlap: bool) -> None:

@@ -142,10 +142,6 @@ class DecodeSpan:
         free = self.free0 + np.cumsum(delta[1:])
         return self.sched.kv.usage_at(free)
 
-    def waits(self, j: int) -> list[int]:
-        """Requests waiting at each of the first ``j`` steps (after its schedule)."""
-        return [0] * j
-
     def _advance(self, j: int, gone: set[int]):
         """Bring every member (but the ``gone`` ids, settled when preempted)
         to its state after the span's first ``j`` steps. Returns the requests

@@ -88,7 +88,7 @@ class QueuedSpan(DecodeSpan):
         self.free = self.free0
         B = len(res)
         self.frees = [self.free0]  # per step (index 0 = step 1): free blocks after its allocations,
-        self.waits_list = [len(sched.waiting)]  # queue after its schedule, running requests,
+        self.waits = [len(sched.waiting)]  # queue after its schedule, running requests,
         self.step_b, self.step_dec, self.step_pre, self.step_npre = [B], [B], [0], [0]  # decode and
         self.step_pool = [B]  # prefill tokens, preemptions, tokens pooled in the step's ITL gap
 
@@ -166,8 +166,9 @@ class QueuedSpan(DecodeSpan):
         admitted: list[Request] = []
         n_last = 0
         if need + pblocks > free:
-            live = self.by_res[r0] = [i for i in self.by_res.get(r0, ()) if not dead[i]]  # (pruned)
-            needers = [(i, 1) for i in sorted(live)]
+            # members join in id order, so the list is in running-list order (pruned here)
+            live = self.by_res[r0] = [i for i in self.by_res.get(r0, ()) if not dead[i]]
+            needers = [(i, 1) for i in live]
             if pn:
                 needers.append((part[0], pblocks))
             victims = self._victims(needers, free, j)
@@ -235,7 +236,7 @@ class QueuedSpan(DecodeSpan):
                 self.partial = [i, n]
         self.free = free
         self.frees.append(free)
-        self.waits_list.append(len(sched.waiting))
+        self.waits.append(len(sched.waiting))
         self.step_b.append(num_decoding + (part is not None) + len(admitted))
         self.step_dec.append(num_decoding + one_decode)
         self.step_pool.append(num_decoding)
@@ -302,9 +303,6 @@ class QueuedSpan(DecodeSpan):
     # ------------------------------------------------------------------ results
     def usages(self, j: int) -> np.ndarray:
         return self.sched.kv.usage_at(np.array(self.frees[:j], dtype=np.float64))
-
-    def waits(self, j: int) -> list[int]:
-        return self.waits_list[:j]
 
     def apply(self, j: int) -> SpanParts:
         """Advance every member by the span's first ``j`` steps (one still
