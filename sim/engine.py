@@ -130,13 +130,16 @@ class Simulation(Traffic, Outputs, Spans):
         self.num_steps = 0
         self.num_done = 0
         self.num_warmup = min(cfg.workload.num_warmup_requests or 0, len(specs))
+        self.max_concurrency = cfg.workload.max_concurrency
         self.progress = progress
         self.progress_every = progress_every
         self._next_index = 0
         self._ready_clients: deque[int] = deque()  # closed-loop clients sending at once (Traffic)
         self._draining = False
         self._num_sent = 0  # requests handed to the router so far
-        self.max_concurrency = cfg.workload.max_concurrency
+        self._num_arrived = 0  # open-loop requests sent by their clients so far (>= _num_sent)
+        # One replica in open loop: its decode spans may send requests themselves.
+        self._inline = len(self.replicas) == 1 and self.max_concurrency is None
         self._spec_columns()
         # Reserved-but-unused KV is the contiguous baseline's metric; O(batch) a step.
         self.track_unused = cfg.kv_allocation == "contiguous"

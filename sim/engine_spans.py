@@ -112,6 +112,7 @@ class Spans:
         ov = self.overheads
         clock = self.cost.decode_clock(span.contexts, span.lasts, start, ov.cpu_s, ov.overlap)
         joins = joins and rep.scheduler.spans_admit()
+        inline = joins and self._inline
         ends = clock.ends
         clock.advance(span.k, self._next_send_s())
         if rep.num_recovering:  # back where they were when preempted, by step 1's end
@@ -119,6 +120,20 @@ class Spans:
         self._run_begins(rep, ends)
         try:
             while True:
+                m = len(ends)
+                if (inline and m < span.k and self._num_arrived == self._num_sent
+                        and self._next_send_s() <= ends[-1]):
+                    # The sends landing in step m, taken without events: this replica is
+                    # the only process acting before that step's end (the arrivals
+                    # process's pending wake finds its request taken).
+                    self._send_inline(rep, ends[-1])
+                    if self._join_span(rep, span, clock, m):
+                        until = self._next_send_s()
+                        if clock.end < until and m + 1 < span.k:
+                            clock.advance(span.k - m - 1, until)
+                        continue
+                    yield env.timeout(ends[-1] - env.now)  # they wait: the span ends with step m
+                    break
                 yield env.timeout(ends[-1] - env.now)
                 m = len(ends)
                 if m >= span.k:

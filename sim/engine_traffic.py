@@ -91,14 +91,42 @@ class Traffic:
         return self._cols[0][i] + self.frontend_s
 
     def _arrivals(self):
+        """Open-loop sends at their ``arrival_time_s``. A decode span on the only
+        replica may take sends itself (``_send_inline``): a wake finding its
+        request taken waits for the next one not taken."""
         env = self.env
         times = self._cols[0]
-        for i in range(len(self.specs)):
+        n = len(self.specs)
+        while self._num_arrived < n:
+            i = self._num_arrived
             t = times[i]
             if t > env.now:
                 yield env.timeout(t - env.now)
                 self.num_events += 1
+                if self._num_arrived != i:
+                    continue
+            self._num_arrived = i + 1
             self._ingress(self._make_request(i, env.now))
+
+    def _send_inline(self, rep, end: float) -> None:
+        """Send, without events, the open-loop requests that reach the router at
+        or before ``end`` (s): a decode span on the only replica, timed up to
+        there, takes them as ``_arrivals`` and ``_send`` would (no other process
+        acts before then; see ``Spans._span_run``). Each is queued or rejected."""
+        times = self._cols[0]
+        n = len(self.specs)
+        fs = self.frontend_s
+        sched = rep.scheduler
+        while self._num_sent < n and times[self._num_sent] + fs <= end:
+            i = self._num_sent
+            self._num_sent = self._num_arrived = i + 1
+            req = self._make_request(i, times[i])
+            req.replica = rep.index
+            rep.outstanding += 1
+            if not sched.add_request(req):
+                rep.outstanding -= 1
+                self._record(req)
+                self._on_done(req)
 
     def _client_next(self, client_id: int) -> None:
         if self._next_index < len(self.specs):

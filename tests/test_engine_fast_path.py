@@ -268,6 +268,12 @@ JOIN_SCENARIOS = {
                                "eager_step_overhead_s": 4e-4, "frontend_latency_s": 1e-3,
                                "workload.input_len": {"dist": "uniform", "low": 2, "high": 900},
                                "workload.output_len": {"dist": "uniform", "low": 1, "high": 150}},
+    # One replica: spans send the arrivals themselves (no events), a few rejected on
+    # the spot (prompt + max_tokens > max_model_len), the frontend's latency before each.
+    "inline_rejects_frontend": {"workload.request_rate": 8.0, "workload.num_requests": 200, "seed": 4,
+                                "max_model_len": 1024, "frontend_latency_s": 0.03,
+                                "workload.input_len": {"dist": "uniform", "low": 1, "high": 1000},
+                                "workload.output_len": {"dist": "uniform", "low": 1, "high": 200}},
 }
 
 
@@ -326,13 +332,27 @@ def test_arrivals_join_spans_as_the_reference_schedules_them(scenario, monkeypat
 
 
 def test_sparse_arrivals_take_few_engine_events():
-    """At 6 req/s nearly every arrival joins the span in progress: the replica
-    wakes about twice per arrival (its step, the mixed step) whatever the
-    number of decode steps in between."""
+    """At 6 req/s nearly every arrival joins the span in progress, which sends
+    it itself (one replica, open loop): events only where a span ends (an idle
+    replica, a prompt chunked), whatever the number of arrivals and steps."""
     _, fast, _ = simulate(_fitted_cfg(exact_steps=False, **JOIN_SCENARIOS["sparse"]))
     n = 120
     assert fast.num_steps > 10 * n
-    assert fast.num_events < 4 * n  # n arrival events + about 2 n replica wake-ups
+    assert fast.num_events < n // 2
+
+
+def test_inline_sends_reject_and_count_as_the_reference():
+    """Requests a span sends itself that can never run are rejected on the spot
+    with their reason and counted, as the arrivals process would."""
+    _, ref, _ = simulate(_fitted_cfg(exact_steps=True, **JOIN_SCENARIOS["inline_rejects_frontend"]))
+    _, fast, _ = simulate(_fitted_cfg(exact_steps=False, **JOIN_SCENARIOS["inline_rejects_frontend"]))
+    from sim.metrics import STATUS_REJECTED
+
+    rej = fast.requests["status"] == STATUS_REJECTED
+    assert 10 <= rej.sum() < 200
+    assert np.array_equal(rej, ref.requests["status"] == STATUS_REJECTED)
+    assert fast.rejected_reasons == ref.rejected_reasons
+    assert fast.num_events < 100  # events where spans end, not one or two per arrival (200)
 
 
 def test_overloaded_queue_steps_are_gated_inside_spans(monkeypatch):
