@@ -229,7 +229,10 @@ class Spans:
         step_start = clock.ends[m - 1]
         for req in reqs:
             req.first_scheduled_time = step_start
-        prompts = [r.num_prompt_tokens for r in reqs]
-        clock.mixed([(p, 0) for p in prompts], list(zip(prompts, lasts)),
-                    self.overheads.cpu_s(num_decoding + len(reqs), True))
+        cpu = self.overheads.cpu_s(num_decoding + len(reqs), True)
+        if len(reqs) == 1:
+            clock.join(reqs[0].num_prompt_tokens, lasts[0], cpu)
+        else:
+            prompts = [r.num_prompt_tokens for r in reqs]
+            clock.mixed([(p, 0) for p in prompts], list(zip(prompts, lasts)), cpu)
         return True

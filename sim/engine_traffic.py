@@ -34,16 +34,22 @@ class Traffic:
                                                  ("q", np.int64, s.max_tokens),
                                                  ("q", np.int64, s.output_len),
                                                  ("q", np.int64, s.priority)))
+        # When each open-loop request reaches the router (s), then inf: ``_next_send_s``.
+        n = len(s)
+        if self.max_concurrency is None:
+            at = np.append(np.asarray(s.arrival_time_s, dtype=np.float64) + self.frontend_s, math.inf)
+        else:  # closed loop: sends follow completions
+            at = np.full(n + 1, math.inf)
+        self._send_at = array("d", at.tobytes())
+        self._num_specs = n
 
     def _make_request(self, i: int, now: float, client_id: int = -1) -> Request:
         s = self.specs
         _, prompt, max_tokens, output_len, priority = self._cols
         keys = s.prefix_keys[i] if s.prefix_keys is not None else None
-        return Request(
-            i, now, prompt[i], max_tokens[i], output_len[i],
-            priority=priority[i], prefix_keys=keys, prefix_chunk_tokens=s.prefix_chunk_tokens,
-            client_id=client_id, is_warmup=i < self.num_warmup,
-        )
+        # (positional: a keyword call costs more, once per request)
+        return Request(i, now, prompt[i], max_tokens[i], output_len[i], priority[i], keys,
+                       s.prefix_chunk_tokens, client_id, i < self.num_warmup)
 
     def _route(self, req: Request):
         """The replica for ``req`` by ``router`` (``sim.engine._Replica``)."""
@@ -85,10 +91,7 @@ class Traffic:
         loop or when every request was sent). Merged decode runs are timed up
         to it, so the arrival that cuts one usually finds its last step timed;
         it only bounds work done ahead and never changes a result."""
-        i = self._num_sent
-        if self.max_concurrency is not None or i >= len(self.specs):
-            return math.inf
-        return self._cols[0][i] + self.frontend_s
+        return self._send_at[self._num_sent]
 
     def _arrivals(self):
         """Open-loop sends at their ``arrival_time_s``. A decode span on the only
@@ -113,11 +116,9 @@ class Traffic:
         or before ``end`` (s): a decode span on the only replica, timed up to
         there, takes them as ``_arrivals`` and ``_send`` would (no other process
         acts before then; see ``Spans._span_run``). Each is queued or rejected."""
-        times = self._cols[0]
-        n = len(self.specs)
-        fs = self.frontend_s
+        times, send_at = self._cols[0], self._send_at
         sched = rep.scheduler
-        while self._num_sent < n and times[self._num_sent] + fs <= end:
+        while send_at[self._num_sent] <= end:
             i = self._num_sent
             self._num_sent = self._num_arrived = i + 1
             req = self._make_request(i, times[i])

@@ -27,17 +27,17 @@ class DecodeClock:
     ``contexts``: tokens in each sequence's KV cache before step 1 (its
     ``num_computed_tokens`` before the step); ``lasts``: optional, the last
     step (1-based) in which each takes part; ``start``: the run's start (s);
-    ``linear_ops(T, ns)``: the step's other operators (qkv, o, ffn, norms,
-    lm_head, all_reduce, overhead; s) for T tokens and ns sampled rows;
+    ``linear_s(T, ns)``: the step's time outside attention (s) for T tokens
+    and ns sampled rows (``CostModel._linear_s``; a step lasts attention + it);
     ``cpu_of(S)``: host time (s) of a decode step over S sequences, added to
     the GPU time, or its ``max`` with it when ``overlap``. ``ends`` holds the
     step end times (s) timed so far.
     """
 
-    def __init__(self, attn, linear_ops, contexts: list[int], lasts: list[int] | None, start: float,
+    def __init__(self, attn, linear_s, contexts: list[int], lasts: list[int] | None, start: float,
                  cpu_of, overlap: bool) -> None:
         t = attn.tile
-        self.attn, self.linear_ops, self.cpu_of, self.overlap, self.tile = attn, linear_ops, cpu_of, overlap, t
+        self.attn, self.linear_s, self.cpu_of, self.overlap, self.tile = attn, linear_s, cpu_of, overlap, t
         self.S = len(contexts)
         self.X = sum(contexts)
         self.tiles = sum([(x + t) // t for x in contexts])
@@ -63,9 +63,9 @@ class DecodeClock:
         if terms is None:
             a = self.attn
             b = float(S)
-            terms = self._terms[S] = (self.linear_ops(b, b), self.cpu_of(S), a.bq * b, b * a.seq_head,
+            terms = self._terms[S] = (self.linear_s(b, b), self.cpu_of(S), a.bq * b, b * a.seq_head,
                                       -(-(b * a.kvh) // a.sms) if a.cta else 0.0)
-        self.ops, self.cpu, self.bqb, self.bseq, self.ctas = terms
+        self.lin, self.cpu, self.bqb, self.bseq, self.ctas = terms
         self.tiles_then = -1  # the memory term depends on the tiles only: cached until they change
 
     def _enter(self, j: int) -> None:
@@ -115,7 +115,7 @@ class DecodeClock:
         S, X, tiles = self.S, self.X, self.tiles
         get = self.crossings.get
         leave = self.leave
-        qkv, o, ffn, norms, lm, ar, ov = self.ops
+        lin = self.lin
         cpu, overlap = self.cpu, self.overlap
         c1, c2, cexp, m1, m2, mexp = a.c1, a.c2, a.ca_exp, a.m1, a.m2, a.me_exp
         bqb, bk, bseq, cta, ctas = self.bqb, a.bk, self.bseq, a.cta, self.ctas
@@ -133,7 +133,7 @@ class DecodeClock:
                     self.S, self.X, self.tiles = S, X, tiles
                     self._enter(j)
                     S, X, tiles = self.S, self.X, self.tiles
-                    qkv, o, ffn, norms, lm, ar, ov = self.ops
+                    lin = self.lin
                     cpu, bqb, bseq, ctas, tiles_then = self.cpu, self.bqb, self.bseq, self.ctas, -1
                 else:
                     tiles += get(-j % t, 0)
@@ -152,7 +152,7 @@ class DecodeClock:
             g = (tc * tc + tb2 + tp2) ** 0.5 if cta else (tc * tc + tb2) ** 0.5
             if naive:
                 g += a._naive_extra(sum_len)
-            dt = qkv + (launch + g) * layers + o + ffn + norms + lm + ar + ov
+            dt = (launch + g) * layers + lin
             if overlap:
                 end += dt if dt > cpu else cpu
             else:
@@ -162,6 +162,37 @@ class DecodeClock:
                 break
         self.S, self.X, self.tiles, self.end = S, X, tiles, end
         self.tiles_then, self._tb2, self._tp2 = tiles_then, tb2, tp2
+
+    def join(self, p: int, last: int, cpu: float) -> None:
+        """:meth:`mixed` with one chunk, a whole ``p``-token prompt (nothing
+        cached), whose sequence then decodes up to its ``last`` step: a span's
+        usual join, with the same float operations (``FittedAttention._mixed_s``)."""
+        a = self.attn
+        if p < 2 or a.naive or not self.batch_at_next():
+            self.mixed([(p, 0)], [(p, last)], cpu)
+            return
+        j = len(self.ends)
+        if j:
+            self._enter(j)
+        S = self.S
+        g = a._gen(float(S), float(self.X + S * (j + 1)), float(self.tiles * self.tile))
+        gpu = (a.mixed_launch + (g + a.prompt_context(p))) * a.layers + self.linear_s(float(S + p), float(S + 1))
+        if self.overlap:
+            self.end += gpu if gpu >= cpu else cpu
+        else:
+            self.end += gpu + cpu
+        self.ends.append(self.end)
+        if last > j + 1:  # decodes from the next step on (see mixed)
+            t = self.tile
+            x = p - j - 1
+            self.X += x
+            self.tiles += (p - 1 + t) // t
+            r = x % t
+            self.crossings[r] = self.crossings.get(r, 0) + 1
+            self.leave.setdefault(last, []).append(x)
+            self.S = S + 1
+            self._batch()
+        self.tiles_then = -1
 
     def mixed(self, chunks: list[tuple[int, int]], joins: list[tuple[int, int]], cpu: float) -> None:
         """Time the next step as a mixed one: every decoding sequence plus the
@@ -182,9 +213,7 @@ class DecodeClock:
         sums[0] += S  # the decoding sequences: S more decodes, their KV reads and tiles
         sums[1] += self.X + S * (j + 1)
         sums[2] += self.tiles
-        attn = a._mixed_s(*sums)
-        qkv, o, ffn, norms, lm, ar, ov = self.linear_ops(float(S + sum(new)), float(S + len(chunks)))
-        gpu = qkv + attn + o + ffn + norms + lm + ar + ov  # CostModel.step_time_s's order
+        gpu = a._mixed_s(*sums) + self.linear_s(float(S + sum(new)), float(S + len(chunks)))
         if self.overlap:
             self.end += gpu if gpu >= cpu else cpu
         else:

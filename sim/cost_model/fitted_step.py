@@ -129,6 +129,8 @@ class FittedAttention:
         self.n1, self.n2, self.nexp = _power_terms(self.bw * ca.memory_efficiency_max,
                                                    ca.memory_half_bytes, ca.memory_exponent)
         self.ctx_seq_head = self.kvh * ca.seq_head_s
+        self.mixed_launch = max(self.ga.launch_s, ca.launch_s)  # a step with decodes and prefill chunks
+        self._prompt_memo: dict[int, float] = {}
 
     def _gen_setup(self) -> None:
         """Constants of the generation core as functions of L = sum of KV
@@ -251,16 +253,28 @@ class FittedAttention:
                 total += self._naive_extra(float(sum_len))
         if not npre:  # no prefill chunk (the other sequences have no new token): no context core
             return (launch + total) * self.layers
+        total += self._context(npre, sn, sc, snc, snn, qtiles)
+        if self.naive:
+            total += self._naive_extra(float(snc + snn))
+        return (max(launch, self.ca.launch_s) + total) * self.layers
+
+    def _context(self, npre: int, sn: int, sc: int, snc: int, snn: int, qtiles: int) -> float:
+        """Context core (s, one layer) of ``npre`` prefill chunks (see :meth:`_mixed_s`)."""
         scores = snc + (snn + sn) / 2.0
         ctas = self.h * qtiles
         util = ctas / (-(-ctas // self.sms) * self.sms)
         tc = (self.k1 * scores + self.k2 * scores ** self.kexp) / util
         nbytes = self.bq * sn + self.bk * (sc + sn)
         tb = self.n1 * nbytes + self.n2 * nbytes ** self.nexp + npre * self.ctx_seq_head
-        total += (tc * tc + tb * tb) ** 0.5
-        if self.naive:
-            total += self._naive_extra(float(snc + snn))
-        return (max(launch, self.ca.launch_s) + total) * self.layers
+        return (tc * tc + tb * tb) ** 0.5
+
+    def prompt_context(self, p: int) -> float:
+        """:meth:`_context` of one whole ``p``-token prompt (p > 1, nothing
+        cached), memoised: the usual mixed step of a decode span."""
+        v = self._prompt_memo.get(p)
+        if v is None:
+            v = self._prompt_memo[p] = self._context(1, p, 0, 0, p * p, -(-p // self.ca.tile_q))
+        return v
 
     def decode_run_s(self, c: np.ndarray, k: int, g: int) -> np.ndarray:
         """Times (s, shape (k,)) of k decode steps: the first ``g`` sequences'

@@ -85,7 +85,7 @@ class CostModel:
         bw = hw.hbm_bandwidth_bytes_per_s
         eff = hw.efficiency
         self.fitted = isinstance(eff, FittedEfficiency)
-        self._memo: dict[tuple[float, float], tuple[float, ...]] = {}
+        self._memo: dict[tuple[float, float], float] = {}  # _linear_s by (T, ns)
         self._memo_t: dict[float, tuple[float, ...]] = {}  # the T-dependent ops (mixed steps vary ns)
         ce, me, launch = eff.operator_efficiency("gemm")
         self.heads_r = model.num_attention_heads // tp
@@ -171,24 +171,33 @@ class CostModel:
         return maximum(f * self._attn_f, by * self._attn_b) + self._attn_c
 
     def _linear_ops(self, T: float, ns: float) -> tuple[float, ...]:
-        """(qkv, o, ffn, norms, lm_head, all_reduce, overhead) for T tokens."""
-        if self.fitted:  # nonlinear in T: memoised (T, ns) repeat across steps
-            key = (T, ns)
-            ops = self._memo.get(key)
-            if ops is None:
-                if len(self._memo) > 1 << 16:
-                    self._memo.clear()
+        """(qkv, o, ffn, norms, lm_head, all_reduce, overhead) for T tokens and
+        ns sampled rows (s)."""
+        if self.fitted:  # nonlinear in T: the T-dependent ops memoised (mixed steps vary ns)
+            by_t = self._memo_t.get(T)
+            if by_t is None:
+                if len(self._memo_t) > 1 << 16:
                     self._memo_t.clear()
-                by_t = self._memo_t.get(T)
-                if by_t is None:
-                    by_t = self._memo_t[T] = (self._qkv(T), self._o(T), self._ffn(T),
-                                              self._elem_per_tok * T + self._elem_const, self._ar_fitted(T))
-                qkv, o, ffn, norms, ar = by_t
-                ops = self._memo[key] = (qkv, o, ffn, norms, self._lm(ns), ar, self._overhead)
-            return ops
+                by_t = self._memo_t[T] = (self._qkv(T), self._o(T), self._ffn(T),
+                                          self._elem_per_tok * T + self._elem_const, self._ar_fitted(T))
+            qkv, o, ffn, norms, ar = by_t
+            return (qkv, o, ffn, norms, self._lm(ns), ar, self._overhead)
         ar = self._ar_count * (self._ar_per_tok * T + self._ar_lat)
         return (self._qkv(T), self._o(T), self._ffn(T), self._elem_per_tok * T + self._elem_const,
                 self._lm(ns), ar, self._overhead)
+
+    def _linear_s(self, T: float, ns: float) -> float:
+        """A step's time outside attention (s): :meth:`_linear_ops` summed in
+        its order. Every step lasts ``attention + _linear_s`` — single steps,
+        merged runs and decode clocks add the same floats in the same order."""
+        key = (T, ns)
+        total = self._memo.get(key)
+        if total is None:
+            if len(self._memo) > 1 << 16:
+                self._memo.clear()
+            qkv, o, ffn, norms, lm, ar, ov = self._linear_ops(T, ns)
+            total = self._memo[key] = qkv + o + ffn + norms + lm + ar + ov
+        return total
 
     @staticmethod
     def _sums(n: np.ndarray, c: np.ndarray) -> tuple[int, int, int, int]:
@@ -214,20 +223,17 @@ class CostModel:
                 return 0.0
             C, Q2 = sum(cl), sum([a * a for a in nl])
             ns = len(nl) if num_sampled is None else num_sampled
-            qkv, o, ffn, norms, lm, ar, ov = self._linear_ops(float(T), float(ns))
-            attn = self._attn_fitted.step_s_lists(nl, cl, T, C, Q2)
-            return qkv + attn + o + ffn + norms + lm + ar + ov
+            return self._attn_fitted.step_s_lists(nl, cl, T, C, Q2) + self._linear_s(float(T), float(ns))
         n = np.asarray(num_new_tokens)
         T, C, X, Q2 = self._sums(n, np.asarray(num_context_tokens))
         if T == 0:
             return 0.0
         ns = n.shape[0] if num_sampled is None else num_sampled
-        qkv, o, ffn, norms, lm, ar, ov = self._linear_ops(float(T), float(ns))
         if self.fitted:
             attn = self._attn_fitted.step_s(n, np.asarray(num_context_tokens), T, C, Q2)
         else:
             attn = self._attention(float(T), float(C), float(X), float(Q2), max)
-        return qkv + attn + o + ffn + norms + lm + ar + ov
+        return attn + self._linear_s(float(T), float(ns))
 
     def step_time(self, num_new_tokens, num_context_tokens, num_sampled: int | None = None) -> StepTime:
         """As :meth:`step_time_s`, with the per-operator breakdown (s)."""
@@ -246,7 +252,7 @@ class CostModel:
             attn = self._attn_fitted.step_s(n, c, T, C, Q2)
         else:
             attn = self._attention(float(T), float(C), float(X), float(Q2), max)
-        total = qkv + attn + o + ffn + norms + lm + ar + ov
+        total = attn + self._linear_s(float(T), float(ns))
         return StepTime(total, dict(zip(self.op_names, (qkv, attn, o, ffn, norms, lm, ar, ov))))
 
     def decode_steps_time_s(self, num_context_tokens, k: int, num_growing: int | None = None) -> np.ndarray:
@@ -265,14 +271,12 @@ class CostModel:
         if S == 0 or k == 0:
             return np.zeros(k)
         g = S if num_growing is None else num_growing
-        qkv, o, ffn, norms, lm, ar, ov = self._linear_ops(float(S), float(S))
+        lin = self._linear_s(float(S), float(S))
         if self.fitted:
-            attn = self._attn_fitted.decode_run_s(c, k, g)
-            return qkv + attn + o + ffn + norms + lm + ar + ov
+            return self._attn_fitted.decode_run_s(c, k, g) + lin
         C = float(int(c.sum()))
         Cj = C + float(g) * np.arange(k, dtype=float)  # exact: integers < 2**53
-        attn = self._attention(float(S), Cj, Cj, float(S), np.maximum)
-        return qkv + attn + o + ffn + norms + lm + ar + ov
+        return self._attention(float(S), Cj, Cj, float(S), np.maximum) + lin
 
     def decode_run_ends(self, num_context_tokens: list[int], k: int, start: float, cpu_s=0.0,
                         overlap: bool = False, until: float = math.inf,
@@ -316,7 +320,7 @@ class CostModel:
         function of the number of sequences."""
         cpu_of = cpu_s if callable(cpu_s) else (lambda _s: cpu_s)
         if self.fitted:
-            return DecodeClock(self._attn_fitted, self._linear_ops, num_context_tokens, lasts, start, cpu_of,
+            return DecodeClock(self._attn_fitted, self._linear_s, num_context_tokens, lasts, start, cpu_of,
                                overlap)
         return _RunClock(self, num_context_tokens, lasts, start, cpu_of, overlap)
 
