@@ -255,3 +255,39 @@ def test_decode_clock_with_finishes_and_joins_equals_single_steps(cpu, overlap):
         for s in live:
             s[0] += 1
     assert clock.ends == ref
+
+
+@pytest.mark.parametrize("cpu, overlap", [(0.0, False), (3e-4, True)])
+def test_decode_clock_single_join_equals_mixed(cpu, overlap, monkeypatch):
+    """DecodeClock.join (a span's usual join: one whole prompt) times the same
+    floats as mixed() with that one chunk, without going through mixed()."""
+    from sim.cost_model.decode_clock import DecodeClock
+
+    cm = CostModel(get_model("llama-3.1-8b"), get_hardware("h100_sxm"))
+    ctx, lasts = [5, 130, 511, 512, 1000, 2047], [2, 9, 12, 12, 3, 12]
+    host = lambda s: cpu + 1e-6 * s  # noqa: E731
+    ref = cm.decode_clock(ctx, lasts, 1.5, host, overlap)
+    ref.advance(3)
+    ref.mixed([(700, 0)], [(700, 10)], cpu * 2)
+    ref.advance(8)
+    clock = cm.decode_clock(ctx, lasts, 1.5, host, overlap)
+    clock.advance(3)
+    monkeypatch.setattr(DecodeClock, "mixed", None)  # join must not fall back to it here
+    clock.join(700, 10, cpu * 2)
+    clock.advance(8)
+    assert len(clock.ends) == 12
+    assert clock.ends == ref.ends
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "qwen3-30b-a3b"])
+def test_fitted_operator_tables_equal_the_scalar_formulas(name):
+    """Token counts below the table bound are read from numpy-built tables;
+    they equal the scalar formulas (to rounding), and counts beyond use those."""
+    cm = CostModel(get_model(name), get_hardware("h100_sxm"))
+    assert cm.fitted
+    for T in (1, 2, 63, 64, 65, 1000, 1023, 1024, 5000, (1 << 17) - 1):
+        np.testing.assert_allclose(cm._t_ops(float(T)), cm._t_ops_scalar(float(T)), rtol=1e-12)
+        assert cm._lm_rows(float(T)) == pytest.approx(cm._lm(float(T)), rel=1e-12)
+    assert cm._t_ops(0.0)[:3] == (0.0, 0.0, 0.0)  # no token: no GEMM
+    assert cm._t_ops(float(1 << 17)) == cm._t_ops_scalar(float(1 << 17))
+    assert cm._t_ops(1000.5) == cm._t_ops_scalar(1000.5)

@@ -41,10 +41,9 @@ class DecodeClock:
         self.S = len(contexts)
         self.X = sum(contexts)
         self.tiles = sum([(x + t) // t for x in contexts])
-        crossings: dict[int, int] = {}
+        crossings = [0] * t  # sequences by residue of the virtual context mod the tile
         for x in contexts:
-            r = x % t
-            crossings[r] = crossings.get(r, 0) + 1
+            crossings[x % t] += 1
         self.crossings = crossings
         leave: dict[int, list[int]] = {}
         if lasts is not None:
@@ -82,7 +81,7 @@ class DecodeClock:
                 self.X -= x
             self.S -= len(gone)
             changed = True
-        self.tiles += self.crossings.get(-j % t, 0)
+        self.tiles += self.crossings[-j % t]
         if changed:
             self._batch()
 
@@ -113,7 +112,7 @@ class DecodeClock:
         a = self.attn
         t, layers, launch = self.tile, a.layers, a.ga.launch_s
         S, X, tiles = self.S, self.X, self.tiles
-        get = self.crossings.get
+        cr = self.crossings
         leave = self.leave
         lin = self.lin
         cpu, overlap = self.cpu, self.overlap
@@ -127,6 +126,7 @@ class DecodeClock:
         ends = self.ends
         append = ends.append
         end = self.end
+        L = X + S * (j0 + 1)
         for j in range(j0, j0 + k):
             if j > j0:
                 if j in leave:  # finished after step j: out of the batch
@@ -135,9 +135,11 @@ class DecodeClock:
                     S, X, tiles = self.S, self.X, self.tiles
                     lin = self.lin
                     cpu, bqb, bseq, ctas, tiles_then = self.cpu, self.bqb, self.bseq, self.ctas, -1
+                    L = X + S * (j + 1)
                 else:
-                    tiles += get(-j % t, 0)
-            sum_len = float(X + S * (j + 1))
+                    tiles += cr[-j % t]
+                    L += S
+            sum_len = float(L)  # KV tokens read: X + S (j + 1), an exact integer
             tc = c1 * sum_len + c2 * sum_len ** cexp
             if tiles != tiles_then:
                 tiles_then = tiles
@@ -188,7 +190,7 @@ class DecodeClock:
             self.X += x
             self.tiles += (p - 1 + t) // t
             r = x % t
-            self.crossings[r] = self.crossings.get(r, 0) + 1
+            self.crossings[r] += 1
             self.leave.setdefault(last, []).append(x)
             self.S = S + 1
             self._batch()
@@ -230,7 +232,7 @@ class DecodeClock:
                     self.X += x
                     self.tiles += (c - 1 + t) // t
                     r = x % t
-                    cr[r] = cr.get(r, 0) + 1
+                    cr[r] += 1
                     leave.setdefault(f, []).append(x)
                     n += 1
             if n:

@@ -64,6 +64,10 @@ class FittedGemm:
     def __call__(self, m: float) -> float:
         return self.time_s(m) * self.layers if m > 0 else 0.0
 
+    def table(self, m: np.ndarray) -> np.ndarray:
+        """:meth:`__call__` at each of the row counts ``m`` (float64 array)."""
+        return np.where(m > 0, self.time_s(m) * self.layers, 0.0)
+
 
 class FittedMoe:
     """Router GEMM + grouped expert GEMMs w13 and w2 over all layers: the
@@ -80,6 +84,15 @@ class FittedMoe:
         m = T * k
         experts = self.w13.time_s(m, touched) + self.w2.time_s(m, touched)
         return self.router(T) + experts * self.w13.layers
+
+    def table(self, T: np.ndarray) -> np.ndarray:
+        """:meth:`__call__` at each of the token counts ``T`` (float64 array; 0 at T = 0)."""
+        E, k = self.E, self.k
+        with np.errstate(invalid="ignore", divide="ignore"):  # T = 0: no expert touched, masked
+            touched = E * (1.0 - (1.0 - k / E) ** T)
+            m = T * k
+            experts = self.w13.time_s(m, touched) + self.w2.time_s(m, touched)
+            return np.where(T > 0, self.router.table(T) + experts * self.w13.layers, 0.0)
 
 
 class FittedAllReduce:

@@ -86,7 +86,6 @@ class CostModel:
         eff = hw.efficiency
         self.fitted = isinstance(eff, FittedEfficiency)
         self._memo: dict[tuple[float, float], float] = {}  # _linear_s by (T, ns)
-        self._memo_t: dict[float, tuple[float, ...]] = {}  # the T-dependent ops (mixed steps vary ns)
         ce, me, launch = eff.operator_efficiency("gemm")
         self.heads_r = model.num_attention_heads // tp
         self.kv_heads_r = model.kv_heads_per_rank(tp)
@@ -144,6 +143,8 @@ class CostModel:
             self._attn_fitted = FittedAttention(eff, hw, self.heads_r, self.kv_heads_r, d,
                                                 self.kv_bytes, L, attention_impl == "naive")
             self._ar_fitted = FittedAllReduce(eff, hw, h, tp, self._ar_count)
+            self._t_ops = _CountTable(self._t_ops_block, self._t_ops_scalar)
+            self._lm_rows = _CountTable(lambda m: self._lm.table(m).tolist(), self._lm)
         else:
             self._ar_per_tok = (2.0 * (tp - 1) / tp * h * ACT_BYTES
                                 / (ic.bandwidth_bytes_per_s * eff.all_reduce_efficiency))
@@ -173,18 +174,25 @@ class CostModel:
     def _linear_ops(self, T: float, ns: float) -> tuple[float, ...]:
         """(qkv, o, ffn, norms, lm_head, all_reduce, overhead) for T tokens and
         ns sampled rows (s)."""
-        if self.fitted:  # nonlinear in T: the T-dependent ops memoised (mixed steps vary ns)
-            by_t = self._memo_t.get(T)
-            if by_t is None:
-                if len(self._memo_t) > 1 << 16:
-                    self._memo_t.clear()
-                by_t = self._memo_t[T] = (self._qkv(T), self._o(T), self._ffn(T),
-                                          self._elem_per_tok * T + self._elem_const, self._ar_fitted(T))
-            qkv, o, ffn, norms, ar = by_t
-            return (qkv, o, ffn, norms, self._lm(ns), ar, self._overhead)
+        if self.fitted:
+            qkv, o, ffn, norms, ar = self._t_ops(T)
+            return (qkv, o, ffn, norms, self._lm_rows(ns), ar, self._overhead)
         ar = self._ar_count * (self._ar_per_tok * T + self._ar_lat)
         return (self._qkv(T), self._o(T), self._ffn(T), self._elem_per_tok * T + self._elem_const,
                 self._lm(ns), ar, self._overhead)
+
+    def _t_ops_scalar(self, T: float) -> tuple[float, ...]:
+        """(qkv, o, ffn, norms, all_reduce) of the fitted form for T tokens (s)."""
+        return (self._qkv(T), self._o(T), self._ffn(T), self._elem_per_tok * T + self._elem_const,
+                self._ar_fitted(T))
+
+    def _t_ops_block(self, T: np.ndarray) -> list[tuple[float, ...]]:
+        """:meth:`_t_ops_scalar` at each count of ``T``, vectorised."""
+        ffn = (self._moe_fitted.table(T) if self.model.is_moe
+               else self._up.table(T) + self._down.table(T))
+        cols = (self._qkv.table(T), self._o.table(T), ffn, self._elem_per_tok * T + self._elem_const,
+                np.broadcast_to(self._ar_fitted(T), T.shape))
+        return list(zip(*(c.tolist() for c in cols)))
 
     def _linear_s(self, T: float, ns: float) -> float:
         """A step's time outside attention (s): :meth:`_linear_ops` summed in
@@ -359,6 +367,36 @@ class CostModel:
         # add.accumulate adds left to right (no pairwise summation): t += dt, step by step
         ends = np.cumsum(np.concatenate(([start], dts)))[1:].tolist()
         return ends[:bisect_left(ends, until) + 1] if ends and until < ends[-1] else ends
+
+
+class _CountTable:
+    """A function of a token count, tabulated: the fitted operators are
+    nonlinear in the count and evaluated for each new count a run meets
+    (every mixed step's differs). Integer counts below ``MAX`` are read from
+    blocks of ``BLOCK`` values, each computed at once by ``block(counts)``
+    (float64 array → list) when first needed; other counts by ``scalar(x)``.
+    One count always takes the same path, so every mode gets the same floats."""
+
+    BITS = 10
+    BLOCK = 1 << BITS
+    MAX = 1 << 17
+
+    __slots__ = ("blocks", "block", "scalar")
+
+    def __init__(self, block, scalar) -> None:
+        self.blocks: dict[int, list] = {}
+        self.block, self.scalar = block, scalar
+
+    def __call__(self, x: float):
+        i = int(x)
+        if i == x and 0 <= i < self.MAX:
+            b = i >> self.BITS
+            values = self.blocks.get(b)
+            if values is None:
+                values = self.blocks[b] = self.block(np.arange(b * self.BLOCK, (b + 1) * self.BLOCK,
+                                                               dtype=np.float64))
+            return values[i & (self.BLOCK - 1)]
+        return self.scalar(x)
 
 
 class _RunClock:
