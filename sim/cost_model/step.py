@@ -198,6 +198,9 @@ class CostModel:
         """A step's time outside attention (s): :meth:`_linear_ops` summed in
         its order. Every step lasts ``attention + _linear_s`` — single steps,
         merged runs and decode clocks add the same floats in the same order."""
+        if self.fitted:  # tabulated (_CountTable): a lookup per count
+            qkv, o, ffn, norms, ar = self._t_ops(T)
+            return qkv + o + ffn + norms + self._lm_rows(ns) + ar + self._overhead
         key = (T, ns)
         total = self._memo.get(key)
         if total is None:
