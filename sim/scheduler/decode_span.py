@@ -201,34 +201,29 @@ class DecodeSpan:
         whose last step came and give the others their blocks (``_commit``).
         Returns the span's parts; a join step is a part of its own."""
         finishing, alive, grow, grow_slots, fresh = self._advance(j, set())
-        joined: dict[int, list[int]] = {}  # step → tokens prefilled per joining request
-        for step, _, _, n0, _ in self.joins:
-            joined.setdefault(step, []).append(n0)
-        bounds = set(finishing)
-        for step in joined:
-            bounds.add(step)
-            bounds.add(step - 1)
-        bounds = sorted(s for s in bounds if s < j)
-        bounds.append(j)
-        parts = SpanParts(bounds, [], [], [], [], [0] * len(bounds), alive, [])
-        b = len(self.scheduled)
-        prev = 0
-        for step in bounds:
-            new = joined.get(prev + 1) if prev else None
-            if new:  # a join step
-                b += len(new)
-                parts.prefill.append(sum(new))
-                parts.decode.append(b - len(new))
-            else:
-                parts.prefill.append(0)
-                parts.decode.append(b)
-            parts.batch.append(b)
-            parts.pooled.append(parts.decode[-1])
-            fin = finishing.get(step)
-            if fin:  # members, then joiners in join order: the running-list order
-                parts.finished.append((step, fin))
-                b -= len(fin)
-            prev = step
+        fsteps = np.array(sorted(finishing), dtype=np.int64)
+        fcum = np.cumsum([0] + [len(finishing[f]) for f in fsteps.tolist()])  # finishes up to each
+        # joins come in step order: per join step, the requests joining and their prefill tokens
+        jsteps, first, jcount = np.unique(np.array([jn[0] for jn in self.joins], dtype=np.int64),
+                                          return_index=True, return_counts=True)
+        bounds = np.union1d(fsteps, np.concatenate((jsteps, jsteps - 1)))
+        bounds = np.append(bounds[bounds < j], j)  # each part's last step
+        prev = np.concatenate(([0], bounds[:-1]))
+        # running in a part: step 1's members, plus the joins up to its last step, less
+        # those finished before it (a request finishes after its last step)
+        batch = len(self.scheduled) - fcum[np.searchsorted(fsteps, prev, side="right")]
+        new = prefill = np.zeros(len(bounds), dtype=np.int64)
+        if jsteps.size:
+            jpre = np.add.reduceat(np.array([jn[3] for jn in self.joins], dtype=np.int64), first)
+            batch += np.cumsum(np.append(0, jcount))[np.searchsorted(jsteps, bounds, side="right")]
+            at = np.minimum(np.searchsorted(jsteps, bounds), jsteps.size - 1)
+            is_join = jsteps[at] == bounds  # a join step: a part of its own (step - 1 is a bound)
+            new = np.where(is_join, jcount[at], 0)
+            prefill = np.where(is_join, jpre[at], 0)
+        decode = batch - new
+        parts = SpanParts(bounds.tolist(), batch.tolist(), decode.tolist(), prefill.tolist(),
+                          [(f, finishing[f]) for f in fsteps.tolist()], [0] * len(bounds), alive,
+                          decode.tolist())
         self._commit(finishing, grow, grow_slots, fresh)
         return parts
 
