@@ -21,6 +21,7 @@ from __future__ import annotations
 from array import array
 
 import numpy as np
+import numpy.ma  # noqa: F401  (np.median/np.percentile import it on first call: an import, done here)
 
 REQUEST_COLUMNS = (
     "request_id", "replica", "arrival_time_s", "first_scheduled_time_s", "first_token_time_s",
