@@ -34,7 +34,9 @@ Processes:
   default a run of identical decode steps takes one or a few events
   (``_decode_run``), and in open loop a span of steps with finishes,
   admissions and preemptions takes one event per arrival or fewer
-  (``sim/engine_spans.py``), same results.
+  (``sim/engine_spans.py``), same results. On a single replica in open loop a
+  span sends the arrivals itself (``Traffic._send_inline``; nothing else acts
+  before the step they land in ends): no event per arrival at all.
 
 Metrics are appended to compact columns as the run goes (``sim.metrics``).
 """

@@ -106,8 +106,10 @@ class Spans:
         step is timed as a mixed one and the newcomers decode from the next on.
         Timed step by step (``CostModel.decode_clock``) up to the next send,
         where this replica wakes: the arrival either joined or ends the span at
-        the end of the step in progress (as ``_decode_run``). Per-request state
-        is applied once, at the end (``_span_done``)."""
+        the end of the step in progress (as ``_decode_run``). On the only
+        replica in open loop the span sends the arrivals itself instead
+        (``_send_inline``), without waking: an event only where it ends.
+        Per-request state is applied once, at the end (``_span_done``)."""
         env = self.env
         ov = self.overheads
         clock = self.cost.decode_clock(span.contexts, span.lasts, start, ov.cpu_s, ov.overlap)
