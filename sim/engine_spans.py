@@ -174,13 +174,17 @@ class Spans:
         self._tokens_emitted(span.scheduled, start, ends[0], ends[0], ends[0])
         self._run_begins(rep, ends)
         until = self._next_send_s()
+        inline = self._inline  # (queued spans exist only where the scheduler lets spans admit)
         try:
             while True:
                 m = len(ends)
                 if ends[-1] >= until:  # the next send lands in step m: let it in first
-                    yield env.timeout(ends[-1] - env.now)
-                    self.num_events += 1
-                    rep.merging = True  # (an arrival to an empty queue cuts: it is simply seen next)
+                    if inline and self._num_arrived == self._num_sent:  # sent here (see _span_run)
+                        self._send_inline(rep, ends[-1])
+                    else:
+                        yield env.timeout(ends[-1] - env.now)
+                        self.num_events += 1
+                        rep.merging = True  # (an arrival to an empty queue cuts: it is simply seen next)
                     until = self._next_send_s()
                 if m >= span.k:
                     break

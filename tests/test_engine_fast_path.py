@@ -358,7 +358,8 @@ def test_inline_sends_reject_and_count_as_the_reference():
 def test_overloaded_queue_steps_are_gated_inside_spans(monkeypatch):
     """Requests always waiting and KV full: most steps are taken inside queued
     spans (gated one by one, without an engine event each), and the span ends
-    only before steps it cannot take (preemptions among them)."""
+    only before steps it cannot take (preemptions among them). Arrivals join
+    the queue's tail without waking the replica."""
     from sim.scheduler.queued_span import QueuedSpan
 
     gated = []
@@ -367,7 +368,8 @@ def test_overloaded_queue_steps_are_gated_inside_spans(monkeypatch):
     _, fast, _ = simulate(_fitted_cfg(exact_steps=False, **JOIN_SCENARIOS["overload_queue"]))
     assert fast.requests["num_preemptions"].sum() > 20
     assert sum(gated) > 0.75 * fast.num_steps
-    assert fast.num_events < 0.5 * fast.num_steps + len(fast.requests["request_id"])
+    # ... and the span sends the arrivals itself (one replica): no event per arrival (400)
+    assert fast.num_events < 0.1 * len(fast.requests["request_id"])
 
 
 @pytest.mark.parametrize("scheduler", ["chunked", "static", "prefill_first"])
