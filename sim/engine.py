@@ -158,7 +158,10 @@ class Simulation(Traffic, Outputs, Spans):
             rep.pending.append((self.env.now, req))
             if rep.merging:  # counted as waiting from the next step on, as single steps record it
                 rep.run_joins.append(self.env.now)
-            if rep.merging and rep.scheduler.arrival_may_change_schedule():
+            # A rejection is not deferred past the next step's start: it frees a client
+            # (closed loop) and lowers the load a router sees.
+            if rep.merging and (rep.scheduler.arrival_may_change_schedule()
+                                or rep.scheduler.rejection(req) is not None):
                 self._cut_run(rep)
             return
         self._admit_to(rep, req)

@@ -41,7 +41,6 @@ class Traffic:
         else:  # closed loop: sends follow completions
             at = np.full(n + 1, math.inf)
         self._send_at = array("d", at.tobytes())
-        self._num_specs = n
 
     def _make_request(self, i: int, now: float, client_id: int = -1) -> Request:
         s = self.specs

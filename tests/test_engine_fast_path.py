@@ -391,6 +391,36 @@ def test_load_aware_router_with_overlap_scheduling_routes_as_the_reference(sched
         np.testing.assert_allclose(fast.requests[key], ref.requests[key], rtol=1e-9, atol=0)
 
 
+@pytest.mark.parametrize("closed_loop", [False, True])
+def test_overlap_scheduling_rejects_arrivals_at_the_next_step_as_the_reference(closed_loop):
+    """With overlap scheduling an arrival waits for the next batch; one that can
+    never run (prompt + max_tokens > max_model_len) is rejected there. A merged
+    run behind a blocked queue must not defer it to the run's end: the load a
+    router sees (open loop, two replicas) and the client's next send (closed
+    loop) depend on when it is rejected."""
+    kw = {"model": "llama-3.1-8b", "hardware": "h100_sxm", "scheduler": "chunked", "seed": 60,
+          "num_gpu_blocks_override": 150, "max_model_len": 2048, "overlap_scheduling": True,
+          "workload.input_len": {"dist": "uniform", "low": 50, "high": 4000},
+          "workload.output_len": {"dist": "uniform", "low": 1, "high": 800}, "workload.num_requests": 134,
+          "workload.max_tokens": "output_len"}
+    if closed_loop:
+        kw.update({"workload.max_concurrency": 6, "client_think_time_s": 0.05})
+    else:
+        kw.update({"workload.arrival": "poisson", "workload.request_rate": 8.0, "num_replicas": 2,
+                   "router": "least_outstanding_requests"})
+    _, ref, _ = simulate(cfg_for(exact_steps=True, **kw))
+    _, fast, _ = simulate(cfg_for(exact_steps=False, **kw))
+    from sim.metrics import STATUS_REJECTED
+
+    assert (ref.requests["status"] == STATUS_REJECTED).sum() > 10
+    assert fast.num_events < ref.num_steps / 2
+    assert fast.num_steps == ref.num_steps
+    for key in ("replica", "status", "num_preemptions"):
+        assert np.array_equal(fast.requests[key], ref.requests[key]), key
+    for key in ("arrival_time_s", "first_scheduled_time_s", "first_token_time_s", "finish_time_s"):
+        np.testing.assert_allclose(fast.requests[key], ref.requests[key], rtol=1e-9, atol=0)
+
+
 def test_a_step_that_only_preempts_runs_nothing_and_goes_on():
     """Priority policy, KV nearly full: the running pass preempts the request it
     was making room for and stops (vLLM does the same). That round runs nothing;

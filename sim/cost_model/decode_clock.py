@@ -178,7 +178,8 @@ class DecodeClock:
             self._enter(j)
         S = self.S
         g = a._gen(float(S), float(self.X + S * (j + 1)), float(self.tiles * self.tile))
-        gpu = (a.mixed_launch + (g + a.prompt_context(p))) * a.layers + self.linear_s(float(S + p), float(S + 1))
+        attn = (a.mixed_launch + (g + a.prompt_context(p))) * a.layers
+        gpu = attn + self.linear_s(float(S + p), float(S + 1))
         if self.overlap:
             self.end += gpu if gpu >= cpu else cpu
         else:

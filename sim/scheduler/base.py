@@ -50,23 +50,28 @@ class Scheduler(DecodeRuns):
 
     # ------------------------------------------------------------------ intake
     def add_request(self, req: Request) -> bool:
-        """Queue a request, or reject it (returns False) when it can never run:
-        ``num_prompt_tokens + max_tokens > max_model_len`` (vLLM answers 400) or
-        more blocks than the whole KV cache. The reason lands in ``req.reason``."""
-        lim = self.limits
-        need = req.num_prompt_tokens + req.max_tokens
-        if need > lim.max_model_len:
-            return self._reject(
-                req,
-                f"prompt ({req.num_prompt_tokens}) + max_tokens ({req.max_tokens}) = {need} "
-                f"> max_model_len ({lim.max_model_len})",
-            )
-        if not self.kv.can_ever_fit(self._tokens_to_fit(req)):
-            return self._reject(req, f"{self._tokens_to_fit(req)} tokens exceed the whole KV cache "
-                                     f"({self.kv.num_usable_blocks} blocks of {lim.block_size})")
+        """Queue a request, or reject it (returns False) when it can never run
+        (:meth:`rejection`; the reason lands in ``req.reason``)."""
+        reason = self.rejection(req)
+        if reason is not None:
+            return self._reject(req, reason)
         req.status = RequestStatus.WAITING
         self.waiting.add(req)
         return True
+
+    def rejection(self, req: Request) -> str | None:
+        """Why ``req`` could never run here, or None: ``num_prompt_tokens +
+        max_tokens > max_model_len`` (vLLM answers 400) or more blocks than the
+        whole KV cache. Schedulers with stricter admission add their reasons."""
+        lim = self.limits
+        need = req.num_prompt_tokens + req.max_tokens
+        if need > lim.max_model_len:
+            return (f"prompt ({req.num_prompt_tokens}) + max_tokens ({req.max_tokens}) = {need} "
+                    f"> max_model_len ({lim.max_model_len})")
+        if not self.kv.can_ever_fit(self._tokens_to_fit(req)):
+            return (f"{self._tokens_to_fit(req)} tokens exceed the whole KV cache "
+                    f"({self.kv.num_usable_blocks} blocks of {lim.block_size})")
+        return None
 
     def _tokens_to_fit(self, req: Request) -> int:
         """Tokens that must fit in the KV cache at once for the request to be

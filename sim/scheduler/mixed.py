@@ -30,11 +30,11 @@ class MixedBatchingScheduler(ChunkedPrefillScheduler):
     name = "mixed"
     chunked_prefill = False
 
-    def add_request(self, req: Request) -> bool:
+    def rejection(self, req: Request) -> str | None:
         """Also reject a prompt larger than the token budget: without chunking
         it could never be scheduled (TensorRT-LLM refuses such a request)."""
         budget = self.limits.max_num_batched_tokens
         if req.num_prompt_tokens > budget:
-            return self._reject(req, f"prompt ({req.num_prompt_tokens} tokens) exceeds the token budget "
-                                     f"max_num_batched_tokens ({budget}) and chunked prefill is off")
-        return super().add_request(req)
+            return (f"prompt ({req.num_prompt_tokens} tokens) exceeds the token budget "
+                    f"max_num_batched_tokens ({budget}) and chunked prefill is off")
+        return super().rejection(req)

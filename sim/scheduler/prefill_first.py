@@ -67,15 +67,15 @@ class PrefillFirstScheduler(Scheduler):
         self._ratio_base = INIT_NEW_TOKEN_RATIO
         self._ratio_steps = 0
 
-    def add_request(self, req: Request) -> bool:
+    def rejection(self, req: Request) -> str | None:
         """Also reject a request the admission rule could never pass, even on an
         idle server: prompt + min(max_tokens, 4096) must stay below the pool."""
         pool = self.kv.num_usable_blocks * self.limits.block_size
         need = req.num_prompt_tokens + min(req.max_tokens, CLIP_MAX_NEW_TOKENS)
         if need >= pool:
-            return self._reject(req, f"prompt ({req.num_prompt_tokens}) + min(max_tokens, {CLIP_MAX_NEW_TOKENS}) "
-                                     f"= {need} tokens does not fit below the KV pool ({pool} tokens)")
-        return super().add_request(req)
+            return (f"prompt ({req.num_prompt_tokens}) + min(max_tokens, {CLIP_MAX_NEW_TOKENS}) "
+                    f"= {need} tokens does not fit below the KV pool ({pool} tokens)")
+        return super().rejection(req)
 
     @property
     def new_token_ratio(self) -> float:
