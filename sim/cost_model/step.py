@@ -85,7 +85,7 @@ class CostModel:
         bw = hw.hbm_bandwidth_bytes_per_s
         eff = hw.efficiency
         self.fitted = isinstance(eff, FittedEfficiency)
-        self._memo: dict[tuple[float, float], float] = {}  # _linear_s by (T, ns)
+        self._memo: dict[tuple[float, float], float] = {}  # _linear_s by (T, ns) (the fitted form: tables)
         ce, me, launch = eff.operator_efficiency("gemm")
         self.heads_r = model.num_attention_heads // tp
         self.kv_heads_r = model.kv_heads_per_rank(tp)
