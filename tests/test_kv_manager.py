@@ -393,3 +393,10 @@ def test_hit_rate():
     prefill(kv, req(1, 40), record=True)  # 40 queried, 0 hit
     prefill(kv, req(2, 40), record=True)  # 40 queried, 32 hit
     assert kv.prefix_cache_hit_rate == pytest.approx(32 / 80)
+
+
+def test_a_request_that_never_fits_is_told_why():
+    """11 blocks of 16, one the null block: 160 tokens fit, 161 (11 blocks) never."""
+    kv = KVCacheManager(11, 16, max_model_len=4096)
+    assert kv.can_ever_fit(160) and not kv.can_ever_fit(161)
+    assert kv.never_fits(161) == "161 tokens (11 blocks) exceed the whole KV cache (10 blocks of 16)"

@@ -67,6 +67,10 @@ def test_infeasible_cases():
     assert "131.42" in str(e.value)  # weight GiB in the message
     with pytest.raises(InfeasibleError, match=r"256 blocks.*raise num_gpu_blocks_override \(10 is set\)"):
         compute_kv_sizing(MODEL, HW, num_gpu_blocks_override=10, max_model_len=4096)
+    # 256 blocks for one max_model_len sequence: 256 in all leave 255 usable (block 0 is the null block)
+    with pytest.raises(InfeasibleError, match=r"needs 256 blocks .* only 255 usable blocks"):
+        compute_kv_sizing(MODEL, HW, num_gpu_blocks_override=256, max_model_len=4096)
+    assert compute_kv_sizing(MODEL, HW, num_gpu_blocks_override=257, max_model_len=4096).num_gpu_blocks == 257
 
 
 @pytest.mark.parametrize("kw,match", [

@@ -345,6 +345,12 @@ class KVCacheManager(PrefixCacheStats):
         """ceil(num_tokens / block_size) <= usable blocks."""
         return _cdiv(num_tokens, self.block_size) <= self.num_usable_blocks
 
+    def never_fits(self, num_tokens: int) -> str:
+        """Why a request that must hold ``num_tokens`` at once can never fit
+        (for its rejection; :meth:`can_ever_fit` is False)."""
+        return (f"{num_tokens} tokens ({_cdiv(num_tokens, self.block_size)} blocks) exceed the whole KV "
+                f"cache ({self.num_usable_blocks} blocks of {self.block_size})")
+
     def slots_free_in_last_block(self, request) -> int:
         """Tokens that still fit in the held blocks past ``num_computed_tokens``
         (decode steps that need no new block)."""

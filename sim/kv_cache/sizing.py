@@ -152,11 +152,12 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
     num_blocks = (num_gpu_blocks_override if num_gpu_blocks_override is not None
                   else int(available // block_bytes))
     blocks_per_seq = math.ceil(max_model_len / block_size)
-    if blocks_per_seq > num_blocks:
+    if blocks_per_seq > num_blocks - 1:  # block 0 is the pool's null block (vLLM BlockPool)
         raise InfeasibleError(
             f"one sequence of max_model_len {max_model_len} needs {blocks_per_seq} blocks "
             f"({blocks_per_seq * block_bytes / GiB:.2f} GiB of KV cache per rank) but only "
-            f"{num_blocks} blocks ({num_blocks * block_bytes / GiB:.2f} GiB) fit on {hw.name} "
+            f"{num_blocks - 1} usable blocks ({num_blocks} less the null block; "
+            f"{num_blocks * block_bytes / GiB:.2f} GiB) fit on {hw.name} "
             f"at TP {tp}; lower max_model_len or "
             + (f"raise num_gpu_blocks_override ({num_gpu_blocks_override} is set)" if num_gpu_blocks_override
                is not None else "raise gpu_memory_utilization / tensor_parallel_size"))

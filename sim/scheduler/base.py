@@ -68,9 +68,9 @@ class Scheduler(DecodeRuns):
         if need > lim.max_model_len:
             return (f"prompt ({req.num_prompt_tokens}) + max_tokens ({req.max_tokens}) = {need} "
                     f"> max_model_len ({lim.max_model_len})")
-        if not self.kv.can_ever_fit(self._tokens_to_fit(req)):
-            return (f"{self._tokens_to_fit(req)} tokens exceed the whole KV cache "
-                    f"({self.kv.num_usable_blocks} blocks of {lim.block_size})")
+        n = self._tokens_to_fit(req)
+        if not self.kv.can_ever_fit(n):
+            return self.kv.never_fits(n)
         return None
 
     def _tokens_to_fit(self, req: Request) -> int:
