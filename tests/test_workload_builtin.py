@@ -96,6 +96,19 @@ def test_overrides_on_a_named_workload():
     assert s.arrival_time_s[-1] == pytest.approx(100 / 5.0)
 
 
+def test_another_arrival_on_a_named_workload_drops_its_gamma_shape():
+    """'code' has gamma arrivals (burstiness 0.05): setting poisson or inf keeps
+    the rest of it and drops the burstiness, unless given again (then it is an error)."""
+    assert load_workload_dict("code")["burstiness"] == 0.05
+    for arrival in ("poisson", "inf"):
+        cfg = resolve_workload(WorkloadConfig(name="code", arrival=arrival))
+        assert cfg.arrival == arrival and cfg.burstiness == 1.0
+        assert cfg.input_len == WorkloadConfig.from_dict(load_workload_dict("code")).input_len
+    assert resolve_workload(WorkloadConfig(name="code", arrival="gamma")).burstiness == 0.05
+    with pytest.raises(ValueError, match="burstiness=0.5 applies to arrival: gamma"):
+        resolve_workload(WorkloadConfig(name="code", arrival="poisson", burstiness=0.5))
+
+
 def test_no_workload_keys_means_default():
     cfg = resolve_workload(WorkloadConfig(request_rate=10.0))
     default = WorkloadConfig.from_dict(load_workload_dict("default"))

@@ -137,7 +137,10 @@ def resolve_workload_dict(data: dict[str, Any]) -> dict[str, Any]:
     if "name" not in data and not _uses_default(data):
         return data
     name = data.pop("name", "default")
-    return merge_workload_dicts(load_workload_dict(name), data) | {"expanded_from": name}
+    base = dict(load_workload_dict(name))
+    if data.get("arrival") not in (None, "gamma") and "burstiness" not in data:
+        base.pop("burstiness", None)  # the named workload's gamma shape, not for the arrival set here
+    return merge_workload_dicts(base, data) | {"expanded_from": name}
 
 
 def resolve_workload(cfg: WorkloadConfig) -> WorkloadConfig:
