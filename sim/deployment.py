@@ -43,7 +43,10 @@ def build_deployment(cfg: SimConfig) -> Deployment:
     """Raises ConfigError / InfeasibleError with the reason."""
     get_scheduler_class(cfg.scheduler)  # unknown mode → ConfigError listing valid ones
     if cfg.enable_prefix_caching and cfg.kv_allocation == "contiguous":
-        raise ConfigError("enable_prefix_caching: prefix caching needs kv_allocation 'paged', got 'contiguous'")
+        hint = (f" (the {cfg.engine} engine preset turns prefix caching on: set enable_prefix_caching=false)"
+                if cfg.engine else "")
+        raise ConfigError("enable_prefix_caching: prefix caching needs kv_allocation 'paged', got 'contiguous'"
+                          + hint)
     model = get_model(cfg.model)
     hw = get_hardware(cfg.hardware)
     if cfg.tensor_parallel_size > hw.interconnect.max_gpus:

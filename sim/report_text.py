@@ -51,8 +51,9 @@ def print_run_summary(s: dict, dep) -> None:
     if not math.isnan(s.get("kv_reserved_unused_fraction", math.nan)):
         t.add_row("KV reserved but unused", _fmt(s["kv_reserved_unused_fraction"], 3))
     _console.print(t)
+    n = s["completed"] + s["num_rejected"]
     _console.print(
-        f"simulated {s['completed'] + s['num_rejected']} requests ({s['simulated_time_s']:.1f} s simulated) "
+        f"simulated {n:,} request{'' if n == 1 else 's'} ({s['simulated_time_s']:.1f} s simulated) "
         f"in {s['wall_time_s']:.2f} s wall: {s['sim_requests_per_wall_s']:,.0f} simulated req/s, "
         f"{s['simulated_time_s'] / max(s['wall_time_s'], 1e-9):,.0f}x real time; "
         f"{s['num_engine_steps']:,} engine steps in {s['num_events']:,} events"

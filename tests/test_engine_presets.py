@@ -146,3 +146,17 @@ def test_overheads_add_to_each_engine_step():
     steps = base.steps["num_steps"].sum()
     assert slow.steps["num_steps"].sum() == steps == 6
     assert slow.sim_time_s - base.sim_time_s == pytest.approx(steps * 1.5e-3, rel=1e-9)
+
+
+def test_a_preset_default_in_conflict_is_named_in_the_error():
+    """The vllm preset turns prefix caching on; contiguous KV cannot have it: the
+    error says the preset did it and how to turn it off."""
+    from sim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="vllm engine preset turns prefix caching on"):
+        build_deployment(build_config(overrides={"engine": "vllm", "kv_allocation": "contiguous"}))
+    with pytest.raises(ConfigError, match=r"got 'contiguous'$"):
+        build_deployment(build_config(overrides={"enable_prefix_caching": True, "kv_allocation": "contiguous"}))
+    dep = build_deployment(build_config(overrides={"engine": "vllm", "kv_allocation": "contiguous",
+                                                   "enable_prefix_caching": False}))
+    assert not dep.cfg.enable_prefix_caching
