@@ -291,3 +291,19 @@ def test_fitted_operator_tables_equal_the_scalar_formulas(name):
     assert cm._t_ops(0.0)[:3] == (0.0, 0.0, 0.0)  # no token: no GEMM
     assert cm._t_ops(float(1 << 17)) == cm._t_ops_scalar(float(1 << 17))
     assert cm._t_ops(1000.5) == cm._t_ops_scalar(1000.5)
+
+
+def test_count_table_builds_each_block_once_and_falls_back_to_the_scalar():
+    from sim.cost_model.count_table import CountTable
+
+    built = []
+
+    def block(counts):
+        built.append(int(counts[0]))
+        return (counts * 2.0).tolist()
+
+    table = CountTable(block, lambda x: -x)
+    assert [table(3.0), table(1023.0), table(1024.0), table(5.0)] == [6.0, 2046.0, 2048.0, 10.0]
+    assert built == [0, 1024]  # two blocks of 1,024 counts, each built once
+    assert table(2.5) == -2.5 and table(float(CountTable.MAX)) == -float(CountTable.MAX)
+    assert built == [0, 1024]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.cost_model.count_table import CountTable
 from sim.cost_model.decode_clock import DecodeClock
 from sim.cost_model.operators import (ATTENTION_IMPLS, ATTENTION_KERNELS, attention_cost,
                                       attention_peak_flops, gemm_cost)
@@ -143,8 +144,8 @@ class CostModel:
             self._attn_fitted = FittedAttention(eff, hw, self.heads_r, self.kv_heads_r, d,
                                                 self.kv_bytes, L, attention_impl == "naive")
             self._ar_fitted = FittedAllReduce(eff, hw, h, tp, self._ar_count)
-            self._t_ops = _CountTable(self._t_ops_block, self._t_ops_scalar)
-            self._lm_rows = _CountTable(lambda m: self._lm.table(m).tolist(), self._lm)
+            self._t_ops = CountTable(self._t_ops_block, self._t_ops_scalar)
+            self._lm_rows = CountTable(lambda m: self._lm.table(m).tolist(), self._lm)
         else:
             self._ar_per_tok = (2.0 * (tp - 1) / tp * h * ACT_BYTES
                                 / (ic.bandwidth_bytes_per_s * eff.all_reduce_efficiency))
@@ -198,7 +199,7 @@ class CostModel:
         """A step's time outside attention (s): :meth:`_linear_ops` summed in
         its order. Every step lasts ``attention + _linear_s`` — single steps,
         merged runs and decode clocks add the same floats in the same order."""
-        if self.fitted:  # tabulated (_CountTable): a lookup per count
+        if self.fitted:  # tabulated (CountTable): a lookup per count
             qkv, o, ffn, norms, ar = self._t_ops(T)
             return qkv + o + ffn + norms + self._lm_rows(ns) + ar + self._overhead
         key = (T, ns)
@@ -370,36 +371,6 @@ class CostModel:
         # add.accumulate adds left to right (no pairwise summation): t += dt, step by step
         ends = np.cumsum(np.concatenate(([start], dts)))[1:].tolist()
         return ends[:bisect_left(ends, until) + 1] if ends and until < ends[-1] else ends
-
-
-class _CountTable:
-    """A function of a token count, tabulated: the fitted operators are
-    nonlinear in the count and evaluated for each new count a run meets
-    (every mixed step's differs). Integer counts below ``MAX`` are read from
-    blocks of ``BLOCK`` values, each computed at once by ``block(counts)``
-    (float64 array → list) when first needed; other counts by ``scalar(x)``.
-    One count always takes the same path, so every mode gets the same floats."""
-
-    BITS = 10
-    BLOCK = 1 << BITS
-    MAX = 1 << 17
-
-    __slots__ = ("blocks", "block", "scalar")
-
-    def __init__(self, block, scalar) -> None:
-        self.blocks: dict[int, list] = {}
-        self.block, self.scalar = block, scalar
-
-    def __call__(self, x: float):
-        i = int(x)
-        if i == x and 0 <= i < self.MAX:
-            b = i >> self.BITS
-            values = self.blocks.get(b)
-            if values is None:
-                values = self.blocks[b] = self.block(np.arange(b * self.BLOCK, (b + 1) * self.BLOCK,
-                                                               dtype=np.float64))
-            return values[i & (self.BLOCK - 1)]
-        return self.scalar(x)
 
 
 class _RunClock:
