@@ -66,7 +66,8 @@ class FittedGemm:
 
     def table(self, m: np.ndarray) -> np.ndarray:
         """:meth:`__call__` at each of the row counts ``m`` (float64 array)."""
-        return np.where(m > 0, self.time_s(m) * self.layers, 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):  # m = 0 (a fitted exponent may be < 0): masked
+            return np.where(m > 0, self.time_s(m) * self.layers, 0.0)
 
 
 class FittedMoe:
