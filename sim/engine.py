@@ -209,10 +209,11 @@ class Simulation(Traffic, Outputs, Spans):
         # open loop (a finish sends nothing) and no load-aware router across replicas.
         span = fast and self.max_concurrency is None and (cfg.num_replicas == 1
                                                           or cfg.router in ("round_robin", "random"))
-        # Spans take in whole-prompt arrivals where a step's tokens reach the clients at
-        # its end and no step adds per-step accounting (no lag, no frontend streaming).
-        joins = (span and not lag and self.frontend_tok_s <= 0.0 and not self.track_unused
-                 and self.cost.decode_clock_joins)
+        # Spans take in whole-prompt arrivals where no step adds per-step accounting (no
+        # lag). Queued spans record tokens as they come: only where a step's tokens
+        # reach the clients at its end (no frontend streaming).
+        joins = span and not lag and not self.track_unused and self.cost.decode_clock_joins
+        queued = joins and self.frontend_tok_s <= 0.0
         while True:
             if not sched.has_unfinished_requests() and not rep.pending:
                 rep.busy = False
@@ -259,7 +260,7 @@ class Simulation(Traffic, Outputs, Spans):
             if not fast or flushed:
                 k = 1
             else:
-                plan = sched.plan_decode_span(out, joins) if span else None
+                plan = sched.plan_decode_span(out, queued) if span else None
                 if plan is not None:
                     yield from (self._queued_span_run(rep, plan, start) if plan.queued
                                 else self._span_run(rep, plan, start, joins))

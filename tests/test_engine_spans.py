@@ -50,6 +50,12 @@ JOIN_SCENARIOS = {
                                "eager_step_overhead_s": 4e-4, "frontend_latency_s": 1e-3,
                                "workload.input_len": {"dist": "uniform", "low": 2, "high": 900},
                                "workload.output_len": {"dist": "uniform", "low": 1, "high": 150}},
+    # The frontend streams each step's tokens (the engine presets do): spans still take
+    # arrivals in; first tokens and finishes are seen when streamed.
+    "frontend_streaming": {"workload.request_rate": 8.0, "workload.num_requests": 200,
+                           "frontend_token_s": 1e-4, "frontend_latency_s": 5e-3,
+                           "workload.input_len": {"dist": "uniform", "low": 2, "high": 1500},
+                           "workload.output_len": {"dist": "uniform", "low": 1, "high": 300}},
     # One replica: spans send the arrivals themselves (no events), a few rejected on
     # the spot (prompt + max_tokens > max_model_len), the frontend's latency before each.
     "inline_rejects_frontend": {"workload.request_rate": 8.0, "workload.num_requests": 200, "seed": 4,
