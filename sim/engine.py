@@ -176,9 +176,7 @@ class Simulation(Traffic, Outputs, Spans):
             elif cut:
                 self._cut_run(rep)
         else:
-            rep.outstanding -= 1
-            self._record(req)
-            self._on_done(req)
+            self._rejected(rep, req)
 
     def _cut_run(self, rep: _Replica) -> None:
         """End the replica's merged decode run at the end of the step in
@@ -301,9 +299,7 @@ class Simulation(Traffic, Outputs, Spans):
         req.status = RequestStatus.REJECTED
         req.reason = "cannot be admitted even on an idle replica (KV cache too small for it)"
         sched.rejected.append(req)
-        rep.outstanding -= 1
-        self._record(req)
-        self._on_done(req)
+        self._rejected(rep, req)
 
     # ------------------------------------------------------------------ run
     def run(self) -> RunResult:

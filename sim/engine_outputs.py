@@ -87,6 +87,13 @@ class Outputs:
         if same_gap:
             itl_add(now - start, same_gap)
 
+    def _rejected(self, rep, req: Request) -> None:
+        """``req`` was rejected on arrival at ``rep`` (its reason in ``req.reason``):
+        recorded and done, no longer in flight."""
+        rep.outstanding -= 1
+        self._record(req)
+        self._on_done(req)
+
     def _finish(self, rep, finished: list[Request], now: float, seen: float) -> None:
         """Engine-side completion at ``now`` (KV freed); the client sees the
         last token at ``seen`` and sends its next request from then on."""

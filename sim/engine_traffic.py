@@ -124,9 +124,7 @@ class Traffic:
             req.replica = rep.index
             rep.outstanding += 1
             if not sched.add_request(req):
-                rep.outstanding -= 1
-                self._record(req)
-                self._on_done(req)
+                self._rejected(rep, req)
 
     def _client_next(self, client_id: int) -> None:
         if self._next_index < len(self.specs):

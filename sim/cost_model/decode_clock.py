@@ -179,23 +179,7 @@ class DecodeClock:
         S = self.S
         g = a._gen(float(S), float(self.X + S * (j + 1)), float(self.tiles * self.tile))
         attn = (a.mixed_launch + (g + a.prompt_context(p))) * a.layers
-        gpu = attn + self.linear_s(float(S + p), float(S + 1))
-        if self.overlap:
-            self.end += gpu if gpu >= cpu else cpu
-        else:
-            self.end += gpu + cpu
-        self.ends.append(self.end)
-        if last > j + 1:  # decodes from the next step on (see mixed)
-            t = self.tile
-            x = p - j - 1
-            self.X += x
-            self.tiles += (p - 1 + t) // t
-            r = x % t
-            self.crossings[r] += 1
-            self.leave.setdefault(last, []).append(x)
-            self.S = S + 1
-            self._batch()
-        self.tiles_then = -1
+        self._mixed_done(j, attn + self.linear_s(float(S + p), float(S + 1)), cpu, ((p, last),))
 
     def mixed(self, chunks: list[tuple[int, int]], joins: list[tuple[int, int]], cpu: float) -> None:
         """Time the next step as a mixed one: every decoding sequence plus the
@@ -209,7 +193,6 @@ class DecodeClock:
         if j:
             self._enter(j)
         a = self.attn
-        t = self.tile
         S = self.S
         new, cached = zip(*chunks)
         sums = a.batch_sums(new, cached)
@@ -217,26 +200,29 @@ class DecodeClock:
         sums[1] += self.X + S * (j + 1)
         sums[2] += self.tiles
         gpu = a._mixed_s(*sums) + self.linear_s(float(S + sum(new)), float(S + len(chunks)))
+        self._mixed_done(j, gpu, cpu, joins)
+
+    def _mixed_done(self, j: int, gpu: float, cpu: float, joins) -> None:
+        """Mixed step j (0-based) lasts ``gpu`` + host ``cpu`` (s); then the
+        sequences whose prefill it completed, ``joins`` (context, last step),
+        join as if they had decoded at this step with context c − 1 (so the next
+        step's crossings bring their tiles to (c + t) // t)."""
         if self.overlap:
             self.end += gpu if gpu >= cpu else cpu
         else:
             self.end += gpu + cpu
         self.ends.append(self.end)
-        # The prefilled sequences join now, as if they had decoded at this step with
-        # context c − 1 (so the next step's crossings bring their tiles to (c + t) // t).
-        if joins:
-            cr, leave = self.crossings, self.leave
-            n = 0
-            for c, f in joins:
-                if f > j + 1:
-                    x = c - j - 1
-                    self.X += x
-                    self.tiles += (c - 1 + t) // t
-                    r = x % t
-                    cr[r] += 1
-                    leave.setdefault(f, []).append(x)
-                    n += 1
-            if n:
-                self.S += n
-                self._batch()
+        t, cr, leave = self.tile, self.crossings, self.leave
+        n = 0
+        for c, f in joins:
+            if f > j + 1:  # (one whose last step is this one never decodes)
+                x = c - j - 1
+                self.X += x
+                self.tiles += (c - 1 + t) // t
+                cr[x % t] += 1
+                leave.setdefault(f, []).append(x)
+                n += 1
+        if n:
+            self.S += n
+            self._batch()
         self.tiles_then = -1
