@@ -157,10 +157,11 @@ def check_table(kind: str, path: Path, hw: HardwareProfile, *, model_free: bool 
 
 
 def check_dir(directory: str | Path, hw: HardwareProfile, *, model_free: bool = False,
-              max_rows: int | None = None, seed: int = 0) -> list[TableResult]:
-    """Score every known table in ``directory``."""
+              max_rows: int | None = None, seed: int = 0,
+              engine: str | None = None) -> list[TableResult]:
+    """Score every known table in ``directory`` (of ``engine``, where it holds several)."""
     return [check_table(kind, path, hw, model_free=model_free, max_rows=max_rows, seed=seed)
-            for kind, path in find_tables(directory)]
+            for kind, path in find_tables(directory, engine)]
 
 
 def format_results(results: list[TableResult]) -> str:
@@ -185,11 +186,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="do not consult model presets (no 'preset-model shapes' band)")
     ap.add_argument("--max-rows", type=int, default=None, help="sample at most N rows per table")
     ap.add_argument("--seed", type=int, default=0, help="seed of the row sample")
+    ap.add_argument("--engine", default=None,
+                    help="of a folder holding several engines' kernel tables (vllm-*, sglang-*, "
+                         "trtllm-*), score this engine's (default: vllm); NCCL tables always")
     args = ap.parse_args(argv)
     try:
         hw = get_hardware(args.profile)
         results = check_dir(args.directory, hw, model_free=args.model_free,
-                            max_rows=args.max_rows, seed=args.seed)
+                            max_rows=args.max_rows, seed=args.seed, engine=args.engine)
     except ServesimError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -66,8 +66,10 @@ def _plain_attention(df: pd.DataFrame) -> pd.DataFrame:
     return df[keep]
 
 
-def family_rows(directory: str | Path) -> dict[str, FamilyRows]:
-    """Every family with rows in ``directory`` (raises if there is none)."""
+def family_rows(directory: str | Path, engine: str | None = None) -> dict[str, FamilyRows]:
+    """Every family with rows in ``directory`` (raises if there is none); of a
+    folder holding several engines' kernels, ``engine``'s (see
+    :func:`calibration.tables.find_tables`)."""
     out: dict[str, FamilyRows] = {}
 
     def add(family: str, rows: pd.DataFrame, source: str) -> None:
@@ -79,7 +81,7 @@ def family_rows(directory: str | Path) -> dict[str, FamilyRows]:
         else:
             out[family] = FamilyRows(family, rows.reset_index(drop=True), [source])
 
-    for kind, path in find_tables(directory):
+    for kind, path in find_tables(directory, engine):
         df = READERS[kind](path)
         if kind == "gemm":
             fam = df["gemm_dtype"].astype(str).map(GEMM_DTYPE_FAMILY)

@@ -23,6 +23,10 @@ from sim.errors import ConfigError
 GEMM_COLUMNS = ("gemm_dtype", "m", "n", "k", "latency")
 ATTENTION_COLUMNS = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim",
                      "kv_cache_dtype", "step", "latency")
+#: constant columns some tables drop (SGLang and TensorRT-LLM: a context table has no
+#: ``step``, a generation table no ``isl``) and the value they had
+ATTENTION_CONSTANTS = {"context_attention": {"step": 0, "window_size": 0},
+                       "generation_attention": {"isl": 1, "window_size": 0}}
 NCCL_COLUMNS = ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency")
 NCCL_DTYPE_BYTES = {"half": 2, "float16": 2, "bfloat16": 2, "int8": 1, "float": 4, "float32": 4}
 
@@ -45,20 +49,52 @@ def table_kind(path: str | Path) -> str | None:
     return None
 
 
-def find_tables(directory: str | Path) -> list[tuple[str, Path]]:
-    """(kind, path) of every known table in ``directory``, sorted by name."""
+def table_engine(path: str | Path) -> str | None:
+    """The engine whose kernels a table holds, from its name ``ENGINE-VERSION_TABLE``
+    (``vllm-0.24.0_gemm.csv.gz`` -> ``vllm``; a live calibration's ``torch_gemm.csv``
+    -> ``torch``); None for NCCL tables, which serve every engine."""
+    stem = Path(path).name.removesuffix(".gz").removesuffix(".csv")
+    if stem.startswith("nccl"):
+        return None
+    return stem.split("_", 1)[0].split("-", 1)[0]
+
+
+#: the engine whose kernel tables are fitted when a folder holds several (the shipped
+#: profiles are fitted to vLLM's kernels; SGLang's and TensorRT-LLM's are their own fits)
+DEFAULT_TABLE_ENGINE = "vllm"
+
+
+def find_tables(directory: str | Path, engine: str | None = None) -> list[tuple[str, Path]]:
+    """(kind, path) of every known table in ``directory``, sorted by name: the
+    tables of ``engine`` (see :func:`table_engine`) and the NCCL ones. Without
+    ``engine``, a folder holding tables of one engine gives them all, one holding
+    several gives :data:`DEFAULT_TABLE_ENGINE`'s."""
     d = Path(directory)
     if not d.is_dir():
         raise ConfigError(f"{d}: not a directory of kernel tables")
     found = [(table_kind(p), p) for p in sorted(d.iterdir())]
-    return [(k, p) for k, p in found if k is not None]
+    found = [(k, p) for k, p in found if k is not None]
+    engines = sorted({e for _, p in found if (e := table_engine(p)) is not None})
+    if engine is None and len(engines) > 1:
+        if DEFAULT_TABLE_ENGINE not in engines:
+            raise ConfigError(f"{d}: kernel tables of several engines ({', '.join(engines)}); "
+                              f"choose one with --engine")
+        engine = DEFAULT_TABLE_ENGINE
+    if engine is not None and engine not in engines:
+        raise ConfigError(f"{d}: no kernel tables of engine {engine!r}; found: "
+                          f"{', '.join(engines) or 'none'}")
+    return [(k, p) for k, p in found if engine is None or table_engine(p) in (None, engine)]
 
 
-def _read(path: Path, columns: tuple[str, ...], nrows: int | None) -> pd.DataFrame:
+def _read(path: Path, columns: tuple[str, ...], nrows: int | None,
+          constants: dict | None = None) -> pd.DataFrame:
     try:
         df = pd.read_csv(path, nrows=nrows)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, EOFError) as e:
         raise ConfigError(f"{path}: cannot read table: {e}") from e
+    for col, value in (constants or {}).items():
+        if col not in df.columns:
+            df[col] = value
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}; "
@@ -89,11 +125,10 @@ def read_gemm_table(path: str | Path, nrows: int | None = None) -> pd.DataFrame:
 
 def read_attention_table(path: str | Path, nrows: int | None = None) -> pd.DataFrame:
     """Context (``isl`` new tokens, ``step`` = 0) or generation (one new token,
-    ``step`` cached) attention rows. Adds ``window_size`` = 0 if absent."""
-    df = _read(Path(path), ATTENTION_COLUMNS, nrows)
-    if "window_size" not in df.columns:
-        df["window_size"] = 0
-    return df
+    ``step`` cached) attention rows. A column a table dropped as constant is
+    added with its value (:data:`ATTENTION_CONSTANTS`)."""
+    kind = table_kind(path) or "context_attention"
+    return _read(Path(path), ATTENTION_COLUMNS, nrows, ATTENTION_CONSTANTS[kind])
 
 
 def read_nccl_table(path: str | Path, nrows: int | None = None) -> pd.DataFrame:

@@ -144,3 +144,35 @@ def test_tables_of_another_gpu_than_the_base_profile_are_warned_about(capsys):
     _warn_other_device(kernels / "h100_sxm", "h100_sxm")
     _warn_other_device(kernels / "a100_sxm", "a100_sxm")
     assert capsys.readouterr().err == ""
+
+
+def test_constant_columns_a_table_dropped_are_restored(tmp_path):
+    """SGLang / TensorRT-LLM tables drop ``step`` (context: 0) and ``isl`` (generation: 1)."""
+    ctx = tmp_path / "sglang-0.5.14_context_attention.csv"
+    pd.DataFrame({k: v for k, v in ATTN.items() if k != "step"}).to_csv(ctx, index=False)
+    df = read_attention_table(ctx)
+    assert df["step"].tolist() == [0] and df["window_size"].tolist() == [0]
+    gen = tmp_path / "sglang-0.5.14_generation_attention.csv"
+    pd.DataFrame({**{k: v for k, v in ATTN.items() if k != "isl"}, "step": [511]}).to_csv(gen, index=False)
+    assert read_attention_table(gen)["isl"].tolist() == [1]
+
+
+def test_a_folder_of_several_engines_fits_one_engine(tmp_path):
+    from calibration.tables import find_tables, table_engine
+
+    assert table_engine("vllm-0.24.0_gemm.csv.gz") == "vllm"
+    assert table_engine("torch_gemm.csv") == "torch"
+    assert table_engine("nccl_2.27.3.csv.gz") is None
+    for name in ("vllm-0.24.0", "sglang-0.5.14"):
+        pd.DataFrame(ATTN).to_csv(tmp_path / f"{name}_context_attention.csv", index=False)
+    pd.DataFrame({"op_name": ["all_reduce"], "nccl_dtype": ["half"], "num_gpus": [2],
+                  "message_size": [4], "latency": [1.0]}).to_csv(tmp_path / "nccl_2.csv", index=False)
+    names = lambda engine: [p.name for _, p in find_tables(tmp_path, engine)]  # noqa: E731
+    assert names(None) == ["nccl_2.csv", "vllm-0.24.0_context_attention.csv"]
+    assert names("sglang") == ["nccl_2.csv", "sglang-0.5.14_context_attention.csv"]
+    with pytest.raises(ConfigError, match=r"no kernel tables of engine 'trtllm'; found: sglang, vllm"):
+        find_tables(tmp_path, "trtllm")
+    (tmp_path / "vllm-0.24.0_context_attention.csv").unlink()
+    with pytest.raises(ConfigError, match=r"several engines \(sglang, vllm\)|several engines"):
+        pd.DataFrame(ATTN).to_csv(tmp_path / "trtllm-1_context_attention.csv", index=False)
+        find_tables(tmp_path)
