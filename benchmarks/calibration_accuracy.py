@@ -32,7 +32,7 @@ from calibration.datasets import family_rows, holdout_mask  # noqa: E402
 from calibration.fit import Device, ape, fit_any, predict  # noqa: E402
 from calibration.plots import plot_fit  # noqa: E402
 from sim.cost_model import all_reduce_time_s, attention_uniform_time_s, gemm_time_s  # noqa: E402
-from sim.hardware import _validate, get_hardware  # noqa: E402
+from sim.hardware.profile import _validate, get_hardware  # noqa: E402
 from sim.paths import shared_dir  # noqa: E402
 
 GPUS = ("h100_sxm", "a100_sxm")

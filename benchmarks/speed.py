@@ -53,9 +53,9 @@ def case_config(n: int, rate: float, exact: bool):
 
 
 def run_case(name: str) -> dict:
-    from sim.deployment import build_deployment
-    from sim.engine import Simulation
-    from sim.metrics import summarize
+    from sim.engine.deployment import build_deployment
+    from sim.engine.simulation import Simulation
+    from sim.results.metrics import summarize
     from sim.runner import make_specs
 
     n, rate, exact = CASES[name]

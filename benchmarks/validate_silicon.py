@@ -1,14 +1,14 @@
 """Fit the engine-level overheads on half of the silicon rows, score on the other half.
 
     python benchmarks/validate_silicon.py              # fit, then score; writes reports/validation/
-    python benchmarks/validate_silicon.py --skip-fit   # score with the values in sim/engines.py
+    python benchmarks/validate_silicon.py --skip-fit   # score with the values in sim/presets/engines.py
 
 Data: ``../shared/silicon/dense_agg_dev.csv`` (580 closed-loop benchmark rows).
 Split: a seeded random half of the rows (``numpy.random.default_rng(SPLIT_SEED)``
 permutation, first half) is the *fit* half, the rest the *scored* half.
 
 Fitted parameters: four per engine, all engine-level and physical
-(``sim/engines.py``, ``sim/overheads.py``, ``sim/engine.py``), nothing per row,
+(``sim/presets/engines.py``, ``sim/cost_model/overheads.py``, ``sim/engine/simulation.py``), nothing per row,
 group or concurrency:
 
 - ``cpu_step_overhead_s``: host time per engine step;
@@ -16,7 +16,7 @@ group or concurrency:
 - ``frontend_latency_s``: send → scheduler latency of a request;
 - ``frontend_token_s``: the frontend's time to stream one output token;
 - ``client_phase_spread``: how far apart the closed-loop clients start, as a
-  fraction of one request (``sim/client_phase.py``; 0 = all together).
+  fraction of one request (``sim/workload/client_phase.py``; 0 = all together).
 
 Whether the host work overlaps the GPU (``overlap_scheduling``) is not fitted:
 it is each engine's documented default. The fit is a coordinate search on a
@@ -76,7 +76,7 @@ def fit_engine(engine: str, rows: list[dict], rpc: int, workers: int | None, rou
                params: tuple[str, ...] = tuple(GRID), start: dict | None = None, protocol: str = "aic") -> dict:
     """Coordinate search over ``GRID[k]`` for each k in ``params``, from ``start``
     (default: every parameter 0); the other parameters stay at their start value."""
-    from sim.validate import ValidateOptions, predict_rows
+    from sim.validate.rows import ValidateOptions, predict_rows
 
     cache: dict[tuple, float] = {}
 
@@ -110,9 +110,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", default=str(ROOT.parent / "shared" / "silicon" / "dense_agg_dev.csv"))
     ap.add_argument("--out", default=str(ROOT / "reports" / "validation"))
-    ap.add_argument("--skip-fit", action="store_true", help="score with the fitted values in sim/engines.py")
+    ap.add_argument("--skip-fit", action="store_true", help="score with the fitted values in sim/presets/engines.py")
     ap.add_argument("--protocol", default="aic", choices=("aic", "steady"),
-                    help="benchmark protocol (sim/validate.py): aic = aiconfigurator's deployment and "
+                    help="benchmark protocol (sim/validate/rows.py): aic = aiconfigurator's deployment and "
                          "client (cold start, all 10·C requests measured); steady = the earlier one")
     ap.add_argument("--fit-requests-per-client", type=int, default=None,
                     help="requests per client while fitting (default: aic 10, as the mean covers the "
@@ -132,9 +132,9 @@ def main() -> None:
     if unknown:
         ap.error(f"--fit-params: unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(GRID)}")
 
-    from sim.client_phase import CLIENT_PHASE_SPREAD, PHASE_KEY
-    from sim.engines import FITTED
-    from sim.validate import read_rows, skipped_row_warnings
+    from sim.workload.client_phase import CLIENT_PHASE_SPREAD, PHASE_KEY
+    from sim.presets.engines import FITTED
+    from sim.validate.rows import read_rows, skipped_row_warnings
 
     df, skipped = read_rows(args.csv)
     for w in skipped_row_warnings(args.csv, skipped):
@@ -169,8 +169,8 @@ def main() -> None:
 def score(df, fit_mask, fitted: dict, args, out: Path) -> None:
     import pandas as pd
 
-    from sim.validate import ValidateOptions, predict_rows
-    from sim.validate_report import summarize_predictions, write_validation
+    from sim.validate.rows import ValidateOptions, predict_rows
+    from sim.validate.report import summarize_predictions, write_validation
 
     opts = ValidateOptions(protocol=args.protocol, requests_per_client=args.requests_per_client,
                            workers=args.workers, engine_overrides=fitted)
@@ -199,7 +199,7 @@ def score(df, fit_mask, fitted: dict, args, out: Path) -> None:
 
 
 def _table(s: dict) -> list[str]:
-    from sim.validate_report import _fmt
+    from sim.validate.report import _fmt
 
     lines = ["| group | n | TTFT MAPE % | TTFT median APE % | TTFT over-predicted | TPOT MAPE % | "
              "TPOT median APE % | TPOT over-predicted |", "|---|---|---|---|---|---|---|---|"]
@@ -222,30 +222,30 @@ def write_readme(out: Path, summary: dict, wall: float, num_rows: int) -> None:
     lines = [
         "# Validation against measured serving benchmarks",
         "",
-        "Regenerate this report from the fitted values in `sim/engines.py` (exactly these numbers; "
+        "Regenerate this report from the fitted values in `sim/presets/engines.py` (exactly these numbers; "
         "about 1-2 min on 2 cores):",
         "",
         "    python benchmarks/validate_silicon.py --skip-fit",
         "",
         "Refit (coordinate search on the fit half, then score; 2-10 min per engine on 2 cores). The "
-        "values in `sim/engines.py` came from this command, which starts at the previous values and "
+        "values in `sim/presets/engines.py` came from this command, which starts at the previous values and "
         "stops after a round that changes nothing (at most two rounds); a search from zero can stop "
         "elsewhere where the loss is flat. It writes `fitted_params.json`; copy the values into "
-        "`FITTED` in `sim/engines.py`, then regenerate:",
+        "`FITTED` in `sim/presets/engines.py`, then regenerate:",
         "",
         "    python benchmarks/validate_silicon.py --fit-params cpu_step_overhead_s,cpu_seq_overhead_s,"
         "frontend_latency_s,frontend_token_s --rounds 2",
         "",
         f"Data: `../shared/silicon/dense_agg_dev.csv`, {num_rows} rows. Fit half / scored half: a "
         f"`numpy.random.default_rng({SPLIT_SEED})` permutation of the rows, first half fitted. Protocol per row "
-        + (f"(`sim/validate.py`, protocol `aic`, as aiconfigurator measured these rows): the deployment "
+        + (f"(`sim/validate/rows.py`, protocol `aic`, as aiconfigurator measured these rows): the deployment "
            f"aiconfigurator's generator writes for batch size C (token budget C + isl + 1500, max batch C; "
            f"SGLang `max_prefill_tokens` isl + 1500 with `enable_mixed_chunk`), C closed-loop clients from a "
            f"cold start, "
            f"{summary['requests_per_client']}·C requests, every one measured (the first burst of C "
            f"included); isl in, exactly osl out. "
            if summary.get("protocol", "aic") == "aic" else
-           f"(`sim/validate.py`, protocol `steady`): C closed-loop clients, 2·C warm-up requests, "
+           f"(`sim/validate/rows.py`, protocol `steady`): C closed-loop clients, 2·C warm-up requests, "
            f"{summary['requests_per_client']}·C measured; isl in, exactly osl out. ")
         + f"All {num_rows} rows "
         f"simulated in {wall:.0f} s ({summary.get('workers') or 'all'} worker processes).",

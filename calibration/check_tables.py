@@ -28,7 +28,7 @@ from calibration.tables import READERS, find_tables
 from sim.cost_model.operators import all_reduce_time_s, attention_uniform_time_s, gemm_time_s
 from sim.cost_model.roofline import gemm_dtype
 from sim.errors import ServesimError
-from sim.hardware import HardwareProfile, get_hardware
+from sim.hardware.profile import HardwareProfile, get_hardware
 from sim.model_spec import KV_CACHE_DTYPE_BYTES, get_model, list_models
 
 SMALL_M = 128          #: GEMM band: m <= 128 tokens is "small m" (decode-sized)

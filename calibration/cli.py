@@ -28,9 +28,9 @@ from calibration.datasets import family_rows
 from calibration.fit import Device, FitResult, ape, fit_any, predict, spec_for
 from calibration.profile_writer import (build_efficiency, fit_error_summary, today,
                                         update_profile_file, with_efficiency, write_profile)
-from sim.efficiency import ElementwiseParams
+from sim.hardware.efficiency import ElementwiseParams
 from sim.errors import ConfigError, ServesimError
-from sim.hardware import HardwareProfile, _validate, get_hardware
+from sim.hardware.profile import HardwareProfile, _validate, get_hardware
 from sim.paths import shared_dir
 
 #: substrings of CUDA device names -> built-in profile with their datasheet peaks

@@ -25,10 +25,10 @@ from scipy.optimize import least_squares
 
 from sim.cost_model.fitted import (all_reduce_fitted_s, gemm_fitted_s, uniform_context_s,
                                    uniform_generation_s)
-from sim.efficiency import (AllReduceParams, ContextAttentionParams, GemmParams,
+from sim.hardware.efficiency import (AllReduceParams, ContextAttentionParams, GemmParams,
                             GenerationAttentionParams)
 from sim.errors import ConfigError
-from sim.hardware import HardwareProfile
+from sim.hardware.profile import HardwareProfile
 
 #: parameter -> (start, lower, upper); fitted in log space
 SPACE = {

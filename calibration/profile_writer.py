@@ -20,9 +20,9 @@ from typing import Any
 import yaml
 
 from calibration.fit import FitResult
-from sim.efficiency import (AllReduceParams, ContextAttentionParams, ElementwiseParams,
+from sim.hardware.efficiency import (AllReduceParams, ContextAttentionParams, ElementwiseParams,
                             FittedEfficiency, GemmParams, GenerationAttentionParams)
-from sim.hardware import HardwareProfile, _validate
+from sim.hardware.profile import HardwareProfile, _validate
 
 _CORE_DEFAULTS = dict(compute_half_flops=1.0, compute_exponent=1.0, memory_half_bytes=1.0,
                       memory_exponent=1.0)

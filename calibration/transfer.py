@@ -19,9 +19,9 @@ import argparse
 import sys
 
 from calibration.profile_writer import today, update_profile_file, with_efficiency
-from sim.efficiency import FittedEfficiency
+from sim.hardware.efficiency import FittedEfficiency
 from sim.errors import ConfigError, ServesimError
-from sim.hardware import HardwareProfile, get_hardware
+from sim.hardware.profile import HardwareProfile, get_hardware
 from sim.paths import hardware_profiles_dir
 
 

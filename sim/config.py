@@ -46,7 +46,7 @@ class SimConfig(BaseModel):
 
     model: str = "llama-3.1-8b"
     hardware: str = "h100_sxm"
-    # A preset of defaults for the keys below (sim/engines.py); explicit keys win.
+    # A preset of defaults for the keys below (sim/presets/engines.py); explicit keys win.
     engine: Literal["vllm", "sglang", "trtllm"] | None = None
 
     # Scheduler (vLLM names; ``vllm/config/scheduler.py``)
@@ -89,7 +89,7 @@ class SimConfig(BaseModel):
 
     # The time keys below are at most an hour each: beyond that a run's simulated
     # time drifts toward float64's limits (1e308 s overheads ran to inf/nan times).
-    # CPU/framework overheads outside the cost model (sim/overheads.py): per
+    # CPU/framework overheads outside the cost model (sim/cost_model/overheads.py): per
     # engine step (s), per scheduled sequence per step (s); overlapped with the
     # GPU (step = max(gpu, cpu)) or serial (gpu + cpu).
     cpu_step_overhead_s: float = Field(default=0.0, ge=0.0, le=MAX_TIME_KEY_S)
@@ -132,7 +132,7 @@ class SimConfig(BaseModel):
     def _engine_preset(cls, data: Any) -> Any:
         """Fill the keys the caller did not set from ``engine``'s preset."""
         if isinstance(data, dict) and data.get("engine") in ("vllm", "sglang", "trtllm"):
-            from sim.engines import apply_preset
+            from sim.presets.engines import apply_preset
 
             return apply_preset(data)
         return data
@@ -168,14 +168,14 @@ def resolve_scheduler_limits(cfg: SimConfig, hbm_bytes: float, hardware_name: st
     ``gpu_memory_utilization`` 0.92. ``engine: trtllm``: the preset's 8192 /
     2048, never raised (TensorRT-LLM packs at most ``max_num_tokens``).
     ``engine: sglang``: ``chunked_prefill_size`` and ``mem_fraction_static``
-    from SGLang's GPU-memory heuristics (:mod:`sim.engines`);
+    from SGLang's GPU-memory heuristics (:mod:`sim.presets.engines`);
     ``max_num_seqs`` stays None here and is set from the KV pool by
-    :func:`sim.deployment.build_deployment`.
+    :func:`sim.engine.deployment.build_deployment`.
 
     Raises ConfigError when vLLM's ``chunked`` gets ``max_num_batched_tokens <
     max_num_seqs`` (vLLM rejects that config).
     """
-    from sim import engines
+    from sim.presets import engines
 
     eng = cfg.engine
     upd: dict[str, Any] = {"max_model_len": max_model_len}

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from sim import __version__
 from sim.config import SimConfig
-from sim.deployment import Deployment, build_deployment
-from sim.engine import RunResult, Simulation
-from sim.metrics import summarize
+from sim.engine.deployment import Deployment, build_deployment
+from sim.engine.simulation import RunResult, Simulation
+from sim.results.metrics import summarize
 from sim.workload import RequestSpecs, generate_requests
 
 

@@ -11,9 +11,9 @@ from calibration.datasets import holdout_mask
 from calibration.fit import SPACE, Device, fit_family, predict, spec_for
 from sim.cost_model import CostModel, all_reduce_time_s, attention_uniform_time_s, gemm_time_s
 from sim.cost_model.fitted import gemm_fitted_s, uniform_generation_s
-from sim.efficiency import (AllReduceParams, ContextAttentionParams, GemmParams,
+from sim.hardware.efficiency import (AllReduceParams, ContextAttentionParams, GemmParams,
                             GenerationAttentionParams)
-from sim.hardware import get_hardware
+from sim.hardware.profile import get_hardware
 from sim.model_spec import get_model
 
 DEV = Device(peak_bf16=1e15, peak_fp8=2e15, hbm_bw=3e12, num_sms=100, link_bw=4e11)

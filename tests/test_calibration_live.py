@@ -13,7 +13,7 @@ from calibration.datasets import family_rows  # noqa: E402
 from calibration.microbench import Timer, _num_sets  # noqa: E402
 from calibration.tables import READERS, find_tables  # noqa: E402
 from sim.cost_model import CostModel  # noqa: E402
-from sim.hardware import load_hardware  # noqa: E402
+from sim.hardware.profile import load_hardware  # noqa: E402
 from sim.model_spec import get_model  # noqa: E402
 
 

@@ -15,7 +15,7 @@ from calibration.fit import Device, ape, predict
 from calibration.tables import read_attention_table, read_nccl_table
 from sim.cost_model import CostModel
 from sim.errors import ConfigError
-from sim.hardware import get_hardware, load_hardware
+from sim.hardware.profile import get_hardware, load_hardware
 from sim.model_spec import get_model
 from sim.paths import shared_dir
 

@@ -10,7 +10,7 @@ from calibration.check_tables import check_dir, format_results, main
 from calibration.tables import read_gemm_table, read_nccl_table
 from sim.cost_model import all_reduce_time_s, attention_time_s, gemm_time_s, uniform_batch_sums
 from sim.errors import ConfigError
-from sim.hardware import get_hardware
+from sim.hardware.profile import get_hardware
 from sim.paths import shared_dir
 
 TEST_GPU = Path(__file__).parent / "data" / "test_gpu.yaml"

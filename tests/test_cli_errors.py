@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from sim.compare import parse_variant
+from sim.compare.variants import parse_variant
 from sim.errors import ConfigError
 
 
@@ -75,7 +75,7 @@ def test_request_rate_with_a_timestamped_trace_is_an_error(tmp_path):
 
 def test_config_values_vllm_would_reject(tmp_path):
     from sim.config import build_config
-    from sim.deployment import build_deployment
+    from sim.engine.deployment import build_deployment
 
     with pytest.raises(ConfigError, match="max_num_seqs: expected a number or name, got True"):
         build_config(set_args=["max_num_seqs=true"])
@@ -208,7 +208,7 @@ def test_an_option_and_a_set_of_the_same_key_must_agree():
 
 
 def test_a_lengths_only_trace_sent_all_at_once_is_warned_about():
-    from sim.report_text import workload_warnings
+    from sim.cli.tables import workload_warnings
 
     s = {"workload_source": "trace t.csv (lengths): 20 of 20 rows, arrivals inf",
          "config": {"workload": {"trace": "t.csv", "arrival": None, "request_rate": None, "max_concurrency": None}}}

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.compare import Variant, parse_variant, run_variants, variants_from_args
+from sim.compare.variants import Variant, parse_variant, run_variants, variants_from_args
 from sim.config import build_config
-from sim.diagnosis import diagnose
+from sim.compare.diagnosis import diagnose
 from sim.errors import ConfigError
-from sim.output import requests_frame, steps_frame
-from sim.variant_data import VariantData
+from sim.results.output import requests_frame, steps_frame
+from sim.compare.variant_data import VariantData
 
 
 def write_trace(path, rows):
@@ -96,8 +96,8 @@ def test_variant_parsing_errors():
         variants_from_args(" , ", None, None)  # used to fall back to the default three silently
     with pytest.raises(ConfigError, match="'comparison.csv' is a file the comparison writes"):
         variants_from_args(None, ["comparison.csv scheduler=static"], None)
-    from sim.compare import RESERVED_NAMES
-    from sim.plots import FIGURES
+    from sim.compare.variants import RESERVED_NAMES
+    from sim.compare.plots import FIGURES
 
     assert set(FIGURES) <= RESERVED_NAMES  # every figure name is refused as a variant name
 
@@ -105,7 +105,7 @@ def test_variant_parsing_errors():
 def test_compare_into_an_earlier_comparison_removes_its_stale_variants(tmp_path):
     from typer.testing import CliRunner
 
-    from sim.cli import app
+    from sim.cli.main import app
 
     trace = write_trace(tmp_path / "t.csv", [(0.1 * i, 64, 8) for i in range(20)])
     out = tmp_path / "cmp"

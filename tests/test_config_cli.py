@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sim.config import build_config, resolve_scheduler_limits
-from sim.deployment import build_deployment
+from sim.engine.deployment import build_deployment
 from sim.errors import ConfigError
 
 DATA = Path(__file__).parent / "data"
@@ -154,7 +154,7 @@ def test_relative_trace_path_in_a_config_file_is_relative_to_the_file(tmp_path, 
 
 
 def test_bad_out_folder_fails_before_simulating(tmp_path):
-    from sim.cli import ensure_out_dir
+    from sim.cli.main import ensure_out_dir
 
     f = tmp_path / "afile"
     f.write_text("")
@@ -212,7 +212,7 @@ def test_files_that_are_not_utf8_and_runaway_sizes_are_clear_errors(tmp_path):
 
 
 def test_a_key_given_twice_in_a_hardware_profile_is_an_error(tmp_path):
-    from sim.hardware import hardware_profiles_dir, load_hardware
+    from sim.hardware.profile import hardware_profiles_dir, load_hardware
 
     p = tmp_path / "hw.yaml"
     p.write_text((hardware_profiles_dir() / "h100_sxm.yaml").read_text() + "memory_bytes: 1000\n")
@@ -270,7 +270,7 @@ def test_workload_name_twice_or_with_a_trace_is_an_error(tmp_path):
 def test_summary_keeps_the_workload_name_through_run_and_compare_copies():
     """The expansion of a named workload consumes workload.name; summary.json still
     names it (run's build_config + run_simulation, and compare's per-variant copy)."""
-    from sim.compare import Variant, apply_variant
+    from sim.compare.variants import Variant, apply_variant
     from sim.runner import run_simulation
 
     def build(workload=None, set_args=()):

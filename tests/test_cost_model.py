@@ -9,7 +9,7 @@ import pytest
 from sim.cost_model import (CostModel, all_reduce_time_s, attention_cost, gemm_time_s,
                             uniform_batch_sums)
 from sim.errors import ConfigError
-from sim.hardware import get_hardware
+from sim.hardware.profile import get_hardware
 from sim.model_spec import ModelSpec, get_model
 
 DATA = Path(__file__).parent / "data"

@@ -1,4 +1,4 @@
-"""Diagnosis on hand-built runs (sim/diagnosis.py).
+"""Diagnosis on hand-built runs (sim/compare/diagnosis.py).
 
 Step times mimic llama-3.1-8b on one H100 (bf16): a decode step over 24
 running sequences ≈ 9 ms (weights read once per step); prefill ≈ 25 µs per
@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.diagnosis import Finding, diagnose, interference_stats
-from sim.variant_data import VariantData
-from sim.winners import compare_winners
+from sim.compare.diagnosis import Finding, diagnose, interference_stats
+from sim.compare.variant_data import VariantData
+from sim.compare.winners import compare_winners
 
 DECODE_S = 0.009
 N_DECODES = 24
@@ -333,7 +333,7 @@ def test_long_ttft_split_between_queue_and_prefill_is_named():
 
 
 def test_a_variant_that_rejects_most_requests_is_not_ranked_on_latency():
-    from sim.winners import compare_winners
+    from sim.compare.winners import compare_winners
 
     good = variant("good", queue_steps(waiting_growth=False), completed=200, num_rejected=0,
                    request_throughput=2.0, median_ttft_ms=300.0, p99_ttft_ms=900.0)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from sim.config import build_config
-from sim.deployment import build_deployment
-from sim.engine import Simulation
-from sim.metrics import STATUS_FINISHED, STATUS_REJECTED, request_latencies
+from sim.engine.deployment import build_deployment
+from sim.engine.simulation import Simulation
+from sim.results.metrics import STATUS_FINISHED, STATUS_REJECTED, request_latencies
 from sim.runner import make_specs, run_simulation
 
 DATA = Path(__file__).parent / "data"
@@ -189,7 +189,7 @@ class _FakeReplica:
 ])
 def test_prefix_aware_router_is_sglang_cache_aware(loads, hits, expected):
     """SGLang router cache_aware defaults: cache_threshold 0.5, balance_abs 32, balance_rel 1.0001."""
-    from sim.engine_traffic import Traffic
+    from sim.engine.traffic import Traffic
     from sim.request import Request
 
     reps = [_FakeReplica(i, n, h) for i, (n, h) in enumerate(zip(loads, hits))]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.deployment import build_deployment
-from sim.engine import Simulation
+from sim.engine.deployment import build_deployment
+from sim.engine.simulation import Simulation
 from test_engine import cfg_for, simulate
 
 SCENARIOS = {
@@ -97,7 +97,7 @@ def test_fast_mode_equals_reference(scheduler, scenario):
     rv, rw = ref.itl
     assert fw.sum() == rw.sum()
     for q in (50, 90, 99):
-        from sim.metrics import weighted_percentile
+        from sim.results.metrics import weighted_percentile
         assert weighted_percentile(fv, fw, q) == pytest.approx(weighted_percentile(rv, rw, q), rel=1e-9)
     if scenario == "overload_preemption" and scheduler != "static":
         assert ref.requests["num_preemptions"].sum() > 0
@@ -112,7 +112,7 @@ def test_fast_mode_kv_usage_matches_reference(scheduler, scenario, kv_allocation
     # A merged row records the usage of its last step (the peak is identical) and
     # its time average over its steps (mean_kv_cache_usage), as single steps would:
     # the means agree to rounding, sparse traffic and contiguous reservations included.
-    from sim.metrics import summarize
+    from sim.results.metrics import summarize
 
     kw = dict(SCENARIOS[scenario], scheduler=scheduler, kv_allocation=kv_allocation)
     if scheduler in ("continuous", "mixed", "static"):  # whole prompts: a budget >= max_model_len
@@ -265,7 +265,7 @@ def test_overlap_scheduling_rejects_arrivals_at_the_next_step_as_the_reference(c
                    "router": "least_outstanding_requests"})
     _, ref, _ = simulate(cfg_for(exact_steps=True, **kw))
     _, fast, _ = simulate(cfg_for(exact_steps=False, **kw))
-    from sim.metrics import STATUS_REJECTED
+    from sim.results.metrics import STATUS_REJECTED
 
     assert (ref.requests["status"] == STATUS_REJECTED).sum() > 10
     assert fast.num_events < ref.num_steps / 2

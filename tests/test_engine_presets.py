@@ -1,4 +1,4 @@
-"""Engine presets (sim/engines.py): explicit keys win; documented defaults are
+"""Engine presets (sim/presets/engines.py): explicit keys win; documented defaults are
 what build_deployment resolves; the engines' KV-memory rules and CPU overheads."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from sim.config import SimConfig, build_config
-from sim.deployment import build_deployment
-from sim.engines import (PRESETS, preset_defaults, preset_table, sglang_chunked_prefill_size,
+from sim.engine.deployment import build_deployment
+from sim.presets.engines import (PRESETS, preset_defaults, preset_table, sglang_chunked_prefill_size,
                          sglang_cuda_graph_max_bs, sglang_max_running_requests, sglang_mem_fraction_static)
-from sim.hardware import get_hardware
+from sim.hardware.profile import get_hardware
 from sim.kv_cache.sizing import compute_kv_sizing
 from sim.model_spec import get_model
-from sim.overheads import StepOverheads
+from sim.cost_model.overheads import StepOverheads
 
 DATA = Path(__file__).parent / "data"
 MODEL = str(DATA / "test_model.json")

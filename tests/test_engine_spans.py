@@ -75,9 +75,9 @@ def _fitted_cfg(**kw):
 
 @pytest.mark.parametrize("scenario", sorted(JOIN_SCENARIOS))
 def test_arrivals_join_spans_as_the_reference_schedules_them(scenario, monkeypatch):
-    from sim.engine import Simulation as Sim
-    from sim.scheduler.decode_span import DecodeSpan
-    from sim.scheduler.queued_span import QueuedSpan
+    from sim.engine.simulation import Simulation as Sim
+    from sim.accelerated.decode_span import DecodeSpan
+    from sim.accelerated.queued_span import QueuedSpan
 
     joined, refused = [], []
     join, join_span, gate = DecodeSpan.join, Sim._join_span, QueuedSpan.gate
@@ -111,7 +111,7 @@ def test_arrivals_join_spans_as_the_reference_schedules_them(scenario, monkeypat
     rv, rw = ref.itl
     assert fw.sum() == rw.sum()
     assert np.average(fv, weights=fw) == pytest.approx(np.average(rv, weights=rw), rel=1e-12)
-    from sim.metrics import summarize
+    from sim.results.metrics import summarize
 
     sr, sf = summarize(ref.requests, ref.steps, ref.itl), summarize(fast.requests, fast.steps, fast.itl)
     assert sf["max_kv_cache_usage"] == sr["max_kv_cache_usage"]
@@ -134,7 +134,7 @@ def test_inline_sends_reject_and_count_as_the_reference():
     with their reason and counted, as the arrivals process would."""
     _, ref, _ = simulate(_fitted_cfg(exact_steps=True, **JOIN_SCENARIOS["inline_rejects_frontend"]))
     _, fast, _ = simulate(_fitted_cfg(exact_steps=False, **JOIN_SCENARIOS["inline_rejects_frontend"]))
-    from sim.metrics import STATUS_REJECTED
+    from sim.results.metrics import STATUS_REJECTED
 
     rej = fast.requests["status"] == STATUS_REJECTED
     assert 10 <= rej.sum() < 200
@@ -148,7 +148,7 @@ def test_overloaded_queue_steps_are_gated_inside_spans(monkeypatch):
     spans (gated one by one, without an engine event each), and the span ends
     only before steps it cannot take (preemptions among them). Arrivals join
     the queue's tail without waking the replica."""
-    from sim.scheduler.queued_span import QueuedSpan
+    from sim.accelerated.queued_span import QueuedSpan
 
     gated = []
     gate = QueuedSpan.gate

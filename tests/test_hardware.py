@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from sim.errors import ConfigError
-from sim.hardware import (EFFICIENCY_FORMS, EfficiencyBase, get_hardware, list_hardware,
+from sim.hardware.profile import (EFFICIENCY_FORMS, EfficiencyBase, get_hardware, list_hardware,
                           load_hardware, register_efficiency_form)
 
 TEST_GPU = Path(__file__).parent / "data" / "test_gpu.yaml"

@@ -4,7 +4,7 @@ what pandas' ``to_csv(float_format="%.9g")`` would, and pandas reads it back."""
 import numpy as np
 import pandas as pd
 
-from sim.output import write_csv
+from sim.results.output import write_csv
 
 
 def test_write_csv_cells_quoting_and_round_trip(tmp_path):

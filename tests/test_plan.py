@@ -11,13 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import sim.plan as plan_mod
+import sim.sweep.plan as plan_mod
 from sim.config import build_config
 from sim.errors import ConfigError
-from sim.plan import (SLO, Candidate, PlanSettings, check, find_max_rate, make_candidates, parse_slos,
+from sim.sweep.plan import (SLO, Candidate, PlanSettings, check, find_max_rate, make_candidates, parse_slos,
                       plan_candidate)
-from sim.plan_report import plan_table, run_plan
-from sim.stability import assess_stability
+from sim.sweep.plan_report import plan_table, run_plan
+from sim.results.stability import assess_stability
 
 DATA = Path(__file__).parent / "data"
 MODEL, GPU = str(DATA / "test_model.json"), str(DATA / "test_gpu.yaml")
@@ -203,7 +203,7 @@ def test_cli_plan_positional_slos(tmp_path, monkeypatch):
     import typer
     from typer.testing import CliRunner
 
-    from sim.sweep_cli import plan
+    from sim.cli.sweep import plan
 
     monkeypatch.setattr(plan_mod, "simulate", fake_simulate)
     app = typer.Typer()
@@ -224,7 +224,7 @@ def test_cli_plan_without_answer_says_why_on_screen(tmp_path, monkeypatch):
     import typer
     from typer.testing import CliRunner
 
-    from sim.sweep_cli import plan
+    from sim.cli.sweep import plan
 
     monkeypatch.setattr(plan_mod, "simulate", fake_simulate)
     app = typer.Typer()
@@ -246,7 +246,7 @@ def test_cli_plan_without_answer_says_why_on_screen(tmp_path, monkeypatch):
     assert table["rank"].isna().all()  # no candidate serves the load: none is ranked
     assert not stale.exists() and sorted(p.name for p in stale.parent.iterdir()) == [
         "test_gpu_tp1_chunked.png", "test_gpu_tp2_chunked.png"]
-    from sim.plan_report import plan_markdown
+    from sim.sweep.plan_report import plan_markdown
 
     md = plan_markdown(table, PlanSettings([SLO("p99_ttft_ms", "<=", 1.0)]), {}, figures=[])
     assert "## Candidates that cannot serve it" in md and "## Figures" not in md  # no empty heading
@@ -256,7 +256,7 @@ def test_cli_plan_mistyped_hardware_is_an_error(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from sim.sweep_cli import plan
+    from sim.cli.sweep import plan
 
     app = typer.Typer()
     app.command()(plan)
@@ -281,7 +281,7 @@ def test_cli_plan_rejects_bad_options(tmp_path, args, match):
     import typer
     from typer.testing import CliRunner
 
-    from sim.sweep_cli import plan
+    from sim.cli.sweep import plan
 
     app = typer.Typer()
     app.command()(plan)
@@ -292,7 +292,7 @@ def test_cli_plan_rejects_bad_options(tmp_path, args, match):
 
 
 def test_split_drops_repeats():
-    from sim.sweep_cli import _split
+    from sim.cli.sweep import _split
 
     assert _split("2,2,1", "tp", int, minimum=1) == [2, 1]
 
@@ -303,7 +303,7 @@ def test_cli_plan_rates_must_be_finite(tmp_path, opt, value):
     import typer
     from typer.testing import CliRunner
 
-    from sim.sweep_cli import plan
+    from sim.cli.sweep import plan
 
     app = typer.Typer()
     app.command()(plan)
@@ -314,7 +314,7 @@ def test_cli_plan_rates_must_be_finite(tmp_path, opt, value):
 
 
 def test_repeated_or_nan_limits_are_errors():
-    from sim.metrics import parse_goodput
+    from sim.results.metrics import parse_goodput
 
     with pytest.raises(ConfigError, match="p99_ttft_ms is given twice"):
         parse_slos(["p99_ttft_ms=1000", "p99_ttft_ms=5"])
@@ -334,7 +334,7 @@ def test_cli_plan_refuses_workloads_that_ignore_the_rate(tmp_path, sets, match):
     used to double the rate to its cap with identical runs and answer 6,144 req/s."""
     from typer.testing import CliRunner
 
-    from sim.cli import app
+    from sim.cli.main import app
 
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,input,output\n0.0,64,8\n0.5,64,8\n1.0,64,8\n")
@@ -344,7 +344,7 @@ def test_cli_plan_refuses_workloads_that_ignore_the_rate(tmp_path, sets, match):
         else ["plan", "--model", MODEL, "--hardware", GPU, "--slo", "p99_ttft_ms=1000", "--out", str(tmp_path / "o")]
     for s in sets:
         args += ["--set", s.format(trace=trace)]
-    r = CliRunner().invoke(app, args)  # the app itself: sim.cli.main turns the error into a message, exit 2
+    r = CliRunner().invoke(app, args)  # the app itself: sim.cli.main.main turns the error into a message, exit 2
     assert isinstance(r.exception, ConfigError) and match in str(r.exception)
     assert not (tmp_path / "o" / "results.csv").exists()
 
@@ -352,8 +352,8 @@ def test_cli_plan_refuses_workloads_that_ignore_the_rate(tmp_path, sets, match):
 def test_short_runs_warn(capsys):
     """The run that decided the rate: 100 requests at 5 req/s = 20 s, with a
     4 s transient, spans 5 transients (< 10): warn. 1,000 requests: no warning."""
-    from sim.plan import CandidatePlan
-    from sim.plan_report import _warn_short_runs
+    from sim.sweep.plan import CandidatePlan
+    from sim.sweep.plan_report import _warn_short_runs
 
     def plan_with(n):
         row = {"phase": "search", "passed": True, "workload.request_rate": 5.0, "transient_s": 4.0,
@@ -367,7 +367,7 @@ def test_short_runs_warn(capsys):
 
 
 def test_a_vary_value_invalid_for_every_candidate_is_an_error():
-    from sim.plan import check_vary_values
+    from sim.sweep.plan import check_vary_values
 
     base = build_config(overrides={"model": MODEL, "hardware": GPU})
     cands = make_candidates([GPU], [1], ["chunked"], {"max_num_seqs": [0, 8]})
@@ -381,7 +381,7 @@ def test_cli_plan_refuses_workload_keys_in_vary(tmp_path):
     answered 6,144 req/s; workload keys are the base's, never a candidate's."""
     from typer.testing import CliRunner
 
-    from sim.cli import app
+    from sim.cli.main import app
 
     for key in ("workload.max_concurrency=4,8", "workload.request_rate=1,2"):
         r = CliRunner().invoke(app, ["plan", "--model", MODEL, "--hardware", GPU, "--slo", "p99_ttft_ms=1000",

@@ -1,4 +1,4 @@
-"""The compare report (sim/report.py, sim/plots.py, sim/variant_data.py) on
+"""The compare report (sim/compare/report.py, sim/compare/plots.py, sim/compare/variant_data.py) on
 small hand-built variants."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.plots import FIGURES, breakdown_row, weighted_cdf, weighted_tail
-from sim.report import write_compare_report
-from sim.variant_data import VariantData, step_timeseries
+from sim.compare.plots import FIGURES, breakdown_row, weighted_cdf, weighted_tail
+from sim.compare.report import write_compare_report
+from sim.compare.variant_data import VariantData, step_timeseries
 from test_diagnosis import chunked, continuous_long, make_requests
 
 FIGURE_NAMES = ("ttft_cdf.png", "itl_cdf.png", "latency_percentiles.png", "timeline.png", "latency_breakdown.png")
@@ -137,7 +137,7 @@ def test_queued_average_by_hand():
     """Requests queued [0, 2) and [1, 4), one rejected (never scheduled):
     per-second bins hold 1, 2, 1, 1, 0 queued on average; a bin [0.5, 4) holds
     (1.5 + 3) / 3.5."""
-    from sim.variant_data import queued_average
+    from sim.compare.variant_data import queued_average
 
     got = queued_average(np.array([0.0, 1.0, 0.5]), np.array([2.0, 4.0, np.nan]), np.arange(6.0))
     assert got.tolist() == [1.0, 2.0, 1.0, 1.0, 0.0]
@@ -152,7 +152,7 @@ def test_compare_table_never_cuts_digits(monkeypatch):
 
     from rich.console import Console
 
-    from sim import report_text
+    from sim.cli import tables as report_text
 
     summaries = {name: {"request_throughput": 12345.678, "output_throughput": 987654.0, "median_ttft_ms": 1234.5,
                         "p99_ttft_ms": 56789.1, "num_preemptions": 123456, "num_rejected": 0}

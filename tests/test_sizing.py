@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from sim.errors import ConfigError, InfeasibleError
-from sim.hardware import get_hardware
+from sim.hardware.profile import get_hardware
 from sim.kv_cache.sizing import GiB, activation_bytes_estimate, compute_kv_sizing, kv_report
 from sim.model_spec import ModelSpec, get_model
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from sim.errors import ConfigError
-from sim.sweep import expand_axis, expand_points, load_sweep, parse_sweep, point_id, run_sweep
-from sim.sweep_exec import WALL_COLUMNS
+from sim.sweep.spec import expand_axis, expand_points, load_sweep, parse_sweep, point_id, run_sweep
+from sim.sweep.executors import WALL_COLUMNS
 
 DATA = Path(__file__).parent / "data"
 BASE = {
@@ -137,7 +137,7 @@ def test_resume_skips_finished_and_loses_none(tmp_path):
 
 
 def test_interrupted_sweep_keeps_finished_points(tmp_path, monkeypatch):
-    import sim.sweep_exec as ex
+    import sim.sweep.executors as ex
 
     spec = load_sweep(write_sweep(tmp_path, {"workload.request_rate": [50, 100, 200, 400]}))
     real = ex.run_local
@@ -201,7 +201,7 @@ def test_other_base_in_same_folder_is_refused(tmp_path):
 
 
 def test_workload_name_axis_replaces_the_workload(tmp_path):
-    from sim.sweep import point_config
+    from sim.sweep.spec import point_config
 
     spec = parse_sweep({"base": {"workload": "chat", "max_model_len": 4096},
                         "axes": {"workload.name": ["chat", "summarization"]}}, str(tmp_path / "s.yaml"))
@@ -213,7 +213,7 @@ def test_cli_sweep(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from sim.sweep_cli import sweep
+    from sim.cli.sweep import sweep
 
     app = typer.Typer()
     app.command()(sweep)
@@ -259,7 +259,7 @@ def _slow_point(task):
 
 
 def test_interrupt_stops_the_worker_processes(tmp_path):
-    from sim.sweep_exec import run_local
+    from sim.sweep.executors import run_local
 
     def on_row(row):
         raise KeyboardInterrupt  # Ctrl-C while the first result is handled
@@ -275,7 +275,7 @@ def test_interrupt_stops_the_worker_processes(tmp_path):
 
 
 def test_grids_too_large_to_run_are_errors_before_expanding(tmp_path):
-    from sim.sweep import MAX_POINTS
+    from sim.sweep.spec import MAX_POINTS
 
     with pytest.raises(ConfigError, match=r"axes\.workload\.request_rate: 9,999,990,001 values; a sweep takes at most"):
         expand_axis("workload.request_rate", {"start": 1, "stop": 1_000_000, "step": 0.0001}, "s.yaml")

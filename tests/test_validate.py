@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from sim.errors import ConfigError
-from sim.validate import ValidateOptions, row_overrides, row_quantization, run_validation, simulate_row
+from sim.validate.rows import ValidateOptions, row_overrides, row_quantization, run_validation, simulate_row
 
 DATA = Path(__file__).parent / "data"
 MODEL = str(DATA / "test_model.json")
@@ -33,7 +33,7 @@ def test_closed_loop_benchmark_matches_hand_schedule():
     #  6   | R2 1@101, R3 1@100      | R2 done
     #  7   | R3 1@101                | R3 done
     from sim.config import build_config
-    from sim.deployment import build_deployment
+    from sim.engine.deployment import build_deployment
 
     opts = ValidateOptions(protocol="steady", requests_per_client=1, warmup_per_client=1, think_time_s=0.0,
                            engine_overrides={"vllm": {"max_num_batched_tokens": 128, "cpu_step_overhead_s": 1e-3,
@@ -122,7 +122,7 @@ def test_validate_writes_summary_and_flags_unknown_model(tmp_path):
 ])
 def test_bad_csv_is_a_clear_error(tmp_path, text, match):
     from sim.errors import ConfigError
-    from sim.validate import read_rows
+    from sim.validate.rows import read_rows
 
     p = tmp_path / "rows.csv"
     p.write_text(text)
@@ -135,7 +135,7 @@ def test_cli_skips_and_names_rows_with_a_non_numeric_cell(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from sim.validate_cli import validate
+    from sim.cli.validate import validate
 
     rows = [dict(ROW, id="good"), dict(ROW, id="badshape", isl="12x8"),
             dict(ROW, id="badmeas", silicon_ttft_ms="abc", tp_size="one"),
@@ -167,7 +167,7 @@ def test_cli_fails_when_no_row_can_be_simulated(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from sim.validate_cli import validate
+    from sim.cli.validate import validate
 
     p = tmp_path / "rows.csv"
     p.write_text("backend,model_path,system,isl,osl,concurrency,tp_size,silicon_ttft_ms,silicon_tpot_ms\n"

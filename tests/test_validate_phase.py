@@ -1,4 +1,4 @@
-"""client_phase_spread (sim/client_phase.py): the clients' first requests end
+"""client_phase_spread (sim/workload/client_phase.py): the clients' first requests end
 early so that later requests start at spread phases; a hand-worked schedule,
 the length rule, determinism and the errors."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.client_phase import check_phase_spread, disperse_client_phases, first_request_lengths
+from sim.workload.client_phase import check_phase_spread, disperse_client_phases, first_request_lengths
 from sim.errors import ConfigError
-from sim.validate import ValidateOptions, row_overrides, row_phase_spread, simulate_row
+from sim.validate.rows import ValidateOptions, row_overrides, row_phase_spread, simulate_row
 
 from tests.test_validate import GPU, MODEL
 
@@ -26,7 +26,7 @@ def _opts(spread: float) -> ValidateOptions:
 
 def _step_time():
     from sim.config import build_config
-    from sim.deployment import build_deployment
+    from sim.engine.deployment import build_deployment
 
     cm = build_deployment(build_config(overrides=row_overrides(ROW, _opts(0.0)))).cost_model
     return lambda new, ctx: cm.step_time_s(np.array(new), np.array(ctx)) + 1e-3 + 1e-4 * len(new)
@@ -83,7 +83,7 @@ def test_spread_key_is_not_a_config_key_and_defaults_to_fitted():
     ov = row_overrides(ROW, _opts(0.3))
     assert "client_phase_spread" not in ov
     assert row_phase_spread(ROW, _opts(0.3)) == 0.3
-    from sim.client_phase import CLIENT_PHASE_SPREAD
+    from sim.workload.client_phase import CLIENT_PHASE_SPREAD
 
     assert row_phase_spread(ROW, ValidateOptions(protocol="steady")) == CLIENT_PHASE_SPREAD["vllm"]
 

@@ -1,4 +1,4 @@
-"""The ``aic`` validation protocol (sim/validate.py): aiconfigurator's generated
+"""The ``aic`` validation protocol (sim/validate/rows.py): aiconfigurator's generated
 deployment limits, a cold start with every request measured; hand-computed
 budgets and a hand-worked schedule."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from sim.errors import ConfigError
-from sim.validate import (ValidateOptions, aic_deploy_overrides, row_overrides, row_phase_spread, simulate_row,
+from sim.validate.rows import (ValidateOptions, aic_deploy_overrides, row_overrides, row_phase_spread, simulate_row,
                           warmup_per_client)
 
 from tests.test_validate import GPU, MODEL
@@ -53,7 +53,7 @@ def test_aic_cold_burst_hand_schedule():
     #  3   | R0 1@1601, R1 1@1600      | R0 done (3 tokens)
     #  4   | R1 1@1601                 | R1 done
     from sim.config import build_config
-    from sim.deployment import build_deployment
+    from sim.engine.deployment import build_deployment
 
     eng = {"cpu_step_overhead_s": 1e-3, "cpu_seq_overhead_s": 1e-4, "frontend_latency_s": 0.0,
            "frontend_token_s": 0.0}

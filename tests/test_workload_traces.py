@@ -288,7 +288,7 @@ def test_kv_command_takes_a_trace_workload(tmp_path):
     'default' workload's fixed lengths and report a length/trace conflict."""
     from typer.testing import CliRunner
 
-    from sim.cli import app
+    from sim.cli.main import app
 
     trace = write(tmp_path / "azure.csv", AZURE)
     r = CliRunner().invoke(app, ["kv", "--set", f"workload.trace={trace}"])

@@ -1,4 +1,4 @@
-"""Operator times of the ``fitted_v1`` efficiency form (``sim/efficiency.py``).
+"""Operator times of the ``fitted_v1`` efficiency form (``sim/hardware/efficiency.py``).
 
 Every function works elementwise on floats and numpy arrays (only + - * / **
 and floor division, so the engine's per-step Python path and the vectorised
@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.efficiency import (AllReduceParams, ContextAttentionParams, FittedEfficiency,
+from sim.hardware.efficiency import (AllReduceParams, ContextAttentionParams, FittedEfficiency,
                             GemmParams, GenerationAttentionParams, KernelParams)
 
 #: bytes per activation element (bf16/fp16)

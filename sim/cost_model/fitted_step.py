@@ -17,8 +17,8 @@ import numpy as np
 
 from sim.cost_model.fitted import bus_efficiency, gemm_family
 from sim.cost_model.roofline import ACT_BYTES, GemmPrecision
-from sim.efficiency import FittedEfficiency
-from sim.hardware import HardwareProfile
+from sim.hardware.efficiency import FittedEfficiency
+from sim.hardware.profile import HardwareProfile
 
 
 def _power_terms(rate_max: float, half: float, exponent: float, scale: float = 1.0):

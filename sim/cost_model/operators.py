@@ -14,9 +14,9 @@ import numpy as np
 from sim.cost_model.fitted import (all_reduce_fitted_s, gemm_family, gemm_fitted_s,
                                    uniform_attention_s)
 from sim.cost_model.roofline import ACT_BYTES, GemmPrecision, gemm_precision, roofline_time_s
-from sim.efficiency import FittedEfficiency
+from sim.hardware.efficiency import FittedEfficiency
 from sim.errors import ConfigError
-from sim.hardware import HardwareProfile
+from sim.hardware.profile import HardwareProfile
 
 ATTENTION_IMPLS = ("flash", "naive")
 

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sim.errors import ConfigError
-from sim.hardware import HardwareProfile
+from sim.hardware.profile import HardwareProfile
 from sim.model_spec import WEIGHT_BYTES_PER_PARAM, normalize_quantization
 
 #: Bytes per activation element: activations run in the model dtype (bf16/fp16).

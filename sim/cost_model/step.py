@@ -24,9 +24,9 @@ from sim.cost_model.operators import (ATTENTION_IMPLS, ATTENTION_KERNELS, attent
 from sim.cost_model.fitted_step import (FittedAllReduce, FittedAttention, FittedGemm,
                                         FittedMoe)
 from sim.cost_model.roofline import ACT_BYTES, gemm_precision
-from sim.efficiency import FittedEfficiency
+from sim.hardware.efficiency import FittedEfficiency
 from sim.errors import ConfigError
-from sim.hardware import HardwareProfile
+from sim.hardware.profile import HardwareProfile
 from sim.model_spec import ModelSpec, kv_cache_dtype_bytes
 
 OP_NAMES_DENSE = ("qkv_proj", "attention", "o_proj", "ffn", "norms_elementwise", "lm_head",
@@ -296,7 +296,7 @@ class CostModel:
         """End times (s) of k decode steps of an unchanged batch (every context
         growing) starting at ``start``, each step lasting its GPU time plus the
         host time ``cpu_s`` (``max`` of the two when ``overlap``; see
-        ``sim/overheads.py``). The same floats as k single steps accumulated
+        ``sim/cost_model/overheads.py``). The same floats as k single steps accumulated
         with ``t += dt``: the engine's merged runs end exactly where the
         reference mode's steps do. The list stops after the first step that
         ends at or after ``until`` (s): the engine times a run up to the next

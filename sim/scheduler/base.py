@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 
 from sim.request import Request, RequestStatus
-from sim.scheduler.decode_runs import DecodeRuns
+from sim.accelerated.decode_runs import DecodeRuns
 from sim.scheduler.types import SchedulerLimits, SchedulerOutput, WaitingQueue
 
 __all__ = ["Scheduler", "SchedulerLimits", "SchedulerOutput", "WaitingQueue"]

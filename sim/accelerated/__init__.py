@@ -1,0 +1,1 @@
+"""Accelerated stepping: merged decode runs and spans, bit-identical to the reference engine."""

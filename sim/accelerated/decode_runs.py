@@ -1,0 +1,204 @@
+"""Merged decode runs — the fast path (``exact_steps: false``) of the
+:class:`~sim.scheduler.base.Scheduler` (a mixin it inherits).
+
+One scheduler output stands for k identical decode-only steps, advanced in one
+engine event: exactly equivalent to k calls of ``schedule()`` /
+``update_from_output()`` when nothing can change the batch in between. The
+engine asks how far a run may go (:meth:`DecodeRuns.max_decode_run`, or
+:meth:`DecodeRuns.plan_decode_span` past finishes and arrivals), times it,
+and applies the steps it reached (:meth:`DecodeRuns.apply_decode_run`, with
+:meth:`DecodeRuns.decode_run_usages` for the KV usage of each step; a span
+applies itself: ``sim.accelerated.decode_span``). Uses the state ``Scheduler`` sets up
+(``running``, ``waiting``, ``kv``, ``limits``) and its ``_on_finished``.
+A request finishes at ``num_output_tokens_target``: admission guarantees
+``num_prompt_tokens + max_tokens <= max_model_len``, so vLLM's
+``max_model_len`` stop never comes first (as ``Scheduler.update_from_output``).
+"""
+
+from __future__ import annotations
+
+from sim.request import Request, RequestStatus
+from sim.accelerated.decode_span import DecodeSpan
+from sim.accelerated.queued_span import QueuedSpan
+from sim.scheduler.types import SchedulerOutput
+
+
+class DecodeRuns:
+    """The scheduler's merged-decode-run planning and application."""
+
+    supports_decode_runs = True  # a subclass whose decisions can change without an
+    #                              arrival, finish or preemption must set this False
+
+    def arrival_may_change_schedule(self) -> bool:
+        """Could a request arriving now change the next step? Called by the
+        engine, before adding it, to decide whether a run of merged decode steps
+        must be cut. Under FCFS a new request joins the tail of a non-empty
+        queue whose head is blocked (that is why the queue is non-empty during a
+        decode run), so it cannot be admitted before a finish. The base class
+        answers True (always safe)."""
+        return True
+
+    def max_decode_run(self, out: SchedulerOutput) -> int:
+        """How many identical decode-only steps, starting with ``out`` (already
+        scheduled), are certain: every running request decodes one token each
+        step; no preemption (the free blocks cover every block boundary crossed);
+        no finish before the last of them; no admission (a waiting request that
+        could not be admitted this step cannot be before a finish: decode steps
+        only take blocks, never free them, and the budget and ``max_num_seqs``
+        stay as they are). With prefix caching, runs need an empty waiting queue
+        (an arrival then cuts the run, so admission sees the same hashed blocks as
+        in the reference mode). Returns ≥ 1."""
+        sched = out.scheduled
+        if (out.preempted or out.num_prefill_tokens or not sched or not self.supports_decode_runs
+                or len(sched) != len(self.running)):
+            return 1
+        if self.waiting and getattr(self.kv, "enable_prefix_caching", False):
+            # Blocks are hashed as they fill; a waiting request could start to hit them.
+            return 1
+        k = self.limits.max_model_len
+        kv = self.kv
+        skip = getattr(kv, "decode_skips_allocation", False)  # kv_capacity is kept up to date
+        held = kv.num_held_blocks
+        bs = self.limits.block_size
+        rooms = []  # free slots after step 1
+        for r in sched:
+            o = r.num_output_tokens
+            left = r.num_output_tokens_target - o
+            if left < k:
+                if left <= 1:  # finishes at step 1 (common in big batches): no run
+                    return 1
+                k = left
+            rooms.append((r.kv_capacity if skip else held(r) * bs) - r.num_computed_tokens)
+        if k <= 1:
+            return 1
+        free = kv.num_free_blocks
+        # Blocks each request needs to write tokens c+1 .. c+k (c = context before step 1).
+        extra = 0
+        needs = []
+        km1 = k - 1
+        for room in rooms:
+            if room < km1:
+                needs.append(room)
+                extra += -(-(km1 - room) // bs)
+        if extra <= free:
+            return k
+        lo, hi = 1, k  # largest k' with need(k') <= free; need(1) = 0
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if sum(-(-(mid - 1 - room) // bs) for room in needs if room < mid - 1) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    spans_finishes = True  # a run may go on past finishes (see plan_decode_span)
+
+    def plan_decode_span(self, out: SchedulerOutput, queued: bool = False) -> DecodeSpan | None:
+        """A merged decode run that goes on past finishes and may take in
+        whole-prompt admissions (:class:`~sim.accelerated.decode_span.DecodeSpan`),
+        or None. Exactly what the reference mode does while nothing else changes
+        the batch: the step after a finish schedules the same requests minus the
+        finished ones, each decoding one token (the running pass keeps their
+        order), plus what the waiting pass admits. Requires caching off and paged
+        growth (``grows_decode_in_bulk``: block ids are plain counts). With an
+        empty waiting queue and free blocks for every block boundary crossed up to
+        each request's finish, a free-running span; else, with ``queued`` and a
+        scheduler whose admissions spans can take (``spans_admit``), a queued
+        span whose steps are gated one by one. The engine uses spans only where
+        a finish cannot be seen before the run ends (open loop; no load-aware
+        router across replicas)."""
+        sched = out.scheduled
+        kv = self.kv
+        if (out.preempted or out.num_prefill_tokens or not sched or not self.supports_decode_runs
+                or not self.spans_finishes or not self.frees_on_finish
+                or len(sched) != len(self.running)
+                or not getattr(kv, "grows_decode_in_bulk", False)):
+            return None
+        gated = queued and self.spans_admit()
+        if self.waiting and not gated:
+            return None
+        bs = self.limits.block_size
+        lasts = []
+        append = lasts.append
+        k = need = 0
+        for r in sched:
+            o = r.num_output_tokens
+            f = r.num_output_tokens_target - o
+            append(f)
+            if f > k:
+                k = f
+            # slots written through its last step: tokens c+1 .. c+f-1 after step 1
+            s = r.num_computed_tokens + f - 1 - r.kv_capacity
+            if s > 0:
+                need += -(-s // bs)
+        free = kv.num_free_blocks
+        if k <= 1:
+            return None
+        if not self.waiting and need <= free:
+            return DecodeSpan(self, out, lasts, free - need)
+        return QueuedSpan(self, out, lasts) if gated else None
+
+    def spans_admit(self) -> bool:
+        """Can a decode span take in this scheduler's admissions (and so also
+        start with requests waiting)? The base class answers False."""
+        return False
+
+    def span_admissions(self, num_running: int, budget: int,
+                        free_blocks: int | None = None) -> tuple[list[Request], int] | None:
+        """What the next step's waiting pass admits into a decode span (see
+        ``ChunkedPrefillScheduler.span_admissions``). The base class answers
+        None (a span cannot represent it)."""
+        return None
+
+    def decode_run_usages(self, out: SchedulerOutput, j: int) -> list[float]:
+        """KV-cache usage during each of a merged run's first ``j`` steps
+        (index 0 = step 1; :meth:`DecodeSpan.usages` of a span nobody leaves
+        before step j). Call after step 1 was scheduled and before the run is
+        applied. Managers whose tables do not grow by block (the contiguous
+        reservation) hold their usage through a run."""
+        if not getattr(self.kv, "grows_by_block", False):
+            return [self.kv.usage] * j
+        return DecodeSpan(self, out, [j] * len(out.scheduled)).usages(j).tolist()
+
+    def apply_decode_run(self, out: SchedulerOutput, j: int) -> tuple[list[Request], float]:
+        """Advance the batch of ``out`` by ``j`` decode steps (step 1 included),
+        as ``j`` rounds of schedule()/update_from_output() would; ``j`` is at
+        most :meth:`max_decode_run`. Returns the requests that finished (only at
+        the last step) and the KV-cache usage during the last step (after its
+        allocation, before the finished requests free their blocks — what a
+        single step records)."""
+        kv = self.kv
+        alloc = kv.allocate_slots
+        finished = []
+        skip_alloc = getattr(kv, "decode_skips_allocation", False)
+        bulk = getattr(kv, "grows_decode_in_bulk", False)
+        grow, grow_slots = [], []
+        jm1 = j - 1
+        for r in out.scheduled:
+            o = r.num_output_tokens
+            if jm1:
+                c = r.num_computed_tokens
+                if bulk:  # counting only: the blocks of steps 2..j, taken below in one call
+                    if c + jm1 > r.kv_capacity:
+                        grow.append(r)
+                        grow_slots.append(c + jm1)
+                elif not (skip_alloc and c + jm1 <= r.kv_capacity):
+                    # The state before step j, then step j's allocation: it takes the
+                    # blocks of steps 2..j at once and hashes those that filled.
+                    r.num_output_tokens = o + jm1
+                    r.num_computed_tokens = c + jm1 - 1
+                    if alloc(r, 1) is None:
+                        raise RuntimeError("decode run: block allocation failed although it was planned")
+                # else: step j's token fits in the blocks held, allocate_slots would be a no-op
+                r.num_computed_tokens = c + jm1
+            o += j
+            r.num_output_tokens = o
+            if o >= r.num_output_tokens_target:
+                r.status = RequestStatus.FINISHED
+                finished.append(r)
+        if grow:
+            kv.grow_for_decode(grow, grow_slots)
+        usage = kv.usage
+        if finished:
+            self._on_finished(finished)
+        return finished, usage

@@ -1,0 +1,240 @@
+"""A decode span: a merged decode run that goes on past finishes and takes
+in the requests the scheduler admits meanwhile.
+
+Planned by :meth:`sim.accelerated.decode_runs.DecodeRuns.plan_decode_span`
+(after step 1 was scheduled); grown by ``join`` when the scheduler admits
+requests into it (``ChunkedPrefillScheduler.span_admissions``); applied
+once, at its end, by ``apply``. While the span lasts, the requests' token
+counts and KV tables stay as they were after step 1 (a joining request holds
+no blocks yet): everything in between is implied by the plan, so a step
+costs no per-request work.
+
+Two kinds, by how KV blocks are checked:
+
+- :class:`DecodeSpan`, *free-running* (nobody waits at step 1): the plan
+  holds a *slack*, the free blocks left when every member has grown to its
+  finish (finishes returning nothing meanwhile). An arrival admitted whole
+  takes its prompt blocks and its growth to its finish out of the slack; a
+  join that would overdraw it is refused (the engine ends the span there). No
+  step can run short of blocks, so steps are timed many at a time between
+  arrivals.
+- :class:`~sim.accelerated.queued_span.QueuedSpan` (requests wait, or the slack
+  is short): every step is gated with the reference mode's exact free-block
+  count, preemptions and chunked prefills included.
+
+Either way the reference mode's allocations all succeed inside a span; at its
+end finished requests free their blocks first and the others then take what
+they hold (block ids may differ from the reference mode's; counts do not).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from sim.request import Request, RequestStatus
+from sim.scheduler.types import SchedulerOutput
+
+
+class SpanParts(NamedTuple):
+    """A span's parts (steps with an unchanged batch), one entry each:
+    ``steps`` its last step (1-based), ``batch`` the requests running,
+    ``decode`` the decode tokens per step, ``prefill`` the prefill tokens (a
+    step with prefill is a part of its own), ``preempted`` the requests
+    preempted at its first step; ``finished``: (step, requests finishing
+    there), in step order; ``running``: the members still running after the
+    span; ``pooled``: the tokens per step whose ITL gap is the step (decodes
+    that emitted the token before at the step's start)."""
+
+    steps: list[int]
+    batch: list[int]
+    decode: list[int]
+    prefill: list[int]
+    finished: list[tuple[int, list[Request]]]
+    preempted: list[int]
+    running: list[Request]
+    pooled: list[int]
+
+
+class DecodeSpan:
+    """A free-running span: ``scheduled`` (step 1's batch, running-list
+    order) with ``lasts[i]`` its last step (1-based), ``contexts`` their KV
+    tokens before step 1, ``k`` the last step of any member, ``joins``
+    ``[step, request, last step, tokens prefilled, outputs before]`` of the
+    requests whose prefill completed at ``step``; ``slack`` as the module says."""
+
+    queued = False
+
+    def __init__(self, sched, out: SchedulerOutput, lasts: list[int], slack: int = 0) -> None:
+        self.sched = sched
+        self.scheduled = out.scheduled
+        self.contexts = out.num_computed_before
+        self.lasts = lasts
+        self.k = max(lasts)
+        self.slack = slack
+        self.free0 = sched.kv.num_free_blocks  # after step 1's allocations
+        self.joins: list[list] = []
+        self.preempted: list[tuple[int, int, Request]] = []  # (last step it decoded, member id, request)
+
+    def join(self, step: int, reqs: list[Request]) -> list[int] | None:
+        """Admit ``reqs`` (new requests the scheduler admits whole) at ``step``
+        (1-based) if their blocks to completion fit in the slack, and return
+        their last steps; else None (nothing changed)."""
+        sched = self.sched
+        bs = sched.limits.block_size
+        need = 0
+        for r in reqs:  # prompt + every decode slot written up to the finish
+            need += -(-(r.num_prompt_tokens + r.num_output_tokens_target - 1) // bs)
+        if need > self.slack:
+            return None
+        self.slack -= need
+        lasts = []
+        for r in reqs:
+            sched.admit_to_span(r, r.num_prompt_tokens)
+            last = step + r.num_output_tokens_target - 1
+            self.joins.append([step, r, last, r.num_prompt_tokens, 0])
+            lasts.append(last)
+            if last > self.k:
+                self.k = last
+        return lasts
+
+    def usages(self, j: int) -> np.ndarray:
+        """KV-cache usage during each of the span's first ``j`` steps (index 0 =
+        step 1; float64, shape (j,)), as the reference mode's step rows record
+        it: after the step's allocations (decodes crossing into a new block,
+        joining prompts), before finished requests free their blocks (from the
+        next step on). Call before :meth:`apply`.
+
+        A member holding ``cap`` slots with ``c`` computed writes slot c, c + 1,
+        ... in its following steps, taking a block at each multiple of
+        ``block_size`` crossed, up to its last step; it frees all it holds after
+        it. The takings of all members are added per residue class of the step
+        mod ``block_size`` (one cumulative sum), so the cost is O(members + j)."""
+        bs = self.sched.limits.block_size
+        on, off, back_at, back_n, once_at, once_n = [], [], [], [], [], []
+
+        def add(first: int, last: int, held: int) -> None:
+            end = last if last < j else j
+            n = (end - first) // bs + 1 if first <= end else 0
+            if n:
+                on.append(first)
+                off.append(first + n * bs)
+            if last < j:
+                back_at.append(last + 1)
+                back_n.append(held + n)
+
+        for r, f in zip(self.scheduled, self.lasts):
+            # after step 1: kv_capacity slots held, c computed; step i writes slot c + i − 2
+            add(r.kv_capacity - r.num_computed_tokens + 2, f, r.kv_capacity // bs)
+        for step, _, f, n0, _ in self.joins:
+            if step <= j:
+                held = -(-n0 // bs)  # its prompt's blocks, taken at ``step``
+                once_at.append(step)
+                once_n.append(held)
+                # after its prefill at ``step``: step i writes slot p + i − step − 1
+                add(held * bs - n0 + step + 1, f, held)
+        size = (j // bs + 2) * bs + bs  # room for every "off" mark (<= j + bs), whole rows of bs
+        marks = _count(on, None, size) - _count(off, None, size)
+        takes = marks.reshape(-1, bs).cumsum(axis=0).ravel()[:j + 1]  # blocks taken at step i
+        delta = _count(back_at, back_n, j + 1) - _count(once_at, once_n, j + 1) - takes
+        delta[:2] = 0  # step 1 is as the plan found it
+        free = self.free0 + np.cumsum(delta[1:])
+        return self.sched.kv.usage_at(free)
+
+    def _advance(self, j: int, gone: set[int]):
+        """Bring every member (but the ``gone`` ids, settled when preempted)
+        to its state after the span's first ``j`` steps. Returns the requests
+        finishing per step, those still running, the growth of step 1's members
+        (requests, slots) and the slots of the joining requests (which hold no
+        blocks yet)."""
+        grow, grow_slots, alive, fresh = [], [], [], []
+        finishing: dict[int, list[Request]] = {}
+        n_orig = len(self.scheduled)
+        for i, (r, f) in enumerate(zip(self.scheduled, self.lasts)):
+            if gone and i in gone:
+                continue
+            n = f if f < j else j
+            s = r.num_computed_tokens + n - 1
+            r.num_computed_tokens = s
+            r.num_output_tokens += n
+            if f <= j:
+                finishing.setdefault(f, []).append(r)
+            else:
+                alive.append(r)
+                if s > r.kv_capacity:
+                    grow.append(r)
+                    grow_slots.append(s)
+        for k, (step, r, f, n0, o0) in enumerate(self.joins):
+            if step is None or (gone and n_orig + k in gone):
+                continue  # still prefilling (QueuedSpan applies it), or preempted
+            n = (f if f < j else j) - step  # decode steps after its prefill
+            s = n0 + n
+            r.num_computed_tokens = s
+            r.num_output_tokens = o0 + 1 + n
+            if f <= j:
+                finishing.setdefault(f, []).append(r)
+            else:
+                alive.append(r)
+                fresh.append((r, s))
+        return finishing, alive, grow, grow_slots, fresh
+
+    def _commit(self, finishing: dict[int, list[Request]], grow: list[Request], grow_slots: list[int],
+                fresh: list[tuple[Request, int]]) -> None:
+        """Finish (freeing their blocks first), then give the running members
+        their blocks: the joining requests' tables, then step 1's members' growth."""
+        done = [r for f in sorted(finishing) for r in finishing[f]]
+        sched = self.sched
+        if done:
+            for r in done:  # not before: _on_finished drops every FINISHED request
+                r.status = RequestStatus.FINISHED
+            sched._on_finished(done)
+        kv = sched.kv
+        for r, slots in fresh:
+            if not kv.allocate_prompt(r, slots):
+                raise RuntimeError(f"request {r.request_id}: a span join's blocks do not fit")
+        if grow:
+            kv.grow_for_decode(grow, grow_slots)
+
+    def apply(self, j: int) -> SpanParts:
+        """Advance every member by the span's first ``j`` steps, finish those
+        whose last step came and give the others their blocks (``_commit``).
+        Returns the span's parts; a join step is a part of its own."""
+        finishing, alive, grow, grow_slots, fresh = self._advance(j, set())
+        fsteps = np.array(sorted(finishing), dtype=np.int64)
+        fcum = np.cumsum([0] + [len(finishing[f]) for f in fsteps.tolist()])  # finishes up to each
+        # joins come in step order: per join step, the requests joining and their prefill tokens
+        # (sorted arrays deduplicated by hand: np.unique and np.union1d import numpy.ma,
+        # tens of ms, on first use)
+        js = np.array([jn[0] for jn in self.joins], dtype=np.int64)
+        first = np.flatnonzero(np.diff(js, prepend=-1))
+        jsteps, jcount = js[first], np.diff(np.append(first, js.size))
+        bounds = np.sort(np.concatenate((fsteps, jsteps, jsteps - 1)))
+        bounds = bounds[(np.diff(bounds, prepend=-1) != 0) & (bounds < j)]
+        bounds = np.append(bounds, j)  # each part's last step
+        prev = np.concatenate(([0], bounds[:-1]))
+        # running in a part: step 1's members, plus the joins up to its last step, less
+        # those finished before it (a request finishes after its last step)
+        batch = len(self.scheduled) - fcum[np.searchsorted(fsteps, prev, side="right")]
+        new = prefill = np.zeros(len(bounds), dtype=np.int64)
+        if jsteps.size:
+            jpre = np.add.reduceat(np.array([jn[3] for jn in self.joins], dtype=np.int64), first)
+            batch += np.cumsum(np.append(0, jcount))[np.searchsorted(jsteps, bounds, side="right")]
+            at = np.minimum(np.searchsorted(jsteps, bounds), jsteps.size - 1)
+            is_join = jsteps[at] == bounds  # a join step: a part of its own (step - 1 is a bound)
+            new = np.where(is_join, jcount[at], 0)
+            prefill = np.where(is_join, jpre[at], 0)
+        decode = batch - new
+        parts = SpanParts(bounds.tolist(), batch.tolist(), decode.tolist(), prefill.tolist(),
+                          [(f, finishing[f]) for f in fsteps.tolist()], [0] * len(bounds), alive,
+                          decode.tolist())
+        self._commit(finishing, grow, grow_slots, fresh)
+        return parts
+
+
+def _count(at: list[int], n: list[int] | None, size: int) -> np.ndarray:
+    """int64 array of ``size``: sum of ``n`` (default 1 each) at positions ``at`` (< size)."""
+    idx = np.array(at, dtype=np.int64)
+    if n is None:
+        return np.bincount(idx, minlength=size)[:size]
+    return np.bincount(idx, np.array(n, dtype=np.float64), minlength=size)[:size].astype(np.int64)

@@ -1,0 +1,252 @@
+"""The ``servesim`` command (also ``python -m sim``): the top layer; it may import anything.
+
+Every subcommand takes the same config keys: a YAML file, named options, and
+``--set key=value`` (dotted for nested keys, e.g. ``workload.request_rate=4``).
+Errors are printed as one message (exit status 2), never as a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from sim.errors import ConfigError, ServesimError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="servesim: simulate LLM serving (vLLM-style schedulers, paged KV cache, roofline cost model) without a GPU.",
+)
+
+DEFAULT_COMPARE_WORKLOAD = "code"
+SET_HELP = "Override a config key: --set key=value (repeatable; dotted keys for workload.*, e.g. workload.request_rate=4)."
+
+
+def _overrides(**kw) -> dict:
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def _check_config_arg(config: Optional[Path]) -> None:
+    """``--goodput ttft:500 tpot:50`` (vLLM style) leaves ``tpot:50`` as the
+    positional CONFIG argument; say how to write it instead."""
+    if config is not None and str(config).split(":")[0] in ("ttft", "tpot", "e2el") and not config.exists():
+        raise ServesimError(f"{config} looks like an SLO, not a config file: repeat --goodput for each SLO "
+                            f"or quote them together, e.g. --goodput 'ttft:500 tpot:50'")
+
+
+def ensure_out_dir(out: Path, option: str = "--out") -> Path:
+    """Create the output folder before any simulation runs, so a bad ``--out``
+    (empty, an existing file, an unwritable place) fails at once, naming the option."""
+    if not str(out).strip() or str(out) == ".":
+        raise ConfigError(f"{option} {str(out)!r}: give a folder of its own for the results (the current "
+                          f"folder would be written into), e.g. {option} runs/mine")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(f"{option} {out}: a file of that name exists; give a folder") from None
+    except OSError as e:
+        raise ConfigError(f"{option} {out}: cannot create the folder ({e.strerror or e})") from None
+    if not os.access(out, os.W_OK):
+        raise ConfigError(f"{option} {out}: the folder is not writable")
+    return out
+
+
+@app.command()
+def run(
+    config: Optional[Path] = typer.Argument(None, help="YAML config file (flat vLLM-named keys; see README)."),
+    model: Optional[str] = typer.Option(None, help="Model preset or HF id (e.g. llama-3.1-8b) or path to config.json."),
+    hardware: Optional[str] = typer.Option(None, help="Hardware profile name (e.g. h100_sxm) or path to a profile YAML."),
+    scheduler: Optional[str] = typer.Option(None, help="Batching mode: static, continuous, chunked, mixed, prefill_first, prefill_first_whole (or a registered one)."),
+    workload: Optional[str] = typer.Option(None, help="Built-in workload name or workload YAML path (default: 'default')."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
+    seed: Optional[int] = typer.Option(None, help="Seed of the run (arrivals, lengths, router)."),
+    goodput: Optional[List[str]] = typer.Option(None, help="SLOs for goodput, as vllm bench serve: 'ttft:MS tpot:MS e2el:MS' (quoted, or repeat --goodput)."),
+    out: Path = typer.Option(Path("runs/latest"), help="Output folder for summary.json, requests.csv, steps.csv."),
+    exact_steps: bool = typer.Option(False, "--exact-steps", help="Reference mode: one event per engine step."),
+    quiet: bool = typer.Option(False, help="No progress bar."),
+) -> None:
+    """Simulate one deployment and workload; print the vllm-bench-style summary and write results."""
+    from sim.config import build_config
+    from sim.results.metrics import parse_goodput
+    from sim.results.output import write_results
+    from sim.cli.tables import print_run_summary, workload_warnings
+    from sim.runner import run_simulation
+
+    _check_config_arg(config)
+    slos = parse_goodput(goodput)
+    cfg = build_config(config, _overrides(model=model, hardware=hardware, scheduler=scheduler, seed=seed,
+                                          exact_steps=exact_steps or None), set_, workload)
+    ensure_out_dir(out)
+    with _progress_bar(quiet) as progress:
+        res = run_simulation(cfg, goodput=slos, progress=progress)
+    write_results(out, res.summary, res.result)
+    print_run_summary(res.summary, res.deployment)
+    reasons = res.result.rejected_reasons
+    if reasons:
+        rid = min(reasons)
+        n = len(reasons)
+        every = ("every request was" if not res.summary["completed"] else
+                 f"{n:,} request was" if n == 1 else f"{n:,} requests were")
+        typer.echo(f"warning: {every} rejected, e.g. request {rid}: {reasons[rid]} "
+                   "(requests.csv: status, reason)", err=True)
+    for w in workload_warnings(res.summary):
+        typer.echo(f"warning: {w}", err=True)
+    typer.echo(f"results written to {out}/ (summary.json, requests.csv, steps.csv)")
+
+
+@app.command()
+def compare(
+    config: Optional[Path] = typer.Argument(None, help="YAML config file with the base config."),
+    schedulers: Optional[str] = typer.Option(None, help="Comma-separated batching modes to compare, one variant each "
+                                              "(default: static,continuous,chunked when no variant is given)."),
+    variant: Optional[List[str]] = typer.Option(None, help='A variant: "NAME key=value ..." (repeatable).'),
+    variants: Optional[Path] = typer.Option(None, help="YAML file: {NAME: {key: value, ...}, ...}."),
+    model: Optional[str] = typer.Option(None, help="Model preset, HF id or config.json path (default llama-3.1-8b)."),
+    hardware: Optional[str] = typer.Option(None, help="Hardware profile name or YAML path (default h100_sxm)."),
+    workload: Optional[str] = typer.Option(None, help=f"Built-in workload or workload YAML (default: '{DEFAULT_COMPARE_WORKLOAD}')."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
+    seed: Optional[int] = typer.Option(None, help="Seed of the run."),
+    goodput: Optional[List[str]] = typer.Option(None, help="SLOs for goodput: 'ttft:MS tpot:MS e2el:MS' (quoted, or repeat --goodput)."),
+    out: Path = typer.Option(Path("runs/compare"), help="Output folder: comparison.csv, report.md, figures, NAME/summary.json."),
+    workers: Optional[int] = typer.Option(None, help="Parallel processes (default: one per variant, at most the CPU count)."),
+    quiet: bool = typer.Option(False, help="No progress bar."),
+) -> None:
+    """Compare batching policies / settings on the identical request stream and write a report.
+
+    With no arguments: static vs continuous vs chunked prefill for llama-3.1-8b on one h100_sxm,
+    on the built-in 'code' workload (Azure code-trace lengths and burstiness)."""
+    from sim.cli.compare import run_compare
+
+    _check_config_arg(config)
+    run_compare(config=config, schedulers=schedulers, variant_args=variant, variants_file=variants, model=model,
+                hardware=hardware, workload=workload, set_args=set_, seed=seed, goodput=goodput, out=out,
+                workers=workers, quiet=quiet)
+
+
+@app.command()
+def kv(
+    config: Optional[Path] = typer.Argument(None, help="YAML config file."),
+    model: Optional[str] = typer.Option(None, help="Model preset, HF id or config.json path."),
+    hardware: Optional[str] = typer.Option(None, help="Hardware profile name or YAML path."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
+    length: Optional[List[int]] = typer.Option(None, help="Also report how many sequences of this many tokens fit (repeatable)."),
+) -> None:
+    """KV-cache capacity arithmetic: bytes/token, weights, KV memory, blocks, sequences that fit."""
+    from sim.config import build_config
+    from sim.engine.deployment import build_deployment
+    from sim.kv_cache.sizing import kv_report
+    from sim.cli.tables import print_kv_report
+
+    cfg = build_config(config, _overrides(model=model, hardware=hardware), set_)
+    dep = build_deployment(cfg)
+    lengths = tuple(length) if length else (1024, 4096, dep.limits.max_model_len)
+    print_kv_report(kv_report(dep.sizing, lengths=lengths, kv_allocation=cfg.kv_allocation,
+                              contiguous_reserve=cfg.contiguous_reserve), dep)
+
+
+@app.command()
+def models() -> None:
+    """List the built-in model presets."""
+    from sim.model_spec import list_models
+    from sim.cli.tables import print_names
+
+    print_names("model presets", list_models())
+
+
+@app.command()
+def hardware() -> None:
+    """List the hardware profiles."""
+    from sim.hardware.profile import list_hardware
+    from sim.cli.tables import print_names
+
+    print_names("hardware profiles", list_hardware())
+
+
+def _register_late_commands() -> None:
+    # Defined in their own modules (typer-annotated functions); imported here
+    # only to register them — their heavy imports happen when they run.
+    from sim.cli.sweep import plan, sweep
+    from sim.cli.validate import validate
+
+    app.command()(sweep)
+    app.command()(plan)
+    app.command(name="validate")(validate)
+    app.command()(calibrate)
+
+
+def calibrate(
+    device: Optional[str] = typer.Option(None, help="Measure live: 'cuda' (your GPU) or 'cpu' (small, for trying the pipeline); needs torch."),
+    from_table: Optional[Path] = typer.Option(None, help="Fit from measured tables in the ../shared/kernels format (a directory)."),
+    base_profile: Optional[str] = typer.Option(None, help="With --from-table: the profile giving the datasheet peaks (e.g. h100_sxm)."),
+    out: Path = typer.Option(Path("profile.yaml"), help="The fitted hardware profile (YAML) to write; fit-vs-measured "
+                                                        "plots go beside it (OUT_STEM_plots/, or OUT_STEM_kernels/ "
+                                                        "with the raw CSVs in live mode)."),
+    quick: bool = typer.Option(False, help="A smaller sweep (live mode)."),
+    quiet: bool = typer.Option(False, help="No progress bars."),
+) -> None:
+    """Fit a hardware profile's efficiency parameters from kernels measured live (torch) or from measured tables."""
+    from calibration.cli import calibrate as run_calibration
+
+    path = run_calibration(device=device, from_table=from_table, base_profile=base_profile, out=out,
+                           quick=quick, quiet=quiet)
+    typer.echo(f"profile written to {path}")
+
+
+_register_late_commands()
+
+
+class _progress_bar:
+    """A tqdm bar over completed requests (stderr; hidden when quiet or not a terminal)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet or not sys.stderr.isatty()
+        self.bar = None
+        self.last = 0
+
+    def __enter__(self):
+        if self.quiet:
+            return None
+        from tqdm import tqdm
+
+        self.bar = tqdm(unit="req", desc="simulating", file=sys.stderr, leave=False)
+        return self
+
+    def set_total(self, total: int) -> None:
+        self.bar.total = total
+        self.bar.refresh()
+
+    def __call__(self, done: int) -> None:
+        self.bar.update(done - self.last)
+        self.last = done
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def main() -> None:
+    """Entry point. Usage errors and Ctrl-C are handled by typer (standalone
+    mode: a message and exit status 2, or "Aborted!" and 1); servesim's own
+    errors and file-system errors become one ``error:`` line and exit status 2."""
+    try:
+        app()
+    except ServesimError as e:
+        typer.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    except UnicodeDecodeError as e:  # a YAML/JSON file read elsewhere that is not UTF-8 text
+        typer.echo(f"error: an input file is not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
+                   f"{e.start}); save it as UTF-8", err=True)
+        sys.exit(2)
+    except OSError as e:  # e.g. --out names an existing file or an unwritable place
+        where = f": {e.filename}" if getattr(e, "filename", None) else ""
+        typer.echo(f"error: {e.strerror or e}{where}", err=True)
+        sys.exit(2)
+    except MemoryError:
+        typer.echo("error: out of memory (is num_gpu_blocks_override or workload.num_requests far too large?)",
+                   err=True)
+        sys.exit(2)

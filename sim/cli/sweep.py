@@ -1,0 +1,192 @@
+"""``servesim sweep`` and ``servesim plan``: plain functions with typer-annotated
+parameters, registered in :mod:`sim.cli.main` with ``app.command()(sweep)`` and
+``app.command()(plan)``. The work is in :mod:`sim.sweep.spec` and :mod:`sim.sweep.plan`."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from sim.errors import ConfigError
+
+SET_HELP = "Override a base config key: --set key=value (repeatable; dotted for workload.*)."
+
+
+def sweep(
+    sweep_file: Path = typer.Argument(..., help="Sweep YAML: 'base' (config keys, 'config: PATH', 'workload: NAME') "
+                                           "and 'axes' (key: list or {start, stop, step|num}); optional 'zip', 'goodput'."),
+    out: Optional[Path] = typer.Option(None, help="Output folder for results.parquet / results.csv "
+                                                  "(default: runs/sweep-<file name>). Re-running resumes."),
+    executor: str = typer.Option("local", help="local (a process pool) or ray (needs servesim[ray])."),
+    workers: Optional[int] = typer.Option(None, help="Parallel simulations (default: the CPU count; ray: the cluster's CPUs)."),
+    ray_address: Optional[str] = typer.Option(None, help="Join a running Ray cluster (e.g. ray://head:10001 or auto); "
+                                                         "default: start a local Ray."),
+    retry_failed: bool = typer.Option(True, help="Re-run points recorded as failed (infeasible ones are never re-run)."),
+    quiet: bool = typer.Option(False, help="No progress bar."),
+) -> None:
+    """Run one simulation per point of a grid of configs; one tidy table of results (resumable)."""
+    from sim.sweep.spec import load_sweep, run_sweep
+
+    from sim.cli.main import ensure_out_dir
+
+    spec = load_sweep(sweep_file)
+    out = ensure_out_dir(out or Path("runs") / f"sweep-{Path(sweep_file).stem}")
+    df = run_sweep(spec, out, executor=executor, workers=workers, ray_address=ray_address, quiet=quiet,
+                   retry_failed=retry_failed)
+    counts = df["status"].value_counts().to_dict() if len(df) else {}
+    typer.echo(f"{len(df)} points: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "infeasible", "failed")))
+    for r in df[df["status"] != "ok"].head(10).itertuples():
+        typer.echo(f"  {r.point_id} {r.status}: {r.reason}")
+    typer.echo(f"results: {out}/results.parquet, {out}/results.csv")
+
+
+def _split(text: str | None, what: str, conv=str, minimum: int | None = None) -> list:
+    """Comma-separated values of option ``--what`` (repeats dropped, order
+    kept); ConfigError for a value ``conv`` rejects or below ``minimum``."""
+    if not text:
+        return []
+    out = []
+    for x in text.replace(" ", ",").split(","):
+        if x:
+            try:
+                v = conv(x)
+            except ValueError:
+                raise ConfigError(f"--{what}: {x!r} is not a valid value in {text!r}") from None
+            if minimum is not None and v < minimum:
+                raise ConfigError(f"--{what}: {x!r} must be >= {minimum}")
+            if v not in out:
+                out.append(v)
+    return out
+
+
+def plan(
+    args: Optional[List[str]] = typer.Argument(None, metavar="[CONFIG.yaml] [SLO ...]",
+                                               help="YAML config file with the base config; words with '=' are "
+                                                    "more SLOs (so --slo p99_ttft_ms=500 p99_tpot_ms=50 works)."),
+    workload: Optional[str] = typer.Option(None, help="Built-in workload name or workload YAML (default: 'default')."),
+    model: Optional[str] = typer.Option(None, help="Model preset, HF id or config.json path."),
+    hardware: Optional[str] = typer.Option(None, help="Candidate GPUs, comma-separated (e.g. h100_sxm,h200_sxm); "
+                                                      "default: the base config's."),
+    tp: Optional[str] = typer.Option(None, help="Candidate tensor-parallel sizes, comma-separated (e.g. 2,4,8)."),
+    scheduler: Optional[str] = typer.Option(None, help="Candidate batching modes, comma-separated (e.g. chunked,continuous)."),
+    vary: Optional[List[str]] = typer.Option(None, help="More candidate settings: KEY=V1,V2 (repeatable), "
+                                                        "e.g. max_num_batched_tokens=2048,8192."),
+    replicas: Optional[str] = typer.Option(None, help="Allowed replica counts, comma-separated (default: 1..--max-replicas)."),
+    max_replicas: int = typer.Option(64, help="Largest replica count considered when --replicas is not given."),
+    slo: Optional[List[str]] = typer.Option(None, help="SLO on a summary metric: KEY<=VALUE or KEY=VALUE (a cap; a floor "
+                                                       "for goodput_fraction), "
+                                                       "e.g. p99_ttft_ms=1000 p99_tpot_ms=60; or goodput_fraction>=0.9 "
+                                                       "with --goodput. The load to serve is --target-rate. "
+                                                       "Repeatable."),
+    goodput: Optional[List[str]] = typer.Option(None, help="Per-request SLOs for goodput: ttft:MS tpot:MS e2el:MS."),
+    target_rate: Optional[float] = typer.Option(None, help="Request rate to serve (req/s): find the cheapest configuration."),
+    start_rate: Optional[float] = typer.Option(None, help="First rate tried per replica (default: the workload's request_rate)."),
+    rel_tol: float = typer.Option(0.05, help="Bisection stops when the bracket is within this fraction of the rate."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
+    seed: Optional[int] = typer.Option(None, help="Seed of every run."),
+    out: Path = typer.Option(Path("runs/plan"), help="Output folder: plan.md, plan.csv, results.csv, figures."),
+    executor: str = typer.Option("local", help="local (a process pool) or ray, one candidate per task."),
+    workers: Optional[int] = typer.Option(None, help="Candidates planned in parallel (default: the CPU count)."),
+    ray_address: Optional[str] = typer.Option(None, help="Join a running Ray cluster (with --executor ray)."),
+    quiet: bool = typer.Option(False, help="No progress bar."),
+) -> None:
+    """Find, per candidate, the highest request rate within the SLOs and the cheapest configuration for a target rate."""
+    from sim.config import build_config, check_known_keys, parse_value, set_dotted
+    from sim.results.metrics import parse_goodput
+    from sim.sweep.plan import PlanSettings, check_vary_values, make_candidates, parse_slos
+    from sim.sweep.plan_report import answer_line, run_plan
+    from sim.sweep.spec import check_names
+
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--workers: must be >= 1, got {workers}")
+    config, slo = None, list(slo or [])
+    for a in args or []:
+        if "=" in a and not Path(a).is_file():
+            slo.append(a)
+        elif config is None:
+            config = Path(a)
+        else:
+            raise ConfigError(f"plan: one config file only, got {config} and {a}")
+    overrides = {k: v for k, v in {"model": model, "seed": seed}.items() if v is not None}
+    base = build_config(config, overrides, set_, workload)
+    _check_plannable(base)
+    gp = parse_goodput(goodput) or None
+    slos = parse_slos(slo, gp)
+    if not slos:
+        raise ConfigError("--slo: give at least one SLO, e.g. --slo p99_ttft_ms=1000 --slo p99_tpot_ms=60")
+    extra: dict[str, list] = {}
+    for item in vary or []:
+        k, sep, vals = item.partition("=")
+        if not sep or not vals:
+            raise ConfigError(f"--vary {item!r}: expected KEY=V1,V2")
+        probe: dict = {}
+        set_dotted(probe, k.strip(), None)
+        check_known_keys(probe, "--vary")
+        if k.strip() == "workload" or k.strip().startswith("workload."):
+            raise ConfigError(f"--vary {k.strip()}: plan varies the deployment; the workload is fixed for all "
+                              "candidates (its request rate is what plan searches). Set it with --workload / "
+                              "--set, and run plan once per workload to compare workloads")
+        extra[k.strip()] = list(dict.fromkeys(parse_value(v) for v in vals.split(",") if v))
+    hw_list, sched_list = _split(hardware, "hardware"), _split(scheduler, "scheduler")
+    tp_list = _split(tp, "tp", int, minimum=1)
+    for t in tp_list:
+        if t & (t - 1):
+            raise ConfigError(f"--tp: {t} is not a power of two (tensor_parallel_size 1, 2, 4, 8, ...)")
+    check_names({"hardware": hw_list or [], "scheduler": sched_list or []}, "--")
+    check_names(extra, "--vary ")
+    cands = make_candidates(hw_list or [base.hardware], tp_list or
+                            [base.tensor_parallel_size], sched_list or [base.scheduler], extra)
+    check_vary_values(base, cands, extra)
+    reps = _split(replicas, "replicas", int, minimum=1) or None
+    if max_replicas < 1:
+        raise ConfigError(f"--max-replicas: must be >= 1, got {max_replicas}")
+    for opt, rate in (("--target-rate", target_rate), ("--start-rate", start_rate)):
+        if rate is not None and not (math.isfinite(rate) and rate > 0):
+            raise ConfigError(f"{opt}: must be a finite rate > 0 req/s, got {rate}")
+    if reps and min(reps) < 1:
+        raise ConfigError(f"--replicas: counts must be >= 1, got {replicas}")
+    settings = PlanSettings(slos, gp, target_rate, reps, max_replicas, start_rate, rel_tol)
+    wl = base.workload
+    n_req = wl.num_requests if wl.num_requests is not None else "the trace's requests"
+    trace_desc = f"trace {wl.trace}" + (f" (its lengths; {wl.arrival} arrivals)" if wl.arrival else "")
+    context = {"model": base.model, "workload": workload or (trace_desc if wl.trace else "default"),
+               "requests per replica per run": f"{n_req} + {wl.num_warmup_requests} warm-up",
+               "max_model_len": base.max_model_len or "model default", "seed": base.seed,
+               "candidates": len(cands)}
+    if sys.argv and Path(sys.argv[0]).name in ("servesim", "__main__.py"):
+        context["command"] = "`servesim " + " ".join(sys.argv[1:]) + "`"
+    from sim.cli.main import ensure_out_dir
+
+    ensure_out_dir(out)
+    table, _ = run_plan(base, cands, settings, out, workers=workers, executor=executor, ray_address=ray_address,
+                        quiet=quiet, context=context)
+    cols = ["rank", "candidate", "status", "max_rate_per_replica", "replicas", "num_gpus", "cost_per_hour_usd",
+            "usd_per_million_output_tokens"]
+    typer.echo(table[cols].to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.3g}"))
+    for r in table[table["status"] != "ok"].itertuples():  # why, on screen too (not only in plan.md)
+        typer.echo(f"  {r.candidate} ({r.status}): {r.reason}")
+    typer.echo(answer_line(table, settings))
+    typer.echo(f"report: {out}/plan.md")
+
+
+def _check_plannable(base) -> None:
+    """``plan`` searches the request rate of an open-loop workload: refuse, before
+    any run, workloads whose arrivals ignore ``workload.request_rate``."""
+    wl = base.workload
+    if wl.max_concurrency is not None:
+        raise ConfigError(f"plan: workload.max_concurrency = {wl.max_concurrency} makes the workload closed-loop "
+                          "(clients send when their last request completes), so the request rate plan searches "
+                          "has no effect; drop max_concurrency, or compare concurrencies with servesim sweep")
+    if wl.trace is not None:
+        from sim.workload.traces import load_trace
+
+        table = load_trace(wl.trace, wl.trace_format, wl.columns, wl.skip_bad_rows)
+        if wl.arrival_process(has_timestamps=table.arrival_s is not None) == "trace":
+            raise ConfigError(f"plan: {wl.trace} is replayed at its own timestamps, so the request rate plan "
+                              "searches has no effect; to draw arrivals with the trace's lengths, set both "
+                              "workload.arrival (poisson, gamma, constant) and workload.request_rate (required; any "
+                              "value, plan replaces it at each rate)")

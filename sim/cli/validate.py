@@ -1,0 +1,88 @@
+"""``servesim validate CSV [--out DIR]``: the command function (typer-annotated).
+
+Registered in ``sim/cli/main.py`` with ``app.command(name="validate")(validate)``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def validate(
+    csv: Path = typer.Argument(..., help="CSV of measured benchmark rows (layout of ../shared/silicon/dense_agg_dev.csv)."),
+    out: Path = typer.Option(Path("runs/validate"), help="Output folder: predictions.csv, summary.json, summary.md, plots."),
+    protocol: str = typer.Option("aic", help="Benchmark protocol: aic (aiconfigurator's deployment and client, "
+                                 "cold start, every request measured) or steady (engine defaults, warm-up excluded)."),
+    requests_per_client: int = typer.Option(10, help="Measured requests per client."),
+    warmup_per_client: Optional[int] = typer.Option(None, help="Warm-up requests per client, excluded from the "
+                                                    "scores (default: the protocol's, aic 0, steady 2)."),
+    think_time_ms: Optional[float] = typer.Option(None, help="Mean client think time between a response and the next send, ms (default: 2)."),
+    workers: Optional[int] = typer.Option(None, help="Parallel processes (default: one per CPU)."),
+    seed: int = typer.Option(0, help="Seed of every row's simulation."),
+    quiet: bool = typer.Option(False, help="No progress bar."),
+) -> None:
+    """Simulate every row of a measured benchmark table and score the predicted TTFT and TPOT."""
+    from sim.config import MAX_TIME_KEY_S
+    from sim.errors import ConfigError
+    from sim.validate.rows import (CLIENT_THINK_TIME_S, ValidateOptions, check_protocol, read_rows,
+                              run_validation, skipped_row_warnings)
+
+    check_protocol(protocol)
+    if requests_per_client < 1 or (warmup_per_client is not None and warmup_per_client < 0):
+        raise ConfigError(f"--requests-per-client must be >= 1 and --warmup-per-client >= 0; got "
+                          f"{requests_per_client}, {warmup_per_client}")
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {workers}")
+    think = CLIENT_THINK_TIME_S if think_time_ms is None else think_time_ms / 1e3
+    if not (0 <= think <= MAX_TIME_KEY_S):  # NaN and inf fail too
+        raise ConfigError(f"--think-time-ms must be a number from 0 to {MAX_TIME_KEY_S * 1e3:,.0f} (an hour), "
+                          f"got {think_time_ms}")
+    opts = ValidateOptions(protocol=protocol, requests_per_client=requests_per_client, warmup_per_client=warmup_per_client,
+                           think_time_s=think, seed=seed, workers=workers)
+    n = len(read_rows(csv)[0])
+    from sim.cli.main import ensure_out_dir
+
+    ensure_out_dir(out)
+    bar = None
+    if not quiet and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=n, unit="row", desc="simulating rows", file=sys.stderr)
+    last = [0]
+
+    def progress(done: int) -> None:
+        if bar is not None:
+            bar.update(done - last[0])
+            last[0] = done
+
+    try:
+        _, summary = run_validation(csv, out, opts, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    o = summary["overall"]
+    for w in skipped_row_warnings(csv, summary["skipped_rows"]):
+        typer.echo(f"warning: {w}", err=True)
+    typer.echo(f"{summary['num_ok']} of {summary['num_rows']} rows simulated in {summary['wall_time_s']:.0f} s"
+               + (f" ({summary['num_skipped_rows']} skipped)" if summary["num_skipped_rows"] else ""))
+    if summary["num_ok"] == 0:
+        for r in summary["not_simulated"][:10]:
+            typer.echo(f"  line {r['row'] + 2} {r['id']}: {r['status']}: {r['reason']}")
+        raise ConfigError(f"{csv}: no row could be simulated (reasons above; all in {out}/summary.md)")
+    typer.echo(f"TTFT  MAPE {o['ttft_mape']:.1f} %  median APE {o['ttft_mdape']:.1f} %  "
+               f"over-predicted {100 * o['ttft_over_share']:.0f} %")
+    typer.echo(f"TPOT  MAPE {o['tpot_mape']:.1f} %  median APE {o['tpot_mdape']:.1f} %  "
+               f"over-predicted {100 * o['tpot_over_share']:.0f} %")
+    for eng, s in summary["by_engine"].items():
+        typer.echo(f"  {eng:7s} n={s['n']:3d}  TTFT {s['ttft_mape']:.1f} / {s['ttft_mdape']:.1f} %   "
+                   f"TPOT {s['tpot_mape']:.1f} / {s['tpot_mdape']:.1f} %  (MAPE / median APE)")
+    if summary["not_simulated"]:
+        typer.echo(f"{len(summary['not_simulated'])} row(s) not simulated (see {out}/summary.md):")
+        for r in summary["not_simulated"][:10]:
+            typer.echo(f"  line {r['row'] + 2} {r['id']}: {r['status']}: {r['reason']}")
+    typer.echo(f"results written to {out}/ (predictions.csv, summary.json, summary.md, scatter_*.png, "
+               f"residuals_by_group.png)")

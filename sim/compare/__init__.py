@@ -1,0 +1,1 @@
+"""``servesim compare``: variants on one request stream, report, figures, diagnosis."""

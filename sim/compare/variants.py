@@ -1,0 +1,170 @@
+"""Policy comparison: run several variants of one config on the identical
+request stream (paired comparison) and collect their results.
+
+A variant is a name plus config overrides (``scheduler=static``,
+``max_num_batched_tokens=2048``, ``enable_prefix_caching=true``...). The
+request specs (arrivals, lengths, prefix keys) are generated once from the
+base config and handed to every variant, so differences come from the
+serving policy alone. Variants run in parallel processes when there is more
+than one CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sim.config import SimConfig, check_known_keys, parse_value, set_dotted, read_yaml
+from sim.errors import ConfigError, InfeasibleError, require_file
+
+
+@dataclass
+class Variant:
+    name: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+_NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+#: files ``servesim compare`` writes beside the variant folders (sim/compare/report.py, sim/compare/plots.py)
+RESERVED_NAMES = frozenset({"comparison.csv", "report.md", "variants.json", "ttft_cdf.png", "itl_cdf.png",
+                            "latency_percentiles.png", "timeline.png", "latency_breakdown.png"})
+
+
+def _check_variant(name: str, overrides: dict, source: str) -> None:
+    """A variant name becomes a folder under ``--out``: letters, digits and
+    ``. _ + -`` only. Workload keys cannot differ between variants: every
+    variant replays the same request stream (use ``servesim sweep`` to vary it)."""
+    if not _NAME_OK.match(name):
+        raise ConfigError(f"{source}: variant name {name!r} must start with a letter or digit and hold only "
+                          "letters, digits, '.', '_', '+' or '-' (it names a folder under --out)")
+    if name in RESERVED_NAMES:
+        raise ConfigError(f"{source}: variant name {name!r} is a file the comparison writes under --out; "
+                          "choose another name")
+    if "workload" in overrides:
+        keys = ", ".join(f"workload.{k}" for k in overrides["workload"])
+        raise ConfigError(f"{source}: variant {name!r} sets {keys}; every variant replays the identical request "
+                          "stream, so workload keys belong to the base config (--workload / --set); "
+                          "use servesim sweep to vary the workload")
+
+
+def parse_variant(text: str) -> Variant:
+    """``"NAME key=value key=value"`` → Variant; errors name the text."""
+    parts = text.split()
+    if not parts or "=" in parts[0]:
+        raise ConfigError(f"--variant {text!r}: expected 'NAME key=value ...' (the name comes first)")
+    overrides: dict[str, Any] = {}
+    for p in parts[1:]:
+        if "=" not in p:
+            raise ConfigError(f"--variant {text!r}: {p!r} is not key=value")
+        k, v = p.split("=", 1)
+        set_dotted(overrides, k, parse_value(v))
+    check_known_keys(overrides, f"--variant {parts[0]}")
+    _check_variant(parts[0], overrides, "--variant")
+    return Variant(parts[0], overrides)
+
+
+def load_variants_file(path: str | Path) -> list[Variant]:
+    """A YAML mapping ``name: {key: value, ...}`` (dotted or nested keys)."""
+    require_file(path, "--variants")
+    data = read_yaml(path)
+    out = []
+    for name, ov in data.items():
+        if not isinstance(ov, dict):
+            raise ConfigError(f"{path}: variant {name!r} must map config keys to values, got {ov!r}")
+        flat: dict[str, Any] = {}
+        for k, v in ov.items():
+            set_dotted(flat, str(k), v)
+        check_known_keys(flat, f"{path}: variant {name}")
+        _check_variant(str(name), flat, str(path))
+        out.append(Variant(str(name), flat))
+    return out
+
+
+def variants_from_args(schedulers: str | None, variant_args: list[str] | None,
+                       variants_file: str | Path | None) -> list[Variant]:
+    variants: list[Variant] = []
+    if schedulers is not None:
+        names = [x.strip() for x in schedulers.split(",") if x.strip()]
+        if not names:
+            raise ConfigError(f"--schedulers {schedulers!r}: no scheduler named (e.g. static,continuous,chunked)")
+        variants += [Variant(s, {"scheduler": s}) for s in names]
+    for text in variant_args or []:
+        variants.append(parse_variant(text))
+    if variants_file:
+        from_file = load_variants_file(variants_file)
+        if not from_file:
+            raise ConfigError(f"--variants {variants_file}: the file defines no variant")
+        variants.extend(from_file)
+    if not variants:
+        variants = [Variant(s, {"scheduler": s}) for s in ("static", "continuous", "chunked")]
+    names = [v.name for v in variants]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise ConfigError(f"variant names must be unique; repeated: {', '.join(sorted(dup))}")
+    return variants
+
+
+def apply_variant(base: SimConfig, v: Variant) -> SimConfig:
+    from sim.workload import merge_workload_dicts, resolve_workload_dict
+
+    data = base.model_dump(exclude_none=True)
+    data["workload"] = base.workload.model_dump(exclude_unset=True)
+    for k, val in v.overrides.items():
+        if k == "workload" and isinstance(val, dict):
+            data["workload"] = resolve_workload_dict(merge_workload_dicts(data["workload"], val))
+        else:
+            data[k] = val
+    if "scheduler" in v.overrides:
+        data["enable_chunked_prefill"] = None  # an explicit scheduler wins over the alias
+    from pydantic import ValidationError
+
+    from sim.config import format_validation_error
+
+    try:
+        return SimConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, f"variant {v.name}")) from None
+
+
+def _run_one(name: str, cfg: SimConfig, specs, goodput):
+    from sim.runner import run_simulation
+
+    res = run_simulation(cfg, goodput=goodput, specs=specs)
+    return name, res.summary, res.result
+
+
+def run_variants(base: SimConfig, variants: list[Variant], *, goodput=None, workers: int | None = None,
+                 on_done=None) -> dict[str, tuple[dict, Any]]:
+    """Run every variant on one request stream. Returns ``{name: (summary, RunResult)}``
+    in variant order. Config errors surface before anything runs."""
+    from sim.engine.deployment import build_deployment
+    from sim.runner import make_specs
+
+    cfgs = {v.name: apply_variant(base, v) for v in variants}
+    for name, c in cfgs.items():  # fail fast on a bad variant
+        try:
+            build_deployment(c)
+        except (ConfigError, InfeasibleError) as e:
+            raise type(e)(f"variant {name}: {e}") from None
+    specs = make_specs(build_deployment(base))
+    workers = min(workers or os.cpu_count() or 1, len(variants))  # never more processes than variants
+    results: dict[str, tuple[dict, Any]] = {}
+    if workers <= 1 or len(variants) == 1:
+        for name, c in cfgs.items():
+            _, s, r = _run_one(name, c, specs, goodput)
+            results[name] = (s, r)
+            if on_done:
+                on_done(name)
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futs = [pool.submit(_run_one, name, c, specs, goodput) for name, c in cfgs.items()]
+            for f in as_completed(futs):
+                name, s, r = f.result()
+                results[name] = (s, r)
+                if on_done:
+                    on_done(name)
+    return {v.name: results[v.name] for v in variants}

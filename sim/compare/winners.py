@@ -1,0 +1,83 @@
+"""Which variant of a comparison wins on which metric, and by how much
+(``report.md``'s "What wins"): one sentence per metric, then a tally."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.compare.diagnosis import _ms, _ratio  # the report's number formats
+from sim.compare.variant_data import VariantData
+
+MAX_REJECTED_TO_RANK = 0.05  # rejected share above which a variant's latencies are not ranked
+WIN_METRICS = (
+    ("request_throughput", "Request throughput", True, "req/s"),
+    ("output_throughput", "Output throughput", True, "tok/s"),
+    ("request_goodput", "Goodput", True, "req/s"),
+    ("median_ttft_ms", "p50 TTFT", False, "ms"),
+    ("p99_ttft_ms", "p99 TTFT", False, "ms"),
+    ("p99_itl_ms", "p99 ITL", False, "ms"),
+    ("p99_tpot_ms", "p99 TPOT", False, "ms"),
+    ("p99_e2el_ms", "p99 E2EL", False, "ms"),
+)
+TIE = 1.02
+
+
+def _val(x, unit: str) -> str:
+    if unit == "ms":
+        return _ms(x)
+    return f"{x:,.2f} {unit}" if x < 100 else f"{x:,.0f} {unit}"
+
+
+def compare_winners(variants: dict[str, VariantData]) -> list[str]:
+    """Sentences, one per metric, naming the winner with its value and how many
+    times better it is than each other variant; ties within 2 % are said so;
+    then an overall tally. Empty for fewer than two variants."""
+    if len(variants) < 2:
+        return []
+    lines, wins = [], {n: 0 for n in variants}
+    # Latencies of a variant that rejected many requests cover only the ones it
+    # served: it is not ranked on them (throughput still shows the loss).
+    rejecting = {}
+    for n, v in variants.items():
+        done, rej = v.summary.get("completed") or 0, v.summary.get("num_rejected") or 0
+        if done + rej and rej / (done + rej) > MAX_REJECTED_TO_RANK:
+            rejecting[n] = (rej, done + rej)
+    for key, label, higher, unit in WIN_METRICS:
+        vals = {}
+        for n, v in variants.items():
+            if not higher and n in rejecting:
+                continue
+            x = v.summary.get(key)
+            if isinstance(x, (int, float)) and np.isfinite(x):
+                vals[n] = float(x)
+        if len(vals) < 2:
+            continue
+        ranked = sorted(vals, key=lambda n: -vals[n] if higher else vals[n])
+        best = ranked[0]
+        ties = [n for n in ranked[1:] if _better_ratio(vals[best], vals[n], higher) < TIE]
+        others = []
+        for n in ranked[1:]:
+            r = _better_ratio(vals[best], vals[n], higher)
+            how = "about the same as" if r < TIE else f"{_ratio(r)}× {'higher than' if higher else 'lower than'}"
+            others.append(f"{how} {n} ({_val(vals[n], unit)})")
+        head = f"{label}: {best} wins with {_val(vals[best], unit)}" if not ties else \
+            f"{label}: {best} leads with {_val(vals[best], unit)}"
+        lines.append(f"{head}, {', '.join(others)}.")
+        if not ties:
+            wins[best] += 1
+    num_metrics = len(lines)
+    for n, (rej, total) in rejecting.items():
+        rest = "so its latencies cover only the rest" if rej < total else "so it has no latencies"
+        lines.append(f"{n} is not ranked on latency: it rejected {rej:,} of {total:,} requests, {rest}.")
+    tally = sorted(((c, n) for n, c in wins.items() if c), reverse=True)
+    if tally:
+        lines.append("Overall: " + ", ".join(f"{n} wins {c} of {num_metrics} metrics" for c, n in tally) + ".")
+    return lines
+
+
+def _better_ratio(best: float, other: float, higher: bool) -> float:
+    """How many times better ``best`` is than ``other`` (≥ 1)."""
+    a, b = (best, other) if higher else (other, best)
+    if b <= 0:
+        return 1.0 if a <= 0 else float("inf")
+    return a / b

@@ -1,0 +1,84 @@
+"""Resolve a :class:`~sim.config.SimConfig` into the pieces one replica runs
+with: model spec, hardware profile, cost model, KV sizing and scheduler limits.
+Everything a bad config can get wrong fails here, before the run starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.config import SimConfig, resolve_scheduler_limits
+from sim.cost_model import CostModel
+from sim.errors import ConfigError
+from sim.hardware.profile import HardwareProfile, get_hardware
+from sim.kv_cache import make_kv_cache_manager
+from sim.kv_cache.sizing import KVSizing, compute_kv_sizing
+from sim.model_spec import ModelSpec, get_model
+from sim.cost_model.overheads import StepOverheads
+from sim.scheduler import SchedulerLimits, get_scheduler_class
+
+
+@dataclass
+class Deployment:
+    cfg: SimConfig  # with hardware-dependent defaults filled in
+    model: ModelSpec
+    hardware: HardwareProfile
+    cost_model: CostModel
+    sizing: KVSizing
+    limits: SchedulerLimits
+    overheads: StepOverheads = StepOverheads()
+
+    def make_kv_manager(self):
+        c = self.cfg
+        return make_kv_cache_manager(
+            c.kv_allocation, self.sizing.num_gpu_blocks, c.block_size,
+            enable_prefix_caching=c.enable_prefix_caching, max_model_len=self.limits.max_model_len,
+            watermark=c.watermark, contiguous_reserve=c.contiguous_reserve,
+        )
+
+    def make_scheduler(self, kv):
+        return get_scheduler_class(self.cfg.scheduler)(self.limits, kv)
+
+
+def build_deployment(cfg: SimConfig) -> Deployment:
+    """Raises ConfigError / InfeasibleError with the reason."""
+    get_scheduler_class(cfg.scheduler)  # unknown mode → ConfigError listing valid ones
+    if cfg.enable_prefix_caching and cfg.kv_allocation == "contiguous":
+        hint = (f" (the {cfg.engine} engine preset turns prefix caching on: set enable_prefix_caching=false)"
+                if cfg.engine else "")
+        raise ConfigError("enable_prefix_caching: prefix caching needs kv_allocation 'paged', got 'contiguous'"
+                          + hint)
+    model = get_model(cfg.model)
+    hw = get_hardware(cfg.hardware)
+    if cfg.tensor_parallel_size > hw.interconnect.max_gpus:
+        raise ConfigError(
+            f"tensor_parallel_size {cfg.tensor_parallel_size}: more GPUs than one {hw.name} node's "
+            f"{hw.interconnect.name} joins ({hw.interconnect.max_gpus}); tensor parallelism across nodes is "
+            "not modelled: use more replicas, or a profile whose interconnect.max_gpus covers it")
+    max_model_len = cfg.max_model_len or model.max_position_embeddings
+    cfg = resolve_scheduler_limits(cfg, hw.memory_bytes, hw.name, max_model_len)
+    sizing = compute_kv_sizing(
+        model, hw, tensor_parallel_size=cfg.tensor_parallel_size,
+        gpu_memory_utilization=cfg.gpu_memory_utilization, block_size=cfg.block_size,
+        kv_cache_dtype=cfg.kv_cache_dtype, quantization=cfg.quantization,
+        max_num_batched_tokens=cfg.max_num_batched_tokens, max_model_len=max_model_len,
+        num_gpu_blocks_override=cfg.num_gpu_blocks_override, max_num_seqs=cfg.max_num_seqs or 2048,
+        kv_memory_rule=cfg.kv_memory_rule,
+    )
+    if cfg.max_num_seqs is None:  # SGLang: the request pool, sized from the KV pool
+        from sim.presets.engines import sglang_max_running_requests
+
+        kv_tokens = (sizing.num_gpu_blocks - 1) * cfg.block_size
+        cfg = cfg.model_copy(update={"max_num_seqs": sglang_max_running_requests(kv_tokens, max_model_len)})
+    cost = CostModel(
+        model, hw, tensor_parallel_size=cfg.tensor_parallel_size, quantization=cfg.quantization,
+        kv_cache_dtype=cfg.kv_cache_dtype, attention_impl=cfg.attention_impl,
+    )
+    limits = SchedulerLimits(
+        max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
+        max_model_len=max_model_len, block_size=cfg.block_size,
+        long_prefill_token_threshold=cfg.long_prefill_token_threshold, policy=cfg.policy,
+        capacity_scheduler_policy=cfg.capacity_scheduler_policy, max_prefill_tokens=cfg.max_prefill_tokens,
+    )
+    overheads = StepOverheads(cfg.cpu_step_overhead_s, cfg.cpu_seq_overhead_s, cfg.overlap_scheduling,
+                              cfg.eager_step_overhead_s)
+    return Deployment(cfg, model, hw, cost, sizing, limits, overheads)

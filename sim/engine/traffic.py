@@ -1,0 +1,176 @@
+"""The traffic side of a simulation: open-loop arrivals, closed-loop clients,
+the serving frontend's ingress delay and the router (a mixin of
+:class:`sim.engine.simulation.Simulation`, which owns the replicas and the event loop)."""
+
+from __future__ import annotations
+
+import math
+from array import array
+
+import numpy as np
+
+from sim.request import Request
+
+# SGLang router cache_aware defaults (python -m sglang_router.launch_router --help:
+# --cache-threshold 0.5, --balance-abs-threshold 32, --balance-rel-threshold 1.0001)
+_CACHE_THRESHOLD = 0.5
+_BALANCE_ABS = 32
+_BALANCE_REL = 1.0001
+
+
+class Traffic:
+    """Request creation, arrival processes, client turns and routing. Uses the
+    state :class:`~sim.engine.simulation.Simulation` sets up (``env``, ``specs``,
+    ``replicas``, ``client_rng``, ``router_rng``, ...) and its ``_send``."""
+
+    def _spec_columns(self) -> None:
+        """The specs' columns as C arrays: indexing one gives a Python int or
+        float directly (a numpy scalar and its conversion cost several times
+        more, once per request), at 8 bytes per value."""
+        s = self.specs
+        self._cols = tuple(array(code, np.ascontiguousarray(col, dtype=dt).tobytes())
+                           for code, dt, col in (("d", np.float64, s.arrival_time_s),
+                                                 ("q", np.int64, s.num_prompt_tokens),
+                                                 ("q", np.int64, s.max_tokens),
+                                                 ("q", np.int64, s.output_len),
+                                                 ("q", np.int64, s.priority)))
+        # When each open-loop request reaches the router (s), then inf: ``_next_send_s``.
+        n = len(s)
+        if self.max_concurrency is None:
+            at = np.append(np.asarray(s.arrival_time_s, dtype=np.float64) + self.frontend_s, math.inf)
+        else:  # closed loop: sends follow completions
+            at = np.full(n + 1, math.inf)
+        self._send_at = array("d", at.tobytes())
+
+    def _make_request(self, i: int, now: float, client_id: int = -1) -> Request:
+        s = self.specs
+        _, prompt, max_tokens, output_len, priority = self._cols
+        keys = s.prefix_keys[i] if s.prefix_keys is not None else None
+        # (positional: a keyword call costs more, once per request)
+        return Request(i, now, prompt[i], max_tokens[i], output_len[i], priority[i], keys,
+                       s.prefix_chunk_tokens, client_id, i < self.num_warmup)
+
+    def _route(self, req: Request):
+        """The replica for ``req`` by ``router`` (``sim.engine.simulation._Replica``)."""
+        reps = self.replicas
+        if len(reps) == 1:
+            return reps[0]
+        mode = self.dep.cfg.router
+        if mode == "round_robin":
+            rep = reps[self._rr % len(reps)]
+            self._rr += 1
+            return rep
+        if mode == "random":
+            return reps[int(self.router_rng.integers(len(reps)))]
+        least_loaded = min(reps, key=lambda r: (r.outstanding, r.index))
+        if mode == "prefix_aware":
+            return self._cache_aware(req, reps, least_loaded)
+        return least_loaded  # least_outstanding_requests
+
+    @staticmethod
+    def _cache_aware(req: Request, reps: list, least_loaded):
+        """SGLang router's ``cache_aware`` policy (sgl-router ``launch_router``
+        defaults): when the load is imbalanced — (max − min) outstanding
+        requests > ``_BALANCE_ABS`` and max > ``_BALANCE_REL`` × min — the
+        least-loaded replica; else the replica whose prefix cache holds the
+        longest prefix of the prompt if it covers more than ``_CACHE_THRESHOLD``
+        of it (ties → fewer outstanding), else the least-loaded replica.
+        (SGLang then picks the replica with the smallest radix tree; the load
+        stands in for it here.)"""
+        lo = least_loaded.outstanding
+        hi = max(r.outstanding for r in reps)
+        if hi - lo > _BALANCE_ABS and hi > _BALANCE_REL * lo:
+            return least_loaded
+        hits = [r.kv.get_computed_blocks(req)[1] for r in reps]  # cached prompt tokens
+        i = max(range(len(reps)), key=lambda i: (hits[i], -reps[i].outstanding, -reps[i].index))
+        return reps[i] if hits[i] > _CACHE_THRESHOLD * req.num_prompt_tokens else least_loaded
+
+    def _next_send_s(self) -> float:
+        """When the next open-loop request reaches the router (s; inf in closed
+        loop or when every request was sent). Merged decode runs are timed up
+        to it, so the arrival that cuts one usually finds its last step timed;
+        it only bounds work done ahead and never changes a result."""
+        return self._send_at[self._num_sent]
+
+    def _arrivals(self):
+        """Open-loop sends at their ``arrival_time_s``. A decode span on the only
+        replica may take sends itself (``_send_inline``): a wake finding its
+        request taken waits for the next one not taken."""
+        env = self.env
+        times = self._cols[0]
+        n = len(self.specs)
+        while self._num_arrived < n:
+            i = self._num_arrived
+            t = times[i]
+            if t > env.now:
+                yield env.timeout(t - env.now)
+                self.num_events += 1
+                if self._num_arrived != i:
+                    continue
+            self._num_arrived = i + 1
+            self._ingress(self._make_request(i, env.now))
+
+    def _send_inline(self, rep, end: float) -> None:
+        """Send, without events, the open-loop requests that reach the router at
+        or before ``end`` (s): a decode span on the only replica, timed up to
+        there, takes them as ``_arrivals`` and ``_send`` would (no other process
+        acts before then; see ``Spans._span_run``). Each is queued or rejected."""
+        times, send_at = self._cols[0], self._send_at
+        sched = rep.scheduler
+        while send_at[self._num_sent] <= end:
+            i = self._num_sent
+            self._num_sent = self._num_arrived = i + 1
+            req = self._make_request(i, times[i])
+            req.replica = rep.index
+            rep.outstanding += 1
+            if not sched.add_request(req):
+                self._rejected(rep, req)
+
+    def _client_next(self, client_id: int) -> None:
+        if self._next_index < len(self.specs):
+            i = self._next_index
+            self._next_index += 1
+            self._ingress(self._make_request(i, self.env.now, client_id))
+
+    def _ingress(self, req: Request) -> None:
+        """Hand a just-sent request to the router after the engine's
+        ``frontend_latency_s`` (network, HTTP handling, tokenization, hand-off
+        to the engine process; part of TTFT since the clock started at the send)."""
+        if self.frontend_s <= 0.0:
+            self._send(req)
+            return
+        ev = self.env.timeout(self.frontend_s)
+        ev.callbacks.append(lambda _ev, r=req: self._send(r))
+
+    def _on_done(self, req: Request, delay: float = 0.0) -> None:
+        self.num_done += 1
+        if self.progress is not None and self.num_done % self.progress_every == 0:
+            self.progress(self.num_done)
+        if self.max_concurrency is not None:
+            self._client_turn(req.client_id, delay)
+
+    def _client_turn(self, client_id: int, delay: float = 0.0) -> None:
+        """The client's next send: ``delay`` (its last token still streaming)
+        plus an exponential think time, or at once."""
+        if self.think_s <= 0.0 and delay <= 0.0:
+            # At once, but in a loop rather than by recursion: a send rejected on the
+            # spot would otherwise nest one call deeper per rejection (same order).
+            self._ready_clients.append(client_id)
+            if not self._draining:
+                self._draining = True
+                try:
+                    while self._ready_clients:
+                        self._client_next(self._ready_clients.popleft())
+                finally:
+                    self._draining = False
+            return
+        if self._next_index >= len(self.specs):
+            return
+        if self.think_s > 0.0:
+            delay += float(self.client_rng.exponential(self.think_s))
+        ev = self.env.timeout(delay)
+        ev.callbacks.append(lambda _ev, c=client_id: self._think_done(c))
+
+    def _think_done(self, client_id: int) -> None:
+        self.num_events += 1
+        self._client_next(client_id)

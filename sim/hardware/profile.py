@@ -1,0 +1,171 @@
+"""GPU hardware profiles (:class:`HardwareProfile`) from ``hardware_profiles/*.yaml``.
+
+Every number carries its unit in its name (bytes, bytes/s, FLOP/s, s, USD) and
+a ``provenance`` entry (datasheet URL, or the measured table it was fitted to).
+Loading validates every field (pydantic v2, unknown keys forbidden); any
+problem is a :class:`~sim.errors.ConfigError` naming the file, key and value.
+
+The ``efficiency`` section declares its ``form``. Forms (``sim/hardware/efficiency.py``)
+are registered in :data:`EFFICIENCY_FORMS`: ``scalar`` (one compute and one
+memory efficiency for every operator) and ``fitted_v1`` (size-dependent
+efficiencies per kernel family, fitted by ``calibration`` to measured kernels)
+are built in; :func:`register_efficiency_form` adds others.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import (BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError,
+                      model_validator)
+
+from sim.hardware.efficiency import (EFFICIENCY_FORMS, OPERATOR_CLASSES, EfficiencyBase,  # noqa: F401
+                            FittedEfficiency, ScalarEfficiency, register_efficiency_form)
+from sim.errors import ConfigError
+from sim.paths import hardware_profiles_dir
+from sim.yaml_io import safe_load_unique
+
+#: Compute dtypes a profile may list peaks for.
+PEAK_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4")
+#: Top-level fields whose numbers must have a provenance entry.
+PROVENANCE_KEYS = ("memory_bytes", "hbm_bandwidth_bytes_per_s", "peak_flops_per_s", "num_sms",
+                   "interconnect", "efficiency", "price_per_gpu_hour_usd")
+
+_Pos = Field(gt=0)
+_NonNeg = Field(ge=0)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class PeakFlops(_Strict):
+    """Dense (no 2:4 sparsity) tensor-core peak, FLOP/s (int8: OP/s)."""
+    bf16: float = _Pos
+    fp16: float | None = Field(default=None, gt=0)
+    fp8: float | None = Field(default=None, gt=0)
+    int8: float | None = Field(default=None, gt=0)
+    fp4: float | None = Field(default=None, gt=0)
+
+    def get(self, dtype: str) -> float | None:
+        """Peak for ``dtype`` or ``None`` if the chip lacks it (fp16 = bf16)."""
+        if dtype not in PEAK_DTYPES:
+            raise ConfigError(f"peak_flops_per_s: unknown dtype {dtype!r}; valid: {', '.join(PEAK_DTYPES)}")
+        value = getattr(self, dtype)
+        return self.bf16 if value is None and dtype == "fp16" else value
+
+
+class Interconnect(_Strict):
+    """GPU-to-GPU link used for tensor parallelism."""
+    name: str
+    bandwidth_bytes_per_s: float = _Pos  #: per GPU, per direction
+    latency_s: float = _NonNeg           #: fixed cost of one all-reduce
+    #: GPUs this link joins (one node's NVLink / NVSwitch domain, 8 on HGX boards);
+    #: tensor parallelism beyond it would cross nodes, which is not modelled
+    max_gpus: int = Field(default=8, ge=1)
+
+
+class HardwareProfile(_Strict):
+    """One GPU. ``memory_bytes`` is the device memory CUDA reports as total
+    (what vLLM multiplies by ``gpu_memory_utilization``)."""
+    name: str
+    description: str = ""
+    memory_bytes: int = _Pos
+    hbm_bandwidth_bytes_per_s: float = _Pos
+    peak_flops_per_s: PeakFlops
+    num_sms: int = _Pos  #: SMs (NVIDIA) or CUs (AMD)
+    interconnect: Interconnect
+    efficiency: SerializeAsAny[EfficiencyBase]
+    price_per_gpu_hour_usd: float = _NonNeg
+    provenance: dict[str, str]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dispatch_efficiency(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("efficiency"), dict):
+            eff = data["efficiency"]
+            form = eff.get("form")
+            if form not in EFFICIENCY_FORMS:
+                raise ValueError(f"efficiency.form={form!r}: unknown form; valid: "
+                                 f"{', '.join(EFFICIENCY_FORMS)}")
+            data = {**data, "efficiency": EFFICIENCY_FORMS[form].model_validate(eff)}
+        return data
+
+    @model_validator(mode="after")
+    def _check_provenance(self) -> HardwareProfile:
+        missing = [k for k in PROVENANCE_KEYS if not self.provenance.get(k)]
+        if missing:
+            raise ValueError(f"provenance: missing source for {', '.join(missing)}")
+        return self
+
+    def with_overrides(self, overrides: dict[str, Any], source: str = "<overrides>") -> HardwareProfile:
+        """A copy with dotted keys replaced (e.g. ``price_per_gpu_hour_usd``,
+        ``efficiency.step_overhead_s``), validated like a file."""
+        data = self.model_dump()
+        for key, value in overrides.items():
+            node = data
+            parts = key.split(".")
+            for part in parts[:-1]:
+                if not isinstance(node.get(part), dict):
+                    raise ConfigError(f"{source}: {key}: unknown hardware key (value {value!r})")
+                node = node[part]
+            if parts[-1] not in node:
+                raise ConfigError(f"{source}: {key}: unknown hardware key (value {value!r})")
+            node[parts[-1]] = value
+        return _validate(data, source)
+
+
+def _validate(data: Any, source: str) -> HardwareProfile:
+    if data is None:
+        raise ConfigError(f"{source}: the file is empty; a hardware profile needs its fields "
+                          "(see hardware_profiles/h100_sxm.yaml)")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of hardware fields, got {type(data).__name__}")
+    try:
+        return HardwareProfile.model_validate(data)
+    except ValidationError as e:
+        msgs = []
+        for err in e.errors():
+            loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+            msg = err["msg"]
+            if err["type"] == "extra_forbidden":
+                msg = "unknown key (misspelt?)"
+            value = err.get("input")
+            shown = "" if isinstance(value, dict) else f" (value {value!r})"
+            msgs.append(f"{loc or '<root>'}: {msg}{shown}")
+        raise ConfigError(f"{source}: invalid hardware profile: " + "; ".join(msgs)) from None
+
+
+def load_hardware(path: str | Path) -> HardwareProfile:
+    """Load and validate one profile YAML."""
+    path = Path(path)
+    try:
+        data = safe_load_unique(path.read_text())  # a key given twice is an error
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}:" if mark else ""
+        raise ConfigError(f"{path}:{where} cannot read hardware profile: {getattr(e, 'problem', None) or e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read hardware profile: {e}") from e
+    return _validate(data, str(path))
+
+
+def list_hardware() -> list[str]:
+    """Names of the built-in profiles (``hardware_profiles/*.yaml``)."""
+    d = hardware_profiles_dir()
+    return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
+
+
+def get_hardware(name_or_path: str | Path) -> HardwareProfile:
+    """A built-in profile by name (``h100_sxm``) or a YAML path."""
+    text = str(name_or_path)
+    builtin = hardware_profiles_dir() / f"{text}.yaml"
+    if "/" not in text and builtin.is_file():
+        return load_hardware(builtin)
+    path = Path(text)
+    if path.is_file():
+        return load_hardware(path)
+    raise ConfigError(f"hardware: unknown hardware {text!r} (not a profile name or YAML path); "
+                      f"profiles: {', '.join(list_hardware())}")

@@ -1,0 +1,1 @@
+"""Serving-engine presets: per-engine defaults, rules and fitted values."""

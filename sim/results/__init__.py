@@ -1,0 +1,1 @@
+"""Per-request and per-step records, metrics and result files."""

@@ -1,0 +1,1 @@
+"""``servesim sweep`` and ``servesim plan``: grids of configs, executors, capacity planning."""

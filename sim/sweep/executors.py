@@ -1,0 +1,280 @@
+"""Running sweep points: one simulation → one flat result row; the resumable
+results store; the ``local`` (process pool) and ``ray`` executors.
+
+A row holds ``point_id``, the axis values, ``status`` (``ok`` / ``infeasible`` /
+``failed``), ``reason``, every scalar summary metric (``summary.json`` keys), the
+stability columns of :mod:`sim.results.stability`, the point's whole resolved config as
+``config.<key>`` (scalar keys, as ``comparison.csv``), ``num_gpus`` (TP × replicas),
+``price_per_gpu_hour_usd``, ``cost_per_hour_usd`` and
+``usd_per_million_output_tokens`` = cost per hour / (output_throughput · 3600 s) · 1e6.
+
+Rows are appended to ``DIR/points.jsonl`` (one flushed line per finished point: a
+crash loses at most the line being written) and ``DIR/results.parquet`` /
+``DIR/results.csv`` are rewritten atomically (temp file + rename) as points
+finish. A re-run reads all three back and skips the points it already has.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import multiprocessing
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from sim.config import SimConfig
+from sim.errors import ConfigError, InfeasibleError
+
+STATUSES = ("ok", "infeasible", "failed")
+WALL_COLUMNS = ("wall_time_s", "sim_requests_per_wall_s", "wall_s")  # differ run to run
+
+
+@dataclass
+class PointTask:
+    """What a worker needs: the built config (``None`` when building it failed, with
+    ``error`` the reason) and the axis values to echo into the row."""
+
+    point_id: str
+    values: dict[str, Any]
+    cfg: SimConfig | None
+    goodput: dict[str, float] | None = None
+    error: str | None = None
+
+
+def cost_columns(cfg: SimConfig | None, output_throughput: float | None) -> dict:
+    """GPUs, $/hour (``price_per_gpu_hour_usd`` of the hardware profile) and $ per
+    million output tokens at the measured output throughput (tokens/s)."""
+    out = {"num_gpus": math.nan, "price_per_gpu_hour_usd": math.nan, "cost_per_hour_usd": math.nan,
+           "usd_per_million_output_tokens": math.nan}
+    if cfg is None:
+        return out
+    out["num_gpus"] = cfg.tensor_parallel_size * cfg.num_replicas
+    try:
+        from sim.hardware.profile import get_hardware
+
+        price = get_hardware(cfg.hardware).price_per_gpu_hour_usd
+    except ConfigError:
+        return out
+    if price is None:
+        return out
+    out["price_per_gpu_hour_usd"] = float(price)
+    out["cost_per_hour_usd"] = out["num_gpus"] * float(price)
+    if output_throughput and output_throughput > 0 and math.isfinite(output_throughput):
+        out["usd_per_million_output_tokens"] = out["cost_per_hour_usd"] / (output_throughput * 3600.0) * 1e6
+    return out
+
+
+def _scalar(v: Any) -> bool:
+    return v is None or isinstance(v, (bool, int, float, str))
+
+
+def _axis_cell(v: Any) -> Any:
+    return v if _scalar(v) else json.dumps(v, sort_keys=True, default=str)
+
+
+def run_point(cfg: SimConfig, goodput: dict[str, float] | None = None) -> tuple[dict, Any]:
+    """Simulate ``cfg``; return (row without the axis columns, RunResult or None).
+    Never raises for a bad point: ConfigError / InfeasibleError → ``infeasible``,
+    anything else → ``failed``, with the reason."""
+    from sim.runner import run_simulation
+    from sim.results.stability import assess_stability
+
+    t0 = time.perf_counter()
+    row: dict[str, Any] = {"status": "ok", "reason": ""}
+    result = None
+    try:
+        res = run_simulation(cfg, goodput=goodput)
+    except (ConfigError, InfeasibleError) as e:
+        row.update(status="infeasible", reason=str(e))
+    except Exception as e:  # a broken point must not stop the sweep
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        row.update(status="failed", reason=f"{type(e).__name__}: {e} ({Path(where.filename).name}:{where.lineno})")
+    else:
+        result = res.result
+        row.update({k: v for k, v in res.summary.items() if _scalar(v)})
+        row.update(assess_stability(res.result.requests, res.result.steps))
+        # the point's whole deployment, as compare's comparison.csv: not only the swept keys
+        row.update({f"config.{k}": v for k, v in res.summary["config"].items() if _scalar(v)})
+    row.update(cost_columns(cfg, row.get("output_throughput")))
+    row["wall_s"] = time.perf_counter() - t0
+    return row, result
+
+
+def evaluate_task(task: PointTask) -> dict:
+    """A task → its full result row (axis values first). Runs in a worker."""
+    row: dict[str, Any] = {"point_id": task.point_id}
+    row.update({k: _axis_cell(v) for k, v in task.values.items()})
+    if task.cfg is None:
+        row.update(status="infeasible", reason=task.error or "config could not be built")
+        row.update(cost_columns(None, None))
+        return row
+    body, _ = run_point(task.cfg, task.goodput)
+    row.update(body)
+    return row
+
+
+def parquet_safe(df):
+    """Object columns holding any string become all-string (None kept): parquet needs
+    one type per column, and a column can mix e.g. ``""`` and NaN or numbers and text."""
+    df = df.copy()
+    for col in df.columns:
+        if df[col].dtype == object and df[col].map(lambda v: isinstance(v, str)).any():
+            df[col] = df[col].map(lambda v: None if v is None or (isinstance(v, float) and math.isnan(v))
+                                  else v if isinstance(v, str) else str(v))
+    return df
+
+
+# ------------------------------------------------------------------ results store
+class ResultStore:
+    """The rows of one output folder, keyed by ``point_id``; see the module docstring."""
+
+    def __init__(self, out_dir: str | Path, flush_every_s: float = 2.0) -> None:
+        self.dir = Path(out_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.rows: dict[str, dict] = {}
+        self.order: list[str] = []
+        self.flush_every_s = flush_every_s
+        self._last_flush = 0.0
+        #: the current grid's point ids: the tables hold only these (rows of
+        #: points an earlier grid had stay in points.jsonl for a later re-run)
+        self.grid: list[str] | None = None
+        self._load()
+
+    def _load(self) -> None:
+        import pandas as pd
+
+        pq, csv = self.dir / "results.parquet", self.dir / "results.csv"
+        frame = pd.read_parquet(pq) if pq.is_file() else (pd.read_csv(csv) if csv.is_file() else None)
+        if frame is not None and "point_id" in frame.columns:
+            for rec in frame.to_dict("records"):
+                self._put({k: v for k, v in rec.items() if not (isinstance(v, float) and math.isnan(v))})
+        jl = self.dir / "points.jsonl"
+        if jl.is_file():
+            text = jl.read_text()
+            if text and not text.endswith("\n"):  # cut short by a crash: new rows start on a fresh line
+                with open(jl, "a") as f:
+                    f.write("\n")
+            for line in text.splitlines():
+                try:
+                    self._put(json.loads(line))
+                except json.JSONDecodeError:
+                    continue  # a line cut short by a crash: that point runs again
+
+    def _put(self, row: dict) -> None:
+        pid = str(row["point_id"])
+        row["point_id"] = pid
+        if pid not in self.rows:
+            self.order.append(pid)
+        self.rows[pid] = row
+
+    def done_ids(self, retry_failed: bool = True) -> set[str]:
+        """Ids to skip: finished points (``ok``/``infeasible``; ``failed`` too unless retried)."""
+        return {p for p, r in self.rows.items() if not (retry_failed and r.get("status") == "failed")}
+
+    def add(self, row: dict) -> None:
+        with open(self.dir / "points.jsonl", "a") as f:
+            f.write(json.dumps(row, default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self._put(row)
+        if time.monotonic() - self._last_flush >= self.flush_every_s:
+            self.flush()
+
+    def frame(self, order: Iterable[str] = ()):
+        """The table, rows in ``order`` first (grid order), then any others
+        (only those of :attr:`grid` when it is set)."""
+        if self.grid is not None:
+            return self._table([p for p in self.grid if p in self.rows])
+        ids = [p for p in order if p in self.rows]
+        seen = set(ids)
+        ids += [p for p in self.order if p not in seen]
+        return self._table(ids)
+
+    def _table(self, ids: list[str]):
+        import pandas as pd
+
+        df = pd.DataFrame([self.rows[p] for p in ids])
+        lead = [c for c in ("point_id",) if c in df.columns]
+        return df[lead + [c for c in df.columns if c not in lead]]
+
+    def flush(self, order: Iterable[str] = ()) -> None:
+        df = parquet_safe(self.frame(order))
+        for name, write in (("results.parquet", lambda p: df.to_parquet(p, index=False)),
+                            ("results.csv", lambda p: df.to_csv(p, index=False, float_format="%.9g"))):
+            tmp = self.dir / f".{name}.tmp"
+            write(tmp)
+            os.replace(tmp, self.dir / name)
+        self._last_flush = time.monotonic()
+
+
+# ------------------------------------------------------------------ executors
+def run_local(tasks: list[PointTask], on_row: Callable[[dict], None], workers: int | None = None,
+              fn: Callable[[Any], dict] = evaluate_task) -> None:
+    """A process pool (``workers`` processes; 1 = in this process)."""
+    workers = min(workers or os.cpu_count() or 1, len(tasks))  # never more processes than tasks
+    if workers <= 1 or len(tasks) <= 1:
+        for t in tasks:
+            on_row(fn(t))
+        return
+    # multiprocessing.Pool's context exit terminates the workers: on Ctrl-C (or
+    # a broken row handler) they stop at once instead of finishing points nobody
+    # will record; queued points are dropped.
+    with multiprocessing.Pool(workers) as pool:
+        for row in pool.imap_unordered(fn, tasks):
+            on_row(row)
+
+
+def run_ray(tasks: list[PointTask], on_row: Callable[[dict], None], workers: int | None = None,
+            address: str | None = None, fn: Callable[[Any], dict] = evaluate_task) -> None:
+    """Ray tasks, one CPU each. ``address`` joins a running cluster (every node needs
+    servesim installed); without it a local Ray starts (``workers`` CPUs) and stops
+    at the end. Ray is imported here only (extra ``servesim[ray]``)."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--executor ray needs Ray: pip install 'servesim[ray]' (or pip install 'ray>=2.9')") from None
+    started = False
+    if not ray.is_initialized():
+        # WARNING: Ray's "Started a local Ray instance" INFO line is noise in servesim's output
+        kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
+        if address:
+            kw["address"] = address
+        elif workers:
+            kw["num_cpus"] = workers
+        # A local Ray's workers inherit this environment: let them import this checkout's
+        # ``sim`` even when it is not installed (cheaper than a runtime_env).
+        old_path = os.environ.get("PYTHONPATH")
+        root = str(Path(__file__).resolve().parents[1])
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, old_path) if p)
+        try:
+            ray.init(**kw)
+        finally:
+            if old_path is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = old_path
+        started = True
+    try:
+        remote = ray.remote(num_cpus=1)(fn)
+        pending = [remote.remote(t) for t in tasks]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            on_row(ray.get(done[0]))
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def progress_bar(total: int, quiet: bool, desc: str = "sweep"):
+    """A tqdm bar with ETA on stderr (None when quiet or stderr is not a terminal)."""
+    if quiet or not sys.stderr.isatty() or total == 0:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="point", desc=desc, file=sys.stderr, dynamic_ncols=True)

@@ -1,0 +1,340 @@
+"""Capacity planning (``servesim plan``): for each candidate deployment (hardware ×
+TP × engine settings) the highest request rate one replica sustains within the
+SLOs, then the cheapest number of replicas that serves a target rate.
+
+- **SLOs** are ``KEY<=VALUE`` (``KEY=VALUE`` means ``<=``) on any numeric summary
+  key (``p99_ttft_ms<=1000``), or ``goodput_fraction>=F``: the fraction of completed
+  requests meeting every ``--goodput`` SLO (DistServe's goodput / throughput).
+  ``goodput_fraction`` takes a floor (``>=``), every other key a cap (``<=``): the
+  search needs limits that more load makes harder to meet. Throughput keys rise
+  with load and are refused (the load to serve is ``--target-rate``).
+- **A rate passes** when the run is stable (:mod:`sim.results.stability`: the backlog does
+  not grow and the sent requests complete) and meets every SLO.
+- **Search** (:func:`find_max_rate`): double (or halve) from ``start_rate`` until
+  a pass and a failure bracket the boundary, then bisect until the bracket is
+  within ``rel_tol``; the answer is the highest passing rate seen. The
+  evaluation is a callable (rate → metrics), so it runs on a stub in tests.
+  Every run of one candidate uses the same seed: arrival gaps scale exactly with
+  1/rate (``vllm bench serve`` rescaling), so the comparison across rates is paired.
+- **Replicas for a target rate**: ``n = ceil(target / max_rate)`` (the smallest
+  allowed count ≥ that), verified by simulating all ``n`` replicas at the target
+  (``num_requests`` × n, so each replica sees as many requests as in the
+  search); a failed verification tries the next allowed counts (up to 2 more).
+- **Cost**: $/hour = replicas × TP × ``price_per_gpu_hour_usd`` (hardware
+  profile); $ per million output tokens = $/hour / (served rate × mean output
+  tokens per request × 3600) × 1e6.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from sim.compare.variants import Variant, apply_variant
+from sim.config import SimConfig
+from sim.errors import ConfigError, InfeasibleError
+
+_LAT = [f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "std", "p90", "p99")]
+# Every SLO key gets harder to meet as load grows, which the rate search needs:
+# caps (<=) on latencies, counts and usage, a floor (>=) on goodput_fraction.
+SLO_KEYS = tuple(_LAT + ["mean_queue_ms", "p99_queue_ms", "num_preemptions", "num_rejected", "mean_kv_cache_usage",
+                         "max_kv_cache_usage", "mean_num_running_seqs", "goodput_fraction"])
+HIGHER_IS_BETTER = ("goodput_fraction",)
+#: throughput rises with load: not an SLO of the search (the load to serve is --target-rate)
+THROUGHPUT_KEYS = ("request_throughput", "output_throughput", "total_token_throughput", "request_goodput")
+
+
+@dataclass(frozen=True)
+class SLO:
+    key: str
+    op: str  # "<=" or ">="
+    limit: float
+
+    def violation(self, metrics: Mapping[str, Any]) -> str | None:
+        """None when met; else ``'p99_ttft_ms = 1234 > 1000'``."""
+        v = metrics.get(self.key)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return f"{self.key} is missing"
+        ok = v <= self.limit if self.op == "<=" else v >= self.limit
+        return None if ok else f"{self.key} = {v:.4g} {'>' if self.op == '<=' else '<'} {self.limit:g}"
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.op} {self.limit:g}"
+
+
+def parse_slos(items: list[str] | None, goodput: Mapping[str, float] | None = None) -> list[SLO]:
+    """``["p99_ttft_ms=1000", "p99_tpot_ms<=60 goodput_fraction>=0.9"]`` → SLOs
+    (several per item, split on spaces or commas). Errors name the item and list keys."""
+    out: list[SLO] = []
+    for item in items or []:
+        for part in item.replace(",", " ").split():
+            m = re.fullmatch(r"([A-Za-z0-9_]+)\s*(<=|>=|=)\s*(.+)", part)
+            if not m:
+                raise ConfigError(f"--slo {part!r}: expected KEY<=VALUE, KEY=VALUE or goodput_fraction>=F (no spaces "
+                                  "or commas inside one SLO), e.g. p99_ttft_ms=1000")
+            key, op, val = m.groups()
+            if key in THROUGHPUT_KEYS:
+                raise ConfigError(f"--slo {part!r}: {key} rises with the load, so it cannot bound the highest rate "
+                                  "plan searches for; give the load to serve as --target-rate RATE (req/s), and "
+                                  "per-request goodput SLOs as --goodput with --slo goodput_fraction>=F")
+            if key not in SLO_KEYS:
+                raise ConfigError(f"--slo {part!r}: unknown metric {key!r}; valid: {', '.join(SLO_KEYS)}")
+            try:
+                limit = float(val)
+            except ValueError:
+                raise ConfigError(f"--slo {part!r}: {val!r} is not a number") from None
+            if not math.isfinite(limit) or limit < 0:
+                raise ConfigError(f"--slo {part!r}: the limit must be a finite number >= 0, got {val}")
+            if any(o.key == key for o in out):
+                raise ConfigError(f"--slo {part!r}: {key} is given twice")
+            right = ">=" if key in HIGHER_IS_BETTER else "<="
+            if op == "=":
+                op = right
+            elif op != right:
+                # The rate search needs limits that more load makes harder to meet.
+                what = "a floor (>=)" if right == ">=" else "a cap (<=)"
+                raise ConfigError(f"--slo {part!r}: {key} can only have {what}: plan searches for the highest "
+                                  f"rate that meets every SLO; write {key}{right}{val}")
+            if key == "goodput_fraction" and limit > 1:
+                raise ConfigError(f"--slo {part!r}: goodput_fraction is a fraction of the requests, in [0, 1]")
+            if key == "goodput_fraction" and not goodput:
+                raise ConfigError(f"--slo {part!r}: goodput_fraction needs --goodput ttft:MS tpot:MS (the per-request SLOs)")
+            out.append(SLO(key, op, limit))
+    return out
+
+
+def add_derived(metrics: dict) -> dict:
+    """Adds ``goodput_fraction`` = request_goodput / request_throughput (NaN without goodput)."""
+    g, t = metrics.get("request_goodput"), metrics.get("request_throughput")
+    ok = isinstance(g, (int, float)) and isinstance(t, (int, float)) and t and not math.isnan(g)
+    metrics["goodput_fraction"] = g / t if ok else math.nan
+    return metrics
+
+
+def check(metrics: Mapping[str, Any], slos: list[SLO]) -> list[str]:
+    """Why a run fails (empty = passes): not ``ok``, unstable, or an SLO violation."""
+    if metrics.get("status", "ok") != "ok":
+        return [f"{metrics.get('status')}: {metrics.get('reason', '')}"]
+    why = [] if metrics.get("stable", True) else [f"unstable: {metrics.get('stability_reason', '')}"]
+    return why + [v for s in slos if (v := s.violation(metrics)) is not None]
+
+
+@dataclass
+class RateEval:
+    rate: float
+    passed: bool
+    reasons: list[str]
+    metrics: dict
+
+
+@dataclass
+class RateSearch:
+    max_rate: float  # highest passing rate (req/s); 0 when none passes
+    evals: list[RateEval] = field(default_factory=list)
+    reason: str = ""  # why no rate passes, or that the search hit max_rate
+
+
+def find_max_rate(evaluate: Callable[[float], Mapping[str, Any]], slos: list[SLO], *, start_rate: float = 1.0,
+                  rel_tol: float = 0.05, min_rate: float | None = None, max_rate: float | None = None,
+                  max_evals: int = 40) -> RateSearch:
+    """Bracket then bisect (module docstring). ``evaluate(rate)`` returns the metrics
+    of a run at ``rate`` req/s (summary keys plus ``stable``); the result is within
+    ``rel_tol`` (relative) of the boundary, assuming passing is monotone in rate."""
+    if not (start_rate > 0 and 0 < rel_tol < 1):
+        raise ConfigError(f"rate search: need start_rate > 0 and 0 < rel_tol < 1, got {start_rate}, {rel_tol}")
+    min_rate = start_rate / 1024 if min_rate is None else min_rate
+    max_rate = start_rate * 1024 if max_rate is None else max_rate
+    search = RateSearch(0.0)
+
+    def ev(rate: float) -> bool:
+        m = dict(evaluate(rate))
+        why = check(m, slos)
+        search.evals.append(RateEval(rate, not why, why, m))
+        return not why
+
+    lo = hi = None
+    r = min(max(start_rate, min_rate), max_rate)
+    if ev(r):
+        lo = r
+        while hi is None:
+            if lo >= max_rate:
+                search.reason = f"meets the SLOs at the highest rate tried ({max_rate:g} req/s)"
+                break
+            r = min(lo * 2, max_rate)
+            if ev(r):
+                lo = r
+            else:
+                hi = r
+    else:
+        hi = r
+        while lo is None:
+            r = hi / 2
+            if r < min_rate:
+                last = search.evals[-1]
+                search.reason = f"fails even at {last.rate:.3g} req/s: {'; '.join(last.reasons)}"
+                return search
+            if ev(r):
+                lo = r
+            else:
+                hi = r
+    while hi is not None and hi - lo > rel_tol * lo and len(search.evals) < max_evals:
+        mid = (lo + hi) / 2
+        if ev(mid):
+            lo = mid
+        else:
+            hi = mid
+    search.max_rate = lo
+    return search
+
+
+# ------------------------------------------------------------------ candidates
+@dataclass(frozen=True)
+class Candidate:
+    """One deployment shape: ``overrides`` are config keys (hardware, tensor_parallel_size, scheduler, ...)."""
+
+    name: str
+    overrides: dict
+
+
+def make_candidates(hardware: list[str], tp: list[int], schedulers: list[str] | None = None,
+                    vary: Mapping[str, list] | None = None) -> list[Candidate]:
+    """The product hardware × TP × scheduler × each ``vary`` key's values."""
+    dims: list[list[tuple[str, Any]]] = [[("hardware", h) for h in hardware], [("tensor_parallel_size", t) for t in tp]]
+    if schedulers:
+        dims.append([("scheduler", s) for s in schedulers])
+    for k, vals in (vary or {}).items():
+        dims.append([(k, v) for v in vals])
+    out = []
+    for combo in itertools.product(*dims):
+        ov = dict(combo)
+        hw = str(ov["hardware"])
+        hw = Path(hw).stem if hw.endswith((".yaml", ".yml")) else hw  # a profile path: its file name
+        name = " ".join([hw, f"tp{ov['tensor_parallel_size']}"]
+                        + ([ov["scheduler"]] if "scheduler" in ov else [])
+                        + [f"{k}={v}" for k, v in combo[3 if schedulers else 2:]])
+        out.append(Candidate(name, ov))
+    return out
+
+
+def _variant(c: Candidate, **extra) -> Variant:
+    ov: dict[str, Any] = {}
+    for k, v in {**c.overrides, **extra}.items():
+        if k.startswith("workload."):
+            ov.setdefault("workload", {})[k.split(".", 1)[1]] = v
+        else:
+            ov[k] = v
+    return Variant(c.name, ov)
+
+
+def simulate(base: SimConfig, c: Candidate, rate: float, replicas: int = 1, goodput=None) -> dict:
+    """One run of candidate ``c`` at ``rate`` req/s on ``replicas`` replicas (requests
+    scaled by ``replicas``) → a sweep-format row with ``goodput_fraction``."""
+    from sim.sweep.executors import run_point
+
+    wl = base.workload
+    extra: dict[str, Any] = {"num_replicas": replicas, "workload.request_rate": rate,
+                             "workload.num_warmup_requests": wl.num_warmup_requests * replicas}
+    if wl.num_requests is not None:
+        extra["workload.num_requests"] = wl.num_requests * replicas
+    cfg = apply_variant(base, _variant(c, **extra))
+    row, _ = run_point(cfg, goodput)
+    row.update({"candidate": c.name, **c.overrides, "num_replicas": replicas, "workload.request_rate": rate})
+    return add_derived(row)
+
+
+@dataclass
+class CandidatePlan:
+    """The outcome for one candidate. ``status``: ``ok``; ``infeasible`` (the config
+    cannot run); ``no_rate`` (no rate meets the SLOs); ``target_unmet`` (no allowed
+    replica count passed at the target). ``rows``: every simulation (sweep-format
+    rows with ``phase`` = search / verify, ``passed``, ``slo_violations``)."""
+
+    candidate: Candidate
+    status: str
+    reason: str = ""
+    max_rate: float = 0.0
+    replicas: int = 0
+    target_row: dict | None = None
+    rows: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class PlanSettings:
+    slos: list[SLO]
+    goodput: dict[str, float] | None = None
+    target_rate: float | None = None
+    replicas: list[int] | None = None  # allowed counts; None = 1..max_replicas
+    max_replicas: int = 64
+    start_rate: float | None = None  # default: the workload's request_rate, else 1
+    rel_tol: float = 0.05
+    verify_tries: int = 3
+
+
+def _allowed_at_least(n: int, s: PlanSettings) -> list[int]:
+    allowed = sorted(s.replicas) if s.replicas else list(range(1, s.max_replicas + 1))
+    return [k for k in allowed if k >= n]
+
+
+def check_vary_values(base: SimConfig, candidates: list[Candidate], keys) -> None:
+    """A ``--vary`` value invalid for every candidate carrying it is an error
+    before any run (:mod:`sim.sweep.grid_values`)."""
+    from sim.sweep.grid_values import invalid_everywhere
+
+    bad: dict[str, str] = {}
+    for c in candidates:
+        try:
+            apply_variant(base, _variant(c, num_replicas=1))
+        except ConfigError as e:
+            bad[c.name] = str(e)
+    hit = invalid_everywhere(keys, [(c.name, c.overrides) for c in candidates], bad)
+    if hit is not None:
+        raise ConfigError(f"--vary {hit[0]}={hit[1]}: invalid for every candidate; e.g. {hit[2]}")
+
+
+def plan_candidate(base: SimConfig, c: Candidate, s: PlanSettings) -> CandidatePlan:
+    """Feasibility check, rate search on one replica, then the replicas for the
+    target (verified by simulation). Runs in a worker; never raises for a bad candidate."""
+    from sim.engine.deployment import build_deployment
+
+    try:
+        build_deployment(apply_variant(base, _variant(c, num_replicas=1)))
+    except (ConfigError, InfeasibleError) as e:
+        return CandidatePlan(c, "infeasible", str(e))
+    rate0 = s.start_rate or (base.workload.request_rate if base.workload.request_rate and
+                             math.isfinite(base.workload.request_rate) else 1.0)
+    search = find_max_rate(lambda r: simulate(base, c, r, 1, s.goodput), s.slos, start_rate=rate0,
+                           rel_tol=s.rel_tol)
+    plan = CandidatePlan(c, "ok", search.reason, search.max_rate)
+    for e in search.evals:
+        plan.rows.append({**e.metrics, "phase": "search", "passed": e.passed, "slo_violations": "; ".join(e.reasons)})
+    if search.max_rate <= 0:
+        plan.status = "no_rate"
+        return plan
+    if s.target_rate is None:
+        plan.replicas = 1
+        plan.target_row = next(r for r in reversed(plan.rows) if r["passed"] and
+                               r["workload.request_rate"] == search.max_rate)
+        return plan
+    need = math.ceil(s.target_rate / search.max_rate - 1e-9)
+    tries = _allowed_at_least(need, s)[: s.verify_tries]
+    if not tries:
+        plan.status = "target_unmet"
+        plan.reason = (f"needs >= {need} replicas at {search.max_rate:.3g} req/s each; "
+                       f"allowed at most {max(s.replicas or [s.max_replicas])}")
+        return plan
+    searched = {e.rate: e.metrics for e in search.evals}
+    for n in tries:  # one replica at a rate the search ran: the same seed gives the same run
+        row = searched[s.target_rate] if n == 1 and s.target_rate in searched else simulate(
+            base, c, s.target_rate, n, s.goodput)
+        why = check(row, s.slos)
+        plan.rows.append({**row, "phase": "verify", "passed": not why, "slo_violations": "; ".join(why)})
+        if not why:
+            plan.replicas, plan.target_row = n, plan.rows[-1]
+            return plan
+    plan.status = "target_unmet"
+    plan.reason = f"fails at {s.target_rate:g} req/s with {', '.join(map(str, tries))} replicas: {plan.rows[-1]['slo_violations']}"
+    return plan

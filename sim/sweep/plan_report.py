@@ -1,0 +1,249 @@
+"""``servesim plan`` orchestration and outputs: run every candidate (process pool or
+Ray, one candidate per task), then write, in ``--out DIR``:
+
+- ``plan.csv`` / ``plan.md``: one row per candidate, sorted by $/hour (then $ per
+  million output tokens); candidates that cannot serve listed with the reason;
+- ``results.csv`` / ``results.parquet``: every simulation the plan ran (the sweep
+  row format plus ``candidate``, ``phase``, ``passed``, ``slo_violations``);
+- ``latency_vs_load/CANDIDATE.png`` and ``pareto.png`` (:mod:`sim.sweep.plan_plots`).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.config import SimConfig
+from sim.sweep.plan import Candidate, CandidatePlan, PlanSettings, plan_candidate
+
+STATUS_ORDER = {"ok": 0, "target_unmet": 1, "no_rate": 2, "infeasible": 3}
+LAT_COLS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
+
+
+@dataclass
+class PlanTask:
+    base: SimConfig
+    candidate: Candidate
+    settings: PlanSettings
+
+
+def _plan_task(t: PlanTask) -> CandidatePlan:
+    return plan_candidate(t.base, t.candidate, t.settings)
+
+
+def _price(c: Candidate) -> float:
+    from sim.hardware.profile import get_hardware
+
+    try:
+        p = get_hardware(c.overrides["hardware"]).price_per_gpu_hour_usd
+    except Exception:
+        return math.nan
+    return float(p) if p is not None else math.nan
+
+
+def plan_table(plans: list[CandidatePlan], s: PlanSettings):
+    """One row per candidate, best first (see module docstring)."""
+    import pandas as pd
+
+    rows = []
+    for p in plans:
+        c, tp = p.candidate, int(p.candidate.overrides["tensor_parallel_size"])
+        price = _price(c)
+        row = {"candidate": c.name, **c.overrides, "status": p.status,
+               "max_rate_per_replica": p.max_rate if p.status != "infeasible" else math.nan,
+               "replicas": p.replicas or math.nan, "num_gpus": p.replicas * tp if p.replicas else math.nan,
+               "price_per_gpu_hour_usd": price, "cost_per_hour_usd": math.nan,
+               "served_rate": math.nan, "capacity_req_s": math.nan, "usd_per_million_output_tokens": math.nan,
+               "verified": False}
+        best = [r for r in p.rows if r["phase"] == "search" and r["passed"]
+                and r["workload.request_rate"] == p.max_rate]
+        row["output_tok_s_per_gpu_at_max_rate"] = best[-1]["output_throughput"] / tp if best else math.nan
+        t = p.target_row
+        if p.status == "ok" and t is not None:
+            served = s.target_rate if s.target_rate is not None else p.max_rate
+            cost = p.replicas * tp * price
+            # Mean output tokens per request from the one-replica run at the max rate: the same
+            # requests for every candidate (same seed), so equal $/hour gives equal $/token.
+            src = best[-1] if best else t
+            out_per_req = src["total_output_tokens"] / src["completed"] if src.get("completed") else math.nan
+            row.update(cost_per_hour_usd=cost, served_rate=served, verified=t["phase"] == "verify",
+                       capacity_req_s=p.replicas * p.max_rate,
+                       usd_per_million_output_tokens=cost / (served * out_per_req * 3600.0) * 1e6)
+            row.update({k: t.get(k, math.nan) for k in LAT_COLS})
+        else:
+            row.update({k: math.nan for k in LAT_COLS})
+        row["num_simulations"] = len(p.rows)
+        row["reason"] = p.reason
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    df["_o"] = df["status"].map(STATUS_ORDER)
+    # Cheapest first; at equal cost, the most capacity (replicas × max rate) first.
+    df = df.sort_values(["_o", "cost_per_hour_usd", "capacity_req_s", "max_rate_per_replica"],
+                        ascending=[True, True, False, False], na_position="last", kind="stable").drop(columns="_o")
+    ok = (df["status"] == "ok").tolist()
+    # only candidates that serve the load are ranked (they sort first)
+    df.insert(0, "rank", [i + 1 if o else math.nan for i, o in enumerate(ok)])
+    return df.reset_index(drop=True)
+
+
+def answer_line(table, s: PlanSettings) -> str:
+    ok = table[table["status"] == "ok"] if len(table) else table
+    if not len(ok):
+        return "No candidate serves the load within the SLOs."
+    b = ok.iloc[0]
+
+    def r(v: float) -> str:
+        return f"{v:.3g}" if v < 1000 else f"{v:,.0f}"
+
+    rate = f"{s.target_rate:g} req/s" if s.target_rate is not None else f"{r(b['served_rate'])} req/s (one replica)"
+    gpus = int(b["num_gpus"])
+    return (f"Cheapest for {rate}: {int(b['replicas'])} × ({b['candidate']}) = {gpus} GPU{'s' * (gpus != 1)}, "
+            f"${b['cost_per_hour_usd']:.2f}/hour, ${b['usd_per_million_output_tokens']:.3f} per million output "
+            f"tokens; max {r(b['max_rate_per_replica'])} req/s per replica; at the served rate p99 TTFT "
+            f"{b['p99_ttft_ms']:.0f} ms, p99 TPOT {b['p99_tpot_ms']:.1f} ms"
+            + (" (verified by simulation)." if b["verified"] else "."))
+
+
+def _md_table(df) -> str:
+    def cell(v):
+        if isinstance(v, float):
+            return "" if math.isnan(v) else f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def plan_workload_warnings(plans: list[CandidatePlan]) -> list[str]:
+    """What the workload silently changed (skipped or reordered trace rows, clipped
+    prompts; :func:`sim.cli.tables.workload_warnings`), from the plan's first run."""
+    from sim.cli.tables import workload_warnings
+
+    # the first run stands for all: every candidate's search replays the same workload
+    # at the same seed and requests per replica
+    first = next((r for p in plans for r in p.rows if r.get("status") == "ok"), {})
+    return workload_warnings(first)
+
+
+def plan_markdown(table, s: PlanSettings, context: dict, figures: list[str],
+                  warnings: list[str] | None = None) -> str:
+    cols = ["rank", "candidate", "max_rate_per_replica", "replicas", "capacity_req_s", "num_gpus",
+            "cost_per_hour_usd", "usd_per_million_output_tokens", "p99_ttft_ms", "p99_tpot_ms", "verified"]
+    ok = table[table["status"] == "ok"]
+    bad = table[table["status"] != "ok"]
+    slos = ", ".join(map(str, s.slos)) or "none"
+    out = [f"# Capacity plan: {context.get('model', '')}", ""]
+    out += [f"- {k}: {v}" for k, v in context.items()]
+    per_request = ", ".join(f"{k} <= {v * 1e3:g} ms" for k, v in (s.goodput or {}).items())
+    out += [f"- SLOs: {slos}" + (f"; per-request goodput SLOs: {per_request}" if per_request else ""),
+            f"- target rate: {s.target_rate:g} req/s" if s.target_rate is not None else "- target rate: none",
+            f"- search: bisection on the request rate of one replica to within {s.rel_tol:.0%}; a rate passes when "
+            "the run is stable (requests in system and queueing time do not grow from the first to the last third "
+            "of the arrivals; ≥ 95 % of sent requests complete) and meets every SLO", "",
+            *(f"**Warning**: {w}.\n" for w in warnings or ()),
+            "## Answer", "", answer_line(table, s), "", "## Candidates that serve the load (cheapest first)", "",
+            "Prices are $/GPU-hour from `hardware_profiles/*.yaml`; $ per million output tokens at the served rate.",
+            "", _md_table(ok[cols]) if len(ok) else "(none)", ""]
+    if len(bad):
+        out += ["## Candidates that cannot serve it", ""]
+        out += [f"- **{r.candidate}** ({r.status}): {r.reason}" for r in bad.itertuples()] + [""]
+    if figures:
+        out += ["## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures] + [""]
+    return "\n".join(out)
+
+
+def run_plan(base: SimConfig, candidates: list[Candidate], settings: PlanSettings, out_dir: str | Path, *,
+             workers: int | None = None, executor: str = "local", ray_address: str | None = None,
+             quiet: bool = False, context: dict | None = None):
+    """Plan every candidate and write the outputs; returns (table DataFrame, plans)."""
+    import pandas as pd
+
+    from sim.errors import ConfigError
+    from sim.sweep.plan_plots import plot_latency_vs_load, plot_pareto, slug
+    from sim.sweep.executors import parquet_safe, progress_bar, run_local, run_ray
+
+    if executor not in ("local", "ray"):
+        raise ConfigError(f"--executor: unknown executor {executor!r}; valid: local, ray")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    by_name: dict[str, CandidatePlan] = {}
+    bar = progress_bar(len(candidates), quiet, desc="plan")
+
+    def on_done(p: CandidatePlan) -> None:
+        by_name[p.candidate.name] = p
+        if bar is not None:
+            bar.update(1)
+
+    tasks = [PlanTask(base, c, settings) for c in candidates]
+    try:
+        (run_ray(tasks, on_done, workers, ray_address, fn=_plan_task) if executor == "ray"
+         else run_local(tasks, on_done, workers, fn=_plan_task))
+    finally:
+        if bar is not None:
+            bar.close()
+    plans = [by_name[c.name] for c in candidates]
+    table = plan_table(plans, settings)
+    table.to_csv(out / "plan.csv", index=False, float_format="%.6g")
+    rows = pd.DataFrame([r for p in plans for r in p.rows])
+    if len(rows):
+        lead = ["candidate", "phase", "num_replicas", "workload.request_rate", "passed", "status", "slo_violations"]
+        rows = rows[lead + [c for c in rows.columns if c not in lead]]
+        rows.to_csv(out / "results.csv", index=False, float_format="%.9g")
+        parquet_safe(rows).to_parquet(out / "results.parquet", index=False)
+    figures = []
+    lvl = out / "latency_vs_load"
+    for old in lvl.glob("*.png") if lvl.is_dir() else ():  # an earlier plan's figures (other candidates)
+        old.unlink()
+    if any(p.rows for p in plans):
+        lvl.mkdir(exist_ok=True)
+    for p in plans:
+        if p.rows:
+            f = f"latency_vs_load/{slug(p.candidate.name)}.png"
+            plot_latency_vs_load(p, settings, out / f)
+            figures.append(f)
+    if any(p.rows for p in plans):
+        plot_pareto(plans, settings, out / "pareto.png")
+        figures.insert(0, "pareto.png")
+    warnings = plan_workload_warnings(plans)
+    (out / "plan.md").write_text(plan_markdown(table, settings, context or {}, figures, warnings))
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    _warn_short_runs(plans)
+    return table, plans
+
+
+#: a search run should span this many start-up transients for its verdict to be firm
+MIN_WINDOW_TRANSIENTS = 10.0
+
+
+def _warn_short_runs(plans) -> None:
+    """Warn (stderr) when the runs that decided a candidate's rate were short:
+    too short to judge stability at all, or spanning fewer than
+    ``MIN_WINDOW_TRANSIENTS`` start-up transients at the rate found; then the
+    answer can be off either way (±20 % between 150 and 2,000 requests on
+    llama-3.1-8b / chat)."""
+    unjudged, short = 0, []
+    for p in plans:
+        for r in p.rows:
+            if "not judged" in str(r.get("stability_reason", "")):
+                unjudged += 1
+            rate, tr = r.get("workload.request_rate"), r.get("transient_s")
+            n = (r.get("completed") or 0) + (r.get("num_rejected") or 0)
+            if (r.get("phase") == "search" and r.get("passed") and p.max_rate > 0
+                    and rate == p.max_rate and tr and math.isfinite(tr) and tr > 0):
+                if n / rate < MIN_WINDOW_TRANSIENTS * tr:
+                    short.append((p.candidate.name, n / rate / tr))
+    parts = [f"{unjudged} run(s) too short to judge stability"] if unjudged else []
+    if short:
+        name, ratio = min(short, key=lambda x: x[1])
+        parts.append(f"at the rates found, {len(short)} candidate(s) ran for fewer than "
+                     f"{MIN_WINDOW_TRANSIENTS:g} start-up transients (e.g. {name}: {ratio:.1f} transients long)")
+    if parts:
+        print(f"warning: {'; '.join(parts)}. Short runs make the rates found unreliable, in either "
+              "direction; raise workload.num_requests for a firmer answer (results.csv: stability_reason, transient_s).",
+              file=sys.stderr)

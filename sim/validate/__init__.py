@@ -1,0 +1,1 @@
+"""``servesim validate``: simulate measured benchmark rows and score the predictions."""

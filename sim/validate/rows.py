@@ -1,0 +1,377 @@
+"""``servesim validate``: predict measured serving benchmarks row by row.
+
+Input: a CSV of closed-loop benchmark points in the layout of
+``../shared/silicon/dense_agg_dev.csv`` (README there): ``backend``,
+``model_path`` (Hugging Face id), ``system`` (hardware profile name),
+``precision`` / ``gemm_quant_mode``, ``isl``, ``osl``, ``concurrency``,
+``tp_size``, and the measured ``silicon_ttft_ms`` / ``silicon_tpot_ms``.
+
+Each row is simulated as it was run (:func:`row_overrides`):
+
+- ``engine`` = ``backend`` (its preset: batching mode, limits, KV rule,
+  overheads); ``model``, ``hardware``, ``tensor_parallel_size`` from the row;
+  ``quantization`` from ``gemm_quant_mode`` (else ``precision``): empty → the
+  checkpoint's bf16, ``fp8`` → per-tensor FP8, ``fp8_block`` → block-scaled FP8.
+- Protocol (:data:`PROTOCOLS`, default ``aic``): how the rows were measured.
+  ``aic`` reproduces aiconfigurator's own serving evaluation, which produced
+  these rows (``silicon_data_source``: the ``aic-auto-gap-analysis`` data;
+  ``batch_size`` = ``concurrency`` in every row):
+
+  * the deployment is the one aiconfigurator's config generator writes for an
+    aggregated worker of batch size C (ai-dynamo/aiconfigurator,
+    ``src/aiconfigurator/generator/rule_plugin/{vllm,trtllm,sglang}.rule``
+    and ``rule_plugin/benchmark/*.rule``): vLLM ``max_num_batched_tokens`` =
+    C + isl + 1500, TensorRT-LLM ``max_num_tokens`` = C + isl + 1500 rounded
+    up to 32 (``tokens_per_block``), SGLang ``max_prefill_tokens`` = isl +
+    1500; ``max_num_seqs`` (``max_batch_size``) = C. With these token
+    budgets one step prefills about one prompt, so a burst of C requests is
+    prefilled over about C steps instead of one (:func:`aic_deploy_overrides`);
+  * the client sends ``requests_per_client``·C requests at fixed concurrency
+    C from a cold start, and the mean covers every request, the initial burst
+    of C simultaneous requests included (``bench_serving`` runner of
+    ``src/aiconfigurator/eval/benchmarks/bench_serving_runner.py``:
+    ``--num-prompts`` = 10·C, ``--max-concurrency`` C, ``--warmup-requests``
+    0, request rate inf; TTFT is timed from the send, after the concurrency
+    slot is granted). No warm-up: ``warmup_per_client`` = 0 and
+    ``client_phase_spread`` unused.
+
+  ``steady`` is the earlier protocol: engine default limits, 2·C warm-up
+  requests excluded (the genai-perf runner's ``--warmup-request-count`` 2·C),
+  then ``requests_per_client``·C measured, client phases spread by
+  ``client_phase_spread``.
+- Every request is ``isl`` tokens in and exactly ``osl`` out (``max_tokens`` =
+  osl, EOS ignored).
+- Clients are not in lock-step by construction: each waits an exponential
+  think time of mean :data:`CLIENT_THINK_TIME_S` (seeded) between seeing its
+  previous request's last token and its next send (the benchmark client's own
+  processing and the localhost round trip; not part of TTFT), the first send
+  included. The engines' batching can still bunch them into cohorts (see
+  ``reports/validation/README.md``).
+- The clients' phases: each client's first (warm-up) request ends after a
+  random part of its ``osl`` output tokens, spread over the fraction
+  ``client_phase_spread`` of one request (per engine, fitted;
+  ``sim/workload/client_phase.py``), so that the measured requests see clients spread
+  as the measured systems' are rather than the synchronised start.
+- ``max_model_len`` = isl + osl: a benchmark whose every request has that many
+  tokens behaves the same under any longer context limit; it only spares the
+  start-up check that one maximum-length sequence fits (the KV-bound rows:
+  Qwen3-32B in bf16 on one H100).
+- Prefix caching off: the benchmark's random prompts never share a block, so
+  the cache cannot hit; turning it off only saves hashing work.
+- TensorRT-LLM rows in FP8 use an FP8 KV cache: NVIDIA's ModelOpt FP8
+  checkpoints that TensorRT-LLM serves declare ``kv_cache_quant_algo: FP8``
+  (e.g. ``../shared/models/nvidia--Llama-3.1-70B-Instruct-FP8_hf_quant_config.json``)
+  and TensorRT-LLM follows the checkpoint. vLLM and SGLang keep the model
+  dtype for the KV cache unless told otherwise (``kv_cache_dtype`` auto).
+- SGLang's KV pool is token-granular (page size 1, its preset's
+  ``block_size``); here it is counted in blocks of :data:`SGLANG_BLOCK_TOKENS`
+  tokens: the pool's capacity is the same, each request's last block wastes
+  fewer than 16 tokens (< 1.6 % of these requests' KV), and the block pool
+  does 16x fewer per-block operations (the simulator's KV pool is O(blocks)
+  per allocation and free).
+
+Rows that cannot be simulated (unknown model, backend or precision; weights
+that do not fit) are kept with ``status`` ``error`` / ``infeasible`` and the
+reason. Rows with a shape or measurement cell that is not a number are
+skipped, counted (``num_skipped_rows``) and listed (``skipped_rows``) with
+their CSV line, column and value. Rows run in parallel processes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from sim.workload.client_phase import CLIENT_PHASE_SPREAD, PHASE_KEY, check_phase_spread, disperse_client_phases
+from sim.errors import ConfigError, InfeasibleError, ServesimError, require_file
+
+#: Mean client think time (s): benchmark client processing + localhost round trip.
+CLIENT_THINK_TIME_S = 0.002
+#: Block size (tokens) used for SGLang rows instead of its page size 1 (speed).
+SGLANG_BLOCK_TOKENS = 16
+#: Validation protocols (module docstring): ``aic`` (default) and ``steady``.
+PROTOCOLS = ("aic", "steady")
+#: aiconfigurator generator: extra tokens of an agg worker's token budget over isl (+ C).
+AIC_BUDGET_EXTRA_TOKENS = 1500
+#: aiconfigurator generator: TensorRT-LLM ``tokens_per_block`` (max_num_tokens is a multiple).
+AIC_TRTLLM_TOKENS_PER_BLOCK = 32
+REQUIRED_COLUMNS = ("backend", "model_path", "system", "isl", "osl", "concurrency", "tp_size",
+                    "silicon_ttft_ms", "silicon_tpot_ms")
+NUMERIC_COLUMNS = ("isl", "osl", "concurrency", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms")
+GROUP_KEYS = ("model_path", "system", "backend", "tp_size")
+ENGINES = ("vllm", "sglang", "trtllm")
+_QUANT = {"": None, "bf16": None, "bfloat16": None, "fp16": None, "fp8": "fp8", "fp8_block": "fp8_block"}
+
+
+@dataclass
+class ValidateOptions:
+    """How rows are simulated. ``engine_overrides`` maps an engine name to
+    config keys set for its rows (the fitting benchmark uses it)."""
+    protocol: str = "aic"
+    requests_per_client: int = 10
+    #: warm-up requests per client; None = the protocol's (aic 0, steady 2)
+    warmup_per_client: int | None = None
+    think_time_s: float = CLIENT_THINK_TIME_S
+    seed: int = 0
+    workers: int | None = None
+    engine_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    exact_steps: bool = False
+
+
+def _cell(row: dict, key: str) -> str:
+    v = row.get(key)
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    return str(v).strip()
+
+
+def row_quantization(row: dict) -> str | None:
+    """servesim ``quantization`` of a row (``gemm_quant_mode``, else ``precision``)."""
+    q = _cell(row, "gemm_quant_mode") or _cell(row, "precision")
+    if q.lower() not in _QUANT:
+        raise ConfigError(f"gemm_quant_mode/precision: unknown value {q!r}; valid: "
+                          f"{', '.join(k or '(empty)' for k in _QUANT)}")
+    return _QUANT[q.lower()]
+
+
+def check_protocol(protocol: str) -> str:
+    if protocol not in PROTOCOLS:
+        raise ConfigError(f"protocol: unknown {protocol!r}; valid: {', '.join(PROTOCOLS)}")
+    return protocol
+
+
+def warmup_per_client(opts: ValidateOptions) -> int:
+    """Warm-up requests per client: the option if set, else the protocol's."""
+    if opts.warmup_per_client is not None:
+        return opts.warmup_per_client
+    return 0 if check_protocol(opts.protocol) == "aic" else 2
+
+
+def aic_deploy_overrides(engine: str, isl: int, concurrency: int) -> dict[str, Any]:
+    """Engine limits of aiconfigurator's generated agg deployment at batch
+    size ``concurrency`` (module docstring): token budget and max batch."""
+    budget = concurrency + isl + AIC_BUDGET_EXTRA_TOKENS
+    if engine == "sglang":
+        # The generator's SGLang agg rule also sets ``enable_mixed_chunk = true``
+        # (rule_plugin/sglang.rule, "agg enable_mixed_chunk = true"): SGLang then
+        # mixes the running decodes into each prefill batch (``--enable-mixed-chunk``,
+        # ``ScheduleBatch.mix_with_running``) instead of stalling them for the
+        # prefill step. ``chunked`` is that schedule: every running decode plus
+        # prefill chunks within one token budget (SGLang's chunked_prefill_size).
+        return {"max_prefill_tokens": isl + AIC_BUDGET_EXTRA_TOKENS, "max_num_seqs": concurrency,
+                "scheduler": "chunked"}
+    if engine == "trtllm":
+        b = AIC_TRTLLM_TOKENS_PER_BLOCK
+        return {"max_num_batched_tokens": -(-budget // b) * b, "max_num_seqs": concurrency}
+    return {"max_num_batched_tokens": budget, "max_num_seqs": concurrency}
+
+
+def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
+    """Config keys (dotted) that simulate one CSV row; ConfigError for bad cells."""
+    engine = _cell(row, "backend").lower()
+    if engine not in ENGINES:
+        raise ConfigError(f"backend: unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    shape = {}
+    for col in ("isl", "osl", "concurrency", "tp_size"):
+        try:
+            x = float(row[col])
+        except (TypeError, ValueError):
+            raise ConfigError(f"{col}: must be a number, got {row[col]!r}") from None
+        if not (math.isfinite(x) and x.is_integer() and x >= 1):
+            raise ConfigError(f"{col}: must be a whole number >= 1, got {row[col]!r}")
+        shape[col] = int(x)
+    isl, osl, conc, tp = shape["isl"], shape["osl"], shape["concurrency"], shape["tp_size"]
+    if osl < 2:
+        raise ConfigError(f"osl: {osl} output token has no TPOT to score (TPOT needs osl >= 2)")
+    for col in ("silicon_ttft_ms", "silicon_tpot_ms"):  # nothing to score the prediction against
+        try:
+            x = float(row[col])
+        except (TypeError, ValueError):
+            x = math.nan
+        if not (math.isfinite(x) and x > 0):
+            raise ConfigError(f"{col}: the measurement must be a positive number of ms, got {row[col]!r}")
+    ov: dict[str, Any] = {
+        "engine": engine, "model": _cell(row, "model_path"), "hardware": _cell(row, "system"),
+        "tensor_parallel_size": tp, "quantization": row_quantization(row),
+        "max_model_len": isl + osl, "enable_prefix_caching": False,
+        "client_think_time_s": opts.think_time_s, "seed": opts.seed, "exact_steps": opts.exact_steps,
+        "workload.max_concurrency": conc,
+        "workload.num_requests": opts.requests_per_client * conc,
+        "workload.num_warmup_requests": warmup_per_client(opts) * conc,
+        "workload.input_len": {"dist": "fixed", "value": isl},
+        "workload.output_len": {"dist": "fixed", "value": osl},
+        "workload.arrival": "inf",
+    }
+    if engine == "sglang":
+        ov["block_size"] = SGLANG_BLOCK_TOKENS
+    if check_protocol(opts.protocol) == "aic":
+        ov.update(aic_deploy_overrides(engine, isl, conc))
+    if engine == "trtllm" and ov["quantization"] in ("fp8", "fp8_block"):
+        ov["kv_cache_dtype"] = "fp8"
+    ov.update({k: v for k, v in opts.engine_overrides.get(engine, {}).items() if k != PHASE_KEY})
+    return ov
+
+
+def row_phase_spread(row: dict, opts: ValidateOptions) -> float:
+    """``client_phase_spread`` of a row's engine (``sim/workload/client_phase.py``): its
+    engine override if given, else the fitted value; ConfigError if not in [0, 1].
+    0 under the ``aic`` protocol (cold start, the burst is measured)."""
+    if check_protocol(opts.protocol) == "aic":
+        return 0.0
+    engine = _cell(row, "backend").lower()
+    value = opts.engine_overrides.get(engine, {}).get(PHASE_KEY, CLIENT_PHASE_SPREAD.get(engine, 0.0))
+    return check_phase_spread(value)
+
+
+def simulate_row(row: dict, opts: ValidateOptions) -> dict[str, Any]:
+    """Predicted mean TTFT and TPOT (ms) of one row, or a status and reason."""
+    from sim.config import build_config
+    from sim.engine.deployment import build_deployment
+    from sim.engine.simulation import Simulation
+    from sim.results.metrics import STATUS_FINISHED, request_latencies
+    from sim.workload import generate_requests
+
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {"pred_ttft_ms": math.nan, "pred_tpot_ms": math.nan, "status": "ok", "reason": ""}
+    try:
+        cfg = build_config(overrides=row_overrides(row, opts))
+        dep = build_deployment(cfg)
+        specs = generate_requests(cfg.workload, seed=cfg.seed, max_model_len=dep.limits.max_model_len)
+        specs = disperse_client_phases(specs, cfg.workload.max_concurrency or 0, row_phase_spread(row, opts),
+                                       cfg.seed)
+        res = Simulation(dep, specs, seed=cfg.seed).run()
+    except InfeasibleError as e:
+        out.update(status="infeasible", reason=str(e))
+    except (ServesimError, ValueError) as e:
+        # the row's keys reach build_config as overrides, which it attributes to --set
+        out.update(status="error", reason=str(e).splitlines()[0].removeprefix("--set: "))
+    else:
+        req = res.requests
+        done = (req["is_warmup"] == 0) & (req["status"] == STATUS_FINISHED)
+        if not done.any():
+            out.update(status="error", reason="no measured request finished")
+        else:
+            lat = request_latencies(req)
+            out["pred_ttft_ms"] = float(np.mean(lat["ttft_s"][done]) * 1e3)
+            out["pred_tpot_ms"] = float(np.nanmean(lat["tpot_s"][done]) * 1e3)
+            out["pred_queue_ms"] = float(np.mean(lat["queue_s"][done]) * 1e3)
+            out["num_preemptions"] = int(req["num_preemptions"][done].sum())
+            out["num_rejected"] = int((req["status"] != STATUS_FINISHED).sum())
+            out["num_gpu_blocks"] = int(dep.sizing.num_gpu_blocks)
+            out["num_engine_steps"] = int(res.num_steps)
+    out["sim_wall_s"] = time.perf_counter() - t0
+    return out
+
+
+def _work(args: tuple[int, dict, ValidateOptions]) -> tuple[int, dict]:
+    i, row, opts = args
+    return i, simulate_row(row, opts)
+
+
+def _cost(row: dict) -> float:
+    """Rough simulation cost of a row (for load balancing: biggest first)."""
+    try:
+        return float(row["concurrency"]) * (float(row["osl"]) + 0.01 * float(row["isl"]))
+    except (TypeError, ValueError, KeyError):
+        return 0.0
+
+
+def predict_rows(rows: list[dict], opts: ValidateOptions,
+                 progress: Callable[[int], None] | None = None) -> list[dict]:
+    """Simulate every row (parallel processes); results in input order."""
+    order = sorted(range(len(rows)), key=lambda i: -_cost(rows[i]))
+    results: list[dict | None] = [None] * len(rows)
+    workers = opts.workers or os.cpu_count() or 1
+    tasks = [(i, rows[i], opts) for i in order]
+    if workers <= 1 or len(rows) <= 1:
+        for n, t in enumerate(tasks, 1):
+            i, r = _work(t)
+            results[i] = r
+            if progress:
+                progress(n)
+    else:
+        with ProcessPoolExecutor(max_workers=min(workers, len(rows))) as ex:
+            for n, (i, r) in enumerate(ex.map(_work, tasks, chunksize=1), 1):
+                results[i] = r
+                if progress:
+                    progress(n)
+    return [r for r in results if r is not None]
+
+
+def read_rows(csv_path: str | Path):
+    """The CSV's rows as a DataFrame (index = position among the data rows, so
+    CSV line = index + 2) and the rows skipped because a shape or measurement
+    cell is not a number: one dict per row, ``line``, ``column`` (its first bad
+    cell) and ``value``. ConfigError naming missing columns, or if every row
+    is skipped."""
+    import pandas as pd
+
+    p = Path(csv_path)
+    require_file(p, "validate: CSV")
+    try:
+        df = pd.read_csv(p, keep_default_na=True)
+    except pd.errors.EmptyDataError:
+        raise ConfigError(f"{p}: empty file; expected a CSV with columns {', '.join(REQUIRED_COLUMNS)}") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{p}: not a readable CSV ({str(e).splitlines()[0]})") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise ConfigError(f"{p}: missing column(s) {', '.join(missing)}; required: {', '.join(REQUIRED_COLUMNS)}")
+    if df.empty:
+        raise ConfigError(f"{p}: no data rows (only the header)")
+    # A garbled cell costs its row, as a malformed trace row does (workload.skip_bad_rows);
+    # an empty cell is kept and reported as that row's error by row_overrides.
+    skipped: dict[int, dict[str, Any]] = {}
+    for col in NUMERIC_COLUMNS:
+        num = pd.to_numeric(df[col], errors="coerce")
+        for i in (num.isna() & df[col].notna()).to_numpy().nonzero()[0]:
+            skipped.setdefault(int(i), {"line": int(i) + 2, "column": col, "value": str(df[col].iloc[i])})
+        df[col] = num
+    if len(skipped) == len(df):
+        first = skipped[0]
+        raise ConfigError(f"{p}: no row has numbers in all of {', '.join(NUMERIC_COLUMNS)}; e.g. line "
+                          f"{first['line']}: {first['column']}: not a number: {first['value']!r}")
+    return df.drop(index=list(skipped)), [skipped[i] for i in sorted(skipped)]
+
+
+def skipped_row_warnings(csv_path: str | Path, skipped: list[dict[str, Any]]) -> list[str]:
+    """One line per row :func:`read_rows` skipped."""
+    return [f"{csv_path}: line {s['line']}: {s['column']}: not a number: {s['value']!r}; row skipped"
+            for s in skipped]
+
+
+def run_validation(csv_path: str | Path, out_dir: str | Path | None = None, opts: ValidateOptions | None = None,
+                   progress: Callable[[int], None] | None = None, plots: bool = True):
+    """Predict every row of ``csv_path``; write ``predictions.csv``,
+    ``summary.json``, ``summary.md`` and the plots to ``out_dir`` (if given).
+    Returns (predictions DataFrame, summary dict)."""
+    import pandas as pd
+
+    from sim.validate.report import summarize_predictions, write_validation
+
+    opts = opts or ValidateOptions()
+    df, skipped = read_rows(csv_path)
+    t0 = time.perf_counter()
+    preds = predict_rows(df.to_dict("records"), opts, progress)
+    wall = time.perf_counter() - t0
+    pred_df = pd.DataFrame(preds, index=df.index)
+    full = pd.concat([df, pred_df], axis=1)
+    summary = summarize_predictions(full)
+    summary["wall_time_s"] = wall
+    summary["num_skipped_rows"] = len(skipped)
+    summary["skipped_rows"] = skipped
+    summary["options"] = {"protocol": opts.protocol, "requests_per_client": opts.requests_per_client,
+                          "warmup_per_client": warmup_per_client(opts),
+                          "client_think_time_s": opts.think_time_s, "seed": opts.seed,
+                          "workers": opts.workers or os.cpu_count(),
+                          "engine_overrides": opts.engine_overrides}
+    if out_dir is not None:
+        write_validation(full, summary, out_dir, plots=plots)
+    return full, summary
