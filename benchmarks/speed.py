@@ -54,15 +54,14 @@ def case_config(n: int, rate: float, exact: bool):
 
 def run_case(name: str) -> dict:
     from sim.engine.deployment import build_deployment
-    from sim.engine.simulation import Simulation
     from sim.results.metrics import summarize
-    from sim.runner import make_specs
+    from sim.runner import make_simulation, make_specs
 
     n, rate, exact = CASES[name]
     dep = build_deployment(case_config(n, rate, exact))
     t0 = time.perf_counter()
     specs = make_specs(dep)
-    res = Simulation(dep, specs, seed=0).run()
+    res = make_simulation(dep, specs).run()
     summary = summarize(res.requests, res.steps, res.itl, num_gpu_blocks=dep.sizing.num_gpu_blocks)
     wall = time.perf_counter() - t0
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 
 from sim import __version__
+from sim.accelerated import AcceleratedStepping
 from sim.config import SimConfig
 from sim.engine.deployment import Deployment, build_deployment
 from sim.engine.simulation import RunResult, Simulation
@@ -28,6 +29,15 @@ def make_specs(dep: Deployment) -> RequestSpecs:
     return generate_requests(cfg.workload, seed=cfg.seed, max_model_len=dep.limits.max_model_len)
 
 
+def make_simulation(dep: Deployment, specs: RequestSpecs, *, progress=None) -> Simulation:
+    """The simulation of ``dep`` on ``specs``: the reference mode with
+    ``exact_steps``, else with the accelerated stepping (same results; it serves
+    only the policies that declare it, :mod:`sim.accelerated.policies`)."""
+    cfg = dep.cfg
+    stepping = None if cfg.exact_steps else AcceleratedStepping
+    return Simulation(dep, specs, seed=cfg.seed, progress=progress, stepping=stepping)
+
+
 def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, specs: RequestSpecs | None = None,
                    progress=None) -> RunOutput:
     """Raises ConfigError / InfeasibleError before simulating when the config is bad."""
@@ -37,7 +47,7 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
     if progress is not None and hasattr(progress, "set_total"):
         progress.set_total(len(specs))  # the bar shows a total and an ETA
     t0 = time.perf_counter()
-    result = Simulation(dep, specs, seed=cfg.seed, progress=progress).run()
+    result = make_simulation(dep, specs, progress=progress).run()
     wall = time.perf_counter() - t0
     summary = summarize(result.requests, result.steps, result.itl, goodput=goodput,
                         num_gpu_blocks=dep.sizing.num_gpu_blocks,

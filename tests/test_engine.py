@@ -9,7 +9,7 @@ import pytest
 
 from sim.config import build_config
 from sim.engine.deployment import build_deployment
-from sim.engine.simulation import Simulation
+from sim.runner import make_simulation
 from sim.results.metrics import STATUS_FINISHED, STATUS_REJECTED, request_latencies
 from sim.runner import make_specs, run_simulation
 
@@ -30,7 +30,7 @@ def cfg_for(**kw):
 def simulate(cfg):
     dep = build_deployment(cfg)
     specs = make_specs(dep)
-    sim = Simulation(dep, specs, seed=cfg.seed)
+    sim = make_simulation(dep, specs)
     return sim, sim.run(), dep
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sim.engine.deployment import build_deployment
-from sim.engine.simulation import Simulation
+from sim.runner import make_simulation
 from test_engine import cfg_for, simulate
 
 SCENARIOS = {
@@ -205,7 +205,7 @@ def test_run_goes_on_past_finishes_hand_schedule():
     results = {}
     for exact in (True, False):
         dep = build_deployment(cfg_for(exact_steps=exact, **{"workload.num_requests": 3}))
-        results[exact] = Simulation(dep, specs, seed=0).run()
+        results[exact] = make_simulation(dep, specs).run()
     cm = dep.cost_model
     t = 0.0
     ends = []

@@ -75,7 +75,7 @@ def _fitted_cfg(**kw):
 
 @pytest.mark.parametrize("scenario", sorted(JOIN_SCENARIOS))
 def test_arrivals_join_spans_as_the_reference_schedules_them(scenario, monkeypatch):
-    from sim.engine.simulation import Simulation as Sim
+    from sim.accelerated.spans import AcceleratedStepping as Sim
     from sim.accelerated.decode_span import DecodeSpan
     from sim.accelerated.queued_span import QueuedSpan
 

@@ -1,6 +1,8 @@
-"""Merged decode runs — the fast path (``exact_steps: false``) of the
-:class:`~sim.scheduler.base.Scheduler` (a mixin it inherits).
+"""Merged decode runs of one scheduler — the planning side of the accelerated
+stepping (``exact_steps: false``).
 
+A :class:`DecodeRuns` wraps one scheduler (composition: the policy knows
+nothing of it; :mod:`sim.accelerated.policies` says which policies have one).
 One scheduler output stands for k identical decode-only steps, advanced in one
 engine event: exactly equivalent to k calls of ``schedule()`` /
 ``update_from_output()`` when nothing can change the batch in between. The
@@ -8,8 +10,9 @@ engine asks how far a run may go (:meth:`DecodeRuns.max_decode_run`, or
 :meth:`DecodeRuns.plan_decode_span` past finishes and arrivals), times it,
 and applies the steps it reached (:meth:`DecodeRuns.apply_decode_run`, with
 :meth:`DecodeRuns.decode_run_usages` for the KV usage of each step; a span
-applies itself: ``sim.accelerated.decode_span``). Uses the state ``Scheduler`` sets up
-(``running``, ``waiting``, ``kv``, ``limits``) and its ``_on_finished``.
+applies itself: ``sim.accelerated.decode_span``). Reads the scheduler's state
+(``running``, ``waiting``, ``kv``, ``limits``) and calls its ``_on_finished``
+and ``_preempt``.
 A request finishes at ``num_output_tokens_target``: admission guarantees
 ``num_prompt_tokens + max_tokens <= max_model_len``, so vLLM's
 ``max_model_len`` stop never comes first (as ``Scheduler.update_from_output``).
@@ -24,10 +27,15 @@ from sim.scheduler.types import SchedulerOutput
 
 
 class DecodeRuns:
-    """The scheduler's merged-decode-run planning and application."""
+    """Merged-decode-run planning and application for the scheduler ``sched``.
+    The base class holds what every batching mode shares; a policy's own rules
+    (when an arrival matters, what a span may admit) are in its subclass
+    (:mod:`sim.accelerated.policies`)."""
 
-    supports_decode_runs = True  # a subclass whose decisions can change without an
-    #                              arrival, finish or preemption must set this False
+    spans_finishes = True  # a run may go on past finishes (see plan_decode_span)
+
+    def __init__(self, sched) -> None:
+        self.sched = sched
 
     def arrival_may_change_schedule(self) -> bool:
         """Could a request arriving now change the next step? Called by the
@@ -48,18 +56,18 @@ class DecodeRuns:
         stay as they are). With prefix caching, runs need an empty waiting queue
         (an arrival then cuts the run, so admission sees the same hashed blocks as
         in the reference mode). Returns ≥ 1."""
+        policy = self.sched
         sched = out.scheduled
-        if (out.preempted or out.num_prefill_tokens or not sched or not self.supports_decode_runs
-                or len(sched) != len(self.running)):
+        if out.preempted or out.num_prefill_tokens or not sched or len(sched) != len(policy.running):
             return 1
-        if self.waiting and getattr(self.kv, "enable_prefix_caching", False):
+        if policy.waiting and getattr(policy.kv, "enable_prefix_caching", False):
             # Blocks are hashed as they fill; a waiting request could start to hit them.
             return 1
-        k = self.limits.max_model_len
-        kv = self.kv
+        k = policy.limits.max_model_len
+        kv = policy.kv
         skip = getattr(kv, "decode_skips_allocation", False)  # kv_capacity is kept up to date
         held = kv.num_held_blocks
-        bs = self.limits.block_size
+        bs = policy.limits.block_size
         rooms = []  # free slots after step 1
         for r in sched:
             o = r.num_output_tokens
@@ -91,8 +99,6 @@ class DecodeRuns:
                 hi = mid - 1
         return lo
 
-    spans_finishes = True  # a run may go on past finishes (see plan_decode_span)
-
     def plan_decode_span(self, out: SchedulerOutput, queued: bool = False) -> DecodeSpan | None:
         """A merged decode run that goes on past finishes and may take in
         whole-prompt admissions (:class:`~sim.accelerated.decode_span.DecodeSpan`),
@@ -107,17 +113,18 @@ class DecodeRuns:
         span whose steps are gated one by one. The engine uses spans only where
         a finish cannot be seen before the run ends (open loop; no load-aware
         router across replicas)."""
+        policy = self.sched
         sched = out.scheduled
-        kv = self.kv
-        if (out.preempted or out.num_prefill_tokens or not sched or not self.supports_decode_runs
-                or not self.spans_finishes or not self.frees_on_finish
-                or len(sched) != len(self.running)
+        kv = policy.kv
+        if (out.preempted or out.num_prefill_tokens or not sched
+                or not self.spans_finishes or not policy.frees_on_finish
+                or len(sched) != len(policy.running)
                 or not getattr(kv, "grows_decode_in_bulk", False)):
             return None
         gated = queued and self.spans_admit()
-        if self.waiting and not gated:
+        if policy.waiting and not gated:
             return None
-        bs = self.limits.block_size
+        bs = policy.limits.block_size
         lasts = []
         append = lasts.append
         k = need = 0
@@ -134,7 +141,7 @@ class DecodeRuns:
         free = kv.num_free_blocks
         if k <= 1:
             return None
-        if not self.waiting and need <= free:
+        if not policy.waiting and need <= free:
             return DecodeSpan(self, out, lasts, free - need)
         return QueuedSpan(self, out, lasts) if gated else None
 
@@ -156,8 +163,8 @@ class DecodeRuns:
         before step j). Call after step 1 was scheduled and before the run is
         applied. Managers whose tables do not grow by block (the contiguous
         reservation) hold their usage through a run."""
-        if not getattr(self.kv, "grows_by_block", False):
-            return [self.kv.usage] * j
+        if not getattr(self.sched.kv, "grows_by_block", False):
+            return [self.sched.kv.usage] * j
         return DecodeSpan(self, out, [j] * len(out.scheduled)).usages(j).tolist()
 
     def apply_decode_run(self, out: SchedulerOutput, j: int) -> tuple[list[Request], float]:
@@ -167,7 +174,7 @@ class DecodeRuns:
         the last step) and the KV-cache usage during the last step (after its
         allocation, before the finished requests free their blocks — what a
         single step records)."""
-        kv = self.kv
+        kv = self.sched.kv
         alloc = kv.allocate_slots
         finished = []
         skip_alloc = getattr(kv, "decode_skips_allocation", False)
@@ -200,5 +207,18 @@ class DecodeRuns:
             kv.grow_for_decode(grow, grow_slots)
         usage = kv.usage
         if finished:
-            self._on_finished(finished)
+            self.sched._on_finished(finished)
         return finished, usage
+
+    def admit_to_span(self, req: Request, num_tokens: int) -> None:  # pragma: no cover - spans_admit False
+        raise NotImplementedError
+
+    def settle_preempted(self, req: Request, num_output_tokens: int, num_computed_tokens: int) -> None:
+        """A decode span's member preempted by the running pass: bring it to the
+        state the reference mode had reached (its outputs and computed tokens
+        through its last step), then preempt it as the policy's ``_preempt`` and
+        take it off the running list."""
+        req.num_output_tokens = num_output_tokens
+        req.num_computed_tokens = num_computed_tokens
+        self.sched._preempt(req)
+        self.sched.running.remove(req)

@@ -3,7 +3,7 @@ in the requests the scheduler admits meanwhile.
 
 Planned by :meth:`sim.accelerated.decode_runs.DecodeRuns.plan_decode_span`
 (after step 1 was scheduled); grown by ``join`` when the scheduler admits
-requests into it (``ChunkedPrefillScheduler.span_admissions``); applied
+requests into it (``ChunkedRuns.span_admissions``); applied
 once, at its end, by ``apply``. While the span lasts, the requests' token
 counts and KV tables stay as they were after step 1 (a joining request holds
 no blocks yet): everything in between is implied by the plan, so a step
@@ -66,8 +66,9 @@ class DecodeSpan:
 
     queued = False
 
-    def __init__(self, sched, out: SchedulerOutput, lasts: list[int], slack: int = 0) -> None:
-        self.sched = sched
+    def __init__(self, runs, out: SchedulerOutput, lasts: list[int], slack: int = 0) -> None:
+        self.runs = runs  # the policy's merged-run rules (sim.accelerated.policies)
+        self.sched = sched = runs.sched
         self.scheduled = out.scheduled
         self.contexts = out.num_computed_before
         self.lasts = lasts
@@ -91,7 +92,7 @@ class DecodeSpan:
         self.slack -= need
         lasts = []
         for r in reqs:
-            sched.admit_to_span(r, r.num_prompt_tokens)
+            self.runs.admit_to_span(r, r.num_prompt_tokens)
             last = step + r.num_output_tokens_target - 1
             self.joins.append([step, r, last, r.num_prompt_tokens, 0])
             lasts.append(last)

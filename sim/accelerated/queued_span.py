@@ -14,7 +14,7 @@ short), so each step is gated with the reference mode's exact state.
 - a request still prefilling (chunked by the budget) continues its next chunk
   after the decodes, as the running pass does for the list's tail;
 - the waiting pass admits from the queue's head while budget, ``max_num_seqs``
-  and blocks allow (``ChunkedPrefillScheduler.span_admissions``), the last
+  and blocks allow (``ChunkedRuns.span_admissions``), the last
   one possibly with a first chunk only; a preempted request recomputes its
   prompt and outputs.
 
@@ -62,8 +62,9 @@ class QueuedSpan(DecodeSpan):
 
     queued = True
 
-    def __init__(self, sched, out: SchedulerOutput, lasts: list[int]) -> None:
-        super().__init__(sched, out, lasts)
+    def __init__(self, runs, out: SchedulerOutput, lasts: list[int]) -> None:
+        super().__init__(runs, out, lasts)
+        sched = self.sched
         self.slack = None
         bs = sched.limits.block_size
         takes: dict[int, int] = {}
@@ -192,7 +193,7 @@ class QueuedSpan(DecodeSpan):
         else:
             free -= need + pblocks
             if sched.waiting:
-                admitted, n_last = sched.span_admissions(running, budget - pn, free)
+                admitted, n_last = self.runs.span_admissions(running, budget - pn, free)
             if not running and not admitted:  # nothing to run: the reference mode's idle path
                 return None
         step = j + 1
@@ -216,7 +217,7 @@ class QueuedSpan(DecodeSpan):
         for idx, r in enumerate(admitted):
             n0, o0 = r.num_tokens, r.num_output_tokens
             n = n0 if idx < len(admitted) - 1 else n_last
-            sched.admit_to_span(r, n)
+            self.runs.admit_to_span(r, n)
             free -= -(-n // bs)
             i = len(res)
             res.append(-1)
@@ -273,7 +274,7 @@ class QueuedSpan(DecodeSpan):
 
     def _preempt(self, i: int, j: int) -> tuple[int, int] | None:
         """Preempt member ``i`` before step j + 1 and settle it as the
-        reference mode would (``Scheduler._settle_preempted``). Returns its
+        reference mode would (``DecodeRuns.settle_preempted``). Returns its
         clock context and last step (for ``DecodeClock.drop``), None for a
         request still prefilling (not in the clock)."""
         self.dead[i] = 1
@@ -297,7 +298,7 @@ class QueuedSpan(DecodeSpan):
             self.back[last] -= self._held(i, last)
             dropped = (self.xv[i], last)
         self.preempted.append((j, i, req))
-        self.sched._settle_preempted(req, out, computed)
+        self.runs.settle_preempted(req, out, computed)
         return dropped
 
     # ------------------------------------------------------------------ results

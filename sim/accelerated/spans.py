@@ -1,31 +1,108 @@
-"""Merged steps on the engine (a mixin of :class:`sim.engine.simulation.Simulation`):
-runs of identical decode steps (``_decode_run``) and decode spans
-(``sim.accelerated.decode_span``), which time their steps with the cost model's
+"""The accelerated stepping: merged steps on the engine, bit-identical to the
+reference mode (:mod:`sim.engine.simulation`), chosen by the runner at
+construction (``Simulation(..., stepping=AcceleratedStepping)``) unless
+``exact_steps``.
+
+Runs of identical decode steps (``decode_run``) and decode spans
+(:mod:`sim.accelerated.decode_span`) time their steps with the cost model's
 resumable clock (``CostModel.decode_clock``) and take SimPy events only where
 the next request reaches the router, so a stretch of steps, finishes and
-admissions costs no event of its own. Uses the state ``Simulation`` sets up
-(``env``, ``cost``, ``overheads``, ``num_events``, ``num_steps``, and
-``Interrupt``: SimPy's, as only ``sim/engine/simulation.py`` imports simpy) and its
-recording (``sim.engine.recording``); ``rep`` is a ``sim.engine.simulation._Replica``."""
+admissions costs no event of its own. It serves only the policies
+:mod:`sim.accelerated.policies` names (a policy's acceleration is declared,
+never inherited); any other runs in the reference mode. It reads the
+simulation's traffic (next send times; on the only replica in open loop it
+sends arrivals itself: ``Traffic.send_inline``) and records through its
+:class:`~sim.engine.recording.Recorder`, as the reference mode's steps would.
+``rep`` is a :class:`sim.engine.simulation.Replica`.
+"""
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from operator import sub
 
 import numpy as np
 
+from sim.accelerated.policies import decode_runs_for
 from sim.cost_model import PY_RUN_MAX_STEPS
+from sim.engine.simulation import Interrupt
 
 _RUN_CHUNK = 16  # steps of a merged decode run timed first (most runs end sooner)
 
 
-class Spans:
-    """The merged-step runners of the replica loop."""
+class AcceleratedStepping:
+    """Merged steps for the replicas of ``sim`` (a
+    :class:`~sim.engine.simulation.Simulation`); counts its own events and steps."""
+
+    def __init__(self, sim) -> None:
+        cfg = sim.dep.cfg
+        self.env = sim.env
+        self.cost = sim.cost
+        self.overheads = sim.overheads
+        self.traffic = sim.traffic
+        self.rec = sim.recorder
+        self.num_events = 0
+        self.num_steps = 0
+        self.runs = [decode_runs_for(rep.scheduler) for rep in sim.replicas]
+        # A prefix-aware router reads other replicas' caches mid-run, where merged runs
+        # hash their filled blocks only at the run's end: keep exact steps there.
+        self.fast = not (cfg.enable_prefix_caching and cfg.router == "prefix_aware" and cfg.num_replicas > 1)
+        lag = cfg.overlap_scheduling
+        # Runs go on past finishes where nothing sees a finish before the run's end:
+        # open loop (a finish sends nothing) and no load-aware router across replicas.
+        self.span = self.fast and cfg.workload.max_concurrency is None and (
+            cfg.num_replicas == 1 or cfg.router in ("round_robin", "random"))
+        # Spans take in whole-prompt arrivals where no step adds per-step accounting (no
+        # lag). Queued spans record tokens as they come: only where a step's tokens
+        # reach the clients at its end (no frontend streaming).
+        self.joins = self.span and not lag and not self.rec.track_unused and self.cost.decode_clock_joins
+        self.queued = self.joins and self.rec.frontend_tok_s <= 0.0
+
+    # ------------------------------------------------------------------ engine hooks
+    def merged(self, rep, out, ctx: list[int], start: float):
+        """A stretch of merged steps starting with ``out`` (just scheduled at
+        ``start``), as a generator for the replica loop to run, or None: the
+        reference mode's single step."""
+        runs = self.runs[rep.index]
+        if runs is None or not self.fast:
+            return None
+        plan = runs.plan_decode_span(out, self.queued) if self.span else None
+        if plan is not None:
+            return (self._queued_span_run(rep, plan, start) if plan.queued
+                    else self._span_run(rep, plan, start, self.joins))
+        k = runs.max_decode_run(out)
+        return self._decode_run(rep, out, ctx, k, start) if k > 1 else None
+
+    def arrival_may_change_schedule(self, rep) -> bool:
+        """Could a request arriving now at ``rep`` (inside a merged stretch) change its next step?"""
+        return self.runs[rep.index].arrival_may_change_schedule()
+
+    def held_arrival(self, rep, req) -> None:
+        """``req`` arrived at ``rep`` inside a merged stretch, while its next
+        batch is already formed (overlap scheduling): counted as waiting from
+        the next step on; the stretch ends with the step in progress if the
+        arrival may change the schedule, or if it will be rejected (a rejection
+        is not deferred past the next step's start: it frees a client in closed
+        loop and lowers the load a router sees)."""
+        rep.run_joins.append(self.env.now)
+        if (self.runs[rep.index].arrival_may_change_schedule()
+                or rep.scheduler.rejection(req) is not None):
+            self.cut_run(rep)
+
+    def cut_run(self, rep) -> None:
+        """End the replica's merged decode run at the end of the step in
+        progress. When that is the last step timed so far (the run was timed up
+        to this arrival: ``Traffic.next_send_s``), the pending timeout already ends
+        there and clearing ``merging`` says so; otherwise the run is interrupted."""
+        rep.merging = False
+        ends = rep.run_ends
+        if len(ends) > 1 and ends[-2] >= self.env.now:
+            rep.proc.interrupt()
 
     @staticmethod
     def _run_begins(rep, ends: list[float]) -> None:
-        """A merged run starts: arrivals may cut it (``Simulation._cut_run``)."""
+        """A merged run starts: arrivals may cut it (:meth:`cut_run`)."""
         rep.merging = True
         rep.run_ends = ends
         rep.run_joins = []
@@ -52,10 +129,10 @@ class Spans:
         """Up to ``k`` identical decode steps in few events. Step end times are
         accumulated in the same floating-point order as ``k`` single steps, so
         results equal the reference mode's. An arrival routed to this replica
-        that may change the schedule cuts the run (``_cut_run``): it ends at the
+        that may change the schedule cuts the run (:meth:`cut_run`): it ends at the
         end of the step in progress, as the reference mode would let the
         scheduler see the arrival there. Steps are timed in chunks: in open loop
-        up to the next send (``_next_send_s``; most runs end there), else the
+        up to the next send (``Traffic.next_send_s``; most runs end there), else the
         first ``_RUN_CHUNK`` steps; then, if the run goes on, the rest at once
         (up to the next send). (Runs past finishes and arrivals: :meth:`_span_run`.)"""
         env = self.env
@@ -70,7 +147,7 @@ class Spans:
             # their k-th step, and the steps never reached need no time. Each part
             # continues the same sequential float adds (contexts are integers): the
             # ends are those of one whole run.
-            until = self._next_send_s()
+            until = self.traffic.next_send_s()
             # up to the next send, within the cost model's Python path; else a first chunk
             first = PY_RUN_MAX_STEPS if until < math.inf else _RUN_CHUNK
             ends = self.cost.decode_run_ends(ctx, min(k, first), start, cpu, overlap, until)
@@ -91,9 +168,9 @@ class Spans:
                 self.num_events += 1
                 # a run that got this far often goes on: time the rest at once (numpy if long)
                 ends += self.cost.decode_run_ends([c + m for c in ctx], k - m, ends[-1], cpu, overlap,
-                                                  self._next_send_s())
+                                                  self.traffic.next_send_s())
             j = m
-        except self.Interrupt:
+        except Interrupt:
             j = yield from self._interrupted(rep, ends)
         self._run_ends(rep, ends, j, start)
         self._run_done(rep, out, ends, j, start, num_waiting)
@@ -108,29 +185,29 @@ class Spans:
         where this replica wakes: the arrival either joined or ends the span at
         the end of the step in progress (as ``_decode_run``). On the only
         replica in open loop the span sends the arrivals itself instead
-        (``_send_inline``), without waking: an event only where it ends.
+        (``Traffic.send_inline``), without waking: an event only where it ends.
         Per-request state is applied once, at the end (``_span_done``)."""
         env = self.env
         ov = self.overheads
         clock = self.cost.decode_clock(span.contexts, span.lasts, start, ov.cpu_s, ov.overlap)
-        joins = joins and rep.scheduler.spans_admit()
-        inline = joins and self._inline
+        joins = joins and self.runs[rep.index].spans_admit()
+        inline = joins and self.traffic.inline
         ends = clock.ends
-        clock.advance(span.k, self._next_send_s())
+        clock.advance(span.k, self.traffic.next_send_s())
         if rep.num_recovering:  # back where they were when preempted, by step 1's end
-            self._recovered(rep, span.scheduled, ends[0])
+            self.rec.recovered(rep, span.scheduled, ends[0])
         self._run_begins(rep, ends)
         try:
             while True:
                 m = len(ends)
-                if (inline and m < span.k and self._num_arrived == self._num_sent
-                        and self._next_send_s() <= ends[-1]):
+                if (inline and m < span.k and self.traffic.num_arrived == self.traffic.num_sent
+                        and self.traffic.next_send_s() <= ends[-1]):
                     # The sends landing in step m, taken without events: this replica is
                     # the only process acting before that step's end (the arrivals
                     # process's pending wake finds its request taken).
-                    self._send_inline(rep, ends[-1])
+                    self.traffic.send_inline(rep, ends[-1])
                     if self._join_span(rep, span, clock, m):
-                        until = self._next_send_s()
+                        until = self.traffic.next_send_s()
                         if clock.end < until and m + 1 < span.k:
                             clock.advance(span.k - m - 1, until)
                         continue
@@ -141,17 +218,17 @@ class Spans:
                 if m >= span.k:
                     break
                 if rep.merging:
-                    clock.advance(span.k - m, self._next_send_s())
+                    clock.advance(span.k - m, self.traffic.next_send_s())
                 elif joins and self._join_span(rep, span, clock, m):
                     rep.merging = True
-                    until = self._next_send_s()
+                    until = self.traffic.next_send_s()
                     if clock.end < until and m + 1 < span.k:  # nothing arrives during the mixed step
                         clock.advance(span.k - m - 1, until)
                 else:  # the arrival changes the next step otherwise: single steps from here
                     break
                 self.num_events += 1
             j = m
-        except self.Interrupt:  # (rare: steps are timed up to the next send; a join's step stays)
+        except Interrupt:  # (rare: steps are timed up to the next send; a join's step stays)
             j = yield from self._interrupted(rep, ends, span.joins[-1][0] if span.joins else 1)
         self._run_ends(rep, ends, j, start)
         self._span_done(rep, span, ends, j, start)
@@ -169,23 +246,23 @@ class Spans:
         ends = clock.ends
         clock.advance(1)
         if rep.num_recovering:  # back where they were when preempted, by step 1's end
-            self._recovered(rep, span.scheduled, ends[0])
+            self.rec.recovered(rep, span.scheduled, ends[0])
         # Tokens are recorded as they come (a member may be preempted and resume inside the span).
-        self._tokens_emitted(span.scheduled, start, ends[0], ends[0], ends[0])
+        self.rec.tokens_emitted(span.scheduled, start, ends[0], ends[0], ends[0])
         self._run_begins(rep, ends)
-        until = self._next_send_s()
-        inline = self._inline  # (queued spans exist only where the scheduler lets spans admit)
+        until = self.traffic.next_send_s()
+        inline = self.traffic.inline  # (queued spans exist only where the scheduler lets spans admit)
         try:
             while True:
                 m = len(ends)
                 if ends[-1] >= until:  # the next send lands in step m: let it in first
-                    if inline and self._num_arrived == self._num_sent:  # sent here (see _span_run)
-                        self._send_inline(rep, ends[-1])
+                    if inline and self.traffic.num_arrived == self.traffic.num_sent:  # sent here (see _span_run)
+                        self.traffic.send_inline(rep, ends[-1])
                     else:
                         yield env.timeout(ends[-1] - env.now)
                         self.num_events += 1
                         rep.merging = True  # (an arrival to an empty queue cuts: it is simply seen next)
-                    until = self._next_send_s()
+                    until = self.traffic.next_send_s()
                 if m >= span.k:
                     break
                 g = span.gate(m, clock.batch_at_next())
@@ -198,7 +275,7 @@ class Spans:
                     for req, decoding in g.preempted:
                         if decoding:
                             req.last_token_time = step_start
-                    self._preempted(rep, [req for req, _ in g.preempted], step_start)
+                    self.rec.preempted(rep, [req for req, _ in g.preempted], step_start)
                 for req in g.admitted:
                     if req.first_scheduled_time < 0:
                         req.first_scheduled_time = step_start
@@ -206,15 +283,15 @@ class Spans:
                     clock.mixed(g.chunks, g.clock_joins,
                                 ov.cpu_s(clock.batch_at_next() + len(g.chunks), g.num_prefill_tokens > 0))
                     for req in g.caught_up:  # back where it was when preempted
-                        self._close_recompute(rep, req, ends[m])
+                        self.rec.close_recompute(rep, req, ends[m])
                     if g.completed:
-                        self._joined(g.completed, ends[m])
+                        self.rec.joined(g.completed, ends[m])
                 else:
                     clock.advance(1)
             if ends[-1] > env.now:
                 yield env.timeout(ends[-1] - env.now)
             j = len(ends)
-        except self.Interrupt:  # not expected: steps are never timed past the next send
+        except Interrupt:  # not expected: steps are never timed past the next send
             raise RuntimeError("queued decode span interrupted") from None
         self._run_ends(rep, ends, j, start)
         self._span_done(rep, span, ends, j, start)
@@ -225,7 +302,7 @@ class Spans:
         fit (else False, nothing changed)."""
         sched = rep.scheduler
         num_decoding = clock.batch_at_next()
-        got = sched.span_admissions(num_decoding, sched.limits.max_num_batched_tokens - num_decoding)
+        got = self.runs[rep.index].span_admissions(num_decoding, sched.limits.max_num_batched_tokens - num_decoding)
         if not got or not got[0]:
             return False
         reqs = got[0]
@@ -242,3 +319,117 @@ class Spans:
             prompts = [r.num_prompt_tokens for r in reqs]
             clock.mixed([(p, 0) for p in prompts], list(zip(prompts, lasts)), cpu)
         return True
+
+    def _run_done(self, rep, out, ends: list[float], j: int, start: float, num_waiting: int) -> None:
+        """Record a merged run of an unchanged batch (its first ``j`` steps
+        ending at ``ends``): step 1 as a normal step (gaps since each
+        request's last token), then j - 1 pooled steps, its merged step row
+        (usage and queue at its last step, and their time averages) and the
+        requests finishing at its end, as the reference mode's single steps would."""
+        sched = rep.scheduler
+        scheduled = out.scheduled
+        B = len(scheduled)
+        end = ends[j - 1]
+        first_end = ends[0]
+        if self.rec.track_unused:  # each step's reserved-but-unused fraction × its time, as single steps add them
+            t = start
+            for frac, e in zip(rep.kv.reserved_unused_fractions(scheduled, j), ends):
+                rep.unused_integral += frac * (e - t)
+                t = e
+        if self.rec.frontend_tok_s > 0.0:
+            seen = first_seen = self.rec.deliver(rep, first_end, B)
+            for i in range(1, j):  # the frontend streams each step's tokens in turn
+                seen = self.rec.deliver(rep, ends[i], B)
+        else:
+            seen, first_seen = end, first_end
+        self.rec.tokens_emitted(scheduled, start, first_end, first_seen, end)
+        if rep.num_recovering:
+            self.rec.recovered(rep, scheduled, first_end)
+        if j > 1:
+            self.rec.itl.extend(list(map(sub, ends[1:j], ends[:j - 1])), B)  # gaps between step ends
+        runs = self.runs[rep.index]
+        usages = runs.decode_run_usages(out, j)
+        waits = _waiting_per_step(num_waiting, rep.run_joins, ends, j, start)
+        finished, usage = runs.apply_decode_run(out, j)
+        self.rec.step_cols.append((rep.index, start, j, end - start, B, waits[-1], B * j, 0, B * j, usage, 0,
+                               _time_average(usages, ends, 0, j, start), _time_average(waits, ends, 0, j, start)))
+        self.rec.finish(rep, finished, end, seen)
+
+    def _span_done(self, rep, span, ends: list[float], j: int, start: float) -> None:
+        """Record a decode span (``sim.accelerated.decode_span``; its first ``j``
+        steps ending at ``ends``) as the reference mode's single steps would:
+        step 1's tokens, the joining requests' first tokens (a queued span's
+        engine loop records these, resumes and preemptions as they come), and per part (steps
+        with an unchanged batch; a join step is one) its pooled gaps, its merged
+        step row and its finished requests. Rows and gaps are built with numpy,
+        per span. (Contiguous KV, whose unused
+        reservation is tracked, never spans: its tables do not grow by block.)"""
+        scheduled = span.scheduled
+        first_end = ends[0]
+        usage = span.usages(j)
+        parts = span.apply(j)
+        steps = np.array(parts.steps, dtype=np.int64)
+        counts = np.diff(steps, prepend=0)  # steps per part
+        if self.rec.frontend_tok_s > 0.0:  # the frontend streams each step's tokens in turn
+            deliver = self.rec.deliver
+            seen = [deliver(rep, e, b) for e, b in zip(ends, np.repeat(parts.batch, counts).tolist())]
+        else:
+            seen = ends
+        last = ends[j - 1]
+        if span.queued:  # step 1's tokens, joins and preemptions were recorded as they came
+            for req in parts.running:
+                req.last_token_time = last
+        else:  # nobody was preempted or resumed: only new requests joined
+            self.rec.tokens_emitted(scheduled, start, first_end, seen[0], last)
+            for step, req, _, _, _ in span.joins:
+                req.first_token_time = seen[step - 1]
+                req.last_token_time = last
+        e = np.array(ends[:j])
+        dts = np.diff(e, prepend=start)
+        if j > 1:  # gaps between step ends (step 1's are recorded above), weighted by the decodes
+            w = np.repeat(np.array(parts.pooled, dtype=np.float64), counts)[1:]
+            keep = w > 0  # (a step of prefill chunks only pools nothing)
+            self.rec.itl.extend_arrays(dts[1:][keep], w[keep])
+        end_t = e[steps - 1]
+        start_t = np.concatenate(([start], end_t[:-1]))
+        lo = steps - counts  # first step of each part, 0-based
+        span_t = end_t - start_t
+        first_u, last_u = usage[lo], usage[steps - 1]
+        mean_u = np.where(first_u == last_u, first_u,  # constant in the part: exactly it
+                          np.add.reduceat(usage * dts, lo) / span_t)
+        if span.queued:  # requests wait (the queue only shrinks by admissions: join steps)
+            waits = np.array(span.waits[:j], dtype=np.float64)
+            first_w, last_w = waits[lo], waits[steps - 1]
+            mean_w = np.where(first_w == last_w, first_w, np.add.reduceat(waits * dts, lo) / span_t)
+        else:
+            last_w = mean_w = np.zeros(len(steps))
+        decode = np.array(parts.decode, dtype=np.float64)
+        prefill = np.array(parts.prefill, dtype=np.float64)
+        rows = np.column_stack((np.full(len(steps), float(rep.index)), start_t, counts, span_t,
+                                parts.batch, last_w, decode * counts + prefill, prefill, decode * counts,
+                                last_u, parts.preempted, mean_u, mean_w))
+        self.rec.step_cols.extend_rows(rows)
+        for step, fin in parts.finished:
+            self.rec.finish(rep, fin, ends[step - 1], seen[step - 1])
+
+def _waiting_per_step(first: int, joins: list[float], ends: list[float], j: int, start: float) -> list[int]:
+    """Requests waiting at each of a merged run's ``j`` steps (``num_waiting_reqs``
+    as single steps record it): ``first`` at step 1, plus those that joined the
+    queue (at times ``joins``, ascending) before each later step started."""
+    if not joins:
+        return [first] * j
+    return [first] + [first + bisect_left(joins, ends[i - 1]) for i in range(1, j)]
+
+
+def _time_average(values: list[float], ends: list[float], lo: int, hi: int, start: float) -> float:
+    """Time average of ``values[lo:hi]`` over steps ``lo``..``hi − 1`` of a
+    run (step i lasts ``ends[i] − ends[i − 1]``; step ``lo`` starts at ``start``)."""
+    if values[lo] == values[hi - 1]:  # usage and the queue only grow inside a part: constant there
+        return values[lo]
+    total = 0.0
+    t = start
+    for i in range(lo, hi):
+        e = ends[i]
+        total += values[i] * (e - t)
+        t = e
+    return total / (t - start) if t > start else values[hi - 1]

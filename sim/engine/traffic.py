@@ -1,11 +1,13 @@
 """The traffic side of a simulation: open-loop arrivals, closed-loop clients,
-the serving frontend's ingress delay and the router (a mixin of
-:class:`sim.engine.simulation.Simulation`, which owns the replicas and the event loop)."""
+the serving frontend's ingress delay and the router. :class:`Traffic` hands
+each request to the :class:`~sim.engine.simulation.Simulation` (``send``),
+which owns the replicas and the event loop."""
 
 from __future__ import annotations
 
 import math
 from array import array
+from collections import deque
 
 import numpy as np
 
@@ -19,9 +21,55 @@ _BALANCE_REL = 1.0001
 
 
 class Traffic:
-    """Request creation, arrival processes, client turns and routing. Uses the
-    state :class:`~sim.engine.simulation.Simulation` sets up (``env``, ``specs``,
-    ``replicas``, ``client_rng``, ``router_rng``, ...) and its ``_send``."""
+    """Request creation, arrival processes, client turns and routing for one
+    run: ``env`` (SimPy), the request ``specs``, the ``replicas``, the
+    config ``cfg``; ``send(req)`` takes a request at the router's time (after
+    the frontend latency); ``recorder`` records what is rejected on the spot.
+    ``progress(num_done)``, if given, is called every ``progress_every``
+    requests done."""
+
+    def __init__(self, env, specs, replicas: list, cfg, seed: int, send, recorder, *,
+                 progress=None, progress_every: int = 200) -> None:
+        self.env = env
+        self.specs = specs
+        self.replicas = replicas
+        self.router = cfg.router
+        self.send = send
+        self.recorder = recorder
+        self.router_rng = np.random.default_rng(np.random.SeedSequence([seed, 2]))
+        self.client_rng = np.random.default_rng(np.random.SeedSequence([seed, 3]))
+        self.think_s = cfg.client_think_time_s
+        self.frontend_s = cfg.frontend_latency_s
+        self.client_start_spread_s = cfg.client_start_spread_s
+        self.max_concurrency = cfg.workload.max_concurrency
+        self.num_warmup = min(cfg.workload.num_warmup_requests or 0, len(specs))
+        self.progress = progress
+        self.progress_every = progress_every
+        self.num_events = 0
+        self.num_done = 0
+        self._rr = 0
+        self._next_index = 0
+        self._ready_clients: deque[int] = deque()  # closed-loop clients sending at once
+        self._draining = False
+        self.num_sent = 0  # requests handed to the router so far
+        self.num_arrived = 0  # open-loop requests sent by their clients so far (>= num_sent)
+        # One replica in open loop: its decode spans may send requests themselves.
+        self.inline = len(replicas) == 1 and self.max_concurrency is None
+        self._spec_columns()
+
+    def start(self) -> None:
+        """Start the arrival process (open loop) or the clients (closed loop)."""
+        env = self.env
+        if self.max_concurrency is None:
+            env.process(self._arrivals())
+            return
+        spread = self.client_start_spread_s
+        for c in range(min(self.max_concurrency, len(self.specs))):
+            if spread > 0.0:
+                ev = env.timeout(float(self.client_rng.uniform(0.0, spread)))
+                ev.callbacks.append(lambda _ev, cid=c: self._client_turn(cid))
+            else:
+                self._client_turn(c)
 
     def _spec_columns(self) -> None:
         """The specs' columns as C arrays: indexing one gives a Python int or
@@ -34,7 +82,7 @@ class Traffic:
                                                  ("q", np.int64, s.max_tokens),
                                                  ("q", np.int64, s.output_len),
                                                  ("q", np.int64, s.priority)))
-        # When each open-loop request reaches the router (s), then inf: ``_next_send_s``.
+        # When each open-loop request reaches the router (s), then inf: ``next_send_s``.
         n = len(s)
         if self.max_concurrency is None:
             at = np.append(np.asarray(s.arrival_time_s, dtype=np.float64) + self.frontend_s, math.inf)
@@ -50,12 +98,12 @@ class Traffic:
         return Request(i, now, prompt[i], max_tokens[i], output_len[i], priority[i], keys,
                        s.prefix_chunk_tokens, client_id, i < self.num_warmup)
 
-    def _route(self, req: Request):
-        """The replica for ``req`` by ``router`` (``sim.engine.simulation._Replica``)."""
+    def route(self, req: Request):
+        """The replica for ``req`` by ``router`` (a ``sim.engine.simulation.Replica``)."""
         reps = self.replicas
         if len(reps) == 1:
             return reps[0]
-        mode = self.dep.cfg.router
+        mode = self.router
         if mode == "round_robin":
             rep = reps[self._rr % len(reps)]
             self._rr += 1
@@ -85,46 +133,46 @@ class Traffic:
         i = max(range(len(reps)), key=lambda i: (hits[i], -reps[i].outstanding, -reps[i].index))
         return reps[i] if hits[i] > _CACHE_THRESHOLD * req.num_prompt_tokens else least_loaded
 
-    def _next_send_s(self) -> float:
+    def next_send_s(self) -> float:
         """When the next open-loop request reaches the router (s; inf in closed
         loop or when every request was sent). Merged decode runs are timed up
         to it, so the arrival that cuts one usually finds its last step timed;
         it only bounds work done ahead and never changes a result."""
-        return self._send_at[self._num_sent]
+        return self._send_at[self.num_sent]
 
     def _arrivals(self):
         """Open-loop sends at their ``arrival_time_s``. A decode span on the only
-        replica may take sends itself (``_send_inline``): a wake finding its
+        replica may take sends itself (``send_inline``): a wake finding its
         request taken waits for the next one not taken."""
         env = self.env
         times = self._cols[0]
         n = len(self.specs)
-        while self._num_arrived < n:
-            i = self._num_arrived
+        while self.num_arrived < n:
+            i = self.num_arrived
             t = times[i]
             if t > env.now:
                 yield env.timeout(t - env.now)
                 self.num_events += 1
-                if self._num_arrived != i:
+                if self.num_arrived != i:
                     continue
-            self._num_arrived = i + 1
+            self.num_arrived = i + 1
             self._ingress(self._make_request(i, env.now))
 
-    def _send_inline(self, rep, end: float) -> None:
+    def send_inline(self, rep, end: float) -> None:
         """Send, without events, the open-loop requests that reach the router at
         or before ``end`` (s): a decode span on the only replica, timed up to
-        there, takes them as ``_arrivals`` and ``_send`` would (no other process
-        acts before then; see ``Spans._span_run``). Each is queued or rejected."""
+        there, takes them as ``_arrivals`` and ``send`` would (no other process
+        acts before then; see ``AcceleratedStepping.span_run``). Each is queued or rejected."""
         times, send_at = self._cols[0], self._send_at
         sched = rep.scheduler
-        while send_at[self._num_sent] <= end:
-            i = self._num_sent
-            self._num_sent = self._num_arrived = i + 1
+        while send_at[self.num_sent] <= end:
+            i = self.num_sent
+            self.num_sent = self.num_arrived = i + 1
             req = self._make_request(i, times[i])
             req.replica = rep.index
             rep.outstanding += 1
             if not sched.add_request(req):
-                self._rejected(rep, req)
+                self.recorder.rejected(rep, req)
 
     def _client_next(self, client_id: int) -> None:
         if self._next_index < len(self.specs):
@@ -137,12 +185,14 @@ class Traffic:
         ``frontend_latency_s`` (network, HTTP handling, tokenization, hand-off
         to the engine process; part of TTFT since the clock started at the send)."""
         if self.frontend_s <= 0.0:
-            self._send(req)
+            self.send(req)
             return
         ev = self.env.timeout(self.frontend_s)
-        ev.callbacks.append(lambda _ev, r=req: self._send(r))
+        ev.callbacks.append(lambda _ev, r=req: self.send(r))
 
-    def _on_done(self, req: Request, delay: float = 0.0) -> None:
+    def on_done(self, req: Request, delay: float = 0.0) -> None:
+        """``req`` is done (finished, or rejected); its client sees the last
+        token ``delay`` from now."""
         self.num_done += 1
         if self.progress is not None and self.num_done % self.progress_every == 0:
             self.progress(self.num_done)

@@ -22,13 +22,12 @@ from __future__ import annotations
 import itertools
 
 from sim.request import Request, RequestStatus
-from sim.accelerated.decode_runs import DecodeRuns
 from sim.scheduler.types import SchedulerLimits, SchedulerOutput, WaitingQueue
 
 __all__ = ["Scheduler", "SchedulerLimits", "SchedulerOutput", "WaitingQueue"]
 
 
-class Scheduler(DecodeRuns):
+class Scheduler:
     """Base class: queues, admission checks, token sampling, stop checks.
 
     ``kv`` is a KV-cache manager (``sim.kv_cache``): ``allocate_slots`` returns
@@ -201,16 +200,6 @@ class Scheduler(DecodeRuns):
             self.waiting.prepend(req)
         else:
             self.waiting.add(req)
-
-    def _settle_preempted(self, req: Request, num_output_tokens: int, num_computed_tokens: int) -> None:
-        """A decode span's member preempted by the running pass: bring it to the
-        state the reference mode had reached (its outputs and computed tokens
-        through its last step), then preempt it as :meth:`_preempt` and take it
-        off the running list."""
-        req.num_output_tokens = num_output_tokens
-        req.num_computed_tokens = num_computed_tokens
-        self._preempt(req)
-        self.running.remove(req)
 
     def _cap_tokens(self, req: Request, n: int, budget: int) -> int:
         """Cap a step's tokens as vLLM: long-prefill threshold, budget, and

@@ -56,8 +56,6 @@ RETRACT_DECODE_STEPS = 20
 class PrefillFirstScheduler(Scheduler):
     name = "prefill_first"
     chunked_prefill = True
-    # Its decode steps decay new_token_ratio and check for retraction: runs stop at finishes.
-    spans_finishes = False
 
     def __init__(self, limits, kv) -> None:
         super().__init__(limits, kv)
@@ -206,24 +204,6 @@ class PrefillFirstScheduler(Scheduler):
         self._ratio_base = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(order)) / max(max_new, 1))
         self._ratio_steps = 0
         return order
-
-    # ------------------------------------------------------------------ fast path
-    def arrival_may_change_schedule(self) -> bool:
-        # An arrival may form a prefill batch at the next step, unless the
-        # running set is at max_running_requests.
-        return len(self.running) < self.limits.max_num_seqs
-
-    def max_decode_run(self, out: SchedulerOutput) -> int:
-        # A waiting request may become admissible as new_token_ratio decays and
-        # running requests' reservations shrink, without any arrival or finish:
-        # merge decode steps only when nobody waits (or the seat limit binds).
-        if self.waiting and len(self.running) < self.limits.max_num_seqs:
-            return 1
-        return super().max_decode_run(out)
-
-    def apply_decode_run(self, out: SchedulerOutput, j: int):
-        self._ratio_steps += j - 1  # step 1 was counted by schedule()
-        return super().apply_decode_run(out, j)
 
 
 class WholePrefillFirstScheduler(PrefillFirstScheduler):

@@ -62,9 +62,6 @@ class StaticBatchingScheduler(ChunkedPrefillScheduler):
             out.admitted.append(req)
             self._add_scheduled(out, req, req.num_prompt_tokens)
 
-    def arrival_may_change_schedule(self) -> bool:
-        return not self.batch  # nobody joins a batch in flight
-
     def _on_finished(self, finished: list[Request]) -> None:
         self.finished.extend(finished)
         self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]

@@ -234,8 +234,8 @@ def simulate_row(row: dict, opts: ValidateOptions) -> dict[str, Any]:
     """Predicted mean TTFT and TPOT (ms) of one row, or a status and reason."""
     from sim.config import build_config
     from sim.engine.deployment import build_deployment
-    from sim.engine.simulation import Simulation
     from sim.results.metrics import STATUS_FINISHED, request_latencies
+    from sim.runner import make_simulation
     from sim.workload import generate_requests
 
     t0 = time.perf_counter()
@@ -246,7 +246,7 @@ def simulate_row(row: dict, opts: ValidateOptions) -> dict[str, Any]:
         specs = generate_requests(cfg.workload, seed=cfg.seed, max_model_len=dep.limits.max_model_len)
         specs = disperse_client_phases(specs, cfg.workload.max_concurrency or 0, row_phase_spread(row, opts),
                                        cfg.seed)
-        res = Simulation(dep, specs, seed=cfg.seed).run()
+        res = make_simulation(dep, specs).run()
     except InfeasibleError as e:
         out.update(status="infeasible", reason=str(e))
     except (ServesimError, ValueError) as e:

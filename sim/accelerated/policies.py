@@ -1,0 +1,168 @@
+"""Which scheduling policies the accelerated stepping serves, and each one's
+rules for it.
+
+Acceleration is never inherited: a policy is served only when its *exact*
+class is in :data:`ACCELERATED_POLICIES`, or when the class itself (not a base
+class) declares ``accelerate_like = <built-in policy class>``, i.e. that its
+decisions equal that policy's wherever merged steps rely on them (when an
+arrival can change the next step, what a waiting pass admits). Any other
+policy, a researcher's subclass of ``ChunkedPrefillScheduler`` included, runs
+in the reference mode, one engine step per event: slower, never wrong.
+
+Per policy (:func:`decode_runs_for`):
+
+- :class:`ChunkedRuns` — ``chunked`` (vLLM v1), and ``continuous`` and
+  ``mixed``, which share its queues: under FCFS an arrival joins the tail of a
+  non-empty queue whose head is blocked, so only an empty (or reordered) queue
+  lets it change the next step; decode spans may take in what vLLM's WAITING
+  pass admits (:meth:`ChunkedRuns.span_admissions`).
+- :class:`StaticRuns` — ``static``: nobody joins a batch in flight.
+- :class:`PrefillFirstRuns` — ``prefill_first`` / ``prefill_first_whole``
+  (SGLang): an arrival may form a prefill batch unless the running set is at
+  ``max_running_requests``; decode steps decay ``new_token_ratio``, so runs
+  stop at finishes and need an empty queue (or the seat limit binding).
+"""
+
+from __future__ import annotations
+
+from sim.accelerated.decode_runs import DecodeRuns
+from sim.errors import ConfigError
+from sim.request import Request, RequestStatus
+from sim.scheduler.chunked import ChunkedPrefillScheduler
+from sim.scheduler.continuous import ContinuousBatchingScheduler
+from sim.scheduler.mixed import MixedBatchingScheduler
+from sim.scheduler.prefill_first import PrefillFirstScheduler, WholePrefillFirstScheduler
+from sim.scheduler.static import StaticBatchingScheduler
+from sim.scheduler.types import SchedulerOutput
+
+
+class ChunkedRuns(DecodeRuns):
+    """Merged runs and spans of :class:`ChunkedPrefillScheduler` (and the
+    modes sharing its queues)."""
+
+    def arrival_may_change_schedule(self) -> bool:
+        w = self.sched.waiting
+        return w.priority or w.reordered or not w
+
+    def spans_admit(self) -> bool:
+        """Can a decode span take in this scheduler's admissions
+        (:meth:`span_admissions`)? ``ChunkedPrefillScheduler``'s own schedule
+        with chunked prefill, an FCFS queue never reordered, no long-prefill
+        threshold, no prefix cache and no TensorRT-LLM capacity policy; a mode
+        that changes the schedule (``continuous``, ``mixed``) gets False."""
+        sched = self.sched
+        cls = type(sched)
+        lim = sched.limits
+        return (cls._schedule is ChunkedPrefillScheduler._schedule
+                and cls._schedule_waiting is ChunkedPrefillScheduler._schedule_waiting
+                and cls._schedule_running is ChunkedPrefillScheduler._schedule_running
+                and sched.chunked_prefill and not sched.waiting.priority and not sched.waiting.reordered
+                and not lim.long_prefill_token_threshold and not lim.capacity_scheduler_policy
+                and not getattr(sched.kv, "enable_prefix_caching", False))
+
+    def span_admissions(self, num_running: int, budget: int,
+                        free_blocks: int | None = None) -> tuple[list[Request], int] | None:
+        """The WAITING pass inside a decode span (:meth:`spans_admit`), after a
+        running pass that left ``num_running`` requests running and ``budget``
+        tokens: ``(admitted, n)``, the requests it admits in order, the last of
+        them with ``n`` tokens scheduled (its whole sequence, or a first chunk
+        when the budget runs out; a preempted request recomputes its outputs
+        too). With ``free_blocks`` (free KV blocks after the running pass) it
+        stops at the first request whose blocks do not fit or that
+        ``max_num_seqs`` leaves out (head-of-line blocking), as
+        ``ChunkedPrefillScheduler._schedule_waiting``. Without (the span checks
+        blocks itself), every waiting request must be admitted whole, else None."""
+        sched = self.sched
+        lim = sched.limits
+        room = lim.max_num_seqs - num_running
+        bs = lim.block_size
+        out = []
+        last = 0
+        for req in sched.waiting:
+            if budget <= 0 or room <= 0:
+                break
+            n = req.num_tokens
+            if n > budget:
+                n = budget
+            if free_blocks is not None:
+                # allocate_slots(full_sequence_check=True): the whole sequence's blocks must fit
+                if (-(-min(req.num_tokens, lim.max_model_len) // bs) > free_blocks
+                        or -(-n // bs) > free_blocks):
+                    break
+                free_blocks -= -(-n // bs)
+            elif n < req.num_tokens:
+                return None
+            out.append(req)
+            last = n
+            budget -= n
+            room -= 1
+        if free_blocks is None and len(out) < len(sched.waiting):
+            return None
+        return out, last
+
+    def admit_to_span(self, req: Request, num_tokens: int) -> None:
+        """Admit the waiting queue's head with ``num_tokens`` scheduled, as the
+        WAITING pass does (a span's join, after :meth:`span_admissions`),
+        holding no KV blocks yet: the span allocates them when it is applied."""
+        sched = self.sched
+        if sched.waiting.pop() is not req:
+            raise RuntimeError(f"request {req.request_id}: not at the head of the waiting queue")
+        if req.status != RequestStatus.PREEMPTED:  # as _admit(req, 0) with caching off
+            req.num_cached_tokens = 0
+        req.status = RequestStatus.RUNNING
+        sched.running.append(req)
+        req.num_computed_tokens = num_tokens
+
+
+class StaticRuns(ChunkedRuns):
+    """Merged runs of :class:`StaticBatchingScheduler`."""
+
+    def arrival_may_change_schedule(self) -> bool:
+        return not self.sched.batch  # nobody joins a batch in flight
+
+
+class PrefillFirstRuns(DecodeRuns):
+    """Merged runs of :class:`PrefillFirstScheduler` (SGLang)."""
+
+    spans_finishes = False  # decode steps decay new_token_ratio and check for retraction
+
+    def arrival_may_change_schedule(self) -> bool:
+        # An arrival may form a prefill batch at the next step, unless the
+        # running set is at max_running_requests.
+        return len(self.sched.running) < self.sched.limits.max_num_seqs
+
+    def max_decode_run(self, out: SchedulerOutput) -> int:
+        # A waiting request may become admissible as new_token_ratio decays and
+        # running requests' reservations shrink, without any arrival or finish:
+        # merge decode steps only when nobody waits (or the seat limit binds).
+        sched = self.sched
+        if sched.waiting and len(sched.running) < sched.limits.max_num_seqs:
+            return 1
+        return super().max_decode_run(out)
+
+    def apply_decode_run(self, out: SchedulerOutput, j: int):
+        self.sched._ratio_steps += j - 1  # step 1 was counted by schedule()
+        return super().apply_decode_run(out, j)
+
+
+#: built-in policy class (exact) -> its merged-run rules
+ACCELERATED_POLICIES: dict[type, type[DecodeRuns]] = {
+    ChunkedPrefillScheduler: ChunkedRuns,
+    ContinuousBatchingScheduler: ChunkedRuns,
+    MixedBatchingScheduler: ChunkedRuns,
+    StaticBatchingScheduler: StaticRuns,
+    PrefillFirstScheduler: PrefillFirstRuns,
+    WholePrefillFirstScheduler: PrefillFirstRuns,
+}
+
+
+def decode_runs_for(sched) -> DecodeRuns | None:
+    """The merged-run rules for ``sched``, or None: it runs in the reference
+    mode (see the module docstring: acceleration is declared, never inherited)."""
+    cls = type(sched)
+    like = cls.__dict__.get("accelerate_like", cls)
+    if not (isinstance(like, type) and issubclass(cls, like)):
+        raise ConfigError(f"scheduler {cls.__name__}: accelerate_like must be a policy class it "
+                          f"derives from, got {like!r}")
+    runs = ACCELERATED_POLICIES.get(like)
+    return runs(sched) if runs is not None else None
