@@ -10,7 +10,8 @@ from sim import __version__
 from sim.accelerated import AcceleratedStepping
 from sim.config import SimConfig
 from sim.engine.deployment import Deployment, build_deployment
-from sim.engine.simulation import RunResult, Simulation
+from sim.engine.simulation import Simulation
+from sim.results.run_result import RunResult
 from sim.results.metrics import summarize
 from sim.workload import RequestSpecs, generate_requests
 

@@ -208,7 +208,7 @@ def test_an_option_and_a_set_of_the_same_key_must_agree():
 
 
 def test_a_lengths_only_trace_sent_all_at_once_is_warned_about():
-    from sim.cli.tables import workload_warnings
+    from sim.results.warnings import workload_warnings
 
     s = {"workload_source": "trace t.csv (lengths): 20 of 20 rows, arrivals inf",
          "config": {"workload": {"trace": "t.csv", "arrival": None, "request_rate": None, "max_concurrency": None}}}

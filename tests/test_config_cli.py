@@ -154,7 +154,7 @@ def test_relative_trace_path_in_a_config_file_is_relative_to_the_file(tmp_path, 
 
 
 def test_bad_out_folder_fails_before_simulating(tmp_path):
-    from sim.cli.main import ensure_out_dir
+    from sim.cli.common import ensure_out_dir
 
     f = tmp_path / "afile"
     f.write_text("")

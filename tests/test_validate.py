@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from sim.errors import ConfigError
-from sim.validate.rows import ValidateOptions, row_overrides, row_quantization, run_validation, simulate_row
+from sim.validate.rows import ValidateOptions, row_overrides, row_quantization, simulate_row
+from sim.validate.run import run_validation
 
 DATA = Path(__file__).parent / "data"
 MODEL = str(DATA / "test_model.json")

@@ -326,7 +326,6 @@ class AcceleratedStepping:
         request's last token), then j - 1 pooled steps, its merged step row
         (usage and queue at its last step, and their time averages) and the
         requests finishing at its end, as the reference mode's single steps would."""
-        sched = rep.scheduler
         scheduled = out.scheduled
         B = len(scheduled)
         end = ends[j - 1]

@@ -14,11 +14,12 @@ from sim.results.metrics import parse_goodput
 
 def run_compare(*, config, schedulers, variant_args, variants_file, model, hardware, workload, set_args, seed,
                 goodput, out: Path, workers, quiet: bool) -> Path:
-    from sim.cli.main import DEFAULT_COMPARE_WORKLOAD, ensure_out_dir
+    from sim.cli.common import DEFAULT_COMPARE_WORKLOAD, ensure_out_dir
     from sim.compare.variants import run_variants, variants_from_args
     from sim.results.output import json_safe, write_results
     from sim.compare.report import write_compare_report
-    from sim.cli.tables import print_compare_table, workload_warnings
+    from sim.cli.tables import print_compare_table
+    from sim.results.warnings import workload_warnings
     from sim.compare.variant_data import VariantData
 
     if workers is not None and workers < 1:

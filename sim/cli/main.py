@@ -7,14 +7,14 @@ Errors are printed as one message (exit status 2), never as a traceback.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from sim.errors import ConfigError, ServesimError
+from sim.cli.common import DEFAULT_COMPARE_WORKLOAD, ensure_out_dir
+from sim.errors import ServesimError
 
 app = typer.Typer(
     add_completion=False,
@@ -23,7 +23,6 @@ app = typer.Typer(
     help="servesim: simulate LLM serving (vLLM-style schedulers, paged KV cache, roofline cost model) without a GPU.",
 )
 
-DEFAULT_COMPARE_WORKLOAD = "code"
 SET_HELP = "Override a config key: --set key=value (repeatable; dotted keys for workload.*, e.g. workload.request_rate=4)."
 
 
@@ -37,23 +36,6 @@ def _check_config_arg(config: Optional[Path]) -> None:
     if config is not None and str(config).split(":")[0] in ("ttft", "tpot", "e2el") and not config.exists():
         raise ServesimError(f"{config} looks like an SLO, not a config file: repeat --goodput for each SLO "
                             f"or quote them together, e.g. --goodput 'ttft:500 tpot:50'")
-
-
-def ensure_out_dir(out: Path, option: str = "--out") -> Path:
-    """Create the output folder before any simulation runs, so a bad ``--out``
-    (empty, an existing file, an unwritable place) fails at once, naming the option."""
-    if not str(out).strip() or str(out) == ".":
-        raise ConfigError(f"{option} {str(out)!r}: give a folder of its own for the results (the current "
-                          f"folder would be written into), e.g. {option} runs/mine")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise ConfigError(f"{option} {out}: a file of that name exists; give a folder") from None
-    except OSError as e:
-        raise ConfigError(f"{option} {out}: cannot create the folder ({e.strerror or e})") from None
-    if not os.access(out, os.W_OK):
-        raise ConfigError(f"{option} {out}: the folder is not writable")
-    return out
 
 
 @app.command()
@@ -74,7 +56,8 @@ def run(
     from sim.config import build_config
     from sim.results.metrics import parse_goodput
     from sim.results.output import write_results
-    from sim.cli.tables import print_run_summary, workload_warnings
+    from sim.cli.tables import print_run_summary
+    from sim.results.warnings import workload_warnings
     from sim.runner import run_simulation
 
     _check_config_arg(config)

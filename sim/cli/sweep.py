@@ -31,7 +31,7 @@ def sweep(
     """Run one simulation per point of a grid of configs; one tidy table of results (resumable)."""
     from sim.sweep.spec import load_sweep, run_sweep
 
-    from sim.cli.main import ensure_out_dir
+    from sim.cli.common import ensure_out_dir
 
     spec = load_sweep(sweep_file)
     out = ensure_out_dir(out or Path("runs") / f"sweep-{Path(sweep_file).stem}")
@@ -159,7 +159,7 @@ def plan(
                "candidates": len(cands)}
     if sys.argv and Path(sys.argv[0]).name in ("servesim", "__main__.py"):
         context["command"] = "`servesim " + " ".join(sys.argv[1:]) + "`"
-    from sim.cli.main import ensure_out_dir
+    from sim.cli.common import ensure_out_dir
 
     ensure_out_dir(out)
     table, _ = run_plan(base, cands, settings, out, workers=workers, executor=executor, ray_address=ray_address,

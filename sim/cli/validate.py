@@ -29,7 +29,8 @@ def validate(
     from sim.config import MAX_TIME_KEY_S
     from sim.errors import ConfigError
     from sim.validate.rows import (CLIENT_THINK_TIME_S, ValidateOptions, check_protocol, read_rows,
-                              run_validation, skipped_row_warnings)
+                              skipped_row_warnings)
+    from sim.validate.run import run_validation
 
     check_protocol(protocol)
     if requests_per_client < 1 or (warmup_per_client is not None and warmup_per_client < 0):
@@ -44,7 +45,7 @@ def validate(
     opts = ValidateOptions(protocol=protocol, requests_per_client=requests_per_client, warmup_per_client=warmup_per_client,
                            think_time_s=think, seed=seed, workers=workers)
     n = len(read_rows(csv)[0])
-    from sim.cli.main import ensure_out_dir
+    from sim.cli.common import ensure_out_dir
 
     ensure_out_dir(out)
     bar = None

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.compare.diagnosis import diagnose
-from sim.cli.tables import workload_warnings
+from sim.results.warnings import workload_warnings
 from sim.compare.variant_data import VariantData
 from sim.compare.winners import compare_winners
 

@@ -11,7 +11,6 @@ kernel, so it pays one launch (the larger) and both cores.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 

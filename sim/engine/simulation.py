@@ -49,8 +49,6 @@ from __future__ import annotations
 
 import gc
 import math
-from dataclasses import dataclass
-
 import numpy as np
 import simpy
 
@@ -58,22 +56,11 @@ from sim.engine.deployment import Deployment
 from sim.engine.recording import Recorder
 from sim.engine.traffic import Traffic
 from sim.request import Request, RequestStatus
+from sim.results.run_result import RunResult
 from sim.workload import RequestSpecs
 
 #: SimPy's interrupt, for the accelerated stepping (only sim/engine imports simpy)
 Interrupt = simpy.Interrupt
-
-
-@dataclass
-class RunResult:
-    requests: dict[str, np.ndarray]
-    steps: dict[str, np.ndarray]
-    itl: tuple[np.ndarray, np.ndarray]
-    rejected_reasons: dict[int, str]
-    num_events: int
-    num_steps: int
-    sim_time_s: float
-    kv_reserved_unused_fraction: float
 
 
 class Replica:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.engine.simulation import RunResult
+from sim.results.run_result import RunResult
 from sim.results.metrics import STATUS_FINISHED, request_latencies
 
 REQUEST_CSV_COLUMNS = (

@@ -121,8 +121,8 @@ def _md_table(df) -> str:
 
 def plan_workload_warnings(plans: list[CandidatePlan]) -> list[str]:
     """What the workload silently changed (skipped or reordered trace rows, clipped
-    prompts; :func:`sim.cli.tables.workload_warnings`), from the plan's first run."""
-    from sim.cli.tables import workload_warnings
+    prompts; :func:`sim.results.warnings.workload_warnings`), from the plan's first run."""
+    from sim.results.warnings import workload_warnings
 
     # the first run stands for all: every candidate's search replays the same workload
     # at the same seed and requests per replica

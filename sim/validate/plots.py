@@ -52,7 +52,7 @@ def plot_scatter(df, meas_col: str, pred_col: str, label: str, path: Path) -> Pa
 def plot_residuals(df, path: Path) -> Path:
     """Signed error log2(predicted / measured) per (model, system, backend, tp)
     group, TTFT and TPOT side by side; points are rows, coloured by engine."""
-    from sim.validate.report import group_label
+    from sim.validate.rows import group_label
 
     plt = _plt()
     labels = sorted({group_label(r) for r in df.to_dict("records")},

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.validate.rows import GROUP_KEYS
+from sim.validate.rows import GROUP_KEYS, group_label
 
 METRICS = (("ttft", "silicon_ttft_ms", "pred_ttft_ms"), ("tpot", "silicon_tpot_ms", "pred_tpot_ms"))
 
@@ -31,11 +31,6 @@ def _scores(sub) -> dict[str, Any]:
         out[f"{name}_mdape"] = float(np.median(ape) * 100) if ape.size else math.nan
         out[f"{name}_over_share"] = float(np.mean(p[ok] > m[ok])) if ape.size else math.nan
     return out
-
-
-def group_label(row) -> str:
-    model = str(row["model_path"]).split("/")[-1]
-    return f"{model} {row['system']} {row['backend']} tp{int(float(row['tp_size']))}"
 
 
 def summarize_predictions(df) -> dict[str, Any]:
