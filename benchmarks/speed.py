@@ -8,7 +8,12 @@ off; lengths lognormal with sigma 1.0 (of the log), means 1,024 prompt tokens
 (clipped to 8,192) and 256 output tokens (clipped to 2,048), ``max_tokens`` =
 true output length; Poisson arrivals; seed 0. Cases:
 (a) 10,000 requests at 8 req/s; (b) 100,000 at 8 req/s; (c) 10,000 at 40 req/s
-(overload); (d) case (a) in the reference one-step-at-a-time mode.
+(overload); (d) case (a) in the reference one-step-at-a-time mode;
+``vllm``, ``sglang``, ``trtllm``: case (a)'s workload with ``engine: <name>`` and
+every preset default left on (prefix caching, overlap scheduling, the engine's
+page size and admission); ``closed``: a ``servesim validate``-like closed loop,
+64 clients, prompts of exactly 1,024 tokens and outputs of exactly 256, 5,000
+requests, ``engine: vllm``.
 
 Each case runs in its own process so that peak RSS is the case's own.
 ``wall_s`` is the simulation itself (first arrival to last completion, results
@@ -31,25 +36,40 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+#: case -> (requests, rate, reference mode, overrides of the case (a) config)
 CASES = {
-    "a": (10_000, 8.0, False),
-    "b": (100_000, 8.0, False),
-    "c": (10_000, 40.0, False),
-    "d": (10_000, 8.0, True),
+    "a": (10_000, 8.0, False, {}),
+    "b": (100_000, 8.0, False, {}),
+    "c": (10_000, 40.0, False, {}),
+    "d": (10_000, 8.0, True, {}),
+    "vllm": (10_000, 8.0, False, {"engine": "vllm"}),
+    "sglang": (10_000, 8.0, False, {"engine": "sglang"}),
+    "trtllm": (10_000, 8.0, False, {"engine": "trtllm"}),
+    "closed": (5_000, None, False, {"engine": "vllm", "workload.arrival": None, "workload.max_concurrency": 64,
+                                    "workload.input_len": {"dist": "fixed", "value": 1024},
+                                    "workload.output_len": {"dist": "fixed", "value": 256}}),
 }
+#: keys the engine cases leave to the engine preset
+PRESET_KEYS = ("scheduler", "enable_prefix_caching")
 
 
-def case_config(n: int, rate: float, exact: bool):
+def case_config(n: int, rate: float | None, exact: bool, extra: dict | None = None):
     from sim.config import build_config
 
-    return build_config(overrides={
+    keys = {
         "model": "llama-3.1-8b", "hardware": "h100_sxm", "scheduler": "chunked", "seed": 0,
         "enable_prefix_caching": False, "exact_steps": exact,
         "workload.arrival": "poisson", "workload.request_rate": rate, "workload.num_requests": n,
         "workload.input_len": {"dist": "lognormal", "mean": 1024, "sigma": 1.0, "min": 1, "max": 8192},
         "workload.output_len": {"dist": "lognormal", "mean": 256, "sigma": 1.0, "min": 1, "max": 2048},
         "workload.max_tokens": "output_len",
-    })
+    }
+    extra = dict(extra or {})
+    if "engine" in extra:
+        for k in PRESET_KEYS:
+            keys.pop(k)
+    keys.update(extra)
+    return build_config(overrides={k: v for k, v in keys.items() if v is not None})
 
 
 def run_case(name: str) -> dict:
@@ -57,8 +77,8 @@ def run_case(name: str) -> dict:
     from sim.results.metrics import summarize
     from sim.runner import make_simulation, make_specs
 
-    n, rate, exact = CASES[name]
-    dep = build_deployment(case_config(n, rate, exact))
+    n, rate, exact, extra = CASES[name]
+    dep = build_deployment(case_config(n, rate, exact, extra))
     t0 = time.perf_counter()
     specs = make_specs(dep)
     res = make_simulation(dep, specs).run()
@@ -66,7 +86,7 @@ def run_case(name: str) -> dict:
     wall = time.perf_counter() - t0
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {
-        "case": name, "requests": n, "rate": rate, "wall_s": wall, "sim_req_per_s": n / wall,
+        "case": name, "requests": n, "rate": rate if rate is not None else "closed 64", "wall_s": wall, "sim_req_per_s": n / wall,
         "sim_s_per_wall_s": res.sim_time_s / wall, "events": res.num_events, "steps": res.num_steps,
         "peak_rss_mib": rss_mib, "completed": summary["completed"], "preemptions": summary["num_preemptions"],
         "mean_ttft_ms": summary["mean_ttft_ms"], "mean_tpot_ms": summary["mean_tpot_ms"],
@@ -106,7 +126,7 @@ def main() -> None:
         print(json.dumps(run_case(args.case)))
         return
     rows = []
-    for name in sorted(CASES):
+    for name in CASES:
         runs = []
         for _ in range(args.repeat):
             r = subprocess.run([sys.executable, __file__, "--case", name], check=True, capture_output=True,
@@ -120,7 +140,8 @@ def main() -> None:
             "peak_rss_mib")
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
-        lines.append(f"| {r['case']} | {r['requests']:,} | {r['rate']:g} | {r['wall_s']:.2f} | "
+        rate = f"{r['rate']:g}" if isinstance(r["rate"], float) else r["rate"]
+        lines.append(f"| {r['case']} | {r['requests']:,} | {rate} | {r['wall_s']:.2f} | "
                      f"{r['sim_req_per_s']:,.0f} | {r['sim_s_per_wall_s']:,.0f} | {r['events']:,} | "
                      f"{r['steps']:,} | {r['peak_rss_mib']:.0f} |")
     table = "\n".join(lines)

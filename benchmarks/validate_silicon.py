@@ -1,14 +1,14 @@
 """Fit the engine-level overheads on half of the silicon rows, score on the other half.
 
     python benchmarks/validate_silicon.py              # fit, then score; writes reports/validation/
-    python benchmarks/validate_silicon.py --skip-fit   # score with the values in sim/presets/engines.py
+    python benchmarks/validate_silicon.py --skip-fit   # score with the values in sim/presets/<engine>.py
 
 Data: ``../shared/silicon/dense_agg_dev.csv`` (580 closed-loop benchmark rows).
 Split: a seeded random half of the rows (``numpy.random.default_rng(SPLIT_SEED)``
 permutation, first half) is the *fit* half, the rest the *scored* half.
 
 Fitted parameters: four per engine, all engine-level and physical
-(``sim/presets/engines.py``, ``sim/cost_model/overheads.py``, ``sim/engine/simulation.py``), nothing per row,
+(``sim/presets/<engine>.py``, ``sim/cost_model/overheads.py``, ``sim/engine/simulation.py``), nothing per row,
 group or concurrency:
 
 - ``cpu_step_overhead_s``: host time per engine step;
@@ -110,7 +110,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", default=str(ROOT.parent / "shared" / "silicon" / "dense_agg_dev.csv"))
     ap.add_argument("--out", default=str(ROOT / "reports" / "validation"))
-    ap.add_argument("--skip-fit", action="store_true", help="score with the fitted values in sim/presets/engines.py")
+    ap.add_argument("--skip-fit", action="store_true", help="score with the fitted values in sim/presets/<engine>.py")
     ap.add_argument("--protocol", default="aic", choices=("aic", "steady"),
                     help="benchmark protocol (sim/validate/rows.py): aic = aiconfigurator's deployment and "
                          "client (cold start, all 10·C requests measured); steady = the earlier one")
@@ -133,7 +133,7 @@ def main() -> None:
         ap.error(f"--fit-params: unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(GRID)}")
 
     from sim.workload.client_phase import CLIENT_PHASE_SPREAD, PHASE_KEY
-    from sim.presets.engines import FITTED
+    from sim.presets import FITTED
     from sim.validate.rows import read_rows, skipped_row_warnings
 
     df, skipped = read_rows(args.csv)
@@ -222,16 +222,16 @@ def write_readme(out: Path, summary: dict, wall: float, num_rows: int) -> None:
     lines = [
         "# Validation against measured serving benchmarks",
         "",
-        "Regenerate this report from the fitted values in `sim/presets/engines.py` (exactly these numbers; "
+        "Regenerate this report from the fitted values in `sim/presets/<engine>.py` (exactly these numbers; "
         "about 1-2 min on 2 cores):",
         "",
         "    python benchmarks/validate_silicon.py --skip-fit",
         "",
         "Refit (coordinate search on the fit half, then score; 2-10 min per engine on 2 cores). The "
-        "values in `sim/presets/engines.py` came from this command, which starts at the previous values and "
+        "values in `sim/presets/<engine>.py` came from this command, which starts at the previous values and "
         "stops after a round that changes nothing (at most two rounds); a search from zero can stop "
         "elsewhere where the loss is flat. It writes `fitted_params.json`; copy the values into "
-        "`FITTED` in `sim/presets/engines.py`, then regenerate:",
+        "each engine's `fitted` in `sim/presets/<engine>.py`, then regenerate:",
         "",
         "    python benchmarks/validate_silicon.py --fit-params cpu_step_overhead_s,cpu_seq_overhead_s,"
         "frontend_latency_s,frontend_token_s --rounds 2",

@@ -46,7 +46,7 @@ class SimConfig(BaseModel):
 
     model: str = "llama-3.1-8b"
     hardware: str = "h100_sxm"
-    # A preset of defaults for the keys below (sim/presets/engines.py); explicit keys win.
+    # A preset of defaults for the keys below (sim/presets/); explicit keys win.
     engine: Literal["vllm", "sglang", "trtllm"] | None = None
 
     # Scheduler (vLLM names; ``vllm/config/scheduler.py``)
@@ -132,7 +132,7 @@ class SimConfig(BaseModel):
     def _engine_preset(cls, data: Any) -> Any:
         """Fill the keys the caller did not set from ``engine``'s preset."""
         if isinstance(data, dict) and data.get("engine") in ("vllm", "sglang", "trtllm"):
-            from sim.presets.engines import apply_preset
+            from sim.presets import apply_preset
 
             return apply_preset(data)
         return data
@@ -168,30 +168,24 @@ def resolve_scheduler_limits(cfg: SimConfig, hbm_bytes: float, hardware_name: st
     ``gpu_memory_utilization`` 0.92. ``engine: trtllm``: the preset's 8192 /
     2048, never raised (TensorRT-LLM packs at most ``max_num_tokens``).
     ``engine: sglang``: ``chunked_prefill_size`` and ``mem_fraction_static``
-    from SGLang's GPU-memory heuristics (:mod:`sim.presets.engines`);
+    from SGLang's GPU-memory heuristics (:mod:`sim.presets.sglang`);
     ``max_num_seqs`` stays None here and is set from the KV pool by
     :func:`sim.engine.deployment.build_deployment`.
 
     Raises ConfigError when vLLM's ``chunked`` gets ``max_num_batched_tokens <
     max_num_seqs`` (vLLM rejects that config).
     """
-    from sim.presets import engines
+    from sim.presets import get_preset
 
     eng = cfg.engine
     upd: dict[str, Any] = {"max_model_len": max_model_len}
     vllm_like = eng in (None, "vllm")
-    if eng == "sglang":
-        mnbt = cfg.max_num_batched_tokens or engines.sglang_chunked_prefill_size(hbm_bytes)
-        mns = cfg.max_num_seqs
-        if cfg.gpu_memory_utilization is None:
-            upd["gpu_memory_utilization"] = engines.sglang_mem_fraction_static(
-                hbm_bytes, cfg.tensor_parallel_size, mnbt)
-    else:
-        d_mnbt, d_mns = (8192, 2048) if eng == "trtllm" else engines.vllm_batch_defaults(hbm_bytes, hardware_name)
-        mnbt = cfg.max_num_batched_tokens or d_mnbt
-        mns = cfg.max_num_seqs or d_mns
-        if cfg.gpu_memory_utilization is None:
-            upd["gpu_memory_utilization"] = 0.9 if eng == "trtllm" else 0.92
+    # a config that names no engine takes vLLM's limits
+    d = get_preset(eng or "vllm").hardware_defaults(cfg, hbm_bytes, hardware_name)
+    mnbt = cfg.max_num_batched_tokens or d["max_num_batched_tokens"]
+    mns = cfg.max_num_seqs or d["max_num_seqs"]
+    if cfg.gpu_memory_utilization is None:
+        upd["gpu_memory_utilization"] = d["gpu_memory_utilization"]
     if vllm_like and cfg.scheduler not in CHUNKING_MODES:
         if cfg.max_num_batched_tokens is not None and cfg.max_num_batched_tokens < max_model_len:
             raise ConfigError(

@@ -1,4 +1,4 @@
-"""Engine presets (sim/presets/engines.py): explicit keys win; documented defaults are
+"""Engine presets (sim/presets/): explicit keys win; documented defaults are
 what build_deployment resolves; the engines' KV-memory rules and CPU overheads."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import pytest
 
 from sim.config import SimConfig, build_config
 from sim.engine.deployment import build_deployment
-from sim.presets.engines import (PRESETS, preset_defaults, preset_table, sglang_chunked_prefill_size,
-                         sglang_cuda_graph_max_bs, sglang_max_running_requests, sglang_mem_fraction_static)
+from sim.presets import PRESETS, preset_defaults, preset_table
+from sim.presets.sglang import (sglang_chunked_prefill_size, sglang_cuda_graph_max_bs, sglang_max_running_requests,
+                                sglang_mem_fraction_static)
 from sim.hardware.profile import get_hardware
 from sim.kv_cache.sizing import compute_kv_sizing
 from sim.model_spec import get_model

@@ -4,7 +4,7 @@ Each engine step has host work besides the GPU forward pass: scheduling,
 building the input tensors, launching the forward (a CUDA-graph replay for
 decode batches), sampling bookkeeping, checking stop conditions and handing
 outputs to the detokenizer. Two fitted parameters per engine
-(``sim/presets/engines.py``):
+(``sim/presets/``):
 
 - ``cpu_step_overhead_s`` (s): the part that does not depend on the batch;
 - ``cpu_seq_overhead_s`` (s per scheduled sequence): the per-request Python

@@ -13,6 +13,7 @@ from sim.hardware.profile import HardwareProfile, get_hardware
 from sim.kv_cache import make_kv_cache_manager
 from sim.kv_cache.sizing import KVSizing, compute_kv_sizing
 from sim.model_spec import ModelSpec, get_model
+from sim.presets import get_preset
 from sim.cost_model.overheads import StepOverheads
 from sim.scheduler import SchedulerLimits, get_scheduler_class
 
@@ -65,10 +66,9 @@ def build_deployment(cfg: SimConfig) -> Deployment:
         kv_memory_rule=cfg.kv_memory_rule,
     )
     if cfg.max_num_seqs is None:  # SGLang: the request pool, sized from the KV pool
-        from sim.presets.engines import sglang_max_running_requests
-
         kv_tokens = (sizing.num_gpu_blocks - 1) * cfg.block_size
-        cfg = cfg.model_copy(update={"max_num_seqs": sglang_max_running_requests(kv_tokens, max_model_len)})
+        from_kv = get_preset(cfg.engine or "vllm").max_num_seqs_from_kv
+        cfg = cfg.model_copy(update={"max_num_seqs": from_kv(kv_tokens, max_model_len)})
     cost = CostModel(
         model, hw, tensor_parallel_size=cfg.tensor_parallel_size, quantization=cfg.quantization,
         kv_cache_dtype=cfg.kv_cache_dtype, attention_impl=cfg.attention_impl,

@@ -7,7 +7,7 @@ and ``kv_cache_utils.py::get_num_blocks``; ENGINE_SEMANTICS.md section 2.1).
     block_bytes = block_size x kv_bytes_per_token (all layers, one rank)
 
 That is ``kv_memory_rule="utilization"`` (vLLM). Two other engines' rules
-(``sim/presets/engines.py``), with f = ``gpu_memory_utilization``:
+(``sim/presets/``), with f = ``gpu_memory_utilization``:
   - ``free_fraction`` (TensorRT-LLM ``KvCacheConfig.free_gpu_memory_fraction``,
     default 0.9): available = f x (memory - weights - activation/workspace
     estimate), a fraction of the memory still free after loading the model

@@ -41,14 +41,16 @@ from typing import Any
 
 import numpy as np
 
+from sim import presets
 from sim.errors import ConfigError
 from sim.workload.specs import RequestSpecs
 
 #: Engine-override key (``sim/validate/rows.py``) that sets the spread.
 PHASE_KEY = "client_phase_spread"
 
-#: Fitted on the fit half of ``dense_agg_dev.csv`` (``benchmarks/validate_silicon.py``).
-CLIENT_PHASE_SPREAD: dict[str, float] = {"vllm": 0.0, "sglang": 0.0, "trtllm": 0.02}
+#: Per engine, fitted on the fit half of ``dense_agg_dev.csv``
+#: (``benchmarks/validate_silicon.py``): ``EnginePreset.client_phase_spread``.
+CLIENT_PHASE_SPREAD = presets.CLIENT_PHASE_SPREAD
 
 
 def check_phase_spread(value: Any) -> float:

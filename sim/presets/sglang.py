@@ -1,0 +1,120 @@
+"""SGLang (``python -m sglang.launch_server``): the preset ``engine: sglang``.
+
+Versions: SGLang 0.5.x. Sources in each default; the GPU-memory heuristics are
+``server_args.py::_handle_gpu_memory_settings`` and
+``model_runner.py::init_memory_pool``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.presets.types import EAGER_SOURCE, FIT_PROVENANCE, MiB, Default, EnginePreset
+
+
+def sglang_chunked_prefill_size(memory_bytes: float) -> int:
+    """``chunked_prefill_size`` by GPU memory (``_handle_gpu_memory_settings``)."""
+    mib = memory_bytes / MiB
+    if mib < 20 * 1024 or mib < 35 * 1024:
+        return 2048
+    if mib < 60 * 1024:
+        return 4096
+    if mib < 160 * 1024:
+        return 8192
+    return 16384
+
+
+def sglang_cuda_graph_max_bs(memory_bytes: float, tensor_parallel_size: int) -> int:
+    """Largest CUDA-graph decode batch (same function): 256 below TP 4 and 512
+    from TP 4 on GPUs of 60-160 GiB; 512 above; smaller GPUs less."""
+    mib = memory_bytes / MiB
+    if mib < 20 * 1024:
+        return 8
+    if mib < 35 * 1024:
+        return 24 if tensor_parallel_size < 4 else 80
+    if mib < 60 * 1024:
+        return 32 if tensor_parallel_size < 4 else 160
+    if mib < 160 * 1024:
+        return 256 if tensor_parallel_size < 4 else 512
+    return 512
+
+
+def sglang_mem_fraction_static(memory_bytes: float, tensor_parallel_size: int,
+                               chunked_prefill_size: int) -> float:
+    """SGLang's default ``mem_fraction_static`` (fraction of total memory for
+    weights + KV pool): reserved MiB = 512 + 1.5 x max(chunked_prefill_size,
+    2048) + 2 x cuda_graph_max_bs + tp/8 x 1024, at least 10 GiB on GPUs over
+    60 GiB; fraction = (gpu_mem - reserved) / gpu_mem rounded to 3 digits
+    (``server_args.py::_handle_gpu_memory_settings``, 0.5.x)."""
+    mib = memory_bytes / MiB
+    reserved = 512 + 1.5 * max(chunked_prefill_size, 2048)
+    reserved += 2 * sglang_cuda_graph_max_bs(memory_bytes, tensor_parallel_size)
+    reserved += tensor_parallel_size / 8 * 1024
+    if mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((mib - reserved) / mib, 3)
+
+
+def sglang_max_running_requests(kv_tokens: int, context_len: int) -> int:
+    """Request-pool size, SGLang's default ``max_running_requests``:
+    min(max(kv_tokens / context_len x 512, 2048), 4096)
+    (``model_runner.py::init_memory_pool``)."""
+    return int(min(max(kv_tokens / context_len * 512, 2048), 4096))
+
+
+def hardware_defaults(cfg: Any, memory_bytes: float, hardware_name: str) -> dict[str, Any]:
+    """``chunked_prefill_size`` and ``mem_fraction_static`` from the GPU's
+    memory; ``max_running_requests`` is left to the KV pool
+    (:func:`sglang_max_running_requests`)."""
+    mnbt = cfg.max_num_batched_tokens or sglang_chunked_prefill_size(memory_bytes)
+    return {"max_num_batched_tokens": mnbt, "max_num_seqs": None,
+            "gpu_memory_utilization": sglang_mem_fraction_static(memory_bytes, cfg.tensor_parallel_size, mnbt)}
+
+
+PRESET = EnginePreset(
+    name="sglang",
+    versions="SGLang 0.5.x",
+    defaults={
+        "scheduler": Default("prefill_first", "Scheduler.get_next_batch_to_run runs a new prefill batch "
+                                              "whenever one can be formed, else decodes; "
+                                              "enable_mixed_chunk=False (python/sglang/srt/managers/"
+                                              "scheduler.py, server_args.py)"),
+        "max_prefill_tokens": Default(16384, "server_args.py max_prefill_tokens=16384 (PrefillAdder "
+                                             "rem_input_tokens)"),
+        "block_size": Default(1, "server_args.py page_size=1 (token-granular KV pool)"),
+        "kv_memory_rule": Default("static_fraction", "mem_fraction_static = (weights + KV pool) / total "
+                                                     "memory (server_args.py::_handle_gpu_memory_settings; "
+                                                     "model_runner.py::profile_max_num_token)"),
+        "enable_prefix_caching": Default(True, "RadixAttention cache on unless --disable-radix-cache"),
+        "policy": Default("fcfs", "schedule_policy: with no shared prefixes the waiting queue is "
+                                  "served in arrival order"),
+        "capacity_scheduler_policy": Default(None, "admission by PrefillAdder's token reservation "
+                                                   "(schedule_policy.py), not TRT-LLM's"),
+        "cpu_step_overhead_s": Default(0.0, FIT_PROVENANCE),
+        "cpu_seq_overhead_s": Default(0.0, FIT_PROVENANCE),
+        "eager_step_overhead_s": Default(0.0, EAGER_SOURCE),
+        "frontend_latency_s": Default(0.0, FIT_PROVENANCE),
+        "frontend_token_s": Default(0.0, FIT_PROVENANCE),
+        "overlap_scheduling": Default(True, "overlap scheduler on unless --disable-overlap-schedule "
+                                            "(server_args.py)"),
+    },
+    chunked_alias={True: "prefill_first", False: "prefill_first_whole"},
+    hardware_defaults=hardware_defaults,
+    # Grid edge hit in the fit: frontend_latency_s (80 ms), an upper bound that absorbs
+    # what the model misses (report). Its 50 us per streamed token is what makes its TPOT
+    # at 512 clients flat across TP (its detokenizer is one CPU process, whatever the GPUs).
+    fitted={"cpu_step_overhead_s": 0.0, "cpu_seq_overhead_s": 40e-6, "frontend_latency_s": 80e-3,
+            "frontend_token_s": 50e-6},
+    client_phase_spread=0.0,
+    max_num_seqs_from_kv=sglang_max_running_requests,
+    resolved={
+        "max_num_batched_tokens": "chunked_prefill_size by GPU memory: < 20 GiB 2048, < 35 GiB 2048, "
+                                  "< 60 GiB 4096, < 90 GiB 8192 (H100), < 160 GiB 8192 (H200), else 16384 "
+                                  "(server_args.py::_handle_gpu_memory_settings)",
+        "gpu_memory_utilization": "mem_fraction_static = (gpu_mem - reserved) / gpu_mem, reserved (MiB) = "
+                                  "512 + 1.5 x chunked_prefill_size + 2 x cuda_graph_max_bs + tp/8 x 1024, "
+                                  "at least 10 GiB on GPUs > 60 GiB (same function)",
+        "max_num_seqs": "max_running_requests = request pool size min(max(kv_tokens / context_len x 512, "
+                        "2048), 4096) (model_runner.py::init_memory_pool)",
+    },
+)

@@ -1,0 +1,66 @@
+"""What an engine preset is (:class:`EnginePreset`) and the sources its
+fitted values share. One module per engine (:mod:`sim.presets.vllm`,
+:mod:`sim.presets.sglang`, :mod:`sim.presets.trtllm`) fills one in; the
+registry is :mod:`sim.presets` itself.
+
+This package holds data and pure functions only (it imports nothing from sim).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+MiB = float(1 << 20)
+GiB = float(1 << 30)
+
+#: Config keys of the CPU/framework overhead model (``sim/cost_model/overheads.py``).
+OVERHEAD_KEYS = ("cpu_step_overhead_s", "cpu_seq_overhead_s", "eager_step_overhead_s", "overlap_scheduling",
+                 "frontend_latency_s", "frontend_token_s")
+
+FIT_PROVENANCE = (
+    "fitted by benchmarks/validate_silicon.py on the seeded fit half (SPLIT_SEED 0, 290 rows) of "
+    "../shared/silicon/dense_agg_dev.csv, 2026-11-30; see reports/validation/README.md"
+)
+EAGER_SOURCE = ("0: knob for the host cost of steps without a CUDA graph (steps with prefill tokens); "
+                "not fitted, its effect was not identifiable on the silicon rows")
+
+
+@dataclass(frozen=True)
+class Default:
+    """A preset default: ``value`` and where it comes from."""
+    value: Any
+    source: str
+
+
+@dataclass(frozen=True)
+class EnginePreset:
+    """One serving engine's defaults and rules.
+
+    ``defaults``: static values with their sources. ``fitted``: the values
+    fitted on measured data (:data:`FIT_PROVENANCE`): per engine,
+      cpu_step_overhead_s  host time per engine step (scheduling, input preparation,
+                           graph launch, sampling bookkeeping), s;
+      cpu_seq_overhead_s   host time per scheduled sequence per step, s;
+      frontend_latency_s   send -> scheduler latency of a request (HTTP, tokenization,
+                           hand-off to the engine process), s; counted in TTFT;
+      frontend_token_s     the frontend's time to stream one output token (detokenize,
+                           serialize, send), s; a FIFO that every step's tokens pass.
+    ``client_phase_spread``: the closed-loop clients' initial phase spread
+    fitted for this engine (``sim/workload/client_phase.py``).
+    ``chunked_alias``: ``enable_chunked_prefill`` (vLLM's alias) -> batching mode.
+    ``resolved``: keys resolved once hardware and TP are known, key -> rule and
+    source; ``hardware_defaults(cfg, memory_bytes, hardware_name)`` computes them
+    (a dict of ``max_num_batched_tokens``, ``max_num_seqs`` (None: from the KV
+    pool, ``max_num_seqs_from_kv(kv_tokens, max_model_len)``) and
+    ``gpu_memory_utilization``) for the keys ``cfg`` leaves unset."""
+    name: str
+    versions: str
+    defaults: dict[str, Default]
+    chunked_alias: dict[bool, str]
+    hardware_defaults: Callable[[Any, float, str], dict[str, Any]]
+    fitted: dict[str, Any] = field(default_factory=dict)
+    client_phase_spread: float = 0.0
+    resolved: dict[str, str] = field(default_factory=dict)
+    max_num_seqs_from_kv: Callable[[int, int], int] | None = None

@@ -1,0 +1,61 @@
+"""vLLM (``vllm serve``): the preset ``engine: vllm``.
+
+Versions: vLLM 0.12 (the validation data's; 0.24 where the project's reference
+differs and it does not matter here). Sources in each default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.presets.types import EAGER_SOURCE, FIT_PROVENANCE, GiB, Default, EnginePreset
+
+
+def vllm_batch_defaults(memory_bytes: float, hardware_name: str) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) of ``vllm serve``
+    (``engine/arg_utils.py::get_batch_defaults``; ENGINE_SEMANTICS §1.1)."""
+    large = memory_bytes >= 70 * GiB and "a100" not in hardware_name.lower()
+    return (8192, 1024) if large else (2048, 256)
+
+
+def hardware_defaults(cfg: Any, memory_bytes: float, hardware_name: str) -> dict[str, Any]:
+    """``vllm serve``'s batch limits for the GPU and the 0.24 memory default
+    (also the defaults of a config that names no engine)."""
+    mnbt, mns = vllm_batch_defaults(memory_bytes, hardware_name)
+    return {"max_num_batched_tokens": mnbt, "max_num_seqs": mns, "gpu_memory_utilization": 0.92}
+
+
+PRESET = EnginePreset(
+    name="vllm",
+    versions="vLLM 0.12 (validation data); 0.24 semantics where noted",
+    defaults={
+        "scheduler": Default("chunked", "V1 scheduler, chunked prefill on for generative models "
+                                        "(vllm/config/scheduler.py; ENGINE_SEMANTICS §1.1)"),
+        "block_size": Default(16, "vllm/config/cache.py block_size default 16 (ENGINE_SEMANTICS §2.1)"),
+        "gpu_memory_utilization": Default(0.92, "vllm/config/cache.py: 0.92 in 0.24 (0.9 in 0.11); "
+                                                "KV = total x util - weights - activation peak "
+                                                "(gpu_worker.py::determine_available_memory)"),
+        "kv_memory_rule": Default("utilization", "vllm/v1/worker/gpu_worker.py::determine_available_memory"),
+        "enable_prefix_caching": Default(True, "vllm/config/cache.py: on for generative models"),
+        "policy": Default("fcfs", "vllm/config/scheduler.py policy='fcfs'"),
+        "capacity_scheduler_policy": Default(None, "vLLM allocates blocks on demand and preempts by "
+                                                   "recompute (docs/configuration/optimization.md)"),
+        "cpu_step_overhead_s": Default(0.0, FIT_PROVENANCE),
+        "cpu_seq_overhead_s": Default(0.0, FIT_PROVENANCE),
+        "eager_step_overhead_s": Default(0.0, EAGER_SOURCE),
+        "frontend_latency_s": Default(0.0, FIT_PROVENANCE),
+        "frontend_token_s": Default(0.0, FIT_PROVENANCE),
+        "overlap_scheduling": Default(False, "async_scheduling defaults off before 0.14 (on from 0.14, "
+                                             "vllm/config/vllm.py); the data is 0.12"),
+    },
+    chunked_alias={True: "chunked", False: "mixed"},
+    hardware_defaults=hardware_defaults,
+    fitted={"cpu_step_overhead_s": 0.5e-3, "cpu_seq_overhead_s": 40e-6, "frontend_latency_s": 5e-3,
+            "frontend_token_s": 80e-6},
+    client_phase_spread=0.0,
+    resolved={
+        "max_num_batched_tokens": "8192 on GPUs >= 70 GiB that are not A100, else 2048 "
+                                  "(engine/arg_utils.py::get_batch_defaults, vllm serve)",
+        "max_num_seqs": "1024 on GPUs >= 70 GiB that are not A100, else 256 (same source)",
+    },
+)
