@@ -142,7 +142,7 @@ class BlockPool:
             hashes = self.block_hash
             for b in [b for b in out if hashes[b] is not None]:
                 self._evict(b)
-        if self.own_runs:
+        if self.own_runs.fifo:
             self.own_runs.prune()
         return out
 

@@ -67,6 +67,24 @@ class FreeBlockQueue:
         """Pop ``n`` blocks from the head (the caller has checked that ``n``
         are free)."""
         front = self._front
+        if n == 1:  # a decode crossing into its next block: the common case
+            if front:
+                return [front.pop()]
+            q, h = self._q, self._h
+            try:
+                b = q[h]
+                while not b:  # skip holes
+                    h += 1
+                    b = q[h]
+            except IndexError:
+                raise ValueError("free queue exhausted") from None
+            h += 1
+            if h >= _COMPACT_AT and 2 * h >= len(q):
+                del q[:h]
+                self._base += h
+                h = 0
+            self._h = h
+            return [b]
         if front:
             k = n if n < len(front) else len(front)
             out = front[:-k - 1:-1]

@@ -336,8 +336,7 @@ class KVCacheManager(PrefixCacheStats):
         if num_full <= start:
             return
         limit = st.num_hashed_limit
-        if num_full > limit and self.pool.own_runs and self.pool.own_runs.covers(
-                st.request.request_id, max(start, limit), num_full):
+        if num_full > limit and self.pool.own_runs.covers(st.request.request_id, max(start, limit), num_full):
             self._hash_own_blocks(st)
             limit = _ALL
         if start < limit:

@@ -57,12 +57,13 @@ class OwnRun:
 class OwnRuns:
     """Every request's runs in one free queue."""
 
-    __slots__ = ("_queue", "_by_owner", "_fifo")
+    __slots__ = ("_queue", "_by_owner", "fifo")
 
     def __init__(self, queue: FreeBlockQueue) -> None:
         self._queue = queue
         self._by_owner: dict[int, list[OwnRun]] = {}
-        self._fifo: deque[OwnRun] = deque()  # by position: the order in which eviction reaches them
+        #: runs by position, the order in which eviction reaches them (read-only outside)
+        self.fifo: deque[OwnRun] = deque()
 
     def __bool__(self) -> bool:
         return bool(self._by_owner)
@@ -74,11 +75,11 @@ class OwnRuns:
             return
         run = OwnRun(owner, self._queue.append_n(blocks_top_first), len(blocks_top_first), top)
         self._by_owner.setdefault(owner, []).append(run)
-        self._fifo.append(run)
+        self.fifo.append(run)
 
     def prune(self) -> None:
         """Forget the runs eviction has used up entirely (amortised O(1))."""
-        fifo = self._fifo
+        fifo = self.fifo
         head = self._queue.head_position
         while fifo and fifo[0].position + fifo[0].length <= head:
             self._drop(fifo.popleft())
@@ -124,7 +125,7 @@ class OwnRuns:
     def covers(self, owner: int, start: int, stop: int) -> bool:
         """Whether a run of ``owner`` still caches an index in ``[start, stop)``."""
         runs = self._by_owner.get(owner)
-        if not runs:
+        if runs is None:
             return False
         head = self._queue.head_position
         for run in runs:
@@ -149,7 +150,7 @@ class OwnRuns:
 
     def clear(self) -> None:
         self._by_owner.clear()
-        self._fifo.clear()
+        self.fifo.clear()
 
     def num_cached_blocks(self) -> int:
         head = self._queue.head_position
