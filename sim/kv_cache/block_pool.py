@@ -25,22 +25,31 @@ Mirrors vLLM v0.24 ``vllm/v1/core/block_pool.py`` (``BlockPool``) and
   requests that fill the same content concurrently each keep their own block,
   so block tables stay append-only.
 
-Block ids are plain ints; per-block state lives in flat lists (ref counts,
-hashes, prev/next links), so every operation is O(blocks touched). Without
-prefix caching no block ever carries a hash, so every free goes to the head
-and every allocation pops the head: the queue is a stack, kept as a Python
-list (head = its end) whose slice operations run in C — the same block ids in
-the same order as the linked list, several times faster — and, as no block is
-shared, no ref count is kept: a block is held iff it is off the stack.
+Block ids are plain ints; per-block state lives in flat lists, and the free
+queue is a :class:`~sim.kv_cache.free_queue.FreeBlockQueue` (two Python lists
+sliced in C, with vLLM's order), so allocating, freeing and evicting blocks
+that carry no hash cost no Python work per block. A request's own cached
+blocks (those only it can hit, see ``sim/kv_cache/own_runs.py``) carry no
+hash either: the manager frees them as one run
+(:meth:`BlockPool.free_request_blocks`) and eviction shrinks the run. Only
+blocks in the hash map are visited one by one. Ref counts are kept for those
+blocks alone: any other block is held by at most one request, and held iff
+it is not in the free queue (:attr:`BlockPool.ref_cnt` derives the rest).
+
+Without prefix caching no block ever carries a hash, so every free goes to
+the head and every allocation pops the head: the queue is a stack, kept as a
+Python list (head = its end) — the same block ids in the same order.
 Simplification: one KV-cache group (full attention); no KV events, no
 sliding window, no hybrid models.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from sim.errors import ConfigError
+from sim.kv_cache.free_queue import FreeBlockQueue
+from sim.kv_cache.own_runs import OwnRuns
 
 
 class BlockPool:
@@ -51,8 +60,8 @@ class BlockPool:
         enable_prefix_caching: keep hashes of full blocks for reuse.
     """
 
-    __slots__ = ("num_gpu_blocks", "enable_caching", "_ref", "block_hash",
-                 "_prev", "_next", "_head", "_tail", "num_free_blocks", "_hash_to_blocks", "_stack")
+    __slots__ = ("num_gpu_blocks", "enable_caching", "_ref", "block_hash", "_pos", "_queue", "_num_hashed_free",
+                 "num_free_blocks", "_hash_to_blocks", "_stack", "own_runs", "_per_block_owners")
 
     def __init__(self, num_gpu_blocks: int, enable_prefix_caching: bool = False) -> None:
         if not isinstance(num_gpu_blocks, int) or isinstance(num_gpu_blocks, bool) or num_gpu_blocks < 2:
@@ -61,85 +70,54 @@ class BlockPool:
         n = num_gpu_blocks
         self.num_gpu_blocks = n
         self.enable_caching = bool(enable_prefix_caching)
-        # Ref counts with caching on. Off, nothing is shared: a block is held iff it is
-        # off the stack, so no count is kept (allocation and free stay C-level slices).
-        self._ref: list[int] | None = [0] * n if self.enable_caching else None
-        self.block_hash: list[int | None] = [None] * n
-        # Doubly linked free list over block ids; n and n+1 are the head/tail
-        # sentinels; -1 marks "not in the queue".
-        self._head, self._tail = n, n + 1
-        self._prev: list[int] = []
-        self._next: list[int] = []
-        if self.enable_caching:  # without caching the stack below replaces the linked list
-            self._prev = [-1] * (n + 2)
-            self._next = [-1] * (n + 2)
-            order = [self._head, *range(1, n), self._tail]  # block 0 (null) never enters
-            for a, b in zip(order, order[1:]):
-                self._next[a] = b
-                self._prev[b] = a
         self.num_free_blocks = n - 1
+        self.block_hash: list[int | None] = [None] * n
         self._hash_to_blocks: dict[int, dict[int, None]] = {}
-        # Caching off: the free queue as a stack, head at the list's end.
-        self._stack: list[int] | None = None if self.enable_caching else list(range(n - 1, 0, -1))
+        self._per_block_owners: set[int] = set()
+        if self.enable_caching:
+            # Ref counts and queue positions, meaningful for blocks with a hash only.
+            self._ref: list[int] | None = [0] * n
+            self._pos: list[int] = [-1] * n
+            self._queue: FreeBlockQueue | None = FreeBlockQueue(range(1, n))  # block 0 (null) never enters
+            self._num_hashed_free = 0  # blocks with a hash in the free queue (to evict when popped)
+            self.own_runs: OwnRuns | None = OwnRuns(self._queue)
+            self._stack: list[int] | None = None
+        else:
+            # Caching off: nothing is shared, a block is held iff it is off the stack (head = its end).
+            self._ref = None
+            self._pos = []
+            self._queue = None
+            self._num_hashed_free = 0
+            self.own_runs = None
+            self._stack = list(range(n - 1, 0, -1))
 
     @property
     def ref_cnt(self) -> list[int]:
-        """Reference count per block id (``num_gpu_blocks`` ints). With caching
-        off it is derived from the free stack, O(N): for tests and checks."""
-        if self._ref is not None:
-            return self._ref
+        """Reference count per block id (``num_gpu_blocks`` ints). Only blocks
+        with a hash keep a count; any other block counts 1 when held (off the
+        free queue) and 0 when free. O(N): for tests and checks."""
+        free = self.free_block_ids()
         ref = [1] * self.num_gpu_blocks
         ref[0] = 0
-        for b in self._stack:
-            ref[b] -= 1  # a block on the stack twice (freed twice) shows as -1
+        for b in free:
+            ref[b] -= 1  # a block freed twice shows as -1
+        if self._ref is not None:
+            for b, h in enumerate(self.block_hash):
+                if h is not None:
+                    ref[b] = self._ref[b]
         return ref
 
-    # ---- free queue primitives (O(1) each) ---------------------------------
-    def _unlink(self, b: int) -> None:
-        p, q = self._prev[b], self._next[b]
-        self._next[p] = q
-        self._prev[q] = p
-        self._prev[b] = self._next[b] = -1
-        self.num_free_blocks -= 1
-
-    def _append(self, b: int) -> None:
-        last = self._prev[self._tail]
-        self._next[last] = b
-        self._prev[b] = last
-        self._next[b] = self._tail
-        self._prev[self._tail] = b
-        self.num_free_blocks += 1
-
-    def _prepend_n(self, blocks: list[int]) -> None:
-        """Put ``blocks`` at the head, ``blocks[0]`` first."""
-        if not blocks:
-            return
-        first = self._next[self._head]
-        prev = self._head
-        for b in blocks:
-            self._prev[b] = prev
-            self._next[prev] = b
-            prev = b
-        self._next[prev] = first
-        self._prev[first] = prev
-        self.num_free_blocks += len(blocks)
-
     def is_free(self, block_id: int) -> bool:
-        """True when the block is in the free queue (ref count 0, not null)."""
+        """True when the block is in the free queue (ref count 0, not null). O(N)."""
         if self._stack is not None:
             return block_id in self._stack
-        return self._prev[block_id] != -1
+        return block_id != 0 and block_id in self._queue.block_ids()
 
     def free_block_ids(self) -> list[int]:
         """The free queue from head (evicted first) to tail. O(free blocks)."""
         if self._stack is not None:
             return self._stack[::-1]
-        out = []
-        b = self._next[self._head]
-        while b != self._tail:
-            out.append(b)
-            b = self._next[b]
-        return out
+        return self._queue.block_ids()
 
     # ---- allocation ---------------------------------------------------------
     def get_new_blocks(self, num_blocks: int) -> list[int]:
@@ -156,20 +134,23 @@ class BlockPool:
             del stack[len(stack) - num_blocks:]
             self.num_free_blocks -= num_blocks
             return out
-        out = []
-        nxt, ref = self._next, self._ref
-        for _ in range(num_blocks):
-            b = nxt[self._head]
-            self._unlink(b)
-            if self.block_hash[b] is not None:
+        if not num_blocks:
+            return []
+        out = self._queue.popleft_n(num_blocks)
+        self.num_free_blocks -= num_blocks
+        if self._num_hashed_free:
+            hashes = self.block_hash
+            for b in [b for b in out if hashes[b] is not None]:
                 self._evict(b)
-            ref[b] = 1
-            out.append(b)
+        if self.own_runs.fifo:
+            self.own_runs.prune()
         return out
 
     def _evict(self, b: int) -> None:
+        """Drop the hash of block ``b``, popped from the free queue."""
         h = self.block_hash[b]
         self.block_hash[b] = None
+        self._num_hashed_free -= 1
         blocks = self._hash_to_blocks.get(h)
         if blocks is not None:
             blocks.pop(b, None)
@@ -177,22 +158,47 @@ class BlockPool:
                 del self._hash_to_blocks[h]
 
     def touch(self, block_ids: Iterable[int]) -> None:
-        """Prefix hits: ref += 1, taking blocks with ref 0 out of the free queue.
-        ValueError with caching off: nothing is cached, so nothing can be hit."""
+        """Prefix hits on blocks with a hash: ref += 1, taking blocks with ref 0
+        out of the free queue. ValueError with caching off: nothing is cached,
+        so nothing can be hit."""
         if self._stack is not None:
             raise ValueError("touch: prefix caching is off, no block can be shared")
-        ref = self._ref
+        ref, pos, queue = self._ref, self._pos, self._queue
         for b in block_ids:
             if ref[b] == 0:
-                self._unlink(b)
+                if self.block_hash[b] is None:
+                    raise ValueError(f"touch: block {b} is free and carries no hash")
+                queue.remove(pos[b])
+                self.num_free_blocks -= 1
+                self._num_hashed_free -= 1
             ref[b] += 1
+
+    def touch_own_blocks(self, owner: int, start: int, block_ids: list[int]) -> None:
+        """Prefix hits on ``owner``'s own cached blocks ``start, start + 1, ...``
+        (``block_ids``, as its lookup found them): out of the free queue and
+        its runs. ValueError if the runs no longer hold exactly these blocks."""
+        taken = self.own_runs.hits(owner, start, start + len(block_ids), take=True)
+        self.num_free_blocks -= len(taken)
+        if taken != block_ids:
+            raise ValueError(f"request {owner}: stale prefix hits {block_ids[:8]}, runs hold {taken[:8]}")
+
+    def _release_hashed(self, b: int) -> None:
+        """ref -= 1 of a block with a hash; at 0 it goes to the tail."""
+        r = self._ref[b] - 1
+        if r < 0:
+            raise ValueError(f"block {b} freed more often than allocated")
+        self._ref[b] = r
+        if r == 0:
+            self._pos[b] = self._queue.append(b)
+            self.num_free_blocks += 1
+            self._num_hashed_free += 1
 
     def free_blocks(self, ordered_block_ids: Iterable[int]) -> None:
         """ref -= 1 for each block, given in eviction priority order (first is
         evicted first). Blocks reaching 0: hashed → tail, unhashed → head.
-        ValueError for a block freed more often than allocated (caching off:
-        detected when the frees exceed the blocks held; ``check_invariants``
-        finds any duplicate)."""
+        ValueError for a block with a hash freed more often than allocated
+        (any other block: detected with caching off when the frees exceed
+        the blocks held; ``check_invariants`` finds any duplicate)."""
         stack = self._stack
         if stack is not None:  # caching off: every freed block is unhashed and goes to the head
             blocks = list(ordered_block_ids)
@@ -202,22 +208,36 @@ class BlockPool:
             stack.extend(blocks)
             self.num_free_blocks += len(blocks)
             return
-        ref, hashes = self._ref, self.block_hash
-        freed = []
-        for b in ordered_block_ids:
-            r = ref[b] - 1
-            if r < 0:
-                raise ValueError(f"block {b} freed more often than allocated")
-            ref[b] = r
-            if r == 0:
-                freed.append(b)
+        hashes = self.block_hash
         unhashed = []
-        for b in freed:
+        for b in ordered_block_ids:
             if hashes[b] is None:
                 unhashed.append(b)
             else:
-                self._append(b)
-        self._prepend_n(unhashed)
+                self._release_hashed(b)
+        self._queue.prepend_n(unhashed)
+        self.num_free_blocks += len(unhashed)
+
+    def free_request_blocks(self, owner: int, blocks: list[int], num_cached: int, run_start: int) -> None:
+        """Free a request's block table, as ``free_blocks(reversed(blocks))``:
+        ``blocks[:run_start]`` carry hashes (ref counted, maybe shared),
+        ``blocks[run_start:num_cached]`` are the request's own cached blocks
+        (no hash; appended at the tail as one run of ``owner``, see
+        ``own_runs.py``), ``blocks[num_cached:]`` are uncached (to the head,
+        the table's last block first). With caching off every block is uncached."""
+        if self._stack is not None:
+            self.free_blocks(reversed(blocks))
+            return
+        n = len(blocks)
+        if num_cached < n:  # uncached: v0.24 prepend_n, in reverse table order
+            self._queue.prepend_n(blocks[:num_cached - 1 if num_cached else None:-1])
+            self.num_free_blocks += n - num_cached
+        if run_start < num_cached:
+            self.own_runs.add(owner, blocks[num_cached - 1:run_start - 1 if run_start else None:-1],
+                              num_cached - 1)
+            self.num_free_blocks += num_cached - run_start
+        for i in range(run_start - 1, -1, -1):
+            self._release_hashed(blocks[i])
 
     # ---- prefix cache -------------------------------------------------------
     def get_cached_block(self, block_hash: int) -> int | None:
@@ -228,19 +248,58 @@ class BlockPool:
         return next(iter(blocks))
 
     def cache_full_blocks(self, block_ids: list[int], hashes: list[int]) -> None:
-        """Record ``hashes[i]`` as the hash of full block ``block_ids[i]``."""
+        """Record ``hashes[i]`` as the hash of full (held) block ``block_ids[i]``."""
         if not self.enable_caching:
             return
+        ref, bh, table = self._ref, self.block_hash, self._hash_to_blocks
         for b, h in zip(block_ids, hashes):
-            if self.block_hash[b] is not None:
+            if bh[b] is not None:
                 raise ValueError(f"block {b} is already cached")
-            self.block_hash[b] = h
-            self._hash_to_blocks.setdefault(h, {})[b] = None
+            bh[b] = h
+            ref[b] = 1  # held by the one request that filled it
+            entry = table.get(h)
+            if entry is None:
+                table[h] = {b: None}
+            else:
+                entry[b] = None
+
+    def hashes_own_blocks(self, owner: int) -> bool:
+        """Whether ``owner``'s own cached blocks are hashed block by block
+        (after :meth:`materialize_own_runs`) rather than kept as runs."""
+        return owner in self._per_block_owners
+
+    def materialize_own_runs(self, owner: int, hashes_upto: Callable[[int], list[int]]) -> None:
+        """Give ``owner``'s runs their blocks' real hashes and hash its blocks
+        one by one from now on: it is about to cache a block index a run still
+        holds (``own_runs.py``). ``hashes_upto(n)``: the owner's first ``n``
+        block hashes (at least)."""
+        self._per_block_owners.add(owner)
+        cached = self.own_runs.pop_owner(owner)
+        if not cached:
+            return
+        hashes = hashes_upto(max(idx for _, idx in cached) + 1)
+        queue, bh, ref, pos, table = self._queue, self.block_hash, self._ref, self._pos, self._hash_to_blocks
+        for p, idx in cached:
+            b, h = queue.block_at(p), hashes[idx]
+            bh[b] = h
+            ref[b] = 0
+            pos[b] = p
+            self._num_hashed_free += 1
+            table.setdefault(h, {})[b] = None
+
+    def num_free_among(self, hashed_block_ids: list[int]) -> int:
+        """How many of these blocks (with a hash) are in the free queue (ref 0):
+        touching them takes them out of the free pool."""
+        ref = self._ref
+        return sum(1 for b in hashed_block_ids if ref[b] == 0)
 
     @property
     def num_cached_blocks(self) -> int:
-        """Blocks currently findable in the prefix cache (held or free)."""
-        return sum(len(v) for v in self._hash_to_blocks.values())
+        """Blocks currently findable in the prefix cache: those with a hash
+        (held or free) and the free blocks of the requests' own runs (a
+        request's own blocks count once freed)."""
+        n = sum(len(v) for v in self._hash_to_blocks.values())
+        return n + (self.own_runs.num_cached_blocks() if self.own_runs is not None else 0)
 
     def reset_prefix_cache(self) -> bool:
         """Drop every hash; only allowed when no block is held (vLLM returns
@@ -249,6 +308,10 @@ class BlockPool:
             return False
         self._hash_to_blocks.clear()
         self.block_hash = [None] * self.num_gpu_blocks
+        self._num_hashed_free = 0
+        self._per_block_owners.clear()
+        if self.own_runs is not None:
+            self.own_runs.clear()
         return True
 
     # ---- accounting ---------------------------------------------------------
@@ -270,7 +333,8 @@ class BlockPool:
     def check_invariants(self) -> None:
         """O(N) consistency check for tests: the free queue holds exactly the
         non-null blocks with ref 0, once each; the hash map matches the blocks'
-        hashes. Raises AssertionError."""
+        hashes; a free block with a hash sits at its recorded position; runs
+        hold no holes and no block with a hash. Raises AssertionError."""
         free = self.free_block_ids()
         assert len(free) == len(set(free)) == self.num_free_blocks, "free queue count/duplicates"
         assert 0 not in free, "null block in free queue"
@@ -283,4 +347,14 @@ class BlockPool:
             assert blocks, f"empty entry for hash {h}"
             for b in blocks:
                 assert self.block_hash[b] == h, f"block {b} hash mismatch"
-        assert self.num_cached_blocks == sum(h is not None for h in self.block_hash)
+        if self._queue is not None:
+            hashed_free = [b for b in free if self.block_hash[b] is not None]
+            assert len(hashed_free) == self._num_hashed_free, "count of free blocks with a hash"
+            for b in hashed_free:
+                assert self._queue.block_at(self._pos[b]) == b, f"block {b}: stale queue position"
+            for owner, p, k in self.own_runs.positions():
+                run = self._queue.blocks_at(p, k)
+                assert 0 not in run, f"hole in a run of request {owner}"
+                assert all(self.block_hash[b] is None for b in run), f"hashed block in a run of {owner}"
+                assert owner not in self._per_block_owners, f"request {owner}: runs and per-block hashes"
+        assert sum(len(v) for v in self._hash_to_blocks.values()) == sum(h is not None for h in self.block_hash)

@@ -129,3 +129,16 @@ def ensure_block_hashes(request, block_size: int, num_blocks: int) -> list[int]:
         append(parent)
         i += 1
     return hashes
+
+
+def num_shareable_blocks(request, block_size: int) -> int:
+    """Blocks of ``request`` that another request can hit: those lying wholly
+    inside its content keys (``floor(len(keys) · C / block_size)``). Every later
+    block hashes the request's id, so only the request itself can hit it
+    (``sim/kv_cache/own_runs.py``). Validates the request's keys on first use,
+    as :func:`ensure_block_hashes` does."""
+    if request.block_hashes is None:
+        _validate(request)
+        request.block_hashes = []
+    keys = request.prefix_keys
+    return len(keys) * request.prefix_chunk_tokens // block_size if keys else 0

@@ -13,13 +13,21 @@ Simplifications: one KV-cache group (full attention), no KV connector /
 external tokens, no encoder tokens, no sliding window; the v0.24
 ``reserved_blocks`` argument (async KV loads) is absent. Block hashes come
 from content keys (``sim/kv_cache/hashing.py``), not token ids.
+
+Hashing only what can be shared: a table's first ``num_shareable_blocks``
+blocks (inside the request's content keys) are hashed and cached block by
+block, as vLLM does; the blocks after them can only ever be hit by the same
+request after a preemption, so they are cached without a hash, as the
+request's own runs (``sim/kv_cache/own_runs.py``) — the same hits, evictions
+and free-queue order as vLLM's, at no Python cost per block. Page size 1
+(SGLang) then costs about what page size 16 costs.
 """
 
 from __future__ import annotations
 
 from sim.errors import ConfigError
 from sim.kv_cache.block_pool import BlockPool
-from sim.kv_cache.hashing import ensure_block_hashes
+from sim.kv_cache.hashing import ensure_block_hashes, num_shareable_blocks
 from sim.kv_cache.prefix_stats import PrefixCacheStats
 from sim.request import RequestStatus
 
@@ -30,17 +38,23 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+_ALL = 1 << 62  # "every block": a request whose own blocks are hashed block by block
+
+
 class _ReqState:
-    """Per-request block table, its capacity in slots (len(blocks) × bs) and
-    how many of its leading blocks are cached."""
+    """Per-request block table, its capacity in slots (len(blocks) × bs), how
+    many of its leading blocks are cached, and how many of those carry a hash
+    (``num_hashed_limit``: the shareable blocks; every cached block once the
+    request's own blocks are hashed block by block)."""
 
-    __slots__ = ("request", "blocks", "capacity", "num_cached")
+    __slots__ = ("request", "blocks", "capacity", "num_cached", "num_hashed_limit")
 
-    def __init__(self, request) -> None:
+    def __init__(self, request, num_hashed_limit: int = 0) -> None:
         self.request = request
         self.blocks: list[int] = []
         self.capacity = 0
         self.num_cached = 0
+        self.num_hashed_limit = num_hashed_limit
 
 
 class KVCacheManager(PrefixCacheStats):
@@ -110,22 +124,44 @@ class KVCacheManager(PrefixCacheStats):
             return [], 0
         bs = self.block_size
         max_blocks = (request.num_tokens - 1) // bs
+        limit = self._num_hashed_limit(request)
         hashes = request.block_hashes or []
         get = self.pool.get_cached_block
         hits: list[int] = []
-        for i in range(max_blocks):
+        for i in range(min(max_blocks, limit)):
             if i >= len(hashes):
                 hashes = ensure_block_hashes(request, bs, i + 1)  # lazily, up to the first miss
             b = get(hashes[i])
             if b is None:
                 break
             hits.append(b)
+        else:
+            if limit < max_blocks:  # every shareable block hit: the request's own blocks next
+                hits += self._own_hits(request, limit, max_blocks)
         if self.use_eagle and hits:
             hits.pop()
         num_hit = len(hits) * bs
         if record_stats:
             self.record_prefix_cache_stats(request, num_hit)
         return hits, num_hit
+
+    def _num_hashed_limit(self, request) -> int:
+        """How many leading blocks of ``request`` are hashed: its shareable ones,
+        or all once its own blocks are hashed block by block."""
+        if self.pool.hashes_own_blocks(request.request_id):
+            return _ALL
+        return num_shareable_blocks(request, self.block_size)
+
+    def _own_hits(self, request, start: int, stop: int) -> list[int]:
+        """Cached blocks ``start, start + 1, ...`` (< ``stop``) only ``request``
+        can hit: those it holds (a lookup of a request holding a table), then
+        those in its runs."""
+        st = self._states.get(request.request_id)
+        held: list[int] = []
+        if st is not None and st.num_cached > start:
+            held = st.blocks[start:min(st.num_cached, stop)]
+            start += len(held)
+        return held + self.pool.own_runs.hits(request.request_id, start, stop)
 
     def reset_prefix_cache(self) -> bool:
         """Drop all cached hashes; False (and nothing done) if any block is held."""
@@ -157,27 +193,30 @@ class KVCacheManager(PrefixCacheStats):
         cached).
         """
         st = self._states.get(request.request_id)
-        # Fast path (every decode step): a held table with room, nothing to touch.
-        if st is not None and not new_computed_blocks and not full_sequence_check and num_new_tokens > 0:
+        # Fast path (every decode step): a held table, nothing to touch, no watermark.
+        if st is not None and not new_computed_blocks and not full_sequence_check and num_new_tokens > 0 \
+                and (not self.watermark_blocks or request.status not in _WAITING_STATES):
             end = request.num_computed_tokens + num_new_tokens
             slots = end + num_lookahead_tokens
             if slots > self.max_model_len:
                 slots = self.max_model_len
-            if slots <= st.capacity and (not self.watermark_blocks or request.status not in _WAITING_STATES):
+            if slots <= st.capacity:
                 if self.enable_prefix_caching and end // self.block_size > st.num_cached:
                     self._cache_full(st, min(end, request.num_tokens))
                 return []
-            if self.decode_skips_allocation and not self.watermark_blocks and self.grows_by_block:
-                # A running request crossing into new blocks, caching off: take
-                # them from the free stack directly (the slow path's arithmetic).
+            if self.grows_by_block:
+                # Crossing into new blocks: the slow path's arithmetic with no
+                # hits and no watermark.
                 bs = self.block_size
                 num_new_blocks = -(-slots // bs) - len(st.blocks)
                 pool = self.pool
                 if num_new_blocks > pool.num_free_blocks:
                     return None
                 new = pool.get_new_blocks(num_new_blocks)
-                st.blocks.extend(new)
+                st.blocks += new
                 st.capacity = request.kv_capacity = len(st.blocks) * bs
+                if self.enable_prefix_caching:
+                    self._cache_full(st, min(end, request.num_tokens))
                 return new
         return self._allocate_slow(request, st, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
                                    num_lookahead_tokens, full_sequence_check, has_scheduled_reqs)
@@ -258,7 +297,9 @@ class KVCacheManager(PrefixCacheStats):
             raise ValueError(f"num_new_computed_tokens={num_new_computed_tokens} does not match "
                              f"{len(hits)} hit blocks of {bs}")
         pool = self.pool
-        evictable = sum(1 for b in hits if pool.ref_cnt[b] == 0) if hits else 0
+        limit = self._num_hashed_limit(request) if self.enable_prefix_caching else 0
+        hashed_hits, own_hits = hits[:limit], hits[limit:]
+        evictable = pool.num_free_among(hashed_hits) + len(own_hits) if hits else 0
         free = pool.num_free_blocks
         wm = self.watermark_blocks if (has_scheduled_reqs and request.status in _WAITING_STATES) else 0
         if full_sequence_check:
@@ -272,9 +313,11 @@ class KVCacheManager(PrefixCacheStats):
             return None
         # Commit.
         if st is None:
-            st = self._states[request.request_id] = _ReqState(request)
+            st = self._states[request.request_id] = _ReqState(request, limit)
         if hits:
-            pool.touch(hits)
+            pool.touch(hashed_hits)
+            if own_hits:
+                pool.touch_own_blocks(request.request_id, limit, own_hits)
             st.blocks.extend(hits)
             st.num_cached = len(hits)
         new = pool.get_new_blocks(num_new_blocks) if num_new_blocks else []
@@ -285,13 +328,33 @@ class KVCacheManager(PrefixCacheStats):
         return new
 
     def _cache_full(self, st: _ReqState, num_tokens: int) -> None:
-        """Hash the table's blocks that are full within ``num_tokens``."""
+        """Cache the table's blocks that are full within ``num_tokens``: hash
+        those below ``st.num_hashed_limit``; the request's own blocks after
+        them are cached as they are (they become a run when freed)."""
         num_full = num_tokens // self.block_size
-        if num_full <= st.num_cached:
+        start = st.num_cached
+        if num_full <= start:
             return
-        hashes = ensure_block_hashes(st.request, self.block_size, num_full)
-        self.pool.cache_full_blocks(st.blocks[st.num_cached:num_full], hashes[st.num_cached:num_full])
+        limit = st.num_hashed_limit
+        if num_full > limit and self.pool.own_runs.covers(st.request.request_id, max(start, limit), num_full):
+            self._hash_own_blocks(st)
+            limit = _ALL
+        if start < limit:
+            stop = num_full if num_full < limit else limit
+            hashes = ensure_block_hashes(st.request, self.block_size, stop)
+            self.pool.cache_full_blocks(st.blocks[start:stop], hashes[start:stop])
         st.num_cached = num_full
+
+    def _hash_own_blocks(self, st: _ReqState) -> None:
+        """The request is about to cache a block index that one of its runs
+        still holds (a second copy, as vLLM allows): from now on hash its own
+        blocks one by one — the runs' blocks and the cached ones it holds."""
+        req, bs, limit = st.request, self.block_size, st.num_hashed_limit
+        self.pool.materialize_own_runs(req.request_id, lambda n: ensure_block_hashes(req, bs, n))
+        if limit < st.num_cached:
+            hashes = ensure_block_hashes(req, bs, st.num_cached)
+            self.pool.cache_full_blocks(st.blocks[limit:st.num_cached], hashes[limit:st.num_cached])
+        st.num_hashed_limit = _ALL
 
     def free(self, request) -> None:
         """Release the request's table in reverse order (chain tail evicted
@@ -299,7 +362,9 @@ class KVCacheManager(PrefixCacheStats):
         st = self._states.pop(request.request_id, None)
         if st is not None:
             request.kv_capacity = 0
-            self.pool.free_blocks(reversed(st.blocks))
+            n = st.num_cached
+            self.pool.free_request_blocks(request.request_id, st.blocks, n,
+                                          n if n < st.num_hashed_limit else st.num_hashed_limit)
 
     # ---- queries --------------------------------------------------------------
     @property
