@@ -368,7 +368,7 @@ class HFConfig(BaseModel):
     num_local_experts: _Count | None = None
     num_experts: _Count | None = None
     num_experts_per_tok: _Count | None = None
-    moe_intermediate_size: _Dim | None = None
+    moe_intermediate_size: _Count | None = None  # 0 or absent: intermediate_size (dense: unused)
     # architectures refused (not modelled)
     kv_lora_rank: Any = None
     q_lora_rank: Any = None
@@ -480,6 +480,9 @@ def _parse_hf_config(cfg: dict[str, Any], source: str) -> dict[str, Any]:
     if num_experts and not 1 <= top_k <= num_experts:
         raise ConfigError(f"{source}: num_experts_per_tok={hf.num_experts_per_tok!r}: must be in "
                           f"1..{num_experts} ({experts_key}={num_experts})")
+    if num_experts and hf.moe_intermediate_size == 0:
+        raise ConfigError(f"{source}: moe_intermediate_size=0: an expert's FFN width must be >= 1 "
+                          f"({experts_key}={num_experts}); omit it to use intermediate_size")
     model_type = hf.model_type or ""
     dtype = hf.torch_dtype or hf.dtype or "bfloat16"
     if dtype == "float32":

@@ -72,8 +72,11 @@ def test_non_positive_or_absurd_widths(key, value, why):
 
 
 def test_moe_fields_name_themselves():
-    assert "moe_intermediate_size=-5: must be greater than or equal to 1" in refused(
+    assert "moe_intermediate_size=-5: must be greater than or equal to 0" in refused(
         cfg(**MOE, moe_intermediate_size=-5))
+    assert "moe_intermediate_size=0: an expert's FFN width must be >= 1 (num_local_experts=8)" in refused(
+        cfg(**MOE, moe_intermediate_size=0))
+    assert ModelSpec.from_hf_config(cfg(moe_intermediate_size=0)).moe_intermediate_size == 0  # dense: unused
     # reported "num_experts_per_tok=2: must be in 1..-8" before
     msg = refused(cfg(num_local_experts=-8, num_experts_per_tok=2))
     assert "num_local_experts=-8: must be greater than or equal to 0" in msg and "num_experts_per_tok" not in msg
