@@ -452,10 +452,12 @@ def _parse_hf_config(cfg: dict[str, Any], source: str) -> dict[str, Any]:
     for key in ("n_shared_experts", "shared_expert_intermediate_size", "num_shared_experts"):
         if getattr(hf, key):
             raise _refuse(source, key, getattr(hf, key), "shared MoE experts")
-    if hf.mlp_only_layers or (hf.decoder_sparse_step or 1) != 1 \
-            or hf.first_k_dense_replace or (hf.moe_layer_freq or 1) != 1:
-        raise _refuse(source, "mlp_only_layers/decoder_sparse_step", hf.mlp_only_layers,
-                      "mixed dense and MoE layers")
+    for key, dense_too in (("mlp_only_layers", bool(hf.mlp_only_layers)),
+                           ("decoder_sparse_step", (hf.decoder_sparse_step or 1) != 1),
+                           ("first_k_dense_replace", bool(hf.first_k_dense_replace)),
+                           ("moe_layer_freq", (hf.moe_layer_freq or 1) != 1)):
+        if dense_too:
+            raise _refuse(source, key, getattr(hf, key), "mixed dense and MoE layers")
     archs = hf.architectures or []
     if archs and not any(a.endswith("ForCausalLM") for a in archs):
         raise _refuse(source, "architectures", archs, "not a decoder-only causal LM")
