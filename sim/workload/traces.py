@@ -43,6 +43,9 @@ LENGTHS = ("num_prefill_tokens", "num_decode_tokens")
 MOONCAKE = ("timestamp", "input_length", "output_length")
 MOONCAKE_CHUNK_TOKENS = 512
 _HINT = " (set workload.skip_bad_rows: true to skip and count such rows)"
+#: Prefix keys (Mooncake ``hash_ids``) are below 2^60, the range the KV-cache hashing
+#: takes (``sim/kv_cache/hashing.py``).
+MAX_PREFIX_KEY = 1 << 60
 #: Largest magnitude (s) of a numeric trace timestamp. Parsed as float64, a time
 #: of 2^32 s (~136 years: epoch seconds and epoch milliseconds fit) is resolved to
 #: 2^-20 s ≈ 0.95 µs; beyond it the parsed times, and so the gaps between
@@ -229,8 +232,9 @@ def _read_jsonl(path: Path, fields: dict[str, str], keys_field: str | None, skip
                 k = obj.get(keys_field) if keys_field else None
                 if k is not None:
                     if not isinstance(k, list) or not all(isinstance(x, int) and not isinstance(x, bool)
-                                                          and x >= 0 for x in k):
-                        raise ValueError(f"field {keys_field!r} must be a list of non-negative integers")
+                                                          and 0 <= x < MAX_PREFIX_KEY for x in k):
+                        raise ValueError(f"field {keys_field!r} must be a list of integers in [0, 2^60), "
+                                         f"got {k!r}"[:300])
                     k = tuple(k)
             except ValueError as exc:  # json.JSONDecodeError is a ValueError
                 if skip:
