@@ -7,6 +7,11 @@ Presets live in ``sim/data/model_presets.yaml`` (config.json fields copied from
 the published configs). Architectures the cost model does not handle (MLA,
 sliding-window or hybrid attention, shared MoE experts, mixed dense/MoE layers)
 are refused with a :class:`~sim.errors.ConfigError`.
+
+The fields read from ``config.json`` are validated by :class:`HFConfig` (pydantic
+v2, strict: ``"128"``, ``128.5`` or ``true`` is not an integer, ``"no"`` not a
+boolean; widths and counts positive, expert counts non-negative); a bad value is a
+ConfigError naming the file, field and value. Other keys are ignored.
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ import json
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sim.errors import ConfigError
 
@@ -230,11 +236,28 @@ class ModelSpec:
         if isinstance(config, (str, Path)):
             path = Path(config)
             try:
-                data = json.loads(path.read_text())
+                data = json.loads(path.read_text(), object_pairs_hook=_unique_keys)
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise ConfigError(f"{path}: cannot read model config: {e}") from e
+                raise ConfigError(f"{path}: cannot read model config: {e}") from None
+            except _DuplicateKey as e:
+                raise ConfigError(f"{path}: key {e.args[0]!r} is given twice; give it once") from None
             return cls(**_parse_hf_config(data, str(path)), name=name or str(path))
-        return cls(**_parse_hf_config(dict(config), name or "<dict>"), name=name or "<dict>")
+        data = dict(config) if isinstance(config, dict) else config
+        return cls(**_parse_hf_config(data, name or "<dict>"), name=name or "<dict>")
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json object hook: a key given twice is an error (json keeps the last silently)."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
 
 
 @lru_cache(maxsize=1)
@@ -291,6 +314,108 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
 # -- HF config.json parsing -------------------------------------------------------
 _REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
              "vocab_size", "max_position_embeddings")
+#: Widths and counts of a config.json (hidden size, heads, layers, experts, vocabulary):
+#: no model comes near 2^24; beyond it products of them overflow int64 downstream.
+MAX_HF_DIM = 2 ** 24
+#: Context length (max_position_embeddings): int32, as the checkpoints' position ids.
+MAX_HF_POSITIONS = 2 ** 31 - 1
+#: Checkpoint dtypes (``torch_dtype`` / ``dtype``); a quantized checkpoint says so in
+#: ``quantization_config``, not here.
+HF_DTYPES = ("bfloat16", "float16", "float32")
+
+_Dim = Annotated[int, Field(ge=1, le=MAX_HF_DIM)]
+_Count = Annotated[int, Field(ge=0, le=MAX_HF_DIM)]
+# bool is not an int and "128" is not a number here (pydantic strict mode); keys
+# servesim does not read are ignored, as vLLM ignores them.
+_HF_STRICT = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+
+class HFQuantizationConfig(BaseModel):
+    """The ``quantization_config`` keys servesim reads."""
+
+    model_config = _HF_STRICT
+    quant_method: str | None = None
+    quant_algo: str | None = None
+    bits: int | None = Field(default=None, ge=1, le=64)
+    weight_block_size: list[_Dim] | None = None
+
+
+class HFConfig(BaseModel):
+    """The fields of a Hugging Face ``config.json`` that servesim reads, strictly
+    typed: integers that are JSON integers (no strings, floats or booleans), booleans
+    that are JSON booleans, widths and counts positive (expert counts and refusal
+    markers may be 0), ``null`` = the field's default. The required shape fields
+    are optional here: architectures servesim refuses are named before a missing
+    field is (:func:`_parse_hf_config`)."""
+
+    model_config = _HF_STRICT
+    architectures: list[str] | None = None
+    model_type: str | None = None
+    text_config: Any = None
+    num_hidden_layers: _Dim | None = None
+    hidden_size: _Dim | None = None
+    num_attention_heads: _Dim | None = None
+    intermediate_size: _Dim | None = None
+    vocab_size: _Dim | None = None
+    max_position_embeddings: Annotated[int, Field(ge=1, le=MAX_HF_POSITIONS)] | None = None
+    num_key_value_heads: _Dim | None = None
+    head_dim: _Dim | None = None
+    tie_word_embeddings: bool | None = None
+    attention_bias: bool | None = None
+    torch_dtype: Literal[HF_DTYPES] | None = None  # type: ignore[valid-type]
+    dtype: Literal[HF_DTYPES] | None = None  # type: ignore[valid-type]
+    # MoE
+    num_local_experts: _Count | None = None
+    num_experts: _Count | None = None
+    num_experts_per_tok: _Count | None = None
+    moe_intermediate_size: _Count | None = None  # 0 or absent: intermediate_size (dense: unused)
+    # architectures refused (not modelled)
+    kv_lora_rank: Any = None
+    q_lora_rank: Any = None
+    sliding_window: _Dim | list[_Dim | None] | None = None  # a list: per-layer windows
+    use_sliding_window: bool | None = None
+    layer_types: list[str] | None = None
+    attention_chunk_size: _Count | None = None
+    n_shared_experts: _Count | None = None
+    shared_expert_intermediate_size: _Count | None = None
+    num_shared_experts: _Count | None = None
+    mlp_only_layers: list[Annotated[int, Field(ge=0)]] | None = None
+    decoder_sparse_step: Annotated[int, Field(ge=1)] | None = None
+    first_k_dense_replace: _Count | None = None
+    moe_layer_freq: Annotated[int, Field(ge=1)] | None = None
+    quantization_config: HFQuantizationConfig | None = None
+
+
+_TYPE_TAGS = {"int", "str", "bool", "float", "none", "list", "dict"}
+
+
+def _is_union_tag(part: Any) -> bool:
+    """A part of a pydantic error location that names a union member, not a field."""
+    return isinstance(part, str) and (part in _TYPE_TAGS or "[" in part
+                                      or part.startswith(("function-", "constrained-", "literal")))
+
+
+def _format_hf_errors(exc: ValidationError, source: str) -> str:
+    """One clause per offending field: ``SOURCE: FIELD=VALUE: must be ...``."""
+    seen: dict[str, str] = {}
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"] if not _is_union_tag(p)]
+        key = ".".join(loc) or "<root>"
+        msg = err["msg"].removeprefix("Value error, ").replace("Input should be", "must be")
+        if err["type"] in ("int_type", "int_from_float") or "valid integer" in msg:
+            msg = "must be a JSON integer (not a string, float or boolean)"
+        elif "valid boolean" in msg:
+            msg = "must be a JSON boolean (true or false)"
+        elif err["type"] in ("model_type", "model_attributes_type", "dict_type"):
+            msg = "must be a JSON object"
+        elif err["type"] == "list_type":
+            msg = "must be a JSON list"
+        elif err["type"] == "string_type":
+            msg = "must be a JSON string"
+        if key in seen:
+            continue  # a union: the first alternative's complaint is enough
+        seen[key] = f"{key}={err.get('input')!r}: {msg}"
+    return f"{source}: " + "; ".join(seen.values())
 
 
 def _refuse(source: str, key: str, value: Any, why: str) -> ConfigError:
@@ -302,64 +427,81 @@ def _parse_hf_config(cfg: dict[str, Any], source: str) -> dict[str, Any]:
     """ModelSpec fields from config.json keys; refuses what is not modelled."""
     if not isinstance(cfg, dict):
         raise ConfigError(f"{source}: a Hugging Face config.json must be a JSON object, got {type(cfg).__name__}")
-    if "text_config" in cfg and "hidden_size" not in cfg:
+    try:
+        hf = HFConfig.model_validate(cfg)
+    except ValidationError as exc:
+        raise ConfigError(_format_hf_errors(exc, source)) from None
+    if hf.text_config is not None and hf.hidden_size is None:
         raise _refuse(source, "text_config", "...", "multimodal wrapper config; pass the text "
                       "model's config")
     for key in ("kv_lora_rank", "q_lora_rank"):
-        if cfg.get(key) is not None:
-            raise _refuse(source, key, cfg[key], "multi-head latent attention (MLA)")
-    window = cfg.get("sliding_window")
-    if (window is not None and cfg.get("use_sliding_window", True) is not False
-            and window < cfg.get("max_position_embeddings", window + 1)):
+        if getattr(hf, key) is not None:
+            raise _refuse(source, key, getattr(hf, key), "multi-head latent attention (MLA)")
+    window = hf.sliding_window
+    if isinstance(window, list):
+        if any(w is not None for w in window):
+            raise _refuse(source, "sliding_window", window, "sliding-window attention")
+    elif (window is not None and hf.use_sliding_window is not False
+            and window < (hf.max_position_embeddings or window + 1)):
         raise _refuse(source, "sliding_window", window, "sliding-window attention")
-    layer_types = cfg.get("layer_types") or []
+    layer_types = hf.layer_types or []
     if any(t != "full_attention" for t in layer_types):
         raise _refuse(source, "layer_types", sorted(set(layer_types)), "hybrid attention layers")
-    if cfg.get("attention_chunk_size"):
-        raise _refuse(source, "attention_chunk_size", cfg["attention_chunk_size"], "chunked attention")
+    if hf.attention_chunk_size:
+        raise _refuse(source, "attention_chunk_size", hf.attention_chunk_size, "chunked attention")
     for key in ("n_shared_experts", "shared_expert_intermediate_size", "num_shared_experts"):
-        if cfg.get(key):
-            raise _refuse(source, key, cfg[key], "shared MoE experts")
-    if cfg.get("mlp_only_layers") or cfg.get("decoder_sparse_step", 1) != 1 \
-            or cfg.get("first_k_dense_replace") or cfg.get("moe_layer_freq", 1) != 1:
-        raise _refuse(source, "mlp_only_layers/decoder_sparse_step", cfg.get("mlp_only_layers"),
-                      "mixed dense and MoE layers")
-    archs = cfg.get("architectures") or []
-    if archs and not any(str(a).endswith("ForCausalLM") for a in archs):
+        if getattr(hf, key):
+            raise _refuse(source, key, getattr(hf, key), "shared MoE experts")
+    for key, dense_too in (("mlp_only_layers", bool(hf.mlp_only_layers)),
+                           ("decoder_sparse_step", (hf.decoder_sparse_step or 1) != 1),
+                           ("first_k_dense_replace", bool(hf.first_k_dense_replace)),
+                           ("moe_layer_freq", (hf.moe_layer_freq or 1) != 1)):
+        if dense_too:
+            raise _refuse(source, key, getattr(hf, key), "mixed dense and MoE layers")
+    archs = hf.architectures or []
+    if archs and not any(a.endswith("ForCausalLM") for a in archs):
         raise _refuse(source, "architectures", archs, "not a decoder-only causal LM")
-    missing = [k for k in _REQUIRED if cfg.get(k) is None]
+    missing = [k for k in _REQUIRED if getattr(hf, k) is None]
     if missing:
         raise ConfigError(f"{source}: missing required config.json key(s): {', '.join(missing)}")
-    for k in _REQUIRED:
-        if not isinstance(cfg[k], int) or cfg[k] < 1:
-            raise ConfigError(f"{source}: {k}={cfg[k]!r}: must be a positive integer")
-    heads, hidden = cfg["num_attention_heads"], cfg["hidden_size"]
-    kv_heads = cfg.get("num_key_value_heads") or heads
-    head_dim = cfg.get("head_dim") or hidden // heads
+    heads, hidden = hf.num_attention_heads, hf.hidden_size
+    kv_heads = hf.num_key_value_heads or heads
+    if hf.head_dim is None and hidden % heads:
+        raise ConfigError(f"{source}: hidden_size={hidden}: not a multiple of num_attention_heads={heads}, "
+                          f"and no head_dim is given (the head width would be fractional)")
+    head_dim = hf.head_dim or hidden // heads
     if heads % kv_heads:
         raise ConfigError(f"{source}: num_key_value_heads={kv_heads}: must divide "
                           f"num_attention_heads={heads}")
-    num_experts = cfg.get("num_local_experts") or cfg.get("num_experts") or 0
-    top_k = cfg.get("num_experts_per_tok") or 0
+    experts = [(k, getattr(hf, k)) for k in ("num_local_experts", "num_experts") if getattr(hf, k)]
+    if len(experts) == 2 and experts[0][1] != experts[1][1]:
+        raise ConfigError(f"{source}: num_local_experts={experts[0][1]} and num_experts={experts[1][1]} "
+                          f"disagree; give one")
+    experts_key, num_experts = experts[0] if experts else ("num_experts", 0)
+    top_k = hf.num_experts_per_tok or 0
     if num_experts and not 1 <= top_k <= num_experts:
-        raise ConfigError(f"{source}: num_experts_per_tok={top_k!r}: must be in 1..{num_experts}")
-    model_type = str(cfg.get("model_type", ""))
-    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
-    if dtype not in ("bfloat16", "float16"):
-        dtype = "float16" if dtype == "float32" else "bfloat16"  # vLLM dtype=auto
+        raise ConfigError(f"{source}: num_experts_per_tok={hf.num_experts_per_tok!r}: must be in "
+                          f"1..{num_experts} ({experts_key}={num_experts})")
+    if num_experts and hf.moe_intermediate_size == 0:
+        raise ConfigError(f"{source}: moe_intermediate_size=0: an expert's FFN width must be >= 1 "
+                          f"({experts_key}={num_experts}); omit it to use intermediate_size")
+    model_type = hf.model_type or ""
+    dtype = hf.torch_dtype or hf.dtype or "bfloat16"
+    if dtype == "float32":
+        dtype = "float16"  # vLLM dtype=auto serves a float32 checkpoint in 16 bits
     return dict(
-        num_hidden_layers=cfg["num_hidden_layers"], hidden_size=hidden,
+        num_hidden_layers=hf.num_hidden_layers, hidden_size=hidden,
         num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
-        intermediate_size=cfg["intermediate_size"], vocab_size=cfg["vocab_size"],
-        max_position_embeddings=cfg["max_position_embeddings"],
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        intermediate_size=hf.intermediate_size, vocab_size=hf.vocab_size,
+        max_position_embeddings=hf.max_position_embeddings,
+        tie_word_embeddings=bool(hf.tie_word_embeddings),
         num_experts=num_experts, num_experts_per_tok=top_k if num_experts else 0,
-        moe_intermediate_size=(cfg.get("moe_intermediate_size") or cfg["intermediate_size"])
-        if num_experts else 0,
+        moe_intermediate_size=(hf.moe_intermediate_size or hf.intermediate_size) if num_experts else 0,
         qk_norm=model_type in ("qwen3", "qwen3_moe"),
-        attention_bias=bool(cfg.get("attention_bias", model_type in ("qwen2", "qwen2_moe"))),
-        dtype=dtype, quantization=_parse_quantization(cfg.get("quantization_config"), source),
-        architecture=str(archs[0]) if archs else model_type,
+        attention_bias=(hf.attention_bias if hf.attention_bias is not None
+                        else model_type in ("qwen2", "qwen2_moe")),
+        dtype=dtype, quantization=_parse_quantization(hf.quantization_config, source),
+        architecture=archs[0] if archs else model_type,
     )
 
 
@@ -383,15 +525,15 @@ def _modelopt_quantization(config_path: Path) -> str | None:
     return None
 
 
-def _parse_quantization(qc: dict[str, Any] | None, source: str) -> str | None:
+def _parse_quantization(qc: HFQuantizationConfig | None, source: str) -> str | None:
     """servesim quantization name of a checkpoint's ``quantization_config``."""
-    if not qc:
-        return None
-    method = str(qc.get("quant_method", "")).lower()
-    algo = str(qc.get("quant_algo", "")).upper()
+    if qc is None or not qc.model_fields_set:
+        return None  # absent or {}: not quantized
+    method = (qc.quant_method or "").lower()
+    algo = (qc.quant_algo or "").upper()
     if method == "fp8":
-        return "fp8_block" if qc.get("weight_block_size") else "fp8"
-    if method in ("gptq", "awq") and qc.get("bits", 4) == 4:
+        return "fp8_block" if qc.weight_block_size else "fp8"
+    if method in ("gptq", "awq") and (qc.bits if qc.bits is not None else 4) == 4:
         return "int4_wo"
     if method == "modelopt" and algo in ("FP8", "NVFP4"):
         return algo.lower()

@@ -28,9 +28,18 @@ OPERATOR_CLASSES = ("gemm", "attention", "elementwise", "all_reduce")
 #: fall back to it, see ``sim.cost_model.fitted.gemm_family``).
 GEMM_FAMILIES = ("bf16", "fp8", "fp8_block")
 
-_Pos = Field(gt=0)
-_NonNeg = Field(ge=0)
-_Eff = Field(gt=0, le=1.5)  # fraction of a datasheet peak; > 1 only where hardware beats it (NVLS)
+#: Smallest efficiency (fraction of a datasheet peak) a profile may give: below it a
+#: kernel would run > 1000x slower than the roofline (``calibration.fit`` fits >= 0.01).
+MIN_EFFICIENCY = 1e-3
+#: Largest fixed cost (launch, per-step overhead, per-element serial latency), s.
+MAX_FIXED_COST_S = 1.0
+#: Largest half-efficiency point (FLOPs or bytes) of a fitted family: (half/x)^exponent
+#: stays finite (exponent <= 10); the fits span 1 .. 1e15.
+MAX_HALF_POINT = 1e20
+_Eff = Field(ge=MIN_EFFICIENCY, le=1.5)  # fraction of a datasheet peak; > 1 only where hardware beats it (NVLS)
+_Cost = Field(ge=0, le=MAX_FIXED_COST_S)
+_Half = Field(gt=0, le=MAX_HALF_POINT)
+_Tile = Field(gt=0, le=2 ** 16)
 
 
 class _Strict(BaseModel):
@@ -63,11 +72,11 @@ class ScalarEfficiency(EfficiencyBase):
     by all_reduce_efficiency.
     """
     form: Literal["scalar"]
-    compute_efficiency: float = Field(gt=0, le=1)
-    memory_efficiency: float = Field(gt=0, le=1)
-    launch_overhead_s: float = _NonNeg
-    step_overhead_s: float = _NonNeg
-    all_reduce_efficiency: float = Field(gt=0, le=1)
+    compute_efficiency: float = Field(ge=MIN_EFFICIENCY, le=1)
+    memory_efficiency: float = Field(ge=MIN_EFFICIENCY, le=1)
+    launch_overhead_s: float = _Cost
+    step_overhead_s: float = _Cost
+    all_reduce_efficiency: float = Field(ge=MIN_EFFICIENCY, le=1)
 
     def operator_efficiency(self, op_class: str) -> tuple[float, float, float]:
         _check_op_class(op_class)
@@ -84,12 +93,12 @@ class KernelParams(_Strict):
     terms are combined as sqrt(sum of squares) (a smooth max), + launch_s.
     """
     compute_efficiency_max: float = _Eff
-    compute_half_flops: float = _Pos       #: FLOPs at which compute efficiency is half its max
+    compute_half_flops: float = _Half      #: FLOPs at which compute efficiency is half its max
     compute_exponent: float = Field(gt=0, le=10)
     memory_efficiency_max: float = _Eff
-    memory_half_bytes: float = _Pos        #: bytes at which memory efficiency is half its max
+    memory_half_bytes: float = _Half       #: bytes at which memory efficiency is half its max
     memory_exponent: float = Field(gt=0, le=10)
-    launch_s: float = _NonNeg              #: fixed cost of one call (launch, setup), s
+    launch_s: float = _Cost                #: fixed cost of one call (launch, setup), s
 
 
 class GemmParams(KernelParams):
@@ -99,12 +108,12 @@ class GemmParams(KernelParams):
     tile, and for W8A8 dtypes the activation-quantization pass (per row
     ``act_quant_row_s`` + reading 2 B and writing 1 B per element at
     ``act_quant_memory_efficiency`` of HBM bandwidth)."""
-    k_serial_s: float = _NonNeg
-    k_split: float = _Pos
-    tile_m: int = Field(default=64, gt=0)
-    tile_n: int = Field(default=64, gt=0)
-    act_quant_row_s: float = Field(default=0.0, ge=0)
-    act_quant_memory_efficiency: float = Field(default=1.0, gt=0, le=1.5)
+    k_serial_s: float = _Cost
+    k_split: float = Field(gt=0, le=MAX_HALF_POINT)
+    tile_m: int = Field(default=64, gt=0, le=2 ** 16)
+    tile_n: int = Field(default=64, gt=0, le=2 ** 16)
+    act_quant_row_s: float = Field(default=0.0, ge=0, le=MAX_FIXED_COST_S)
+    act_quant_memory_efficiency: float = Field(default=1.0, ge=MIN_EFFICIENCY, le=1.5)
 
 
 class ContextAttentionParams(KernelParams):
@@ -113,9 +122,9 @@ class ContextAttentionParams(KernelParams):
     FLOP-equivalents at the bf16 peak (so it scales with the chip), a fixed
     cost per (sequence, KV head), and wave quantization of ``tile_q``-row query
     tiles over the SMs."""
-    softmax_flops_per_score: float = _NonNeg
-    seq_head_s: float = _NonNeg
-    tile_q: int = Field(default=128, gt=0)
+    softmax_flops_per_score: float = Field(ge=0, le=1e9)
+    seq_head_s: float = _Cost
+    tile_q: int = Field(default=128, gt=0, le=2 ** 16)
 
 
 class GenerationAttentionParams(KernelParams):
@@ -125,16 +134,16 @@ class GenerationAttentionParams(KernelParams):
     sequence over CTAs (query heads per KV head < ``split_kv_min_group``; e.g.
     FlashAttention-2 decode without GQA), each (sequence, KV head) streams its
     cache from one CTA at ``cta_token_s`` s per token, in waves over the SMs."""
-    seq_head_s: float = _NonNeg
-    kv_tile: int = Field(default=64, gt=0)
-    cta_token_s: float = Field(default=0.0, ge=0)
-    split_kv_min_group: int = Field(default=1, ge=1)
+    seq_head_s: float = _Cost
+    kv_tile: int = Field(default=64, gt=0, le=2 ** 16)
+    cta_token_s: float = Field(default=0.0, ge=0, le=MAX_FIXED_COST_S)
+    split_kv_min_group: int = Field(default=1, ge=1, le=2 ** 16)
 
 
 class ElementwiseParams(_Strict):
     """Memory-bound kernels (norms, activations, RoPE)."""
     memory_efficiency: float = _Eff
-    launch_s: float = _NonNeg
+    launch_s: float = _Cost
 
 
 class AllReduceParams(_Strict):
@@ -143,10 +152,10 @@ class AllReduceParams(_Strict):
     bytes)^exponent)). ``bus_efficiency`` lists p -> fraction of the link's
     per-direction bandwidth (NVLS in-switch reduction can exceed 1); other p
     use the nearest listed p."""
-    latency_s: float = _NonNeg
-    latency_per_gpu_s: float = _NonNeg
+    latency_s: float = _Cost
+    latency_per_gpu_s: float = _Cost
     bus_efficiency: dict[int, float]
-    half_bytes: float = _Pos
+    half_bytes: float = _Half
     exponent: float = Field(gt=0, le=10)
 
     @field_validator("bus_efficiency")
@@ -154,10 +163,10 @@ class AllReduceParams(_Strict):
     def _check_bus(cls, v: dict[int, float]) -> dict[int, float]:
         if not v:
             raise ValueError("bus_efficiency: needs at least one GPU count")
-        bad = {p: e for p, e in v.items() if p < 2 or not 0 < e <= 1.5}
+        bad = {p: e for p, e in v.items() if p < 2 or not MIN_EFFICIENCY <= e <= 1.5}
         if bad:
             raise ValueError(f"bus_efficiency: GPU counts must be >= 2 and efficiencies in "
-                             f"(0, 1.5], got {bad}")
+                             f"[{MIN_EFFICIENCY:g}, 1.5], got {bad}")
         return dict(sorted(v.items()))
 
 
@@ -165,7 +174,7 @@ class FittedEfficiency(EfficiencyBase):
     """``form: fitted_v1`` -- per-family parameters fitted to measured kernels
     (``calibration.fit``); formulas in ``sim/cost_model/fitted.py``."""
     form: Literal["fitted_v1"]
-    step_overhead_s: float = _NonNeg
+    step_overhead_s: float = _Cost
     gemm: dict[str, GemmParams]
     context_attention: ContextAttentionParams
     generation_attention: GenerationAttentionParams

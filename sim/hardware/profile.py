@@ -2,8 +2,9 @@
 
 Every number carries its unit in its name (bytes, bytes/s, FLOP/s, s, USD) and
 a ``provenance`` entry (datasheet URL, or the measured table it was fitted to).
-Loading validates every field (pydantic v2, unknown keys forbidden); any
-problem is a :class:`~sim.errors.ConfigError` naming the file, key and value.
+Loading validates every field (pydantic v2, unknown keys forbidden; physical
+values within the sane ranges below, e.g. peaks 1e8..1e18 FLOP/s); any problem is
+a :class:`~sim.errors.ConfigError` naming the file, key and value.
 
 The ``efficiency`` section declares its ``form``. Forms (``sim/hardware/efficiency.py``)
 are registered in :data:`EFFICIENCY_FORMS`: ``scalar`` (one compute and one
@@ -33,8 +34,26 @@ PEAK_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4")
 PROVENANCE_KEYS = ("memory_bytes", "hbm_bandwidth_bytes_per_s", "peak_flops_per_s", "num_sms",
                    "interconnect", "efficiency", "price_per_gpu_hour_usd")
 
-_Pos = Field(gt=0)
-_NonNeg = Field(ge=0)
+# Sane ranges of the physical values (a profile outside them is an error naming the
+# file and key): a value of 1e-300 FLOP/s or B/s passed "> 0" and made step times
+# inf/NaN inside the event loop. The floors sit far below any real accelerator
+# (and below the CPU profiles ``calibrate`` measures), the ceilings far above.
+#: FLOP/s of a dense tensor peak: 100 MFLOP/s .. 1 EFLOP/s (B200 fp4: 9e15)
+PEAK_FLOPS_RANGE = (1e8, 1e18)
+#: device memory bandwidth, B/s: 100 MB/s .. 1 PB/s (B200: 8e12)
+HBM_BANDWIDTH_RANGE = (1e8, 1e15)
+#: device memory, bytes: 1 MiB .. 1 PiB (B200: 1.9e11)
+MEMORY_BYTES_RANGE = (2 ** 20, 2 ** 50)
+#: link bandwidth per GPU and direction, B/s: 1 MB/s .. 100 TB/s (NVLink 5: 9e11)
+LINK_BANDWIDTH_RANGE = (1e6, 1e14)
+#: SMs / CUs, GPUs per link domain
+MAX_UNITS = 100_000
+#: fixed costs (latency, launch, per-step overhead), s
+MAX_FIXED_COST_S = 1.0
+#: USD per GPU-hour
+MAX_PRICE_USD = 10_000.0
+
+_Peak = Field(ge=PEAK_FLOPS_RANGE[0], le=PEAK_FLOPS_RANGE[1])
 
 
 class _Strict(BaseModel):
@@ -43,11 +62,11 @@ class _Strict(BaseModel):
 
 class PeakFlops(_Strict):
     """Dense (no 2:4 sparsity) tensor-core peak, FLOP/s (int8: OP/s)."""
-    bf16: float = _Pos
-    fp16: float | None = Field(default=None, gt=0)
-    fp8: float | None = Field(default=None, gt=0)
-    int8: float | None = Field(default=None, gt=0)
-    fp4: float | None = Field(default=None, gt=0)
+    bf16: float = _Peak
+    fp16: float | None = Field(default=None, ge=PEAK_FLOPS_RANGE[0], le=PEAK_FLOPS_RANGE[1])
+    fp8: float | None = Field(default=None, ge=PEAK_FLOPS_RANGE[0], le=PEAK_FLOPS_RANGE[1])
+    int8: float | None = Field(default=None, ge=PEAK_FLOPS_RANGE[0], le=PEAK_FLOPS_RANGE[1])
+    fp4: float | None = Field(default=None, ge=PEAK_FLOPS_RANGE[0], le=PEAK_FLOPS_RANGE[1])
 
     def get(self, dtype: str) -> float | None:
         """Peak for ``dtype`` or ``None`` if the chip lacks it (fp16 = bf16)."""
@@ -60,11 +79,12 @@ class PeakFlops(_Strict):
 class Interconnect(_Strict):
     """GPU-to-GPU link used for tensor parallelism."""
     name: str
-    bandwidth_bytes_per_s: float = _Pos  #: per GPU, per direction
-    latency_s: float = _NonNeg           #: fixed cost of one all-reduce
+    #: per GPU, per direction
+    bandwidth_bytes_per_s: float = Field(ge=LINK_BANDWIDTH_RANGE[0], le=LINK_BANDWIDTH_RANGE[1])
+    latency_s: float = Field(ge=0, le=MAX_FIXED_COST_S)  #: fixed cost of one all-reduce
     #: GPUs this link joins (one node's NVLink / NVSwitch domain, 8 on HGX boards);
     #: tensor parallelism beyond it would cross nodes, which is not modelled
-    max_gpus: int = Field(default=8, ge=1)
+    max_gpus: int = Field(default=8, ge=1, le=MAX_UNITS)
 
 
 class HardwareProfile(_Strict):
@@ -72,13 +92,13 @@ class HardwareProfile(_Strict):
     (what vLLM multiplies by ``gpu_memory_utilization``)."""
     name: str
     description: str = ""
-    memory_bytes: int = _Pos
-    hbm_bandwidth_bytes_per_s: float = _Pos
+    memory_bytes: int = Field(ge=MEMORY_BYTES_RANGE[0], le=MEMORY_BYTES_RANGE[1])
+    hbm_bandwidth_bytes_per_s: float = Field(ge=HBM_BANDWIDTH_RANGE[0], le=HBM_BANDWIDTH_RANGE[1])
     peak_flops_per_s: PeakFlops
-    num_sms: int = _Pos  #: SMs (NVIDIA) or CUs (AMD)
+    num_sms: int = Field(ge=1, le=MAX_UNITS)  #: SMs (NVIDIA) or CUs (AMD)
     interconnect: Interconnect
     efficiency: SerializeAsAny[EfficiencyBase]
-    price_per_gpu_hour_usd: float = _NonNeg
+    price_per_gpu_hour_usd: float = Field(ge=0, le=MAX_PRICE_USD)
     provenance: dict[str, str]
 
     @model_validator(mode="before")

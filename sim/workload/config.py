@@ -30,14 +30,24 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sim.errors import ConfigError
 # the length specs live in sim/workload/lengths.py; re-exported for sim.workload's users
-from sim.workload.lengths import EmpiricalLen, FixedLen, LengthSpec, LognormalLen, UniformLen  # noqa: F401
+from sim.workload.lengths import (MAX_LENGTH_TOKENS, EmpiricalLen, FixedLen, LengthSpec,  # noqa: F401
+                                  LognormalLen, UniformLen)
 
 _STRICT = ConfigDict(extra="forbid")
 
 MAX_NUM_REQUESTS = 50_000_000
-# Open-loop send times beyond this (s, ~32 years) leave float64 seconds too coarse
-# (spacing > 0.1 us) for millisecond steps to add up exactly.
+#: Latest send time (s, ~32 years) of a run. The simulated clock is float64 seconds:
+#: its spacing (ULP) at time t is 2^(floor(log2 t) - 52), which for t < 2^30 s
+#: (1.07e9) is at most 2^-23 s ≈ 0.12 µs, so engine steps (µs to ms), and the
+#: latencies taken as differences of clock readings, keep sub-µs resolution. At
+#: 1e12 s the spacing is 122 µs and at 1e14 s 15.6 ms: steps vanish into the
+#: rounding and TTFT/E2EL come out 0 or multiples of 15.625 ms. Synthetic
+#: workloads (rate x count, duration, conversation think times), replayed traces
+#: (:func:`sim.workload.generate._check_replayed_span`) and trace timestamps
+#: (:data:`sim.workload.traces.MAX_TRACE_TIMESTAMP_S`) are refused beyond it.
 MAX_SIMULATED_SPAN_S = 1e9
+#: Priorities are stored as int64.
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
 TRACE_FORMATS = ("azure", "mooncake", "burstgpt", "lengths", "generic")
 ARRIVALS = ("poisson", "gamma", "constant", "inf", "trace")
 
@@ -62,8 +72,9 @@ class SharedPrefixConfig(BaseModel):
 
     model_config = _STRICT
     fraction: float = Field(default=1.0, ge=0, le=1)
-    num_prefixes: int = Field(default=1, ge=1)
-    prefix_len: int = Field(ge=1)
+    #: at most one per request (checked against num_requests where it is set)
+    num_prefixes: int = Field(default=1, ge=1, le=MAX_NUM_REQUESTS)
+    prefix_len: int = Field(ge=1, le=MAX_LENGTH_TOKENS)
 
 
 class ConversationConfig(BaseModel):
@@ -84,23 +95,31 @@ class ConversationConfig(BaseModel):
     @classmethod
     def _turns(cls, v: int | tuple[int, int]) -> int | tuple[int, int]:
         lo, hi = (v, v) if isinstance(v, int) else v
-        if lo < 1 or lo > hi:
-            raise ValueError(f"need 1 <= low <= high turns, got {v}")
+        if lo < 1 or lo > hi or hi > MAX_NUM_REQUESTS:
+            raise ValueError(f"need 1 <= low <= high <= {MAX_NUM_REQUESTS:,} turns, got {v}")
         return v
 
     @field_validator("think_time_s")
     @classmethod
     def _think(cls, v: float | tuple[float, float]) -> float | tuple[float, float]:
         lo, hi = (v, v) if isinstance(v, (int, float)) else v
-        if not (0 <= lo <= hi < math.inf):
-            raise ValueError(f"need 0 <= low <= high < inf seconds, got {v}")
+        if not (0 <= lo <= hi <= MAX_SIMULATED_SPAN_S):
+            raise ValueError(f"need 0 <= low <= high <= {MAX_SIMULATED_SPAN_S:g} seconds (~32 years: float64 "
+                             f"seconds past it are too coarse for engine steps), got {v}")
         return v
+
+    def max_think_s(self) -> float:
+        """The longest gap between two turns of a session."""
+        return float(self.think_time_s if isinstance(self.think_time_s, (int, float)) else self.think_time_s[1])
+
+    def max_turns(self) -> int:
+        return self.num_turns if isinstance(self.num_turns, int) else self.num_turns[1]
 
 
 class PriorityClass(BaseModel):
     model_config = _STRICT
     fraction: float = Field(gt=0, le=1)
-    priority: int
+    priority: int = Field(ge=_INT64[0], le=_INT64[1])  # int64, as the request arrays hold it
 
 
 # ---------------------------------------------------------------- the config
@@ -243,12 +262,30 @@ class WorkloadConfig(BaseModel):
         if self.num_requests is not None and total > MAX_NUM_REQUESTS:
             raise ValueError(f"num_requests ({self.num_requests:,}) + num_warmup_requests "
                              f"({self.num_warmup_requests:,}) is over the {MAX_NUM_REQUESTS:,} a run takes")
+        if (self.shared_prefix is not None and self.num_requests is not None
+                and self.shared_prefix.num_prefixes > total):
+            raise ValueError(f"shared_prefix.num_prefixes = {self.shared_prefix.num_prefixes:,} is more system prompts "
+                             f"than the {total:,} requests (num_requests + num_warmup_requests) could use; "
+                             "at most one per request")
+        span = 0.0
         if not self.is_infinite_rate():
             span = self.duration_s if self.num_requests is None else total / self.request_rate
             if span > MAX_SIMULATED_SPAN_S:
                 raise ValueError(f"request_rate {self.request_rate:g} req/s spreads the requests over ~{span:.3g} s "
                                  f"of simulated time, beyond {MAX_SIMULATED_SPAN_S:g} s (~32 years), where float64 "
                                  "seconds are too coarse for millisecond engine steps; raise the rate")
+        conv = self.conversation
+        if conv is not None and conv.fraction > 0 and conv.max_turns() > 1:
+            # the last turn of a session is sent (turns - 1) think times after its start
+            turns = conv.max_turns() if self.num_requests is None else min(conv.max_turns(), total)
+            last = span + (turns - 1) * conv.max_think_s()
+            if self.duration_s is not None:
+                last = min(last, self.duration_s)  # later turns are dropped
+            if last > MAX_SIMULATED_SPAN_S:
+                raise ValueError(f"conversation.think_time_s = {conv.think_time_s!r} with up to {turns:,} turns "
+                                 f"sends the last turns ~{last:.3g} s into the run, beyond {MAX_SIMULATED_SPAN_S:g} s "
+                                 "(~32 years), where float64 seconds are too coarse for engine steps; shorten the "
+                                 "think time or the turns")
         return self
 
     # ------------------------------------------------------------ helpers

@@ -6,7 +6,7 @@ import numpy as np
 
 from sim.errors import ConfigError
 from sim.workload.builtin import resolve_workload
-from sim.workload.config import WorkloadConfig
+from sim.workload.config import MAX_SIMULATED_SPAN_S, WorkloadConfig
 from sim.workload.sessions import (choose_prefixes, conversation_prompts, mean_turns, session_turns,
                                    single_turn, turn_offsets)
 from sim.workload.specs import RequestSpecs
@@ -35,6 +35,10 @@ def generate_requests(cfg: WorkloadConfig, *, seed: int, max_model_len: int | No
     else:
         arrival, prompt, output, max_tokens, keys, chunk, source = _synthetic(cfg, seed, n_wanted)
         skipped = reordered = 0
+        if len(arrival) and arrival[-1] > MAX_SIMULATED_SPAN_S:  # WorkloadConfig bounds it; kept as a guard
+            raise ConfigError(f"workload: the last request is sent {arrival[-1]:.6g} s into the run, beyond "
+                              f"{MAX_SIMULATED_SPAN_S:g} s (~32 years), where float64 seconds are too coarse "
+                              "for engine steps; raise request_rate or shorten duration_s / think_time_s")
     n = len(arrival)
     if n == 0:
         raise ConfigError(f"workload: no requests ({source}); check num_requests / duration_s / window_s")
@@ -152,6 +156,7 @@ def _from_trace(cfg: WorkloadConfig, seed: int, n_wanted: int | None):
             _enough(cfg, len(table), n_wanted)
             table = table.take(np.arange(n_wanted))
         arrival = table.arrival_s
+        _check_replayed_span(cfg, table)
     else:
         if n_wanted is None and cfg.duration_s is None:
             arrival = arrival_times(len(table), process, cfg.request_rate, cfg.burstiness,
@@ -166,6 +171,25 @@ def _from_trace(cfg: WorkloadConfig, seed: int, n_wanted: int | None):
                  if table.num_out_of_order else ""))
     return (np.asarray(arrival, dtype=np.float64), table.num_prompt_tokens, table.output_len,
             table.prefix_keys, table.prefix_chunk_tokens, table.num_skipped_rows, table.num_out_of_order, source)
+
+
+def _check_replayed_span(cfg: WorkloadConfig, table) -> None:
+    """Refuse replayed arrivals later than MAX_SIMULATED_SPAN_S (see there), naming the
+    first such row; ``window_s``, ``duration_s`` or ``num_requests`` can cut it off."""
+    t = table.arrival_s
+    if not len(t) or t[-1] <= MAX_SIMULATED_SPAN_S:
+        return
+    i = int(np.argmax(t > MAX_SIMULATED_SPAN_S))
+    line = f":{int(table.line[i])}" if table.line is not None else ""
+    field = f" field {table.arrival_field!r}:" if table.arrival_field else ""
+    applied = [k for k, on in (("window_s", cfg.window_s is not None), ("speedup", cfg.speedup != 1.0),
+                               ("jitter_s", cfg.jitter_s > 0)) if on]
+    after = f" (after {', '.join(applied)})" if applied else ""
+    raise ConfigError(
+        f"{cfg.trace}{line}:{field} sent {t[i]:.6g} s into the replay{after}, beyond the "
+        f"{MAX_SIMULATED_SPAN_S:g} s (~32 years) a run can simulate: float64 seconds past it are too coarse "
+        f"(> 0.12 us) to resolve engine steps and latencies; fix the timestamp, or replay a part of the trace "
+        f"(workload.window_s, duration_s or num_requests)")
 
 
 def _enough(cfg: WorkloadConfig, have: int, need: int) -> None:

@@ -26,9 +26,10 @@ from sim.workload.config import ConversationConfig, SharedPrefixConfig
 
 @dataclass(frozen=True)
 class PrefixTable:
-    """System prompt keys and each request's (or session's) choice (-1 = none)."""
+    """System prompt keys (of the prompts chosen at least once) and each request's
+    (or session's) choice (-1 = none)."""
 
-    keys: list[tuple[int, ...]]
+    keys: dict[int, tuple[int, ...]]
     choice: np.ndarray  # int64, -1 = no shared prefix
     prefix_len: int
     next_id: int  # first id free for other content
@@ -39,13 +40,15 @@ def choose_prefixes(spec: SharedPrefixConfig | None, n: int, chunk: int,
     """Pick, for ``n`` requests or sessions, whether they start with a system prompt
     (probability ``fraction``) and which one (uniform over ``num_prefixes``)."""
     if spec is None:
-        return PrefixTable([], np.full(n, -1, dtype=np.int64), 0, 0)
+        return PrefixTable({}, np.full(n, -1, dtype=np.int64), 0, 0)
     # Both draws always happen, so changing `fraction` keeps which prompt each request would get.
     u = rng.random(n)
     which = rng.integers(spec.num_prefixes, size=n, dtype=np.int64)
+    choice = np.where(u < spec.fraction, which, -1)
     m = spec.prefix_len // chunk
-    keys = [tuple(range(k * m, (k + 1) * m)) for k in range(spec.num_prefixes)]
-    return PrefixTable(keys, np.where(u < spec.fraction, which, -1), spec.prefix_len, spec.num_prefixes * m)
+    # keys of the chosen prompts only: memory grows with the requests, not with num_prefixes
+    keys = {k: tuple(range(k * m, (k + 1) * m)) for k in np.unique(choice[choice >= 0]).tolist()}
+    return PrefixTable(keys, choice, spec.prefix_len, spec.num_prefixes * m)
 
 
 def single_turn(prompt_body: np.ndarray, table: PrefixTable) -> tuple[np.ndarray, list | None]:

@@ -17,10 +17,13 @@ Formats (``workload.trace_format``; detected from the header when unset):
   (optional), input and output columns and ``arrival_unit`` (s | ms).
 
 Times become seconds from the earliest row, rows are stably sorted by time (send
-order). A malformed row (missing field, non-numeric, length ≤ 0 or fractional)
-raises :class:`ConfigError` naming file, line and field — or, with
-``skip_bad_rows``, is skipped and counted. pandas is imported only inside these
-functions.
+order). A malformed row (missing field, non-numeric, length ≤ 0, fractional or
+above :data:`~sim.workload.lengths.MAX_LENGTH_TOKENS`, a numeric timestamp whose
+magnitude is :data:`MAX_TRACE_TIMESTAMP_S` s or more) raises :class:`ConfigError`
+naming file, line and field — or, with ``skip_bad_rows``, is skipped and counted.
+Replayed arrivals more than :data:`~sim.workload.config.MAX_SIMULATED_SPAN_S` after
+the first are refused where they are used (:mod:`sim.workload.generate`), naming the
+row. pandas is imported only inside these functions.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.errors import ConfigError, require_file
+from sim.workload.lengths import MAX_LENGTH_TOKENS
 
 AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT = ("Timestamp", "Request tokens", "Response tokens")
@@ -39,6 +43,14 @@ LENGTHS = ("num_prefill_tokens", "num_decode_tokens")
 MOONCAKE = ("timestamp", "input_length", "output_length")
 MOONCAKE_CHUNK_TOKENS = 512
 _HINT = " (set workload.skip_bad_rows: true to skip and count such rows)"
+#: Prefix keys (Mooncake ``hash_ids``) are below 2^60, the range the KV-cache hashing
+#: takes (``sim/kv_cache/hashing.py``).
+MAX_PREFIX_KEY = 1 << 60
+#: Largest magnitude (s) of a numeric trace timestamp. Parsed as float64, a time
+#: of 2^32 s (~136 years: epoch seconds and epoch milliseconds fit) is resolved to
+#: 2^-20 s ≈ 0.95 µs; beyond it the parsed times, and so the gaps between
+#: requests, would be silently rounded (at 1e14 s to 15.6 ms).
+MAX_TRACE_TIMESTAMP_S = 2.0 ** 32
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,8 @@ class TraceTable:
     path: str
     format: str
     num_out_of_order: int = 0  # rows sent before the row above them (the table is sorted by time)
+    line: np.ndarray | None = None  # int64: each row's line in the file (1-based), for messages
+    arrival_field: str | None = None  # the column (field) the arrival times came from
 
     def __len__(self) -> int:
         return int(self.num_prompt_tokens.shape[0])
@@ -63,8 +77,9 @@ class TraceTable:
         idx = np.flatnonzero(idx) if idx.dtype == bool else idx
         keys = None if self.prefix_keys is None else [self.prefix_keys[i] for i in idx.tolist()]
         arr = None if self.arrival_s is None else self.arrival_s[idx]
+        line = None if self.line is None else self.line[idx]
         return replace(self, arrival_s=arr, num_prompt_tokens=self.num_prompt_tokens[idx],
-                       output_len=self.output_len[idx], prefix_keys=keys)
+                       output_len=self.output_len[idx], prefix_keys=keys, line=line)
 
 
 # ------------------------------------------------------------------ detection
@@ -112,10 +127,12 @@ def detect_format(path: str | Path, has_columns: bool = False) -> str:
 
 # ------------------------------------------------------------------ validation
 def _bad_rows(path: Path, lines: np.ndarray, fields: dict[str, tuple[object, str]],
-              skip: bool) -> tuple[dict[str, np.ndarray], np.ndarray]:
+              skip: bool, time_scale: float = 1.0) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Validate columns; ``fields`` maps a field name to (raw values, kind) with kind
-    ``length`` (integer ≥ 1), ``time`` (finite number) or ``timestamp`` (date string).
-    Returns (numeric values, keep mask); raises on the first bad row unless ``skip``."""
+    ``length`` (integer in 1..MAX_LENGTH_TOKENS), ``time`` (finite number; times
+    ``time_scale`` s below MAX_TRACE_TIMESTAMP_S in magnitude) or ``timestamp``
+    (date string). Returns (numeric values, keep mask); raises on the first bad row
+    unless ``skip``."""
     import pandas as pd
 
     values, reasons = {}, []
@@ -136,12 +153,17 @@ def _bad_rows(path: Path, lines: np.ndarray, fields: dict[str, tuple[object, str
             num = pd.to_numeric(raw.where(~missing), errors="coerce").to_numpy(dtype=np.float64)
             bad_parse = np.isnan(num) & ~missing
             finite = np.isfinite(num)
-            if kind == "length":
-                bad_value = ~missing & ~bad_parse & (~finite | (num < 1) | (num != np.floor(num)))
-                what_value = "must be a positive integer (tokens)"
-            else:
-                bad_value = ~missing & ~bad_parse & ~finite
-                what_value = "must be a finite number"
+            with np.errstate(invalid="ignore", over="ignore"):
+                if kind == "length":
+                    bad_value = ~missing & ~bad_parse & (~finite | (num < 1) | (num != np.floor(num))
+                                                         | (num > MAX_LENGTH_TOKENS))
+                    what_value = f"must be a positive integer <= {MAX_LENGTH_TOKENS:,} (tokens)"
+                else:
+                    bad_value = ~missing & ~bad_parse & (~finite | (np.abs(num) * time_scale
+                                                                    >= MAX_TRACE_TIMESTAMP_S))
+                    what_value = (f"must be a finite number of magnitude below {MAX_TRACE_TIMESTAMP_S:.4g} s "
+                                  f"(2^32 s, ~136 years; float64 resolves larger times no better than "
+                                  f"1 µs, so the gaps between requests would be rounded)")
         values[name] = num
         for mask, why in ((missing, "missing"), (bad_parse, "not a number" if kind != "timestamp"
                                                    else "not a timestamp"), (bad_value, what_value)):
@@ -210,8 +232,9 @@ def _read_jsonl(path: Path, fields: dict[str, str], keys_field: str | None, skip
                 k = obj.get(keys_field) if keys_field else None
                 if k is not None:
                     if not isinstance(k, list) or not all(isinstance(x, int) and not isinstance(x, bool)
-                                                          and x >= 0 for x in k):
-                        raise ValueError(f"field {keys_field!r} must be a list of non-negative integers")
+                                                          and 0 <= x < MAX_PREFIX_KEY for x in k):
+                        raise ValueError(f"field {keys_field!r} must be a list of integers in [0, 2^60), "
+                                         f"got {k!r}"[:300])
                     k = tuple(k)
             except ValueError as exc:  # json.JSONDecodeError is a ValueError
                 if skip:
@@ -274,12 +297,14 @@ def load_trace(path: str | Path, trace_format: str | None = None, columns=None,
     kinds = {names["input"]: "length", names["output"]: "length"}
     if "arrival" in names:
         kinds[names["arrival"]] = arrival_kind
-    vals, keep = _bad_rows(path, lines, {c: (fields[c], kinds[c]) for c in kinds}, skip_bad_rows)
+    vals, keep = _bad_rows(path, lines, {c: (fields[c], kinds[c]) for c in kinds}, skip_bad_rows,
+                           time_scale=arrival_scale)
     num_skipped = num_bad + int((~keep).sum())
     if not keep.any():
         raise ConfigError(f"{path}: no valid rows")
     inp = vals[names["input"]][keep].astype(np.int64)
     out = vals[names["output"]][keep].astype(np.int64)
+    line = lines[keep].astype(np.int64)
     if keys is not None:
         keys = [k for k, ok in zip(keys, keep.tolist()) if ok]
         if all(k is None for k in keys):
@@ -292,9 +317,10 @@ def load_trace(path: str | Path, trace_format: str | None = None, columns=None,
         num_out_of_order = int(np.count_nonzero(np.diff(arr) < 0))
         order = np.argsort(arr, kind="stable")
         if np.any(order != np.arange(order.shape[0])):
-            arr, inp, out = arr[order], inp[order], out[order]
+            arr, inp, out, line = arr[order], inp[order], out[order], line[order]
             keys = None if keys is None else [keys[i] for i in order.tolist()]
-    return TraceTable(arr, inp, out, keys, chunk, num_skipped, str(path), fmt, num_out_of_order)
+    return TraceTable(arr, inp, out, keys, chunk, num_skipped, str(path), fmt, num_out_of_order,
+                      line=line, arrival_field=names.get("arrival"))
 
 
 def read_length_column(path: str | Path, column: str) -> np.ndarray:
