@@ -26,6 +26,23 @@ from sim.accelerated.queued_span import QueuedSpan
 from sim.scheduler.types import SchedulerOutput
 
 
+def grows_in_bulk(kv, span: bool) -> bool:
+    """Can the growth of a merged run's members be taken in bulk at its end
+    (``grow_for_decode``, ``allocate_prompt``) instead of step by step? Paged
+    tables growing by whole blocks, no watermark, and with prefix caching (the
+    caller also checks each member with ``hashes_when_grown``): for a
+    ``span``, whose finishes free blocks before later steps take theirs, only
+    when no free cached block can be hit again
+    (``KVCacheManager.cached_free_blocks_are_dead``): then which blocks are
+    taken when is unobservable; a decode run frees nothing before its last
+    step, so it takes the same blocks either way."""
+    if not getattr(kv, "grows_by_block", False) or getattr(kv, "watermark_blocks", 0):
+        return False
+    if not kv.enable_prefix_caching:
+        return True
+    return not span or kv.cached_free_blocks_are_dead()
+
+
 class DecodeRuns:
     """Merged-decode-run planning and application for the scheduler ``sched``.
     The base class holds what every batching mode shares; a policy's own rules
@@ -105,8 +122,10 @@ class DecodeRuns:
         or None. Exactly what the reference mode does while nothing else changes
         the batch: the step after a finish schedules the same requests minus the
         finished ones, each decoding one token (the running pass keeps their
-        order), plus what the waiting pass admits. Requires caching off and paged
-        growth (``grows_decode_in_bulk``: block ids are plain counts). With an
+        order), plus what the waiting pass admits. Requires paged growth whose
+        blocks can be taken in bulk at the span's end (:func:`grows_in_bulk`:
+        caching off, or prefix caching where no free cached block can be hit
+        again and no member's growth hashes a block). With an
         empty waiting queue and free blocks for every block boundary crossed up to
         each request's finish, a free-running span; else, with ``queued`` and a
         scheduler whose admissions spans can take (``spans_admit``), a queued
@@ -119,9 +138,11 @@ class DecodeRuns:
         if (out.preempted or out.num_prefill_tokens or not sched
                 or not self.spans_finishes or not policy.frees_on_finish
                 or len(sched) != len(policy.running)
-                or not getattr(kv, "grows_decode_in_bulk", False)):
+                or not grows_in_bulk(kv, span=True)):
             return None
-        gated = queued and self.spans_admit()
+        caching = kv.enable_prefix_caching
+        # (a queued span may preempt, and a resumed request hits its own cached blocks)
+        gated = queued and not caching and self.spans_admit()
         if policy.waiting and not gated:
             return None
         bs = policy.limits.block_size
@@ -138,6 +159,8 @@ class DecodeRuns:
             s = r.num_computed_tokens + f - 1 - r.kv_capacity
             if s > 0:
                 need += -(-s // bs)
+            if caching and kv.hashes_when_grown(r, r.num_computed_tokens + f):
+                return None
         free = kv.num_free_blocks
         if k <= 1:
             return None
@@ -178,9 +201,12 @@ class DecodeRuns:
         alloc = kv.allocate_slots
         finished = []
         skip_alloc = getattr(kv, "decode_skips_allocation", False)
-        bulk = getattr(kv, "grows_decode_in_bulk", False)
-        grow, grow_slots = [], []
+        caching = getattr(kv, "enable_prefix_caching", False)
         jm1 = j - 1
+        # (no frees before the run's last step: bulk growth takes the same blocks)
+        bulk = grows_in_bulk(kv, span=False) and not (
+            caching and any(kv.hashes_when_grown(r, r.num_computed_tokens + jm1) for r in out.scheduled))
+        grow, grow_slots = [], []
         for r in out.scheduled:
             o = r.num_output_tokens
             if jm1:
@@ -205,6 +231,8 @@ class DecodeRuns:
                 finished.append(r)
         if grow:
             kv.grow_for_decode(grow, grow_slots)
+        if bulk and caching:
+            kv.cache_computed(out.scheduled)
         usage = kv.usage
         if finished:
             self.sched._on_finished(finished)

@@ -196,6 +196,8 @@ class DecodeSpan:
                 raise RuntimeError(f"request {r.request_id}: a span join's blocks do not fit")
         if grow:
             kv.grow_for_decode(grow, grow_slots)
+        if kv.enable_prefix_caching:  # (finished members freed their tables as they were: dead blocks)
+            kv.cache_computed([r for r in sched.running if r.status == RequestStatus.RUNNING])
 
     def apply(self, j: int) -> SpanParts:
         """Advance every member by the span's first ``j`` steps, finish those

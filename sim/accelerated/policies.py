@@ -48,8 +48,9 @@ class ChunkedRuns(DecodeRuns):
         """Can a decode span take in this scheduler's admissions
         (:meth:`span_admissions`)? ``ChunkedPrefillScheduler``'s own schedule
         with chunked prefill, an FCFS queue never reordered, no long-prefill
-        threshold, no prefix cache and no TensorRT-LLM capacity policy; a mode
-        that changes the schedule (``continuous``, ``mixed``) gets False."""
+        threshold and no TensorRT-LLM capacity policy (with prefix caching,
+        joins must be requests that can hit nothing: :meth:`span_admissions`);
+        a mode that changes the schedule (``continuous``, ``mixed``) gets False."""
         sched = self.sched
         cls = type(sched)
         lim = sched.limits
@@ -57,8 +58,7 @@ class ChunkedRuns(DecodeRuns):
                 and cls._schedule_waiting is ChunkedPrefillScheduler._schedule_waiting
                 and cls._schedule_running is ChunkedPrefillScheduler._schedule_running
                 and sched.chunked_prefill and not sched.waiting.priority and not sched.waiting.reordered
-                and not lim.long_prefill_token_threshold and not lim.capacity_scheduler_policy
-                and not getattr(sched.kv, "enable_prefix_caching", False))
+                and not lim.long_prefill_token_threshold and not lim.capacity_scheduler_policy)
 
     def span_admissions(self, num_running: int, budget: int,
                         free_blocks: int | None = None) -> tuple[list[Request], int] | None:
@@ -71,7 +71,10 @@ class ChunkedRuns(DecodeRuns):
         stops at the first request whose blocks do not fit or that
         ``max_num_seqs`` leaves out (head-of-line blocking), as
         ``ChunkedPrefillScheduler._schedule_waiting``. Without (the span checks
-        blocks itself), every waiting request must be admitted whole, else None."""
+        blocks itself), every waiting request must be admitted whole, and with
+        prefix caching be one that can hit nothing and whose blocks get no
+        hash (no shareable prefix: its lookup finds 0 tokens whatever the
+        cache holds), else None."""
         sched = self.sched
         lim = sched.limits
         room = lim.max_num_seqs - num_running
@@ -98,6 +101,10 @@ class ChunkedRuns(DecodeRuns):
             room -= 1
         if free_blocks is None and len(out) < len(sched.waiting):
             return None
+        kv = sched.kv
+        if free_blocks is None and kv.enable_prefix_caching and any(
+                kv.hashes_when_grown(r, r.num_tokens + r.num_output_tokens_target) for r in out):
+            return None
         return out, last
 
     def admit_to_span(self, req: Request, num_tokens: int) -> None:
@@ -107,8 +114,9 @@ class ChunkedRuns(DecodeRuns):
         sched = self.sched
         if sched.waiting.pop() is not req:
             raise RuntimeError(f"request {req.request_id}: not at the head of the waiting queue")
-        if req.status != RequestStatus.PREEMPTED:  # as _admit(req, 0) with caching off
+        if req.status != RequestStatus.PREEMPTED:  # as _admit(req, 0): its lookup hit nothing
             req.num_cached_tokens = 0
+        sched.kv.record_prefix_cache_stats(req, 0)
         req.status = RequestStatus.RUNNING
         sched.running.append(req)
         req.num_computed_tokens = num_tokens

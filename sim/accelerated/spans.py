@@ -115,7 +115,7 @@ class AcceleratedStepping:
         now = self.env.now
         j = max(min(bisect_left(ends, now) + 1, len(ends)), floor)
         if ends[j - 1] > now:
-            yield self.env.timeout(ends[j - 1] - now)
+            yield self.env.timeout_at(ends[j - 1])
         return j
 
     def _run_ends(self, rep, ends: list[float], j: int, start: float) -> None:
@@ -161,7 +161,7 @@ class AcceleratedStepping:
         self._run_begins(rep, ends)
         try:
             while True:
-                yield env.timeout(ends[-1] - env.now)
+                yield env.timeout_at(ends[-1])
                 m = len(ends)
                 if m >= k or not rep.merging:  # all k steps, or cut by an arrival in the last one
                     break
@@ -211,9 +211,9 @@ class AcceleratedStepping:
                         if clock.end < until and m + 1 < span.k:
                             clock.advance(span.k - m - 1, until)
                         continue
-                    yield env.timeout(ends[-1] - env.now)  # they wait: the span ends with step m
+                    yield env.timeout_at(ends[-1])  # they wait: the span ends with step m
                     break
-                yield env.timeout(ends[-1] - env.now)
+                yield env.timeout_at(ends[-1])
                 m = len(ends)
                 if m >= span.k:
                     break
@@ -259,7 +259,7 @@ class AcceleratedStepping:
                     if inline and self.traffic.num_arrived == self.traffic.num_sent:  # sent here (see _span_run)
                         self.traffic.send_inline(rep, ends[-1])
                     else:
-                        yield env.timeout(ends[-1] - env.now)
+                        yield env.timeout_at(ends[-1])
                         self.num_events += 1
                         rep.merging = True  # (an arrival to an empty queue cuts: it is simply seen next)
                     until = self.traffic.next_send_s()
@@ -289,7 +289,7 @@ class AcceleratedStepping:
                 else:
                     clock.advance(1)
             if ends[-1] > env.now:
-                yield env.timeout(ends[-1] - env.now)
+                yield env.timeout_at(ends[-1])
             j = len(ends)
         except Interrupt:  # not expected: steps are never timed past the next send
             raise RuntimeError("queued decode span interrupted") from None

@@ -49,8 +49,10 @@ from __future__ import annotations
 
 import gc
 import math
+from heapq import heappush
 import numpy as np
 import simpy
+from simpy.events import NORMAL
 
 from sim.engine.deployment import Deployment
 from sim.engine.recording import Recorder
@@ -61,6 +63,27 @@ from sim.workload import RequestSpecs
 
 #: SimPy's interrupt, for the accelerated stepping (only sim/engine imports simpy)
 Interrupt = simpy.Interrupt
+
+
+class Environment(simpy.Environment):
+    """SimPy's environment, plus events at an absolute time.
+
+    ``env.timeout(t - env.now)`` fires at ``now + (t - now)`` in floating
+    point, which is a neighbour of ``t`` for some pairs (and no delay reaches
+    ``t`` exactly from some ``now``): an arrival's time would depend on when
+    the arrival process last woke, which differs between the reference and the
+    accelerated stepping. :meth:`timeout_at` fires at exactly ``t``."""
+
+    def timeout_at(self, t: float) -> simpy.Event:
+        """An event that fires at simulated time exactly ``t`` (>= now), as a
+        ``Timeout`` does (same fields, same priority)."""
+        if t < self._now:
+            raise ValueError(f"time {t!r} is in the past (now {self._now!r})")
+        ev = simpy.Event(self)
+        ev._ok = True
+        ev._value = None
+        heappush(self._queue, (t, NORMAL, next(self._eid), ev))
+        return ev
 
 
 class Replica:
@@ -106,7 +129,7 @@ class Simulation:
         self.dep = dep
         self.specs = specs
         cfg = dep.cfg
-        self.env = simpy.Environment()
+        self.env = Environment()
         self.cost = dep.cost_model
         self.overheads = dep.overheads
         self.replicas = []

@@ -151,7 +151,7 @@ class Traffic:
             i = self.num_arrived
             t = times[i]
             if t > env.now:
-                yield env.timeout(t - env.now)
+                yield env.timeout_at(t)  # exactly t, however the process got here
                 self.num_events += 1
                 if self.num_arrived != i:
                     continue

@@ -92,6 +92,12 @@ class BlockPool:
             self._stack = list(range(n - 1, 0, -1))
 
     @property
+    def num_hashed_free_blocks(self) -> int:
+        """Free blocks carrying a prefix hash (shareable cached blocks another
+        request may still hit; a request's own cached blocks are kept as runs)."""
+        return self._num_hashed_free
+
+    @property
     def ref_cnt(self) -> list[int]:
         """Reference count per block id (``num_gpu_blocks`` ints). Only blocks
         with a hash keep a count; any other block counts 1 when held (off the

@@ -101,6 +101,9 @@ class KVCacheManager(PrefixCacheStats):
         #: allocate_slots within the held capacity does nothing (no hashing)
         self.decode_skips_allocation = not self.enable_prefix_caching
         self._states: dict[int, _ReqState] = {}
+        #: a request freed before it finished (preempted) left cached blocks of its own
+        #: behind, which it may hit when it resumes (see :meth:`cached_free_blocks_are_dead`)
+        self._resumable_blocks_freed = False
         self._reset_prefix_stats()
 
     # ---- prefix cache ---------------------------------------------------------
@@ -227,6 +230,46 @@ class KVCacheManager(PrefixCacheStats):
         growing by whole blocks (a running request's growth is pure counting)."""
         return self.decode_skips_allocation and not self.watermark_blocks and self.grows_by_block
 
+    def cached_free_blocks_are_dead(self) -> bool:
+        """With prefix caching: can no free cached block ever be hit again? True
+        when no free block carries a shareable hash and no request was freed
+        before it finished (a preempted request hits its own cached blocks when
+        it resumes; a finished one's own blocks can never be hit).
+
+        Then *which* free blocks an allocation takes is unobservable: a block
+        taken early or late evicts nothing anyone can see, and every block a
+        request can still hit is appended later, behind the same number of free
+        blocks either way. Growth can be applied in bulk (:meth:`grow_for_decode`,
+        :meth:`allocate_prompt`, then :meth:`cache_computed`) in another order
+        than the reference mode's step-by-step allocations, with the same hits,
+        evictions that matter and counts. (Caching off: True.)"""
+        return not self.enable_prefix_caching or (self.pool.num_hashed_free_blocks == 0
+                                                  and not self._resumable_blocks_freed)
+
+    def hashes_when_grown(self, request, num_slots: int) -> bool:
+        """Would caching ``request``'s blocks full within ``num_slots`` tokens
+        hash one (a shareable block, or any block of a request whose own blocks
+        are hashed one by one)? Bulk growth defers caching to its end, which is
+        exact only for blocks without a hash (no one else can hit them)."""
+        if not self.enable_prefix_caching:
+            return False
+        st = self._states.get(request.request_id)
+        if st is None:
+            return num_slots // self.block_size > 0 and self._num_hashed_limit(request) > 0
+        return min(num_slots // self.block_size, st.num_hashed_limit) > st.num_cached
+
+    def cache_computed(self, requests: list) -> None:
+        """After bulk growth with prefix caching: cache each request's blocks
+        full within its computed tokens, as its last ``allocate_slots`` would
+        have (:meth:`hashes_when_grown` was False for them). No-op without caching."""
+        if not self.enable_prefix_caching:
+            return
+        states = self._states
+        for r in requests:
+            st = states[r.request_id]
+            n = r.num_computed_tokens
+            self._cache_full(st, n if n < r.num_tokens else r.num_tokens)
+
     def grow_decode_block(self, request) -> bool:
         """``allocate_slots(request, 1) is not None`` for a running decode whose
         held slots are all computed (``num_computed_tokens == kv_capacity``):
@@ -242,17 +285,21 @@ class KVCacheManager(PrefixCacheStats):
 
     def allocate_prompt(self, request, num_tokens: int) -> bool:
         """Blocks for ``num_tokens`` slots of a request holding none, when
-        :attr:`grows_decode_in_bulk` (no cache to look up, no watermark): from
-        the free stack, or False (nothing changed) when they do not fit. For a
-        new request's prompt this is ``allocate_slots(request, num_prompt_tokens,
-        full_sequence_check=True) is not None``; a decode span also gives its
-        joining requests the slots they computed in it."""
+        :attr:`grows_decode_in_bulk` (no cache to look up, no watermark), or with
+        prefix caching for a request that can hit nothing (no shareable blocks,
+        never freed) when :meth:`cached_free_blocks_are_dead` (then
+        :meth:`cache_computed`): from the free blocks, or False (nothing
+        changed) when they do not fit. For a new request's prompt this is
+        ``allocate_slots(request, num_prompt_tokens, full_sequence_check=True)
+        is not None``; a decode span also gives its joining requests the slots
+        they computed in it."""
         bs = self.block_size
         n = -(-min(num_tokens, self.max_model_len) // bs)
         pool = self.pool
         if n > pool.num_free_blocks or request.request_id in self._states:
             return False
-        st = self._states[request.request_id] = _ReqState(request)
+        limit = self._num_hashed_limit(request) if self.enable_prefix_caching else 0
+        st = self._states[request.request_id] = _ReqState(request, limit)
         st.blocks = pool.get_new_blocks(n)
         st.capacity = request.kv_capacity = n * bs
         return True
@@ -261,7 +308,9 @@ class KVCacheManager(PrefixCacheStats):
         """Grow each running request's table to hold ``slots[i]`` tokens (capped
         at ``max_model_len``), as ``allocate_slots`` would one request after
         the other (the same block ids, in the same order), with one pool call.
-        Only when :attr:`grows_decode_in_bulk`; the caller has checked that the
+        Only when :attr:`grows_decode_in_bulk`, or with prefix caching when
+        :meth:`cached_free_blocks_are_dead` (then :meth:`cache_computed`
+        afterwards); the caller has checked that the
         free blocks suffice (a merged decode run plans its blocks), else
         RuntimeError."""
         bs, mml, states = self.block_size, self.max_model_len, self._states
@@ -363,6 +412,8 @@ class KVCacheManager(PrefixCacheStats):
         if st is not None:
             request.kv_capacity = 0
             n = st.num_cached
+            if n and request.status != RequestStatus.FINISHED:
+                self._resumable_blocks_freed = True
             self.pool.free_request_blocks(request.request_id, st.blocks, n,
                                           n if n < st.num_hashed_limit else st.num_hashed_limit)
 
