@@ -134,7 +134,7 @@ class ChunkedPrefillScheduler(Scheduler):
         kv = self.kv
         waiting = self.waiting
         running = self.running
-        cap_policy = lim.capacity_scheduler_policy
+        no_evict = lim.capacity_scheduler_policy == "guaranteed_no_evict"
         while waiting and budget > 0 and len(running) < lim.max_num_seqs:
             req = waiting.peek()
             hit_blocks, num_hit = kv.get_computed_blocks(req)
@@ -144,14 +144,18 @@ class ChunkedPrefillScheduler(Scheduler):
             n = self._cap_tokens(req, n, budget)
             if n <= 0:
                 break
-            if cap_policy == "guaranteed_no_evict" and not self._fits_no_evict(req):
-                break
+            if no_evict:
+                if not self._fits_no_evict(req):
+                    break
+                num_free_before = kv.num_free_blocks
             if kv.allocate_slots(req, n, num_hit, hit_blocks, full_sequence_check=True,
                                  has_scheduled_reqs=bool(running)) is None:
                 break
             waiting.pop()
             self._admit(req, num_hit)
             running.append(req)
+            if no_evict:
+                self._no_evict_admitted(req, num_free_before)
             out.admitted.append(req)
             self._add_scheduled(out, req, n)
             budget -= n
@@ -217,6 +221,7 @@ class ChunkedPrefillScheduler(Scheduler):
         holding no KV blocks yet: the span allocates them when it is applied."""
         if self.waiting.pop() is not req:
             raise RuntimeError(f"request {req.request_id}: not at the head of the waiting queue")
+        self._no_evict_invalidate()  # it holds no blocks yet
         if req.status != RequestStatus.PREEMPTED:  # as _admit(req, 0) with caching off
             req.num_cached_tokens = 0
         req.status = RequestStatus.RUNNING
