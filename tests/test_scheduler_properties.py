@@ -58,6 +58,9 @@ def test_invariants_hold_for_random_streams(mode, cap, policy, reqs, num_blocks,
         s.update_from_output(out)
         # Blocks conserved: free + held = usable.
         kv.check_invariants()
+        if s._no_evict_headroom is not None and s._no_evict_num_running == len(s.running):
+            # guaranteed_no_evict's kept headroom is the rule counted afresh
+            assert s._no_evict_headroom == kv.num_free_blocks - s._no_evict_reserved_blocks()
         held = {b for r in s.running for b in kv.block_table(r)}
         if mode == "static":
             held |= {b for r in s.batch for b in kv.block_table(r)}

@@ -114,6 +114,7 @@ class ChunkedRuns(DecodeRuns):
         sched = self.sched
         if sched.waiting.pop() is not req:
             raise RuntimeError(f"request {req.request_id}: not at the head of the waiting queue")
+        sched._no_evict_invalidate()  # it holds no blocks yet: the admission reserve is recounted
         if req.status != RequestStatus.PREEMPTED:  # as _admit(req, 0): its lookup hit nothing
             req.num_cached_tokens = 0
         sched.kv.record_prefix_cache_stats(req, 0)

@@ -46,6 +46,10 @@ class Scheduler:
         self.finished: list[Request] = []
         self.num_preemptions = 0
         self._seq = itertools.count()
+        # GUARANTEED_NO_EVICT headroom (:meth:`_no_evict_available_blocks`): None
+        # until first asked for, and for the len(running) it was kept for.
+        self._no_evict_headroom: int | None = None
+        self._no_evict_num_running = 0
 
     # ------------------------------------------------------------------ intake
     def add_request(self, req: Request) -> bool:
@@ -175,8 +179,11 @@ class Scheduler:
     def _on_finished(self, finished: list[Request]) -> None:
         self.finished.extend(finished)
         if self.frees_on_finish:
-            for req in finished:
-                self.kv.free(req)
+            if self._no_evict_headroom is not None:
+                self._no_evict_release(finished)
+            else:
+                for req in finished:
+                    self.kv.free(req)
             running = self.running
             if 8 * len(finished) < len(running):  # a few finishes in a big batch: C-level scans
                 for req in finished:
@@ -189,8 +196,12 @@ class Scheduler:
         """Recompute preemption (vLLM ``_preempt_request``): free the blocks
         (full ones keep their hashes), reset ``num_computed_tokens``, keep the
         generated tokens, and put the request at the front of the waiting queue
-        (``front=False``: at its back, as SGLang's retraction does)."""
-        self.kv.free(req)
+        (``front=False``: at its back, as SGLang's retraction does). The caller
+        takes it off the running list."""
+        if self._no_evict_headroom is not None:
+            self._no_evict_release((req,))
+        else:
+            self.kv.free(req)
         req.preempted_at_tokens = max(req.preempted_at_tokens, req.num_computed_tokens)
         req.num_computed_tokens = 0
         req.status = RequestStatus.PREEMPTED
@@ -214,15 +225,95 @@ class Scheduler:
             n = max(room, 0)
         return n
 
+    # ------------------------------------------------ TensorRT-LLM no-evict
+    # GUARANTEED_NO_EVICT (capacityScheduler.cpp, ENGINE_SEMANTICS §4): each
+    # iteration, available = free blocks − Σ remaining blocks to completion of
+    # the requests in progress; pending requests are admitted in order while
+    # their own remaining blocks fit in what is available (each admission
+    # uses them up), and the first miss stops admission. Here a candidate is
+    # checked against the state when it comes up: one admitted before it in
+    # the same pass has taken its first chunk's blocks from the free pool and
+    # reserves the rest of its blocks to completion (together its blocks to
+    # completion, less prefix-cache hits on blocks already held by others).
+
     def _remaining_blocks_to_completion(self, req: Request) -> int:
         """TensorRT-LLM ``getRemainingBlocksToCompletion``: blocks to hold prompt
         + ``max_tokens`` (capped at ``max_model_len``) minus blocks held."""
         total = min(req.num_prompt_tokens + req.max_tokens, self.limits.max_model_len)
         return self.kv.get_num_blocks_to_allocate(req, total)
 
+    def _no_evict_reserved_blocks(self) -> int:
+        """The reservation of ``capacityScheduler.cpp``: Σ
+        :meth:`_remaining_blocks_to_completion` over the running requests,
+        counted afresh (O(running))."""
+        rem = self._remaining_blocks_to_completion
+        return sum(rem(r) for r in self.running)
+
+    def _no_evict_available_blocks(self) -> int:
+        """Free blocks minus :meth:`_no_evict_reserved_blocks` (what
+        ``capacityScheduler.cpp`` finds available), in O(1): counted once,
+        then kept up to date.
+
+        Only admissions and releases change it. A running request's growth
+        (``allocate_slots`` in the running pass, merged decode runs and spans)
+        takes k blocks from the free pool and adds k to its table, so free
+        blocks and its remaining blocks to completion both drop by k: its
+        tokens stay below prompt + ``max_tokens`` ≤ ``max_model_len``
+        (:meth:`rejection`), so the table never outgrows its blocks to
+        completion (a contiguous reservation, which may, grows only at
+        admission). An admission (:meth:`_no_evict_admitted`) lowers it by
+        the blocks the request took from the free pool and what remains to its
+        completion; a release (finish or preemption, :meth:`_no_evict_release`)
+        raises it by what remained to the request's completion and the blocks
+        returned to the free pool (fewer than it held where prefix-cached
+        blocks are shared).
+
+        A scheduler that changes ``running`` otherwise calls
+        :meth:`_no_evict_invalidate`; a change in ``len(running)`` it did not
+        report is caught and the value counted afresh."""
+        h = self._no_evict_headroom
+        if h is None or self._no_evict_num_running != len(self.running):
+            h = self._no_evict_headroom = self.kv.num_free_blocks - self._no_evict_reserved_blocks()
+            self._no_evict_num_running = len(self.running)
+        return h
+
     def _fits_no_evict(self, req: Request) -> bool:
         """GUARANTEED_NO_EVICT admission (``capacityScheduler.cpp``): the
         candidate's own blocks to completion must fit in the free blocks left
-        after every running request's remaining blocks to completion."""
-        reserved = sum(self._remaining_blocks_to_completion(r) for r in self.running)
-        return self._remaining_blocks_to_completion(req) <= self.kv.num_free_blocks - reserved
+        after every running request's remaining blocks to completion
+        (:meth:`_no_evict_available_blocks`). Call :meth:`_no_evict_admitted`
+        once it is admitted."""
+        return self._remaining_blocks_to_completion(req) <= self._no_evict_available_blocks()
+
+    def _no_evict_admitted(self, req: Request, num_free_blocks_before: int) -> None:
+        """``req`` joined ``running`` and its first allocation took the free
+        pool from ``num_free_blocks_before`` to what it is now: the headroom
+        loses those blocks and what remains to its completion."""
+        h = self._no_evict_headroom
+        if h is not None:
+            kv = self.kv
+            self._no_evict_headroom = (h - (num_free_blocks_before - kv.num_free_blocks)
+                                       - self._remaining_blocks_to_completion(req))
+            self._no_evict_num_running += 1
+
+    def _no_evict_release(self, reqs) -> None:
+        """Free the blocks of ``reqs`` (running requests that finish or are
+        preempted; the caller takes them off ``running``) and give the
+        headroom back what remained to their completion and the blocks
+        returned to the free pool."""
+        kv = self.kv
+        rem = self._remaining_blocks_to_completion
+        before = kv.num_free_blocks
+        h = self._no_evict_headroom
+        n = 0
+        for req in reqs:
+            h += rem(req)
+            kv.free(req)
+            n += 1
+        self._no_evict_headroom = h + kv.num_free_blocks - before
+        self._no_evict_num_running -= n
+
+    def _no_evict_invalidate(self) -> None:
+        """``running`` changed other than by an admission or a release that
+        reported itself: count the headroom afresh when next asked for."""
+        self._no_evict_headroom = None

@@ -50,8 +50,11 @@ class ChunkedPrefillScheduler(Scheduler):
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
         """The RUNNING pass; returns the budget left. (Hot path: the token cap
         of :meth:`_cap_tokens` is inlined, and so is :meth:`_add_scheduled`
-        for stretches of plain decodes, which call ``allocate_slots`` only at a
-        block boundary: elsewhere it would be a no-op.)"""
+        for stretches of plain decodes. Where the manager says a decode's
+        ``allocate_slots`` within the held slots is a no-op
+        (``decode_skips_allocation``: prefix caching off), a stretch calls it
+        only at a block boundary; else, for every decode: it hashes the blocks
+        that fill.)"""
         alloc = self.kv.allocate_slots
         skip_alloc = getattr(self.kv, "decode_skips_allocation", False)
         # a plain decode at a block boundary takes one block: allocate_slots(req, 1)
@@ -67,29 +70,31 @@ class ChunkedPrefillScheduler(Scheduler):
         num_decode = 0
         i = 0
         while i < len(running) and budget > 0:
-            if skip_alloc:
-                # A stretch of plain decodes: one token each (allocating a block for
-                # those at a block boundary); their counts are added once after the
-                # stretch. A failed allocation (no side effects) ends the stretch and
-                # the general path below preempts.
-                n0 = len(sched_c)
-                for req in running[i:i + budget]:
-                    c = req.num_computed_tokens
-                    o = req.num_output_tokens
-                    if req.num_prompt_tokens + o - c != 1 or not o or c >= last_pos:
-                        break
+            # A stretch of plain decodes: one token each (allocating a block for
+            # those at a block boundary, or allocate_slots(req, 1) for each); their
+            # counts are added once after the stretch. A failed allocation (no side
+            # effects) ends the stretch and the general path below preempts.
+            n0 = len(sched_c)
+            for req in running[i:i + budget]:
+                c = req.num_computed_tokens
+                o = req.num_output_tokens
+                if req.num_prompt_tokens + o - c != 1 or not o or c >= last_pos:
+                    break
+                if skip_alloc:
                     if c >= req.kv_capacity and not grow1(req):
                         break
-                    c_append(c)
-                    req.num_computed_tokens = c + 1
-                m = len(sched_c) - n0
-                if m:
-                    sched_reqs += running[i:i + m]  # the stretch is contiguous
-                    sched_n += [1] * m
-                    num_decode += m
-                    budget -= m
-                    i += m
-                    continue
+                elif alloc(req, 1) is None:
+                    break
+                c_append(c)
+                req.num_computed_tokens = c + 1
+            m = len(sched_c) - n0
+            if m:
+                sched_reqs += running[i:i + m]  # the stretch is contiguous
+                sched_n += [1] * m
+                num_decode += m
+                budget -= m
+                i += m
+                continue
             req = running[i]
             c = req.num_computed_tokens
             o = req.num_output_tokens
@@ -134,7 +139,7 @@ class ChunkedPrefillScheduler(Scheduler):
         kv = self.kv
         waiting = self.waiting
         running = self.running
-        cap_policy = lim.capacity_scheduler_policy
+        no_evict = lim.capacity_scheduler_policy == "guaranteed_no_evict"
         while waiting and budget > 0 and len(running) < lim.max_num_seqs:
             req = waiting.peek()
             hit_blocks, num_hit = kv.get_computed_blocks(req)
@@ -144,14 +149,18 @@ class ChunkedPrefillScheduler(Scheduler):
             n = self._cap_tokens(req, n, budget)
             if n <= 0:
                 break
-            if cap_policy == "guaranteed_no_evict" and not self._fits_no_evict(req):
-                break
+            if no_evict:
+                if not self._fits_no_evict(req):
+                    break
+                num_free_before = kv.num_free_blocks
             if kv.allocate_slots(req, n, num_hit, hit_blocks, full_sequence_check=True,
                                  has_scheduled_reqs=bool(running)) is None:
                 break
             waiting.pop()
             self._admit(req, num_hit)
             running.append(req)
+            if no_evict:
+                self._no_evict_admitted(req, num_free_before)
             out.admitted.append(req)
             self._add_scheduled(out, req, n)
             budget -= n
