@@ -31,12 +31,14 @@ def sweep(
     """Run one simulation per point of a grid of configs; one tidy table of results (resumable)."""
     from sim.sweep.spec import load_sweep, run_sweep
 
-    from sim.cli.main import ensure_out_dir
+    from sim.cli.main import ensure_out_dir, stop_on_signals
 
     spec = load_sweep(sweep_file)
     out = ensure_out_dir(out or Path("runs") / f"sweep-{Path(sweep_file).stem}")
-    df = run_sweep(spec, out, executor=executor, workers=workers, ray_address=ray_address, quiet=quiet,
-                   retry_failed=retry_failed)
+    with stop_on_signals(lambda sig: f"sweep stopped by {sig}; the points finished so far are in {out} "
+                                     "(results.csv, points.jsonl): run the same command again to resume"):
+        df = run_sweep(spec, out, executor=executor, workers=workers, ray_address=ray_address, quiet=quiet,
+                       retry_failed=retry_failed)
     counts = df["status"].value_counts().to_dict() if len(df) else {}
     typer.echo(f"{len(df)} points: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "infeasible", "failed")))
     for r in df[df["status"] != "ok"].head(10).itertuples():
