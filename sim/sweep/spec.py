@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.config import SimConfig, build_config, check_known_keys, read_yaml, set_dotted
+from sim.config import SimConfig, build_config, check_known_keys, file_relative_paths, read_yaml, set_dotted
 from sim.errors import ConfigError
 
 TOP_KEYS = ("base", "axes", "zip", "goodput", "description")
@@ -180,6 +180,7 @@ def _flat_base(base: dict, source: str) -> tuple[Path | None, str | None, dict[s
     for k, v in flat.items():
         set_dotted(nested, k, v)
     check_known_keys(nested, f"{source}: base")
+    file_relative_paths(flat, Path(source).parent, f"{source}: base")
     return cfg_file, workload, flat
 
 
@@ -213,6 +214,9 @@ def parse_sweep(data: dict, source: str) -> SweepSpec:
             set_dotted(nested, key, None)
             check_known_keys(nested, f"{source}: axes")
             axes[key] = expand_axis(key, spec, source)
+            if key in ("model", "hardware"):  # paths relative to the sweep file, as in base
+                axes[key] = [file_relative_paths({key: v}, Path(source).parent, f"{source}: axes")[key]
+                             for v in axes[key]]
     zips = data.get("zip") or []
     if not isinstance(zips, list) or not all(isinstance(g, list) and len(g) >= 2 for g in zips):
         raise ConfigError(f"{source}: zip: expected a list of key groups, e.g. [[hardware, tensor_parallel_size]]")
