@@ -161,11 +161,13 @@ def plan(
                "candidates": len(cands)}
     if sys.argv and Path(sys.argv[0]).name in ("servesim", "__main__.py"):
         context["command"] = "`servesim " + " ".join(sys.argv[1:]) + "`"
-    from sim.cli.main import ensure_out_dir
+    from sim.cli.main import ensure_out_dir, stop_on_signals
 
     ensure_out_dir(out)
-    table, _ = run_plan(base, cands, settings, out, workers=workers, executor=executor, ray_address=ray_address,
-                        quiet=quiet, context=context)
+    with stop_on_signals(lambda sig: f"plan stopped by {sig} before it finished; what is in {out} is not this "
+                                     "plan's result (a plan does not resume: run it again)"):
+        table, _ = run_plan(base, cands, settings, out, workers=workers, executor=executor,
+                            ray_address=ray_address, quiet=quiet, context=context)
     cols = ["rank", "candidate", "status", "max_rate_per_replica", "replicas", "num_gpus", "cost_per_hour_usd",
             "usd_per_million_output_tokens"]
     typer.echo(table[cols].to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.3g}"))
