@@ -21,10 +21,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import yaml
 
 from calibration.datasets import family_rows
+from calibration.tables import read_csv_table
 from calibration.fit import Device, FitResult, ape, fit_any, predict, spec_for
 from calibration.profile_writer import (build_efficiency, fit_error_summary, today,
                                         update_profile_file, with_efficiency, write_profile)
@@ -108,7 +108,7 @@ def _plots(out_dir: Path, label: str, fits, rows, dev: Device) -> list[Path]:
 def _copy_elementwise(path: Path, bw: float) -> tuple[ElementwiseParams, float]:
     """(elementwise params, best copy bandwidth B/s) from copy_bandwidth.csv:
     a copy moves 2 x bytes; the smallest copy's time is the launch cost."""
-    df = pd.read_csv(path)
+    df = read_csv_table(path)
     moved = 2.0 * df["bytes"].to_numpy(float)
     sec = df["latency"].to_numpy(float) * 1e-3
     best = float((moved / sec).max())
@@ -118,9 +118,9 @@ def _copy_elementwise(path: Path, bw: float) -> tuple[ElementwiseParams, float]:
 def _cpu_base(info: dict, kernels: Path) -> HardwareProfile:
     """A profile describing this CPU from its own measurements: peak bf16 =
     the best GEMM rate measured, memory bandwidth = the best copy rate."""
-    g = pd.read_csv(kernels / "torch_gemm.csv")
+    g = read_csv_table(kernels / "torch_gemm.csv")
     peak = float((2.0 * g["m"] * g["n"] * g["k"] / (g["latency"] * 1e-3)).max())
-    c = pd.read_csv(kernels / "copy_bandwidth.csv")
+    c = read_csv_table(kernels / "copy_bandwidth.csv")
     bw = float((2.0 * c["bytes"] / (c["latency"] * 1e-3)).max())
     name = "cpu_" + re.sub(r"[^a-z0-9]+", "_", str(info["name"]).lower()).strip("_")[:40]
     src = f"measured live on {info['name']} (torch {info['torch']}), {today()}"
@@ -150,8 +150,6 @@ def _warn_other_device(kernels: Path, profile_name: str) -> None:
     import re
     import sys
 
-    import pandas as pd
-
     from calibration.tables import find_tables
 
     gpu = re.match(r"[a-z]+\d+[a-z]*", profile_name.lower())
@@ -159,7 +157,7 @@ def _warn_other_device(kernels: Path, profile_name: str) -> None:
         return
     devices = set()
     for _, path in find_tables(kernels):
-        head = pd.read_csv(path, nrows=1)
+        head = read_csv_table(path, nrows=1)
         if "device" in head.columns and len(head):
             devices.add(str(head["device"].iloc[0]))
     other = sorted(d for d in devices if gpu.group(0) not in d.lower().replace("-", "").replace(" ", ""))
@@ -218,6 +216,8 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
     if (device is None) == (from_table is None):
         raise ConfigError("calibrate: give exactly one of --device and --from-table")
     _check_out(out, out.parent / f"{out.stem}_{'plots' if from_table is not None else 'kernels'}")
+    if out.is_file():
+        _profile_name(out)  # a file there that is not a profile: say so before fitting
     if from_table is not None:
         if not base_profile:
             raise ConfigError("calibrate --from-table: --base-profile is required (datasheet peaks)")
@@ -277,13 +277,27 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
     header = (f"{hw.description}. Units: bytes, bytes/s, FLOP/s (dense), s, USD.\n"
               f"efficiency: fitted_v1, written by `python -m calibration` on {today()} from\n"
               f"{source}.\nThe fit's error and sources are in provenance.")
-    if out.is_file() and (yaml.safe_load(out.read_text()) or {}).get("name") == hw.name:
+    if out.is_file() and _profile_name(out) == hw.name:
         update_profile_file(out, hw)  # same profile: keep its comments, swap efficiency
     else:
         write_profile(out, hw, header)
     if plots and fits:
         _plots(plot_dir, hw.name, fits, rows, dev)
     return out
+
+
+def _profile_name(out: Path) -> str | None:
+    """The ``name`` of the profile YAML already at ``--out`` (None if it has none); a file
+    there that is not a YAML mapping is an error: it is not overwritten unread."""
+    try:
+        data = yaml.safe_load(out.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        data = e
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"--out {out}: the file there is not a hardware profile YAML "
+                          f"({'malformed YAML' if isinstance(data, Exception) else type(data).__name__}); "
+                          "remove it or give another --out")
+    return (data or {}).get("name")
 
 
 def main(argv: list[str] | None = None) -> int:

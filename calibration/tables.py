@@ -14,6 +14,7 @@ NCCL ``message_size`` is a number of *elements*, not bytes: aiconfigurator's
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import pandas as pd
@@ -86,12 +87,19 @@ def find_tables(directory: str | Path, engine: str | None = None) -> list[tuple[
     return [(k, p) for k, p in found if engine is None or table_engine(p) in (None, engine)]
 
 
+def read_csv_table(path: str | Path, nrows: int | None = None) -> pd.DataFrame:
+    """``pd.read_csv`` of a kernel table (plain or gzipped CSV); a file it cannot
+    read (damaged gzip, not CSV, not text, empty) is a ConfigError naming it."""
+    try:
+        return pd.read_csv(path, nrows=nrows)
+    except (OSError, ValueError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+        what = " ".join(str(e).split()) or type(e).__name__
+        raise ConfigError(f"{path}: cannot read table: {what}") from None
+
+
 def _read(path: Path, columns: tuple[str, ...], nrows: int | None,
           constants: dict | None = None) -> pd.DataFrame:
-    try:
-        df = pd.read_csv(path, nrows=nrows)
-    except (OSError, ValueError, EOFError) as e:
-        raise ConfigError(f"{path}: cannot read table: {e}") from e
+    df = read_csv_table(path, nrows)
     for col, value in (constants or {}).items():
         if col not in df.columns:
             df[col] = value

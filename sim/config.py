@@ -155,6 +155,13 @@ class SimConfig(BaseModel):
                              f"64, 128; TensorRT-LLM 32/64/128; SGLang pages of 1), got {self.block_size}")
         if self.tensor_parallel_size & (self.tensor_parallel_size - 1):
             raise ValueError(f"tensor_parallel_size must be a power of two, got {self.tensor_parallel_size}")
+        if self.workload.max_concurrency is None:
+            for key in ("client_think_time_s", "client_start_spread_s"):
+                if getattr(self, key) > 0:  # no preset sets them: the user did, expecting an effect
+                    raise ValueError(f"{key} = {getattr(self, key)!r} applies to closed-loop clients "
+                                     "(workload.max_concurrency), but this workload is open loop (requests "
+                                     "are sent at their arrival times), where it has no effect; set "
+                                     f"workload.max_concurrency, or drop {key}")
         return self
 
 
@@ -185,7 +192,10 @@ def resolve_scheduler_limits(cfg: SimConfig, hbm_bytes: float, hardware_name: st
     mnbt = cfg.max_num_batched_tokens or d["max_num_batched_tokens"]
     mns = cfg.max_num_seqs or d["max_num_seqs"]
     if cfg.gpu_memory_utilization is None:
-        upd["gpu_memory_utilization"] = d["gpu_memory_utilization"]
+        frac = d["gpu_memory_utilization"]
+        if frac <= 0:  # (SGLang's rule: the GPU's memory minus a reserve that grows with the budget)
+            raise ConfigError(_sglang_no_room(hbm_bytes, hardware_name, cfg, mnbt, frac))
+        upd["gpu_memory_utilization"] = frac
     if vllm_like and cfg.scheduler not in CHUNKING_MODES:
         if cfg.max_num_batched_tokens is not None and cfg.max_num_batched_tokens < max_model_len:
             raise ConfigError(
@@ -204,6 +214,23 @@ def resolve_scheduler_limits(cfg: SimConfig, hbm_bytes: float, hardware_name: st
     upd["max_num_batched_tokens"] = mnbt
     upd["max_num_seqs"] = mns
     return cfg.model_copy(update=upd)
+
+
+def _sglang_no_room(hbm_bytes: float, hardware_name: str, cfg: SimConfig, mnbt: int, frac: float) -> str:
+    """Why ``engine: sglang`` derived a ``gpu_memory_utilization`` (SGLang's
+    ``mem_fraction_static``) of zero or less, and what to change."""
+    from sim.presets import sglang
+
+    mib = hbm_bytes / sglang.MiB
+    reserved = sglang.sglang_reserved_mib(hbm_bytes, cfg.tensor_parallel_size, mnbt)
+    fixed = reserved - 1.5 * max(mnbt, 2048)
+    default = sglang.sglang_chunked_prefill_size(hbm_bytes)
+    return (f"engine sglang on {hardware_name}: SGLang's rule for its default mem_fraction_static (servesim's "
+            f"gpu_memory_utilization) reserves 1.5 MiB per token of max_num_batched_tokens {mnbt:,} (its "
+            f"chunked_prefill_size) plus {fixed / 1024:.1f} GiB for CUDA graphs and workspace, "
+            f"{reserved / 1024:.1f} GiB in all of the GPU's {mib / 1024:.1f} GiB, so it leaves no memory for "
+            f"weights and KV cache (fraction {frac}); lower max_num_batched_tokens (SGLang's default on this GPU "
+            f"is {default:,}), or set gpu_memory_utilization yourself (SGLang's --mem-fraction-static)")
 
 
 # --------------------------------------------------------------------------- loading
@@ -314,15 +341,23 @@ def _flatten_dotted(d: dict, source: str = "config") -> dict:
 
 
 def format_validation_error(e: ValidationError, source: str) -> str:
-    lines = []
+    """One line per offending key: ``SOURCE: KEY: why (got VALUE)``; the members
+    of a union (``workload.max_tokens``: an int or 'output_len') share one line."""
+    from sim.workload.config import _UNION_TAGS
+
+    lines: dict[str, list] = {}
     for err in e.errors():
-        loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith("function-"))
+        loc = ".".join(str(x) for x in err["loc"]
+                       if not str(x).startswith("function-") and str(x) not in _UNION_TAGS)
         val = err.get("input")
         msg = err["msg"].removeprefix("Value error, ")
+        if loc in lines:  # another member of a union: say every alternative
+            lines[loc][1] += f" or {msg[0].lower()}{msg[1:]}"
+            continue
         # Our own validators already quote the value; pydantic's built-in checks do not.
         val_s = "" if isinstance(val, dict) or "got " in msg else f" (got {val!r})"
-        lines.append(f"{source}: {loc + ': ' if loc else ''}{msg}{val_s}")
-    return "\n".join(lines)
+        lines[loc] = [f"{source}: {loc + ': ' if loc else ''}", msg, val_s]
+    return "\n".join("".join(parts) for parts in lines.values())
 
 
 def _workload_mapping(value: Any, source: str) -> dict:
@@ -336,6 +371,40 @@ def _workload_mapping(value: Any, source: str) -> dict:
         return dict(value)
     raise ConfigError(f"{source}: workload: expected a built-in workload name, a workload file or a mapping of "
                       f"workload keys, got {value!r}")
+
+
+def _is_preset_name(key: str, value: str) -> bool:
+    """``value`` is a built-in name for ``key`` (``model``: preset or HF id;
+    ``hardware``: profile name), which wins over any file of that name."""
+    if key == "model":
+        from sim.model_spec import _alias_index  # noqa: PLC0415 (the index get_model looks names up in)
+
+        return value.lower() in _alias_index()
+    from sim.paths import hardware_profiles_dir  # noqa: PLC0415
+
+    return "/" not in value and (hardware_profiles_dir() / f"{value}.yaml").is_file()
+
+
+def file_relative_paths(data: dict, base_dir: Path, source: str) -> dict:
+    """``model`` / ``hardware`` of a config (or sweep) file given as relative paths
+    become absolute against ``base_dir``, the file's folder, as ``workload.trace``
+    does (a preset name stays a name). A path found only relative to the working
+    directory is an error saying so, not silently used."""
+    for key in ("model", "hardware"):
+        v = data.get(key)
+        if not isinstance(v, str) or not v or _is_preset_name(key, v):
+            continue
+        p = Path(v).expanduser()
+        if p.is_absolute():
+            continue
+        cand = base_dir / p
+        if cand.exists():
+            data[key] = str(cand.resolve())
+        elif p.exists():
+            raise ConfigError(f"{source}: {key}: {v!r} is not in the file's folder {base_dir} (relative paths in "
+                              f"a config file are relative to the file); {p.resolve()} exists relative to the "
+                              "working directory: write its path relative to the file, or absolute")
+    return data
 
 
 def build_config(
@@ -358,11 +427,15 @@ def build_config(
     if config_file is not None:
         file_data = _flatten_dotted(read_yaml(config_file), str(config_file))
         check_known_keys(file_data, str(config_file))
+        file_relative_paths(file_data, Path(config_file).parent, str(config_file))
         wl = absolute_paths(_workload_mapping(file_data.pop("workload", None), str(config_file)),
                             Path(config_file).parent)
         data.update(file_data)
+    # who named the workload, for an error in expanding it (an unknown name, a bad workload file)
+    name_src = str(config_file) if wl.get("name") is not None else None
     if workload is not None:
         wl = merge_workload_dicts(wl, {"name": workload})
+        name_src = None  # its errors name the option's value already (workload file: PATH ...)
     set_src = "--set"
     flat: dict = {}
     for k, v in (overrides or {}).items():
@@ -372,6 +445,9 @@ def build_config(
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected key=value (e.g. workload.request_rate=4)")
         k, v = item.split("=", 1)
+        if not v.strip():
+            raise ConfigError(f"--set {item!r}: no value after '='; give one (e.g. {k.strip()}=4), or leave "
+                              "the key out to keep its default")
         key, value = k.strip(), parse_value(v.strip())
         if workload is not None and key in ("workload", "workload.name") and value != workload:
             raise ConfigError(f"--set {key}={v.strip()} conflicts with --workload {workload}; give one of them")
@@ -381,10 +457,18 @@ def build_config(
                               "give one of them")
         set_dotted(flat, key, value)
     check_known_keys(flat, set_src)
-    wl = merge_workload_dicts(wl, _workload_mapping(flat.pop("workload", None), set_src))
+    set_wl = _workload_mapping(flat.pop("workload", None), set_src)
+    if "name" in set_wl:
+        name_src = set_src
+    wl = merge_workload_dicts(wl, set_wl)
     data.update(flat)
     # A named (or, with nothing given, the built-in 'default') workload, overridden key by key.
-    data["workload"] = resolve_workload_dict(wl)
+    try:
+        data["workload"] = resolve_workload_dict(wl)
+    except ConfigError as e:
+        if name_src is None or str(e).startswith(f"{name_src}:"):
+            raise
+        raise ConfigError(f"{name_src}: {e}") from None
     try:
         return SimConfig.model_validate(data)
     except ValidationError as e:

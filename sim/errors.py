@@ -17,6 +17,15 @@ class InfeasibleError(ServesimError):
     budget can hold one ``max_model_len`` sequence, ...)."""
 
 
+class Interrupted(Exception):
+    """A long job stopped by SIGTERM or Ctrl-C (SIGINT). The CLI prints its message
+    as one line and exits with status 128 + ``signum`` (143, 130), no traceback."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.signum = signum
+
+
 def require_file(path, what: str):
     """``path`` as a ``Path`` if it is a readable file; else a ConfigError that
     says whether nothing is there or a folder is (``what`` names the option or key)."""

@@ -14,7 +14,7 @@ from typing import List, Optional
 import typer
 
 from sim.cli.common import DEFAULT_COMPARE_WORKLOAD, ensure_out_dir
-from sim.errors import ServesimError
+from sim.errors import Interrupted, ServesimError
 
 app = typer.Typer(
     add_completion=False,
@@ -218,6 +218,9 @@ def main() -> None:
     errors and file-system errors become one ``error:`` line and exit status 2."""
     try:
         app()
+    except Interrupted as e:
+        typer.echo(f"interrupted: {e}", err=True)
+        sys.exit(128 + int(e.signum))
     except ServesimError as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(2)

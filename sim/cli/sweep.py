@@ -31,12 +31,14 @@ def sweep(
     """Run one simulation per point of a grid of configs; one tidy table of results (resumable)."""
     from sim.sweep.spec import load_sweep, run_sweep
 
-    from sim.cli.common import ensure_out_dir
+    from sim.cli.common import ensure_out_dir, stop_on_signals
 
     spec = load_sweep(sweep_file)
     out = ensure_out_dir(out or Path("runs") / f"sweep-{Path(sweep_file).stem}")
-    df = run_sweep(spec, out, executor=executor, workers=workers, ray_address=ray_address, quiet=quiet,
-                   retry_failed=retry_failed)
+    with stop_on_signals(lambda sig: f"sweep stopped by {sig}; the points finished so far are in {out} "
+                                     "(results.csv, points.jsonl): run the same command again to resume"):
+        df = run_sweep(spec, out, executor=executor, workers=workers, ray_address=ray_address, quiet=quiet,
+                       retry_failed=retry_failed)
     counts = df["status"].value_counts().to_dict() if len(df) else {}
     typer.echo(f"{len(df)} points: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "infeasible", "failed")))
     for r in df[df["status"] != "ok"].head(10).itertuples():
@@ -159,11 +161,13 @@ def plan(
                "candidates": len(cands)}
     if sys.argv and Path(sys.argv[0]).name in ("servesim", "__main__.py"):
         context["command"] = "`servesim " + " ".join(sys.argv[1:]) + "`"
-    from sim.cli.common import ensure_out_dir
+    from sim.cli.common import ensure_out_dir, stop_on_signals
 
     ensure_out_dir(out)
-    table, _ = run_plan(base, cands, settings, out, workers=workers, executor=executor, ray_address=ray_address,
-                        quiet=quiet, context=context)
+    with stop_on_signals(lambda sig: f"plan stopped by {sig} before it finished; what is in {out} is not this "
+                                     "plan's result (a plan does not resume: run it again)"):
+        table, _ = run_plan(base, cands, settings, out, workers=workers, executor=executor,
+                            ray_address=ray_address, quiet=quiet, context=context)
     cols = ["rank", "candidate", "status", "max_rate_per_replica", "replicas", "num_gpus", "cost_per_hour_usd",
             "usd_per_million_output_tokens"]
     typer.echo(table[cols].to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.3g}"))

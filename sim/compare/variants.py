@@ -45,7 +45,9 @@ def _check_variant(name: str, overrides: dict, source: str) -> None:
         raise ConfigError(f"{source}: variant name {name!r} is a file the comparison writes under --out; "
                           "choose another name")
     if "workload" in overrides:
-        keys = ", ".join(f"workload.{k}" for k in overrides["workload"])
+        wl = overrides["workload"]
+        keys = (", ".join(f"workload.{k}" for k in wl) if isinstance(wl, dict) and wl
+                else f"workload {wl!r}")  # workload: chat names a whole workload
         raise ConfigError(f"{source}: variant {name!r} sets {keys}; every variant replays the identical request "
                           "stream, so workload keys belong to the base config (--workload / --set); "
                           "use servesim sweep to vary the workload")

@@ -47,12 +47,18 @@ def sglang_mem_fraction_static(memory_bytes: float, tensor_parallel_size: int,
     60 GiB; fraction = (gpu_mem - reserved) / gpu_mem rounded to 3 digits
     (``server_args.py::_handle_gpu_memory_settings``, 0.5.x)."""
     mib = memory_bytes / MiB
+    return round((mib - sglang_reserved_mib(memory_bytes, tensor_parallel_size, chunked_prefill_size)) / mib, 3)
+
+
+def sglang_reserved_mib(memory_bytes: float, tensor_parallel_size: int, chunked_prefill_size: int) -> float:
+    """The MiB SGLang's ``mem_fraction_static`` rule keeps out of the static pool
+    (activations, CUDA graphs): see :func:`sglang_mem_fraction_static`."""
     reserved = 512 + 1.5 * max(chunked_prefill_size, 2048)
     reserved += 2 * sglang_cuda_graph_max_bs(memory_bytes, tensor_parallel_size)
     reserved += tensor_parallel_size / 8 * 1024
-    if mib > 60 * 1024:
+    if memory_bytes / MiB > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
-    return round((mib - reserved) / mib, 3)
+    return reserved
 
 
 def sglang_max_running_requests(kv_tokens: int, context_len: int) -> int:

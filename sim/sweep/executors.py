@@ -21,6 +21,7 @@ import logging
 import math
 import multiprocessing
 import os
+import signal
 import sys
 import time
 import traceback
@@ -119,6 +120,12 @@ def evaluate_task(task: PointTask) -> dict:
     return row
 
 
+def _one_line(e: BaseException) -> str:
+    """An exception's message on one line (pyarrow's span several)."""
+    text = " ".join(str(e).split())
+    return text[:200] + ("..." if len(text) > 200 else "") if text else type(e).__name__
+
+
 def parquet_safe(df):
     """Object columns holding any string become all-string (None kept): parquet needs
     one type per column, and a column can mix e.g. ``""`` and NaN or numbers and text."""
@@ -146,25 +153,54 @@ class ResultStore:
         self.grid: list[str] | None = None
         self._load()
 
+    def _damaged(self, path: Path, what: str, fix: str = "") -> ConfigError:
+        """The error for an output file a resume cannot read: name it and what to do."""
+        fix = fix or ("remove the file (the sweep rebuilds the tables from points.jsonl and re-runs the "
+                      "points missing there)")
+        return ConfigError(f"{path}: {what}, so the sweep cannot resume into {self.dir}; {fix}, "
+                           "or give a new --out")
+
     def _load(self) -> None:
         import pandas as pd
 
         pq, csv = self.dir / "results.parquet", self.dir / "results.csv"
-        frame = pd.read_parquet(pq) if pq.is_file() else (pd.read_csv(csv) if csv.is_file() else None)
+        frame = None
+        if pq.is_file():
+            try:
+                frame = pd.read_parquet(pq)
+            except Exception as e:  # pyarrow raises several types for a damaged file
+                raise self._damaged(pq, f"not a readable parquet table ({_one_line(e)})") from None
+        elif csv.is_file():
+            try:
+                frame = pd.read_csv(csv)
+            except pd.errors.EmptyDataError:
+                frame = None
+            except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
+                raise self._damaged(csv, f"not a readable CSV table ({_one_line(e)})") from None
         if frame is not None and "point_id" in frame.columns:
             for rec in frame.to_dict("records"):
                 self._put({k: v for k, v in rec.items() if not (isinstance(v, float) and math.isnan(v))})
         jl = self.dir / "points.jsonl"
         if jl.is_file():
-            text = jl.read_text()
+            try:
+                text = jl.read_text(encoding="utf-8")
+            except UnicodeDecodeError as e:
+                raise self._damaged(jl, f"not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})",
+                                    "remove it (its points run again)") from None
+            for lineno, line in enumerate(text.splitlines(), 1):
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short by a crash: that point runs again
+                if not isinstance(row, dict) or "point_id" not in row:
+                    got = "an object without point_id" if isinstance(row, dict) else type(row).__name__
+                    raise self._damaged(jl, f"line {lineno} is not a result row (a JSON object with point_id), "
+                                            f"got {got}: {line[:60]!r}",
+                                        "delete that line (its point runs again)")
+                self._put(row)
             if text and not text.endswith("\n"):  # cut short by a crash: new rows start on a fresh line
                 with open(jl, "a") as f:
                     f.write("\n")
-            for line in text.splitlines():
-                try:
-                    self._put(json.loads(line))
-                except json.JSONDecodeError:
-                    continue  # a line cut short by a crash: that point runs again
 
     def _put(self, row: dict) -> None:
         pid = str(row["point_id"])
@@ -214,6 +250,15 @@ class ResultStore:
 
 
 # ------------------------------------------------------------------ executors
+def _worker_signals() -> None:
+    """In a pool worker: Ctrl-C reaches the whole terminal's process group, but only
+    the parent handles it (it stops the pool); SIGTERM, which the parent sends when it
+    stops the pool, ends a worker at once and quietly (the parent's own SIGTERM
+    handler, inherited through fork, would print a traceback per worker)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def run_local(tasks: list[PointTask], on_row: Callable[[dict], None], workers: int | None = None,
               fn: Callable[[Any], dict] = evaluate_task) -> None:
     """A process pool (``workers`` processes; 1 = in this process)."""
@@ -225,7 +270,7 @@ def run_local(tasks: list[PointTask], on_row: Callable[[dict], None], workers: i
     # multiprocessing.Pool's context exit terminates the workers: on Ctrl-C (or
     # a broken row handler) they stop at once instead of finishing points nobody
     # will record; queued points are dropped.
-    with multiprocessing.Pool(workers) as pool:
+    with multiprocessing.Pool(workers, initializer=_worker_signals) as pool:
         for row in pool.imap_unordered(fn, tasks):
             on_row(row)
 

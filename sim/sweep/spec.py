@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.config import SimConfig, build_config, check_known_keys, read_yaml, set_dotted
+from sim.config import SimConfig, build_config, check_known_keys, file_relative_paths, read_yaml, set_dotted
 from sim.errors import ConfigError
 
 TOP_KEYS = ("base", "axes", "zip", "goodput", "description")
@@ -85,8 +85,12 @@ def point_id(values: dict[str, Any]) -> str:
 
 
 def _num(x: Any, where: str) -> float | int:
+    """A range bound or step: a finite number (``.nan`` / ``.inf`` make no grid)."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         raise ConfigError(f"{where}: expected a number, got {x!r}")
+    if not math.isfinite(x):
+        raise ConfigError(f"{where}: expected a finite number, got {x!r} (a range needs finite start, stop "
+                          "and step; list an infinite value instead, e.g. [1, 2, .inf])")
     return x
 
 
@@ -124,7 +128,12 @@ def expand_axis(key: str, spec: Any, source: str) -> list:
                 step = _num(spec["step"], f"{where}.step")
                 if step == 0 or (stop - start) * step < 0:
                     raise ConfigError(f"{where}.step: {step} never gets from {start} to {stop}")
-                n = int(math.floor((stop - start) / step + 1e-9)) + 1
+                n_float = (stop - start) / step + 1e-9  # may overflow to inf for a tiny step
+                if not n_float < 1e15:  # past exact integers (or inf): no count worth printing
+                    raise ConfigError(f"{where}.step: {step} from {start} to {stop} gives more than "
+                                      f"{MAX_POINTS:,} values; a sweep takes at most {MAX_POINTS:,} points "
+                                      "(check the step, or split the sweep)")
+                n = int(math.floor(n_float)) + 1
                 _check_size(n, where)
                 ints = all(isinstance(x, int) for x in (start, stop, step))
                 values = [start + i * step if ints else round(start + i * step, 12) for i in range(n)]
@@ -136,7 +145,12 @@ def expand_axis(key: str, spec: Any, source: str) -> list:
                 if num == 1:
                     values = [start]
                 else:
-                    values = [round(start + (stop - start) * i / (num - 1), 12) for i in range(num)]
+                    span = stop - start
+                    if math.isfinite(span):
+                        values = [round(start + span * i / (num - 1), 12) for i in range(num)]
+                    else:  # stop − start overflows near float64's limits
+                        values = [round(start * (1 - i / (num - 1)) + stop * (i / (num - 1)), 12)
+                                  for i in range(num)]
     else:
         raise ConfigError(f"{where}: expected a list of values or a range {{start, stop, step|num}} "
                           f"or {{values: [...]}}, got {spec!r}")
@@ -166,6 +180,7 @@ def _flat_base(base: dict, source: str) -> tuple[Path | None, str | None, dict[s
     for k, v in flat.items():
         set_dotted(nested, k, v)
     check_known_keys(nested, f"{source}: base")
+    file_relative_paths(flat, Path(source).parent, f"{source}: base")
     return cfg_file, workload, flat
 
 
@@ -199,6 +214,9 @@ def parse_sweep(data: dict, source: str) -> SweepSpec:
             set_dotted(nested, key, None)
             check_known_keys(nested, f"{source}: axes")
             axes[key] = expand_axis(key, spec, source)
+            if key in ("model", "hardware"):  # paths relative to the sweep file, as in base
+                axes[key] = [file_relative_paths({key: v}, Path(source).parent, f"{source}: axes")[key]
+                             for v in axes[key]]
     zips = data.get("zip") or []
     if not isinstance(zips, list) or not all(isinstance(g, list) and len(g) >= 2 for g in zips):
         raise ConfigError(f"{source}: zip: expected a list of key groups, e.g. [[hardware, tensor_parallel_size]]")
@@ -213,11 +231,28 @@ def parse_sweep(data: dict, source: str) -> SweepSpec:
         lens = {key: len(axes[key]) for key in g}
         if len(set(lens.values())) != 1:
             raise ConfigError(f"{source}: zip {g}: the axes must have equal lengths, got {lens}")
-    goodput = data.get("goodput") or []
+    goodput = _parse_goodput_key(data.get("goodput"), source)
+    return SweepSpec(source, cfg_file, workload, flat, axes, [list(map(str, g)) for g in zips],
+                     goodput, str(data.get("description") or ""))
+
+
+def _parse_goodput_key(goodput: Any, source: str) -> list[str]:
+    """``goodput:`` is a string (``"ttft:1000 tpot:60"``) or a list of them; each
+    SLO is checked here so a mistake names the sweep file, not ``--goodput``."""
+    from sim.results.metrics import parse_goodput
+
+    if goodput is None:
+        return []
     if isinstance(goodput, str):
         goodput = goodput.split()
-    return SweepSpec(source, cfg_file, workload, flat, axes, [list(map(str, g)) for g in zips],
-                     [str(x) for x in goodput], str(data.get("description") or ""))
+    if not isinstance(goodput, list) or not all(isinstance(x, str) for x in goodput):
+        raise ConfigError(f"{source}: goodput: expected SLOs as vllm bench writes them, e.g. "
+                          f"[\"ttft:1000\", \"tpot:60\"] or \"ttft:1000 tpot:60\", got {goodput!r}")
+    try:
+        parse_goodput(goodput)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: goodput: {str(e).removeprefix('--goodput ')}") from None
+    return goodput
 
 
 def load_sweep(path: str | Path) -> SweepSpec:
@@ -330,6 +365,20 @@ def check_names(values_by_key: dict[str, list], prefix: str) -> None:
                 raise ConfigError(f"{prefix}{key}: {msg}") from None
 
 
+def _read_meta(path: Path) -> dict:
+    """``sweep_meta.json`` of an output folder; a damaged one is an error naming it."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        meta = e
+    if not isinstance(meta, dict):
+        what = f"not valid JSON ({meta})" if isinstance(meta, Exception) else \
+            f"expected a JSON object, got {type(meta).__name__}"
+        raise ConfigError(f"{path}: {what}; it records which sweep wrote this folder. Remove the file "
+                          "if the folder holds results of this same sweep, or give a new --out")
+    return meta
+
+
 def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", workers: int | None = None,
               ray_address: str | None = None, quiet: bool = False, retry_failed: bool = True):
     """Run every point of ``spec`` not yet in ``out_dir`` and return the whole table
@@ -349,7 +398,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
     store = ResultStore(out)
     meta_path, fp = out / "sweep_meta.json", fingerprint(spec)
     if meta_path.is_file():
-        old = json.loads(meta_path.read_text()).get("fingerprint")
+        old = _read_meta(meta_path).get("fingerprint")
         if old != fp and store.rows:
             raise ConfigError(f"{out}: holds results of a sweep with a different base config "
                               f"(fingerprint {old}, this sweep {fp}); use another --out or delete the folder")

@@ -321,6 +321,12 @@ def read_rows(csv_path: str | Path):
         raise ConfigError(f"{p}: empty file; expected a CSV with columns {', '.join(REQUIRED_COLUMNS)}") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as e:
         raise ConfigError(f"{p}: not a readable CSV ({str(e).splitlines()[0]})") from None
+    # pandas renames a repeated column (isl, isl.1): which one is the measurement is ambiguous
+    header = pd.read_csv(p, header=None, nrows=1, dtype=str, keep_default_na=False).iloc[0].tolist()
+    dup = sorted({c for c in header if header.count(c) > 1})
+    if dup:
+        raise ConfigError(f"{p}: column(s) {', '.join(repr(c) for c in dup)} appear more than once in the header; "
+                          "keep one of each")
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise ConfigError(f"{p}: missing column(s) {', '.join(missing)}; required: {', '.join(REQUIRED_COLUMNS)}")

@@ -165,6 +165,19 @@ class WorkloadConfig(BaseModel):
     # whose timestamps are quantised to ~3 s steps (see ../shared/traces/README.md).
     jitter_s: float = Field(default=0.0, ge=0, le=3600.0)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _strict_scalars(cls, v: Any, info) -> Any:
+        """``num_requests: true`` is a mistake, not 1 request (pydantic would coerce it);
+        ``null`` for a key that cannot be unset (``burstiness``) means its default."""
+        field = cls.model_fields[info.field_name]
+        ann = str(field.annotation)
+        if isinstance(v, bool) and "bool" not in ann and ("int" in ann or "float" in ann):
+            raise ValueError(f"expected a number, got {v!r}")
+        if v is None and "None" not in ann and not field.is_required():
+            return field.get_default(call_default_factory=True)
+        return v
+
     @field_validator("arrival", mode="before")
     @classmethod
     def _arrival(cls, v):
