@@ -233,10 +233,16 @@ class DecodeRuns:
             kv.grow_for_decode(grow, grow_slots)
         if bulk and caching:
             kv.cache_computed(out.scheduled)
+        self.steps_applied(j)
         usage = kv.usage
         if finished:
             self.sched._on_finished(finished)
         return finished, usage
+
+    def steps_applied(self, j: int) -> None:
+        """A merged run or span of ``j`` steps (step 1 scheduled as usual) was
+        applied: the policy's per-step state advances (e.g. SGLang's
+        ``new_token_ratio`` decay). The base class keeps none."""
 
     def admit_to_span(self, req: Request, num_tokens: int) -> None:  # pragma: no cover - spans_admit False
         raise NotImplementedError

@@ -232,6 +232,7 @@ class DecodeSpan:
                           [(f, finishing[f]) for f in fsteps.tolist()], [0] * len(bounds), alive,
                           decode.tolist())
         self._commit(finishing, grow, grow_slots, fresh)
+        self.runs.steps_applied(j)
         return parts
 
 

@@ -19,8 +19,8 @@ Per policy (:func:`decode_runs_for`):
 - :class:`StaticRuns` — ``static``: nobody joins a batch in flight.
 - :class:`PrefillFirstRuns` — ``prefill_first`` / ``prefill_first_whole``
   (SGLang): an arrival may form a prefill batch unless the running set is at
-  ``max_running_requests``; decode steps decay ``new_token_ratio``, so runs
-  stop at finishes and need an empty queue (or the seat limit binding).
+  ``max_running_requests``; decode steps decay ``new_token_ratio``, so merged
+  runs need an empty queue (or the seat limit binding).
 """
 
 from __future__ import annotations
@@ -131,14 +131,22 @@ class StaticRuns(ChunkedRuns):
 
 
 class PrefillFirstRuns(DecodeRuns):
-    """Merged runs of :class:`PrefillFirstScheduler` (SGLang)."""
-
-    spans_finishes = False  # decode steps decay new_token_ratio and check for retraction
+    """Merged runs and spans of :class:`PrefillFirstScheduler` (SGLang). Each
+    decode step decays ``new_token_ratio`` (a count of steps, added when the
+    steps are applied: :meth:`steps_applied`) and checks for retraction; a
+    span's free blocks cover every member's growth to its finish, so no step
+    of it retracts, and with nobody waiting the step after a finish decodes
+    the others (no prefill batch can form). An arrival ends the span (the
+    next step may be a prefill batch): spans take no joins here."""
 
     def arrival_may_change_schedule(self) -> bool:
-        # An arrival may form a prefill batch at the next step, unless the
-        # running set is at max_running_requests.
-        return len(self.sched.running) < self.sched.limits.max_num_seqs
+        # An arrival may form a prefill batch at the next step, unless requests
+        # already wait for a seat (max_running_requests binds until a finish, which
+        # ends a merged run). With nobody waiting, always: inside a span, members
+        # that finished have not left ``running`` yet, so its length overstates
+        # the seats taken.
+        sched = self.sched
+        return not sched.waiting or len(sched.running) < sched.limits.max_num_seqs
 
     def max_decode_run(self, out: SchedulerOutput) -> int:
         # A waiting request may become admissible as new_token_ratio decays and
@@ -149,9 +157,8 @@ class PrefillFirstRuns(DecodeRuns):
             return 1
         return super().max_decode_run(out)
 
-    def apply_decode_run(self, out: SchedulerOutput, j: int):
+    def steps_applied(self, j: int) -> None:
         self.sched._ratio_steps += j - 1  # step 1 was counted by schedule()
-        return super().apply_decode_run(out, j)
 
 
 #: built-in policy class (exact) -> its merged-run rules

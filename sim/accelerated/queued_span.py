@@ -330,4 +330,5 @@ class QueuedSpan(DecodeSpan):
                           pre[starts].tolist(), [(f, finishing[f]) for f in sorted(finishing)],
                           npre[starts].tolist(), alive, pool[starts].tolist())
         self._commit(finishing, grow, grow_slots, fresh)
+        self.runs.steps_applied(j)
         return parts
