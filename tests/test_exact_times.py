@@ -49,3 +49,21 @@ def test_reference_and_accelerated_agree_to_the_bit(kw):
     assert ref.num_steps == fast.num_steps
     for k in ref.requests:
         np.testing.assert_array_equal(ref.requests[k], fast.requests[k], err_msg=k)
+
+
+def test_a_clock_past_float_resolution_is_an_error_not_rounded_latencies(monkeypatch):
+    """A run whose clock passes MAX_SIMULATED_SPAN_S (1e9 s, where float64 no
+    longer resolves a microsecond; a profile far too slow, or a backlog that
+    never drains) is refused rather than reported with rounded latencies. The
+    limit is lowered here so that a short run reaches it."""
+    import sim.engine.simulation as simulation
+    from sim.errors import InfeasibleError
+
+    cfg = build_config(overrides={"model": "llama-3.1-8b", "hardware": "h100_sxm", "max_model_len": 2048,
+                                  "workload.arrival": "inf", "workload.num_requests": 4,
+                                  "workload.input_len": {"dist": "fixed", "value": 1000},
+                                  "workload.output_len": {"dist": "fixed", "value": 50}})
+    end = run_simulation(cfg).result.sim_time_s
+    monkeypatch.setattr(simulation, "MAX_SIMULATED_SPAN_S", end / 2)
+    with pytest.raises(InfeasibleError, match=r"simulated clock reached .* beyond .* s \(~32 years\)"):
+        run_simulation(cfg)

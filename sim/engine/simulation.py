@@ -57,9 +57,11 @@ from simpy.events import NORMAL
 from sim.engine.deployment import Deployment
 from sim.engine.recording import Recorder
 from sim.engine.traffic import Traffic
+from sim.errors import InfeasibleError
 from sim.request import Request, RequestStatus
 from sim.results.run_result import RunResult
 from sim.workload import RequestSpecs
+from sim.workload.config import MAX_SIMULATED_SPAN_S
 
 #: SimPy's interrupt, for the accelerated stepping (only sim/engine imports simpy)
 Interrupt = simpy.Interrupt
@@ -287,6 +289,12 @@ class Simulation:
         finally:
             if was_enabled:
                 gc.enable()
+        if env.now > MAX_SIMULATED_SPAN_S:
+            raise InfeasibleError(
+                f"the run's simulated clock reached {env.now:.3g} s, beyond {MAX_SIMULATED_SPAN_S:g} s (~32 "
+                "years), where float64 time no longer resolves a microsecond: its latencies would be rounded; "
+                "the hardware profile or the workload is far outside what servesim can time (a profile "
+                "thousands of times too slow, or a backlog that never drains)")
         rec = self.recorder
         total = sum(r.unused_integral for r in self.replicas)
         busy = float(sum(rec.step_cols.column("step_time_s").tolist()))
