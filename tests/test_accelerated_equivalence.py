@@ -1,0 +1,161 @@
+"""The accelerated stepping equals the reference stepping (DESIGN.md: "The
+reference stepping is the specification"), on random valid configs drawn by
+the equivalence fuzzer's own code (``benchmarks/fuzz_equivalence.py``, which
+runs the same check for thousands of configs).
+
+Each example is one config (scheduler or engine preset, KV cache size, prefix
+caching, block size, overlap scheduling, overheads, replicas and router, open
+or closed loop, shared prefixes, conversations; no trace files, so the test
+does not depend on ``../shared``) run with ``exact_steps`` true and false.
+Hypothesis drives the config drawing (``st.randoms``), so a failure shrinks to
+a small config; derandomized, so the suite is reproducible.
+
+The fuzzer found the accelerated mode equal to the reference in every schedule,
+step and token count, but not bit for bit: three mechanisms leave timestamps an
+ulp or two apart (``KNOWN_ULP_MISMATCHES``, each with its smallest config). So
+the property that must hold is "same schedule, timestamps equal to rounding";
+the full bit-identity tests are marked xfail (strict=False) until those are fixed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "fuzz_equivalence.py"
+_spec = importlib.util.spec_from_file_location("fuzz_equivalence", _PATH)
+fuzz = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("fuzz_equivalence", fuzz)
+_spec.loader.exec_module(fuzz)
+
+#: small runs: the property is per step, not per request count
+MAX_REQUESTS = 60
+SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+def _configs():
+    return st.randoms(use_true_random=False).map(
+        lambda r: fuzz.draw_config(r, max_requests=MAX_REQUESTS, traces=False))
+
+
+def _check(cfg: dict, *, bitwise: bool) -> None:
+    res = fuzz.run_pair(cfg)
+    if res["status"] == "skipped":  # a refused config (ConfigError / InfeasibleError): nothing to compare
+        return
+    where = "config: " + json.dumps(cfg, sort_keys=True)
+    assert res["status"] != "error", "\n".join([where, *res["diffs"], res.get("traceback", "")])
+    if bitwise:
+        assert res["status"] == "ok", "\n".join([where, *res["diffs"]])
+    else:
+        assert res.get("kind") in ("equal", "ulp"), "\n".join([where, *res["diffs"]])
+
+
+@SETTINGS
+@given(cfg=_configs())
+def test_accelerated_gives_the_reference_schedule(cfg):
+    """Same steps, tokens, preemptions, rejections, replicas; every timestamp
+    and ITL gap equal up to float rounding (a few ulps); time-weighted step
+    aggregates to rounding."""
+    _check(cfg, bitwise=False)
+
+
+#: The known bit-identity mismatches, each minimised from the fuzzer's findings
+#: (benchmarks/fuzz_equivalence.py; the simulator is not changed here). All three
+#: are float rounding of timestamps, an ulp or two: schedules, steps and token
+#: counts agree (test_accelerated_gives_the_reference_schedule).
+KNOWN_ULP_MISMATCHES = {
+    # A. A merged run waits with env.timeout(ends[-1] - env.now) (sim/accelerated/spans.py);
+    # SimPy lands at now + (end - now), which is not `end` when end > 2 x now (the
+    # subtraction rounds), so the replica's clock is 1 ulp off the reference's
+    # sequential t += dt: request 0's run (~7 ms -> ~1.23 s) ends at
+    # 1.2287591694750155 instead of ...153, and request 1 is scheduled 1 ulp late.
+    # (Also seen as closed-loop send times: a client's next send is timed from there.)
+    "A_run_end_relative_timeout": {
+        "model": "llama-3.1-8b", "hardware": "h100_sxm", "scheduler": "continuous", "max_num_seqs": 1,
+        "workload.num_requests": 2, "workload.arrival": "inf", "workload.input_len": 128,
+        "workload.output_len": 200},
+    # B. Open-loop sends: the reference's arrival process sleeps timeout(t - env.now)
+    # from the previous send (sim/engine/traffic.py Traffic._arrivals), so request 1
+    # arrives at 0.01620443313029387 + (0.09999999999999999 - 0.01620443313029387) = 0.1;
+    # a span sending it inline (Traffic.send_inline) uses the spec's 0.09999999999999999.
+    "B_inline_send_time": {
+        "model": "llama-3.1-8b", "hardware": "h100_sxm", "scheduler": "chunked", "seed": 105,
+        "workload.num_requests": 2, "workload.arrival": "poisson", "workload.request_rate": 20.0,
+        "workload.input_len": 50, "workload.output_len": 300},
+    # C. Decode runs over PY_RUN_MAX_STEPS (40) steps (CostModel._run_ends) and static
+    # batching's padded runs are timed by FittedAttention.decode_run_s, vectorised:
+    # numpy's array ** (np.power) differs from Python's float ** (libm pow) by 1 ulp for
+    # ~5 % of inputs with a non-integer exponent (numpy 2.4), so some steps' times differ
+    # from step_time_s (l40s and a100 profiles, qwen3-0.6b on h100, ...): here 3 ITL
+    # gaps of the one request.
+    "C_vectorised_pow": {
+        "model": "qwen3-0.6b", "hardware": "l40s", "scheduler": "chunked", "workload.num_requests": 1,
+        "workload.max_concurrency": 1, "workload.input_len": 1368, "workload.output_len": 1000},
+}
+
+# the known mismatches are found, not shrunk (shrinking st.randoms configs takes minutes)
+NO_SHRINK = settings(SETTINGS, phases=[Phase.explicit, Phase.reuse, Phase.generate], report_multiple_bugs=False)
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "known 1-ulp timestamp mismatches A, B, C (KNOWN_ULP_MISMATCHES): SimPy relative timeouts to absolute "
+    "run ends; the reference's arrival times vs inline sends; numpy vs Python pow in vectorised decode timing"))
+@NO_SHRINK
+@given(cfg=_configs())
+def test_accelerated_is_bit_identical_to_the_reference(cfg):
+    """The contract in full: every per-request column and ITL gap bit for bit."""
+    _check(cfg, bitwise=True)
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_ULP_MISMATCHES))
+def test_known_mismatch_is_only_rounding(name):
+    res = fuzz.run_pair(KNOWN_ULP_MISMATCHES[name])
+    assert res.get("kind") in ("equal", "ulp"), res["diffs"]
+
+
+@pytest.mark.xfail(strict=False, reason="known 1-ulp mismatch, see KNOWN_ULP_MISMATCHES")
+@pytest.mark.parametrize("name", sorted(KNOWN_ULP_MISMATCHES))
+def test_known_mismatch_is_bit_identical(name):
+    res = fuzz.run_pair(KNOWN_ULP_MISMATCHES[name])
+    assert res["status"] == "ok", res["diffs"]
+
+
+def test_draw_config_is_deterministic_and_valid():
+    """Config i of a seed is always the same dict; drawn configs build (few are refused)."""
+    from sim.config import build_config
+    from sim.errors import ConfigError
+
+    assert fuzz.config_for(5, 7) == fuzz.config_for(5, 7)
+    refused = 0
+    for i in range(40):
+        try:
+            build_config(overrides=fuzz.config_for(0, i, traces=False))
+        except ConfigError:
+            refused += 1
+    assert refused <= 4
+
+
+def test_compare_reports_a_difference():
+    """The comparison is not vacuous: a shifted timestamp and a lost step are caught."""
+    import copy
+
+    cfg = {"model": "llama-3.1-8b", "hardware": "h100_sxm", "scheduler": "chunked", "seed": 1,
+           "workload.num_requests": 20, "workload.request_rate": 50.0, "workload.arrival": "poisson",
+           "workload.input_len": 100, "workload.output_len": 20}
+    ref = fuzz.simulate(cfg, True).result
+    fast = fuzz.simulate(cfg, False).result
+    assert fuzz.compare(ref, fast)[2] == "equal"
+    bad = copy.deepcopy(fast)
+    bad.requests["finish_time_s"][3] = np.nextafter(bad.requests["finish_time_s"][3], 9.0)
+    diffs, _, kind = fuzz.compare(ref, bad)
+    assert kind == "ulp" and any("finish_time_s" in d for d in diffs)
+    bad.num_steps -= 1
+    assert fuzz.compare(ref, bad)[2] == "semantic"
