@@ -10,11 +10,10 @@ does not depend on ``../shared``) run with ``exact_steps`` true and false.
 Hypothesis drives the config drawing (``st.randoms``), so a failure shrinks to
 a small config; derandomized, so the suite is reproducible.
 
-The fuzzer found the accelerated mode equal to the reference in every schedule,
-step and token count, but not bit for bit: three mechanisms leave timestamps an
-ulp or two apart (``KNOWN_ULP_MISMATCHES``, each with its smallest config). So
-the property that must hold is "same schedule, timestamps equal to rounding";
-the full bit-identity tests are marked xfail (strict=False) until those are fixed.
+The fuzzer found three mechanisms that left timestamps an ulp or two apart
+(schedules, steps and token counts always agreed); each was fixed and its
+smallest config is kept as a regression test (``FIXED_ULP_MISMATCHES``). The
+contract now holds bit for bit.
 """
 
 from __future__ import annotations
@@ -60,19 +59,18 @@ def _check(cfg: dict, *, bitwise: bool) -> None:
 
 @SETTINGS
 @given(cfg=_configs())
-def test_accelerated_gives_the_reference_schedule(cfg):
-    """Same steps, tokens, preemptions, rejections, replicas; every timestamp
-    and ITL gap equal up to float rounding (a few ulps); time-weighted step
-    aggregates to rounding."""
-    _check(cfg, bitwise=False)
+def test_accelerated_is_bit_identical_to_the_reference(cfg):
+    """The contract in full: same steps, tokens, preemptions, rejections and
+    replicas; every per-request column and ITL gap bit for bit; time-weighted
+    step aggregates to rounding (a merged row averages over its steps)."""
+    _check(cfg, bitwise=True)
 
 
-#: The known bit-identity mismatches, each minimised from the fuzzer's findings
-#: (benchmarks/fuzz_equivalence.py; the simulator is not changed here). All three
-#: are float rounding of timestamps, an ulp or two: schedules, steps and token
-#: counts agree (test_accelerated_gives_the_reference_schedule).
-KNOWN_ULP_MISMATCHES = {
-    # A. A merged run waits with env.timeout(ends[-1] - env.now) (sim/accelerated/spans.py);
+#: The bit-identity mismatches the fuzzer found (benchmarks/fuzz_equivalence.py),
+#: each minimised, with what caused it and how it was fixed. All three were float
+#: rounding of timestamps, an ulp or two; schedules, steps and token counts agreed.
+FIXED_ULP_MISMATCHES = {
+    # A. (fixed: Environment.timeout_at) A merged run waited with env.timeout(ends[-1] - env.now);
     # SimPy lands at now + (end - now), which is not `end` when end > 2 x now (the
     # subtraction rounds), so the replica's clock is 1 ulp off the reference's
     # sequential t += dt: request 0's run (~7 ms -> ~1.23 s) ends at
@@ -82,7 +80,7 @@ KNOWN_ULP_MISMATCHES = {
         "model": "llama-3.1-8b", "hardware": "h100_sxm", "scheduler": "continuous", "max_num_seqs": 1,
         "workload.num_requests": 2, "workload.arrival": "inf", "workload.input_len": 128,
         "workload.output_len": 200},
-    # B. Open-loop sends: the reference's arrival process sleeps timeout(t - env.now)
+    # B. (fixed: Environment.timeout_at) Open-loop sends: the reference's arrival process slept timeout(t - env.now)
     # from the previous send (sim/engine/traffic.py Traffic._arrivals), so request 1
     # arrives at 0.01620443313029387 + (0.09999999999999999 - 0.01620443313029387) = 0.1;
     # a span sending it inline (Traffic.send_inline) uses the spec's 0.09999999999999999.
@@ -90,7 +88,8 @@ KNOWN_ULP_MISMATCHES = {
         "model": "llama-3.1-8b", "hardware": "h100_sxm", "scheduler": "chunked", "seed": 105,
         "workload.num_requests": 2, "workload.arrival": "poisson", "workload.request_rate": 20.0,
         "workload.input_len": 50, "workload.output_len": 300},
-    # C. Decode runs over PY_RUN_MAX_STEPS (40) steps (CostModel._run_ends) and static
+    # C. (fixed: the fitted form times runs of any length with the step-by-step clock)
+    # Decode runs over PY_RUN_MAX_STEPS (40) steps (CostModel._run_ends) and static
     # batching's padded runs are timed by FittedAttention.decode_run_s, vectorised:
     # numpy's array ** (np.power) differs from Python's float ** (libm pow) by 1 ulp for
     # ~5 % of inputs with a non-integer exponent (numpy 2.4), so some steps' times differ
@@ -105,9 +104,6 @@ KNOWN_ULP_MISMATCHES = {
 NO_SHRINK = settings(SETTINGS, phases=[Phase.explicit, Phase.reuse, Phase.generate], report_multiple_bugs=False)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known 1-ulp timestamp mismatches A, B, C (KNOWN_ULP_MISMATCHES): SimPy relative timeouts to absolute "
-    "run ends; the reference's arrival times vs inline sends; numpy vs Python pow in vectorised decode timing"))
 @NO_SHRINK
 @given(cfg=_configs())
 def test_accelerated_is_bit_identical_to_the_reference(cfg):
@@ -115,16 +111,9 @@ def test_accelerated_is_bit_identical_to_the_reference(cfg):
     _check(cfg, bitwise=True)
 
 
-@pytest.mark.parametrize("name", sorted(KNOWN_ULP_MISMATCHES))
-def test_known_mismatch_is_only_rounding(name):
-    res = fuzz.run_pair(KNOWN_ULP_MISMATCHES[name])
-    assert res.get("kind") in ("equal", "ulp"), res["diffs"]
-
-
-@pytest.mark.xfail(strict=False, reason="known 1-ulp mismatch, see KNOWN_ULP_MISMATCHES")
-@pytest.mark.parametrize("name", sorted(KNOWN_ULP_MISMATCHES))
-def test_known_mismatch_is_bit_identical(name):
-    res = fuzz.run_pair(KNOWN_ULP_MISMATCHES[name])
+@pytest.mark.parametrize("name", sorted(FIXED_ULP_MISMATCHES))
+def test_fixed_mismatch_is_bit_identical(name):
+    res = fuzz.run_pair(FIXED_ULP_MISMATCHES[name])
     assert res["status"] == "ok", res["diffs"]
 
 
