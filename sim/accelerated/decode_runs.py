@@ -30,7 +30,8 @@ def grows_in_bulk(kv, span: bool) -> bool:
     """Can the growth of a merged run's members be taken in bulk at its end
     (``grow_for_decode``, ``allocate_prompt``) instead of step by step? Paged
     tables growing by whole blocks, no watermark, and with prefix caching (the
-    caller also checks each member with ``hashes_when_grown``): for a
+    caller also checks each member with ``hashes_when_grown`` and, for a span,
+    ``may_share_blocks``): for a
     ``span``, whose finishes free blocks before later steps take theirs, only
     when no free cached block can be hit again
     (``KVCacheManager.cached_free_blocks_are_dead``): then which blocks are
@@ -159,8 +160,8 @@ class DecodeRuns:
             s = r.num_computed_tokens + f - 1 - r.kv_capacity
             if s > 0:
                 need += -(-s // bs)
-            if caching and kv.hashes_when_grown(r, r.num_computed_tokens + f):
-                return None
+            if caching and (kv.hashes_when_grown(r, r.num_computed_tokens + f) or kv.may_share_blocks(r)):
+                return None  # (a finish inside the span must return every block the member holds)
         free = kv.num_free_blocks
         if k <= 1:
             return None

@@ -258,6 +258,17 @@ class KVCacheManager(PrefixCacheStats):
             return num_slots // self.block_size > 0 and self._num_hashed_limit(request) > 0
         return min(num_slots // self.block_size, st.num_hashed_limit) > st.num_cached
 
+    def may_share_blocks(self, request) -> bool:
+        """Could another request hold some of ``request``'s blocks too (blocks
+        carrying a prefix hash, which a hit shares)? Then freeing it returns
+        fewer blocks than it holds, which a merged run's block arithmetic does
+        not model. False without prefix caching and for a request whose cached
+        blocks are all its own."""
+        if not self.enable_prefix_caching:
+            return False
+        st = self._states.get(request.request_id)
+        return st is not None and min(st.num_cached, st.num_hashed_limit) > 0
+
     def cache_computed(self, requests: list) -> None:
         """After bulk growth with prefix caching: cache each request's blocks
         full within its computed tokens, as its last ``allocate_slots`` would
