@@ -111,6 +111,26 @@ def test_accelerated_is_bit_identical_to_the_reference(cfg):
     _check(cfg, bitwise=True)
 
 
+#: Found by the fuzzer after prefix caching entered the spans: requests sharing a
+#: system prompt hold the same hashed blocks; a finish inside a span returned all
+#: of them to the free count (the span's usage arithmetic), where the reference
+#: frees only blocks no one else holds. Fixed: KVCacheManager.may_share_blocks.
+SHARED_BLOCKS_FREED_IN_SPAN = {
+    "block_size": 16, "cpu_step_overhead_s": 0.0002694, "enable_prefix_caching": True,
+    "frontend_latency_s": 0.09165, "gpu_memory_utilization": 0.95, "hardware": "l40s", "kv_cache_dtype": "fp8",
+    "max_model_len": 1024, "max_num_batched_tokens": 8192, "max_num_seqs": 8, "model": "llama-3.1-8b",
+    "num_replicas": 1, "scheduler": "chunked", "seed": 2445, "tensor_parallel_size": 1,
+    "workload.arrival": "inf", "workload.num_requests": 26,
+    "workload.input_len": {"dist": "lognormal", "max": 256, "mean": 35, "min": 2, "sigma": 0.3},
+    "workload.output_len": {"dist": "lognormal", "max": 64, "mean": 14, "min": 2, "sigma": 1.0},
+    "workload.shared_prefix": {"fraction": 0.3, "num_prefixes": 2, "prefix_len": 128}}
+
+
+def test_a_span_never_frees_blocks_others_hold():
+    res = fuzz.run_pair(SHARED_BLOCKS_FREED_IN_SPAN)
+    assert res["status"] == "ok", res["diffs"]
+
+
 @pytest.mark.parametrize("name", sorted(FIXED_ULP_MISMATCHES))
 def test_fixed_mismatch_is_bit_identical(name):
     res = fuzz.run_pair(FIXED_ULP_MISMATCHES[name])
