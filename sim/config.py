@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sim.errors import ConfigError, require_file
+from sim.presets import PRESETS, apply_preset, get_preset
 from sim.workload.config import WorkloadConfig
 from sim.yaml_io import safe_load_unique
 
@@ -47,7 +48,7 @@ class SimConfig(BaseModel):
     model: str = "llama-3.1-8b"
     hardware: str = "h100_sxm"
     # A preset of defaults for the keys below (sim/presets/); explicit keys win.
-    engine: Literal["vllm", "sglang", "trtllm"] | None = None
+    engine: Literal[tuple(PRESETS)] | None = None  # type: ignore[valid-type]
 
     # Scheduler (vLLM names; ``vllm/config/scheduler.py``)
     scheduler: str = "chunked"
@@ -131,9 +132,7 @@ class SimConfig(BaseModel):
     @classmethod
     def _engine_preset(cls, data: Any) -> Any:
         """Fill the keys the caller did not set from ``engine``'s preset."""
-        if isinstance(data, dict) and data.get("engine") in ("vllm", "sglang", "trtllm"):
-            from sim.presets import apply_preset
-
+        if isinstance(data, dict) and isinstance(data.get("engine"), str) and data["engine"] in PRESETS:
             return apply_preset(data)
         return data
 
@@ -182,7 +181,6 @@ def resolve_scheduler_limits(cfg: SimConfig, hbm_bytes: float, hardware_name: st
     Raises ConfigError when vLLM's ``chunked`` gets ``max_num_batched_tokens <
     max_num_seqs`` (vLLM rejects that config).
     """
-    from sim.presets import get_preset
 
     eng = cfg.engine
     upd: dict[str, Any] = {"max_model_len": max_model_len}

@@ -50,6 +50,7 @@ from __future__ import annotations
 import gc
 import math
 from heapq import heappush
+
 import numpy as np
 import simpy
 from simpy.events import NORMAL

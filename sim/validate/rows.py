@@ -91,6 +91,7 @@ import numpy as np
 
 from sim.workload.client_phase import CLIENT_PHASE_SPREAD, PHASE_KEY, check_phase_spread, disperse_client_phases
 from sim.errors import ConfigError, InfeasibleError, ServesimError, require_file
+from sim.presets import PRESETS
 
 #: Mean client think time (s): benchmark client processing + localhost round trip.
 CLIENT_THINK_TIME_S = 0.002
@@ -106,7 +107,7 @@ REQUIRED_COLUMNS = ("backend", "model_path", "system", "isl", "osl", "concurrenc
                     "silicon_ttft_ms", "silicon_tpot_ms")
 NUMERIC_COLUMNS = ("isl", "osl", "concurrency", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms")
 GROUP_KEYS = ("model_path", "system", "backend", "tp_size")
-ENGINES = ("vllm", "sglang", "trtllm")
+ENGINES = tuple(PRESETS)  # the backends a measured row may name: the engine presets
 _QUANT = {"": None, "bf16": None, "bfloat16": None, "fp16": None, "fp8": "fp8", "fp8_block": "fp8_block"}
 
 
