@@ -19,7 +19,7 @@ sends arrivals itself: ``Traffic.send_inline``) and records through its
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from operator import sub
 
 import numpy as np
@@ -414,10 +414,11 @@ class AcceleratedStepping:
 def _waiting_per_step(first: int, joins: list[float], ends: list[float], j: int, start: float) -> list[int]:
     """Requests waiting at each of a merged run's ``j`` steps (``num_waiting_reqs``
     as single steps record it): ``first`` at step 1, plus those that joined the
-    queue (at times ``joins``, ascending) before each later step started."""
+    queue (at times ``joins``, ascending) by the time each later step started
+    (traffic comes first at a tie: ``sim.engine.simulation.Environment``)."""
     if not joins:
         return [first] * j
-    return [first] + [first + bisect_left(joins, ends[i - 1]) for i in range(1, j)]
+    return [first] + [first + bisect_right(joins, ends[i - 1]) for i in range(1, j)]
 
 
 def _time_average(values: list[float], ends: list[float], lo: int, hi: int, start: float) -> float:

@@ -53,7 +53,7 @@ from heapq import heappush
 
 import numpy as np
 import simpy
-from simpy.events import NORMAL
+from simpy.events import NORMAL, URGENT
 
 from sim.engine.deployment import Deployment
 from sim.engine.recording import Recorder
@@ -69,24 +69,40 @@ Interrupt = simpy.Interrupt
 
 
 class Environment(simpy.Environment):
-    """SimPy's environment, plus events at an absolute time.
+    """SimPy's environment, plus events at an absolute time and traffic events.
 
     ``env.timeout(t - env.now)`` fires at ``now + (t - now)`` in floating
     point, which is a neighbour of ``t`` for some pairs (and no delay reaches
     ``t`` exactly from some ``now``): an arrival's time would depend on when
     the arrival process last woke, which differs between the reference and the
-    accelerated stepping. :meth:`timeout_at` fires at exactly ``t``."""
+    accelerated stepping. :meth:`timeout_at` fires at exactly ``t``.
 
-    def timeout_at(self, t: float) -> simpy.Event:
+    Traffic comes first at a tie: a request that reaches the router at the
+    very time a step ends is seen by the next step's ``schedule()``, whatever
+    order the events were created in (``traffic=True``: SimPy's URGENT
+    priority; engine steps are NORMAL). Simultaneous arrivals (clients of one
+    cohort) are thus all queued before an idle replica, woken by the first,
+    forms its batch; and a merged run, which has no event at each step end,
+    knows what the reference would have seen there."""
+
+    def timeout_at(self, t: float, traffic: bool = False) -> simpy.Event:
         """An event that fires at simulated time exactly ``t`` (>= now), as a
-        ``Timeout`` does (same fields, same priority)."""
+        ``Timeout`` does (same fields); ``traffic``: before the engine's events
+        at the same time."""
         if t < self._now:
             raise ValueError(f"time {t!r} is in the past (now {self._now!r})")
         ev = simpy.Event(self)
         ev._ok = True
         ev._value = None
-        heappush(self._queue, (t, NORMAL, next(self._eid), ev))
+        heappush(self._queue, (t, URGENT if traffic else NORMAL, next(self._eid), ev))
         return ev
+
+    def traffic_timeout(self, delay: float) -> simpy.Event:
+        """``timeout(delay)`` (the same ``now + delay``) for a traffic event:
+        before the engine's events at the same time (see the class docstring)."""
+        if delay < 0:
+            raise ValueError(f"negative delay {delay!r}")
+        return self.timeout_at(self._now + delay, traffic=True)
 
 
 class Replica:

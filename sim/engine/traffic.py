@@ -66,7 +66,7 @@ class Traffic:
         spread = self.client_start_spread_s
         for c in range(min(self.max_concurrency, len(self.specs))):
             if spread > 0.0:
-                ev = env.timeout(float(self.client_rng.uniform(0.0, spread)))
+                ev = env.traffic_timeout(float(self.client_rng.uniform(0.0, spread)))
                 ev.callbacks.append(lambda _ev, cid=c: self._client_turn(cid))
             else:
                 self._client_turn(c)
@@ -151,7 +151,7 @@ class Traffic:
             i = self.num_arrived
             t = times[i]
             if t > env.now:
-                yield env.timeout_at(t)  # exactly t, however the process got here
+                yield env.timeout_at(t, traffic=True)  # exactly t, however the process got here
                 self.num_events += 1
                 if self.num_arrived != i:
                     continue
@@ -187,7 +187,7 @@ class Traffic:
         if self.frontend_s <= 0.0:
             self.send(req)
             return
-        ev = self.env.timeout(self.frontend_s)
+        ev = self.env.traffic_timeout(self.frontend_s)
         ev.callbacks.append(lambda _ev, r=req: self.send(r))
 
     def on_done(self, req: Request, delay: float = 0.0) -> None:
@@ -218,7 +218,7 @@ class Traffic:
             return
         if self.think_s > 0.0:
             delay += float(self.client_rng.exponential(self.think_s))
-        ev = self.env.timeout(delay)
+        ev = self.env.traffic_timeout(delay)
         ev.callbacks.append(lambda _ev, c=client_id: self._think_done(c))
 
     def _think_done(self, client_id: int) -> None:
