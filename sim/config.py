@@ -164,7 +164,8 @@ class SimConfig(BaseModel):
         return self
 
 
-def resolve_scheduler_limits(cfg: SimConfig, hbm_bytes: float, hardware_name: str, max_model_len: int) -> SimConfig:
+def resolve_scheduler_limits(cfg: SimConfig, hbm_bytes: float, hardware_name: str, max_model_len: int,
+                             chunked_prefill: bool | None = None) -> SimConfig:
     """Fill the hardware-dependent defaults.
 
     Without an engine or with ``engine: vllm``, as vLLM 0.24 ``vllm serve``
@@ -194,7 +195,9 @@ def resolve_scheduler_limits(cfg: SimConfig, hbm_bytes: float, hardware_name: st
         if frac <= 0:  # (SGLang's rule: the GPU's memory minus a reserve that grows with the budget)
             raise ConfigError(_sglang_no_room(hbm_bytes, hardware_name, cfg, mnbt, frac))
         upd["gpu_memory_utilization"] = frac
-    if vllm_like and cfg.scheduler not in CHUNKING_MODES:
+    if chunked_prefill is None:  # (the scheduler class's ``chunked_prefill``, when the caller knows it)
+        chunked_prefill = cfg.scheduler in CHUNKING_MODES
+    if vllm_like and not chunked_prefill:
         if cfg.max_num_batched_tokens is not None and cfg.max_num_batched_tokens < max_model_len:
             raise ConfigError(
                 f"max_num_batched_tokens ({cfg.max_num_batched_tokens}) is smaller than max_model_len "

@@ -173,3 +173,17 @@ def test_sigterm_stops_a_sweep_with_one_line_and_no_worker_tracebacks(tmp_path):
     rows = [json.loads(x) for x in (out / "points.jsonl").read_text().splitlines()]
     assert len(rows) == 1 and rows[0]["workload.num_requests"] == 5
     assert "point_id" in (out / "results.csv").read_text()
+
+
+@pytest.mark.parametrize("key, value, expect", [
+    ("model", "nosuchmodel", "unknown model 'nosuchmodel'"),
+    ("hardware", "nosuchgpu", "nosuchgpu"),
+])
+def test_a_typo_in_the_base_model_or_hardware_is_the_files_error(tmp_path, key, value, expect):
+    """Every point would fail the same way: an error naming the file before anything
+    runs (it was recorded as every point 'infeasible', exit 0)."""
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump({"base": {**BASE, key: value}, "axes": {"max_num_seqs": [8, 16]}}))
+    with pytest.raises(ConfigError, match=rf"no point of the sweep is valid; e\.g\. .*s\.yaml: point \w+: .*{expect}"):
+        run_sweep(load_sweep(p), tmp_path / "out", workers=1, quiet=True)
+    assert not (tmp_path / "out" / "results.csv").exists()

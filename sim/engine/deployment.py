@@ -56,7 +56,8 @@ def build_deployment(cfg: SimConfig) -> Deployment:
             f"{hw.interconnect.name} joins ({hw.interconnect.max_gpus}); tensor parallelism across nodes is "
             "not modelled: use more replicas, or a profile whose interconnect.max_gpus covers it")
     max_model_len = cfg.max_model_len or model.max_position_embeddings
-    cfg = resolve_scheduler_limits(cfg, hw.memory_bytes, hw.name, max_model_len)
+    cfg = resolve_scheduler_limits(cfg, hw.memory_bytes, hw.name, max_model_len,
+                                   chunked_prefill=get_scheduler_class(cfg.scheduler).chunked_prefill)
     sizing = compute_kv_sizing(
         model, hw, tensor_parallel_size=cfg.tensor_parallel_size,
         gpu_memory_utilization=cfg.gpu_memory_utilization, block_size=cfg.block_size,

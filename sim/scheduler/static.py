@@ -24,6 +24,7 @@ from sim.scheduler.chunked import ChunkedPrefillScheduler
 
 class StaticBatchingScheduler(ChunkedPrefillScheduler):
     name = "static"
+    chunked_prefill = False  # a batch's prompts are scheduled whole
     frees_on_finish = False
 
     def __init__(self, limits, kv) -> None:

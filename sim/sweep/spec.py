@@ -310,6 +310,23 @@ def point_config(spec: SweepSpec, point: SweepPoint) -> SimConfig:
         raise ConfigError(f"{spec.source}: point {point.point_id}: {msg}") from None
 
 
+def _model_and_hardware_error(cfg: SimConfig, known: dict) -> str | None:
+    """Why the point's model or hardware cannot be loaded (an unknown name, a
+    missing or bad file), or None; memoised per (model, hardware) in ``known``."""
+    key = (cfg.model, cfg.hardware)
+    if key not in known:
+        from sim.hardware.profile import get_hardware
+        from sim.model_spec import get_model
+
+        try:
+            get_model(cfg.model)
+            get_hardware(cfg.hardware)
+            known[key] = None
+        except ConfigError as e:
+            known[key] = str(e)
+    return known[key]
+
+
 def _check_axis_values(spec: SweepSpec, points: list[SweepPoint], errors: dict[str, str]) -> None:
     """An axis value invalid in every point carrying it (or no valid point at all)
     is the sweep file's error, raised before anything runs (:mod:`sim.sweep.grid_values`)."""
@@ -405,11 +422,16 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
     done = store.done_ids(retry_failed)
     tasks = []
     errors: dict[str, str] = {}
+    known: dict[tuple[str, str], str | None] = {}  # (model, hardware) -> why it cannot be loaded
     for p in points:
         try:
             cfg = point_config(spec, p)
         except ConfigError as e:
             cfg, errors[p.point_id] = None, str(e)
+        if cfg is not None:
+            why = _model_and_hardware_error(cfg, known)
+            if why is not None:  # a typo in a name or path: the sweep file's error, not infeasibility
+                cfg, errors[p.point_id] = None, f"{spec.source}: point {p.point_id}: {why}"
         if p.point_id not in done:
             tasks.append(PointTask(p.point_id, p.values, cfg, goodput, errors.get(p.point_id)))
     _check_axis_values(spec, points, errors)  # before anything is written
