@@ -88,7 +88,8 @@ FIXED_ULP_MISMATCHES = {
         "model": "llama-3.1-8b", "hardware": "h100_sxm", "scheduler": "chunked", "seed": 105,
         "workload.num_requests": 2, "workload.arrival": "poisson", "workload.request_rate": 20.0,
         "workload.input_len": 50, "workload.output_len": 300},
-    # C. (fixed: the fitted form times runs of any length with the step-by-step clock)
+    # C. (fixed: the fitted form times runs of any length with the step-by-step clock, and
+    # static batching's padded runs with Python floats: FittedAttention.decode_run_s)
     # Decode runs over PY_RUN_MAX_STEPS (40) steps (CostModel._run_ends) and static
     # batching's padded runs are timed by FittedAttention.decode_run_s, vectorised:
     # numpy's array ** (np.power) differs from Python's float ** (libm pow) by 1 ulp for

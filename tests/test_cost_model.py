@@ -142,11 +142,17 @@ def test_decode_steps_equal_repeated_step_time(name, tp):
     for hw in (HW, get_hardware("h100_sxm")):
         cm = CostModel(model, hw, tensor_parallel_size=tp)
         ctx = np.random.default_rng(7).integers(0, 5000, size=37)
-        for k in (1, 7, 40, 41, 50):  # numpy over the steps (the engine's Python path: decode_run_ends)
+        for k in (1, 7, 40, 41, 50):
             fast = cm.decode_steps_time_s(ctx, k)
             slow = np.array([cm.step_time_s(np.ones_like(ctx), ctx + j) for j in range(k)])
             assert fast.shape == (k,)
-            np.testing.assert_allclose(fast, slow, rtol=1e-12, atol=0)
+            # bit for bit: merged runs must end where single steps do (fitted powers in Python floats)
+            np.testing.assert_array_equal(fast, slow)
+            # static batching: the last 5 sequences are padding at fixed contexts
+            fast = cm.decode_steps_time_s(ctx, k, num_growing=32)
+            slow = np.array([cm.step_time_s(np.ones_like(ctx), np.concatenate((ctx[:32] + j, ctx[32:])))
+                             for j in range(k)])
+            np.testing.assert_array_equal(fast, slow)
     assert cm.decode_steps_time_s(ctx, 0).shape == (0,)
 
 

@@ -313,7 +313,15 @@ class FittedAttention:
             tiles = tiles + self._tiles(c[g:])
         tiled = (tiles * t).astype(float)
         sum_len = float(int(x.sum())) + float(g) * np.arange(k, dtype=float)
-        total = self._gen(float(S), sum_len, tiled)
-        if self.naive:
-            total = total + self._naive_extra(sum_len)
-        return (self.ga.launch_s + total) * self.layers
+        # The fitted terms raise to non-integer powers: evaluated with Python floats, step
+        # by step, as step_s does (numpy's vectorised ** differs from Python's by an ulp
+        # for a few per cent of inputs, and a merged run must end where single steps do).
+        gen, naive, launch, layers = self._gen, self.naive, self.ga.launch_s, self.layers
+        fS = float(S)
+        out = []
+        for L, T in zip(sum_len.tolist(), tiled.tolist()):
+            total = gen(fS, L, T)
+            if naive:
+                total += self._naive_extra(L)
+            out.append((launch + total) * layers)
+        return np.array(out)
