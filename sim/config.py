@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
 
 from sim.errors import ConfigError, require_file
 from sim.presets import PRESETS, apply_preset, get_preset
@@ -52,7 +52,7 @@ class SimConfig(BaseModel):
 
     # Scheduler (vLLM names; ``vllm/config/scheduler.py``)
     scheduler: str = "chunked"
-    enable_chunked_prefill: bool | None = None  # vLLM alias: true → chunked, false → continuous
+    enable_chunked_prefill: StrictBool | None = None  # vLLM alias: true → chunked, false → continuous
     policy: Literal["fcfs", "priority"] = "fcfs"
     capacity_scheduler_policy: Literal["guaranteed_no_evict", "max_utilization"] | None = None
     max_num_seqs: int | None = Field(default=None, ge=1)
@@ -72,7 +72,7 @@ class SimConfig(BaseModel):
     # static_fraction: KV = total x f - weights - non-torch (SGLang mem_fraction_static).
     kv_memory_rule: Literal["utilization", "free_fraction", "static_fraction"] = "utilization"
     num_gpu_blocks_override: int | None = Field(default=None, ge=2)
-    enable_prefix_caching: bool = False
+    enable_prefix_caching: StrictBool = False
     kv_cache_dtype: Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
     kv_allocation: Literal["paged", "contiguous"] = "paged"
     contiguous_reserve: Literal["max_model_len", "max_tokens"] = "max_model_len"
@@ -95,7 +95,7 @@ class SimConfig(BaseModel):
     # GPU (step = max(gpu, cpu)) or serial (gpu + cpu).
     cpu_step_overhead_s: float = Field(default=0.0, ge=0.0, le=MAX_TIME_KEY_S)
     cpu_seq_overhead_s: float = Field(default=0.0, ge=0.0, le=MAX_TIME_KEY_S)
-    overlap_scheduling: bool = False
+    overlap_scheduling: StrictBool = False
     # Extra host time (s) of a step with prefill tokens (no CUDA graph: every kernel launched).
     eager_step_overhead_s: float = Field(default=0.0, ge=0.0, le=MAX_TIME_KEY_S)
     # Per request (s): sent → seen by the engine's scheduler (HTTP, tokenization,
@@ -114,7 +114,7 @@ class SimConfig(BaseModel):
     client_start_spread_s: float = Field(default=0.0, ge=0.0, le=MAX_TIME_KEY_S)
 
     seed: int = 0
-    exact_steps: bool = False  # reference mode: one event per engine step, never merged
+    exact_steps: StrictBool = False  # reference mode: one event per engine step, never merged
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
 
     @model_validator(mode="before")

@@ -307,6 +307,8 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
         spec = ModelSpec.from_hf_config(path)
         quant = _modelopt_quantization(path)
         return replace(spec, quantization=quant) if quant and spec.quantization is None else spec
+    if path.suffix == ".json":
+        raise ConfigError(f"model: {text}: no such file")
     raise ConfigError(f"model: unknown model {text!r} (not a preset, HF id or config.json path); "
                       f"presets: {', '.join(list_models())}")
 

@@ -205,3 +205,17 @@ def test_calibrate_refuses_to_overwrite_a_file_that_is_not_a_profile(tmp_path):
     msg = one_line_error(cli("calibrate", "--from-table", str(d), "--base-profile", "h100_sxm", "--out", str(out)))
     assert f"--out {out}: the file there is not a hardware profile YAML (list)" in msg
     assert out.read_text() == "- a list, not a profile\n"
+
+
+@pytest.mark.parametrize("value", ["yes", "true", 1, "no"])
+def test_a_string_or_number_is_not_a_boolean(value):
+    """``enable_prefix_caching: "yes"`` (quoted in YAML) was silently true."""
+    with pytest.raises(ConfigError, match=r"enable_prefix_caching: Input should be a valid boolean"):
+        build_config(overrides={"enable_prefix_caching": value})
+
+
+def test_a_missing_config_json_says_no_such_file(tmp_path):
+    from sim.model_spec import get_model
+
+    with pytest.raises(ConfigError, match=r"model: .*missing\.json: no such file"):
+        get_model(str(tmp_path / "missing.json"))

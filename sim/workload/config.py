@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from sim.errors import ConfigError
 # the length specs live in sim/workload/lengths.py; re-exported for sim.workload's users
@@ -159,8 +159,8 @@ class WorkloadConfig(BaseModel):
     window_s: tuple[float, float] | None = None
     speedup: float = Field(default=1.0, ge=1e-3, le=1e6)
     sample_fraction: float = Field(default=1.0, gt=0, le=1)
-    clip_to_max_model_len: bool = False
-    skip_bad_rows: bool = False
+    clip_to_max_model_len: StrictBool = False
+    skip_bad_rows: StrictBool = False
     # Uniform [0, jitter_s) added to each trace timestamp, e.g. 3.0 for Mooncake,
     # whose timestamps are quantised to ~3 s steps (see ../shared/traces/README.md).
     jitter_s: float = Field(default=0.0, ge=0, le=3600.0)
