@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -145,6 +146,21 @@ def test_unknown_workload_name_in_a_yaml_names_the_file(tmp_path):
         build_config(p)
     with pytest.raises(ConfigError, match=r"^--set: workload.name: unknown workload 'chatt'"):
         build_config(set_args=["workload=chatt"])
+
+
+@pytest.mark.parametrize("value, shown", [(3, "3"), (True, "True"), ([1], "[1]"), (2.5, "2.5")])
+def test_workload_name_that_is_not_text_names_the_file(tmp_path, value, shown):
+    """A non-string workload.name raised AttributeError ('int' object has no attribute
+    'endswith'): a traceback (found by benchmarks/fuzz_inputs.py)."""
+    import yaml
+
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump({"workload": {"name": value}}))
+    with pytest.raises(ConfigError, match=rf"^{p}: workload.name: expected the name of a built-in workload or "
+                                          rf"a path to a workload \.yaml, got {re.escape(shown)}"):
+        build_config(p)
+    with pytest.raises(ConfigError, match=r"^--set: workload.name: expected the name"):
+        build_config(set_args=[f"workload.name={shown}"])
 
 
 def test_null_restores_a_workload_keys_default():

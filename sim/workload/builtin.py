@@ -137,6 +137,9 @@ def resolve_workload_dict(data: dict[str, Any]) -> dict[str, Any]:
     if "name" not in data and not _uses_default(data):
         return data
     name = data.pop("name", "default")
+    if not isinstance(name, str):
+        raise ConfigError(f"workload.name: expected the name of a built-in workload or a path to a workload "
+                          f".yaml, got {name!r}; valid: {', '.join(builtin_workload_names())}")
     base = dict(load_workload_dict(name))
     if data.get("arrival") not in (None, "gamma") and "burstiness" not in data:
         base.pop("burstiness", None)  # the named workload's gamma shape, not for the arrival set here
