@@ -221,3 +221,25 @@ def test_calibrate_refuses_to_overwrite_a_file_that_is_not_a_profile(tmp_path):
     msg = one_line_error(cli("calibrate", "--from-table", str(d), "--base-profile", "h100_sxm", "--out", str(out)))
     assert f"--out {out}: the file there is not a hardware profile YAML (list)" in msg
     assert out.read_text() == "- a list, not a profile\n"
+
+
+@pytest.mark.parametrize("col, value", [("k", "inf"), ("m", "-inf"), ("n", "1e400"), ("latency", "inf")])
+def test_calibrate_table_with_an_infinite_value_names_file_column_row(tmp_path, col, value):
+    """An infinite size or latency passed the table checks (only NaN and negatives were
+    refused) and the fit raised 'ValueError: Residuals are not finite' with a traceback
+    (found by benchmarks/fuzz_inputs.py)."""
+    d = tmp_path / "k"
+    d.mkdir()
+    header = "version,device,kernel_source,gemm_dtype,m,n,k,latency"
+    rows = ["0.24.0,H100,torch,bfloat16,1,4096,4096,0.02", "0.24.0,H100,torch,bfloat16,16,4096,4096,0.021",
+            "0.24.0,H100,torch,bfloat16,256,4096,4096,0.05"]
+    cells = rows[1].split(",")
+    cells[header.split(",").index(col)] = value
+    rows[1] = ",".join(cells)
+    table = d / "vllm-0.24.0_gemm.csv"
+    table.write_text(header + "\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "p.yaml"
+    msg = one_line_error(cli("calibrate", "--from-table", str(d), "--base-profile", "h100_sxm", "--out", str(out),
+                             "--quiet"))
+    assert f"{table}: column {col}, row 3" in msg and ("inf" if value == "1e400" else value) in msg, msg
+    assert not out.exists()
