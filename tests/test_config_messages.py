@@ -243,3 +243,19 @@ def test_calibrate_table_with_an_infinite_value_names_file_column_row(tmp_path, 
                              "--quiet"))
     assert f"{table}: column {col}, row 3" in msg and ("inf" if value == "1e400" else value) in msg, msg
     assert not out.exists()
+
+
+def test_workload_file_with_a_key_given_twice_is_refused(tmp_path):
+    """Config, sweep and profile files refuse a key given twice; a workload file
+    (--workload PATH) kept the last one silently (found by benchmarks/fuzz_inputs.py)."""
+    p = tmp_path / "w.yaml"
+    p.write_text("num_requests: 20\nnum_requests: 30\n")
+    with pytest.raises(ConfigError, match=rf"^{p}:2: malformed YAML: key 'num_requests' is given twice "
+                                          r"\(first on line 1\)"):
+        build_config(workload=str(p))
+    msg = one_line_error(cli("run", "--workload", str(p), "--quiet", "--out", str(tmp_path / "o")))
+    assert f"{p}:2:" in msg and "num_requests" in msg
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+    # YAML 1.2 numbers as in config files
+    p.write_text("num_requests: 20\nrequest_rate: 1e1\n")
+    assert build_config(workload=str(p)).workload.request_rate == 10.0

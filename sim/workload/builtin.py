@@ -14,6 +14,7 @@ from typing import Any
 
 from sim.errors import ConfigError, require_file
 from sim.paths import workloads_dir
+from sim.yaml_io import UniqueKeyLoader
 from sim.workload.config import WorkloadConfig
 
 _PATH_KEYS = (("trace",), ("input_len", "path"), ("output_len", "path"),
@@ -38,7 +39,7 @@ def _parse_yaml(path: Path) -> tuple[Any, dict[str, int]]:
     except OSError as exc:
         raise ConfigError(f"workload file {path}: cannot read: {exc}") from None
     try:
-        loader = yaml.SafeLoader(text)
+        loader = UniqueKeyLoader(text)  # a key given twice is an error, as in config files
         try:
             node = loader.get_single_node()
             data = loader.construct_document(node) if node is not None else None
