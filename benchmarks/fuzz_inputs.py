@@ -24,7 +24,9 @@ holding only its input files, and is classified:
   rendering is predictable the value), and nothing written (the folder's files
   are byte-identical afterwards);
 - ``traceback`` (``Traceback`` in the output), ``hang`` (the timeout),
-  ``silent`` (exit status 0 on bad input), ``bad_exit`` (any other status),
+  ``silent`` (exit status 0 on bad input), ``warned`` (exit status 0, but a
+  batch command skipped the bad row with a warning naming it: ``validate``'s
+  policy), ``bad_exit`` (any other status),
   ``unclear`` (several lines, or the message does not name the input; the
   detail says what is missing), ``wrote`` (refused but files written).
 
@@ -890,6 +892,12 @@ def check_case(case: Case, timeout: float = 60.0) -> dict[str, Any]:
         tail = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()][-1:] or [""]
         return {**out, "status": "traceback", "detail": tail[0][:300]}
     if proc.returncode == 0:
+        said = " ".join(message_lines(text))
+        if any(w in said for w in ("row skipped", "not simulated")) and "line " in said and \
+                all(any(alt in said for alt in g) for g in case.must[1:]):
+            # a batch command (validate) that skips a bad row with a warning naming its line and field
+            return {**out, "status": "warned", "detail": "exit status 0, the row skipped with a warning: "
+                    + " | ".join(ln for ln in message_lines(text) if "skipped" in ln or "line " in ln)[:300]}
         return {**out, "status": "silent", "detail": "exit status 0 on bad input; stdout: "
                 + " | ".join(proc.stdout.strip().splitlines()[-3:])[:300]}
     if proc.returncode != 2:
@@ -1025,7 +1033,7 @@ def _table(rows: list[list[Any]], header: list[str]) -> str:
     return "\n".join([line(cells[0]), "  ".join("-" * x for x in w)] + [line(r) for r in cells[1:]])
 
 
-BAD_STATUSES = ("traceback", "silent", "bad_exit", "unclear", "wrote", "hang")
+BAD_STATUSES = ("traceback", "silent", "warned", "bad_exit", "unclear", "wrote", "hang")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1127,8 +1135,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(["TOTAL", "", tot["n"], tot["ok"], *(tot[s] for s in BAD_STATUSES)])
         print()
         print(f"bad inputs: {len(cases)} of a corpus of {len(corpus)} ({bad_wall:.0f} s)")
-        print(_table(rows, ["kind", "command", "inputs", "ok", "traceback", "silent", "bad exit", "unclear",
-                            "wrote", "hang"]))
+        print(_table(rows, ["kind", "command", "inputs", "ok", "traceback", "silent", "warned", "bad exit",
+                            "unclear", "wrote", "hang"]))
         by_cmd: dict[str, int] = {}
         for (kind, cmd), c in counts.items():
             by_cmd[cmd] = by_cmd.get(cmd, 0) + c["n"]
