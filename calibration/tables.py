@@ -17,6 +17,7 @@ from __future__ import annotations
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from sim.errors import ConfigError
@@ -108,20 +109,20 @@ def _read(path: Path, columns: tuple[str, ...], nrows: int | None,
         raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}; "
                           f"found {', '.join(map(str, df.columns))}")
     lat = pd.to_numeric(df["latency"], errors="coerce")
-    bad = lat.isna() | (lat <= 0)
+    bad = lat.isna() | (lat <= 0) | np.isinf(lat)
     if bad.any():
         i = int(bad.to_numpy().nonzero()[0][0])
         raise ConfigError(f"{path}: column latency, row {i + 2} (line in file): "
-                          f"value {df['latency'].iloc[i]!r} is not a positive number of ms")
+                          f"value {df['latency'].iloc[i]!r} is not a finite positive number of ms")
     for col in columns:
         if col in ("latency", "gemm_dtype", "kv_cache_dtype", "op_name", "nccl_dtype"):
             continue
         vals = pd.to_numeric(df[col], errors="coerce")
-        neg = vals.isna() | (vals < 0)
+        neg = vals.isna() | (vals < 0) | np.isinf(vals)
         if neg.any():
             i = int(neg.to_numpy().nonzero()[0][0])
             raise ConfigError(f"{path}: column {col}, row {i + 2}: value {df[col].iloc[i]!r} "
-                              f"is not a non-negative number")
+                              f"is not a finite non-negative number")
     df["latency_s"] = lat * 1e-3
     return df
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -147,6 +148,21 @@ def test_unknown_workload_name_in_a_yaml_names_the_file(tmp_path):
         build_config(set_args=["workload=chatt"])
 
 
+@pytest.mark.parametrize("value, shown", [(3, "3"), (True, "True"), ([1], "[1]"), (2.5, "2.5")])
+def test_workload_name_that_is_not_text_names_the_file(tmp_path, value, shown):
+    """A non-string workload.name raised AttributeError ('int' object has no attribute
+    'endswith'): a traceback (found by benchmarks/fuzz_inputs.py)."""
+    import yaml
+
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump({"workload": {"name": value}}))
+    with pytest.raises(ConfigError, match=rf"^{p}: workload.name: expected the name of a built-in workload or "
+                                          rf"a path to a workload \.yaml, got {re.escape(shown)}"):
+        build_config(p)
+    with pytest.raises(ConfigError, match=r"^--set: workload.name: expected the name"):
+        build_config(set_args=[f"workload.name={shown}"])
+
+
 def test_null_restores_a_workload_keys_default():
     assert build_config(workload="code").workload.burstiness != 1.0
     cfg = build_config(set_args=["workload.burstiness=null"], workload="code")
@@ -219,3 +235,41 @@ def test_a_missing_config_json_says_no_such_file(tmp_path):
 
     with pytest.raises(ConfigError, match=r"model: .*missing\.json: no such file"):
         get_model(str(tmp_path / "missing.json"))
+
+
+@pytest.mark.parametrize("col, value", [("k", "inf"), ("m", "-inf"), ("n", "1e400"), ("latency", "inf")])
+def test_calibrate_table_with_an_infinite_value_names_file_column_row(tmp_path, col, value):
+    """An infinite size or latency passed the table checks (only NaN and negatives were
+    refused) and the fit raised 'ValueError: Residuals are not finite' with a traceback
+    (found by benchmarks/fuzz_inputs.py)."""
+    d = tmp_path / "k"
+    d.mkdir()
+    header = "version,device,kernel_source,gemm_dtype,m,n,k,latency"
+    rows = ["0.24.0,H100,torch,bfloat16,1,4096,4096,0.02", "0.24.0,H100,torch,bfloat16,16,4096,4096,0.021",
+            "0.24.0,H100,torch,bfloat16,256,4096,4096,0.05"]
+    cells = rows[1].split(",")
+    cells[header.split(",").index(col)] = value
+    rows[1] = ",".join(cells)
+    table = d / "vllm-0.24.0_gemm.csv"
+    table.write_text(header + "\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "p.yaml"
+    msg = one_line_error(cli("calibrate", "--from-table", str(d), "--base-profile", "h100_sxm", "--out", str(out),
+                             "--quiet"))
+    assert f"{table}: column {col}, row 3" in msg and ("inf" if value == "1e400" else value) in msg, msg
+    assert not out.exists()
+
+
+def test_workload_file_with_a_key_given_twice_is_refused(tmp_path):
+    """Config, sweep and profile files refuse a key given twice; a workload file
+    (--workload PATH) kept the last one silently (found by benchmarks/fuzz_inputs.py)."""
+    p = tmp_path / "w.yaml"
+    p.write_text("num_requests: 20\nnum_requests: 30\n")
+    with pytest.raises(ConfigError, match=rf"^{p}:2: malformed YAML: key 'num_requests' is given twice "
+                                          r"\(first on line 1\)"):
+        build_config(workload=str(p))
+    msg = one_line_error(cli("run", "--workload", str(p), "--quiet", "--out", str(tmp_path / "o")))
+    assert f"{p}:2:" in msg and "num_requests" in msg
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+    # YAML 1.2 numbers as in config files
+    p.write_text("num_requests: 20\nrequest_rate: 1e1\n")
+    assert build_config(workload=str(p)).workload.request_rate == 10.0

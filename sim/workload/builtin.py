@@ -14,6 +14,7 @@ from typing import Any
 
 from sim.errors import ConfigError, require_file
 from sim.paths import workloads_dir
+from sim.yaml_io import UniqueKeyLoader
 from sim.workload.config import WorkloadConfig
 
 _PATH_KEYS = (("trace",), ("input_len", "path"), ("output_len", "path"),
@@ -38,7 +39,7 @@ def _parse_yaml(path: Path) -> tuple[Any, dict[str, int]]:
     except OSError as exc:
         raise ConfigError(f"workload file {path}: cannot read: {exc}") from None
     try:
-        loader = yaml.SafeLoader(text)
+        loader = UniqueKeyLoader(text)  # a key given twice is an error, as in config files
         try:
             node = loader.get_single_node()
             data = loader.construct_document(node) if node is not None else None
@@ -137,6 +138,9 @@ def resolve_workload_dict(data: dict[str, Any]) -> dict[str, Any]:
     if "name" not in data and not _uses_default(data):
         return data
     name = data.pop("name", "default")
+    if not isinstance(name, str):
+        raise ConfigError(f"workload.name: expected the name of a built-in workload or a path to a workload "
+                          f".yaml, got {name!r}; valid: {', '.join(builtin_workload_names())}")
     base = dict(load_workload_dict(name))
     if data.get("arrival") not in (None, "gamma") and "burstiness" not in data:
         base.pop("burstiness", None)  # the named workload's gamma shape, not for the arrival set here
