@@ -273,3 +273,10 @@ def test_workload_file_with_a_key_given_twice_is_refused(tmp_path):
     # YAML 1.2 numbers as in config files
     p.write_text("num_requests: 20\nrequest_rate: 1e1\n")
     assert build_config(workload=str(p)).workload.request_rate == 10.0
+
+
+def test_an_empty_scheduler_in_a_list_is_an_error():
+    from sim.compare.variants import variants_from_args
+
+    with pytest.raises(ConfigError, match=r"--schedulers 'chunked,,static': an empty entry"):
+        variants_from_args("chunked,,static", None, None)

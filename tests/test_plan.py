@@ -387,3 +387,20 @@ def test_cli_plan_refuses_workload_keys_in_vary(tmp_path):
         r = CliRunner().invoke(app, ["plan", "--model", MODEL, "--hardware", GPU, "--slo", "p99_ttft_ms=1000",
                                      "--vary", key, "--out", str(tmp_path / "o")])
         assert isinstance(r.exception, ConfigError) and "plan varies the deployment" in str(r.exception)
+
+
+def test_plan_refuses_an_unknown_model_or_hardware_and_empty_lists(tmp_path):
+    """Not a candidate reported 'infeasible' with exit 0 (fuzz_inputs findings)."""
+    import subprocess
+    import sys
+
+    for args, expect in ((["--model", "nosuch-model"], "unknown model 'nosuch-model'"),
+                         (["--hardware", "nosuch_gpu"], "nosuch_gpu"),
+                         (["--hardware", ","], "--hardware: ',' names no value")):
+        r = subprocess.run([sys.executable, "-m", "sim", "plan", *args, "--slo", "p99_ttft_ms=1000",
+                            "--out", str(tmp_path / "p")], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and expect in r.stderr and "Traceback" not in r.stderr, r.stderr
+    from sim.sweep.plan import parse_slos
+
+    with pytest.raises(ConfigError, match="a latency cap of 0 can never be met"):
+        parse_slos(["p99_ttft_ms=0"])

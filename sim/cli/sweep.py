@@ -49,8 +49,10 @@ def sweep(
 def _split(text: str | None, what: str, conv=str, minimum: int | None = None) -> list:
     """Comma-separated values of option ``--what`` (repeats dropped, order
     kept); ConfigError for a value ``conv`` rejects or below ``minimum``."""
-    if not text:
+    if text is None:
         return []
+    if not text.strip(" ,"):
+        raise ConfigError(f"--{what}: {text!r} names no value")
     out = []
     for x in text.replace(" ", ",").split(","):
         if x:

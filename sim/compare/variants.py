@@ -90,7 +90,10 @@ def variants_from_args(schedulers: str | None, variant_args: list[str] | None,
                        variants_file: str | Path | None) -> list[Variant]:
     variants: list[Variant] = []
     if schedulers is not None:
-        names = [x.strip() for x in schedulers.split(",") if x.strip()]
+        parts = [x.strip() for x in schedulers.split(",")]
+        names = [x for x in parts if x]
+        if names and len(names) < len(parts):
+            raise ConfigError(f"--schedulers {schedulers!r}: an empty entry; give batching modes separated by commas")
         if not names:
             raise ConfigError(f"--schedulers {schedulers!r}: no scheduler named (e.g. static,continuous,chunked)")
         variants += [Variant(s, {"scheduler": s}) for s in names]

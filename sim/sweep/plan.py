@@ -89,6 +89,8 @@ def parse_slos(items: list[str] | None, goodput: Mapping[str, float] | None = No
                 raise ConfigError(f"--slo {part!r}: {val!r} is not a number") from None
             if not math.isfinite(limit) or limit < 0:
                 raise ConfigError(f"--slo {part!r}: the limit must be a finite number >= 0, got {val}")
+            if limit == 0 and key not in HIGHER_IS_BETTER:
+                raise ConfigError(f"--slo {part!r}: a latency cap of 0 can never be met; give a positive limit")
             if any(o.key == key for o in out):
                 raise ConfigError(f"--slo {part!r}: {key} is given twice")
             right = ">=" if key in HIGHER_IS_BETTER else "<="
@@ -293,6 +295,25 @@ def check_vary_values(base: SimConfig, candidates: list[Candidate], keys) -> Non
     hit = invalid_everywhere(keys, [(c.name, c.overrides) for c in candidates], bad)
     if hit is not None:
         raise ConfigError(f"--vary {hit[0]}={hit[1]}: invalid for every candidate; e.g. {hit[2]}")
+
+
+def check_models_and_hardware(base: SimConfig, candidates: list[Candidate]) -> None:
+    """A model or hardware that cannot be loaded (an unknown name, a missing or
+    bad file) is the user's error, raised before anything runs, not a candidate
+    reported 'infeasible'."""
+    from sim.hardware.profile import get_hardware
+    from sim.model_spec import get_model
+
+    seen: set[tuple[str, str]] = set()
+    for c in candidates:
+        try:
+            cfg = apply_variant(base, _variant(c, num_replicas=1))
+        except ConfigError:
+            continue  # this candidate's own values: reported with it ('infeasible')
+        for key, name, load in (("model", cfg.model, get_model), ("hardware", cfg.hardware, get_hardware)):
+            if (key, name) not in seen:
+                seen.add((key, name))
+                load(name)  # ConfigError names the key and value
 
 
 def plan_candidate(base: SimConfig, c: Candidate, s: PlanSettings) -> CandidatePlan:

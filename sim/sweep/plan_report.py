@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sim.config import SimConfig
-from sim.sweep.plan import Candidate, CandidatePlan, PlanSettings, plan_candidate
+from sim.sweep.plan import Candidate, CandidatePlan, PlanSettings, check_models_and_hardware, plan_candidate
 
 STATUS_ORDER = {"ok": 0, "target_unmet": 1, "no_rate": 2, "infeasible": 3}
 LAT_COLS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
@@ -169,6 +169,7 @@ def run_plan(base: SimConfig, candidates: list[Candidate], settings: PlanSetting
 
     if executor not in ("local", "ray"):
         raise ConfigError(f"--executor: unknown executor {executor!r}; valid: local, ray")
+    check_models_and_hardware(base, candidates)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     by_name: dict[str, CandidatePlan] = {}
