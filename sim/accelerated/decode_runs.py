@@ -20,23 +20,23 @@ A request finishes at ``num_output_tokens_target``: admission guarantees
 
 from __future__ import annotations
 
-from sim.request import Request, RequestStatus
 from sim.accelerated.decode_span import DecodeSpan
 from sim.accelerated.queued_span import QueuedSpan
+from sim.request import Request, RequestStatus
 from sim.scheduler.types import SchedulerOutput
 
 
 def grows_in_bulk(kv, span: bool) -> bool:
     """Can the growth of a merged run's members be taken in bulk at its end
     (``grow_for_decode``, ``allocate_prompt``) instead of step by step? Paged
-    tables growing by whole blocks, no watermark, and with prefix caching (the
-    caller also checks each member with ``hashes_when_grown`` and, for a span,
-    ``may_share_blocks``): for a
-    ``span``, whose finishes free blocks before later steps take theirs, only
+    tables growing by whole blocks and no watermark. With prefix caching, a
+    ``span`` (whose finishes free blocks before later steps take theirs) only
     when no free cached block can be hit again
     (``KVCacheManager.cached_free_blocks_are_dead``): then which blocks are
     taken when is unobservable; a decode run frees nothing before its last
-    step, so it takes the same blocks either way."""
+    step, so it takes the same blocks either way. The caller also checks each
+    member: ``hashes_when_grown`` (runs and spans) and ``may_share_blocks``
+    (spans)."""
     if not getattr(kv, "grows_by_block", False) or getattr(kv, "watermark_blocks", 0):
         return False
     if not kv.enable_prefix_caching:
