@@ -31,6 +31,9 @@ SCHEDULERS = ("static", "continuous", "chunked", "mixed", "prefill_first", "pref
 #: Modes that split long prompts at the token budget (the budget is then not
 #: raised to ``max_model_len``).
 CHUNKING_MODES = ("chunked", "prefill_first")
+#: the largest integer a config key takes (tokens, blocks, sequences): far past any real
+#: engine, well inside int64 and exact in float64
+MAX_CONFIG_INT = 1 << 40
 KV_MEMORY_RULES = ("utilization", "free_fraction", "static_fraction")
 POLICIES = ("fcfs", "priority")
 CAPACITY_POLICIES = ("guaranteed_no_evict", "max_utilization")
@@ -126,6 +129,9 @@ class SimConfig(BaseModel):
                 f = cls.model_fields.get(k)
                 if isinstance(v, bool) and f is not None and "bool" not in str(f.annotation):
                     raise ValueError(f"{k}: expected a number or name, got {v!r}")
+                if (isinstance(v, (int, float)) and not isinstance(v, bool) and f is not None and k != "seed"
+                        and "int" in str(f.annotation) and abs(v) > MAX_CONFIG_INT):
+                    raise ValueError(f"{k}: {v!r} is beyond any real setting (at most {MAX_CONFIG_INT:,})")
         return data
 
     @model_validator(mode="before")

@@ -449,6 +449,9 @@ def _parse_hf_config(cfg: dict[str, Any], source: str) -> dict[str, Any]:
     layer_types = hf.layer_types or []
     if any(t != "full_attention" for t in layer_types):
         raise _refuse(source, "layer_types", sorted(set(layer_types)), "hybrid attention layers")
+    if layer_types and len(layer_types) != hf.num_hidden_layers:
+        raise ConfigError(f"{source}: layer_types: {len(layer_types)} entries for num_hidden_layers="
+                          f"{hf.num_hidden_layers} (one per layer)")
     if hf.attention_chunk_size:
         raise _refuse(source, "attention_chunk_size", hf.attention_chunk_size, "chunked attention")
     for key in ("n_shared_experts", "shared_expert_intermediate_size", "num_shared_experts"):

@@ -280,3 +280,37 @@ def test_an_empty_scheduler_in_a_list_is_an_error():
 
     with pytest.raises(ConfigError, match=r"--schedulers 'chunked,,static': an empty entry"):
         variants_from_args("chunked,,static", None, None)
+
+
+@pytest.mark.parametrize("key, value", [("long_prefill_token_threshold", 1e30), ("max_num_seqs", 2 ** 50)])
+def test_integers_beyond_any_real_setting_are_refused(key, value):
+    with pytest.raises(ConfigError, match=rf"{key}: .* is beyond any real setting"):
+        build_config(overrides={key: value})
+    build_config(overrides={"seed": 2 ** 60})  # seeds may be large
+
+
+def test_a_bool_is_not_a_number_in_a_hardware_profile(tmp_path):
+    import yaml
+
+    from sim.hardware.profile import load_hardware
+    from sim.paths import hardware_profiles_dir
+
+    prof = yaml.safe_load((hardware_profiles_dir() / "h100_sxm.yaml").read_text())
+    prof["efficiency"]["step_overhead_s"] = True
+    p = tmp_path / "p.yaml"
+    p.write_text(yaml.safe_dump(prof))
+    with pytest.raises(ConfigError, match=r"step_overhead_s: expected a number, got True"):
+        load_hardware(p)
+
+
+def test_layer_types_must_have_one_entry_per_layer(tmp_path):
+    import json
+
+    from sim.model_spec import get_model
+
+    cfg = json.loads((Path(__file__).parent / "data" / "test_model.json").read_text())
+    cfg["layer_types"] = ["full_attention"]
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match=r"layer_types: 1 entries for num_hidden_layers="):
+        get_model(str(p))

@@ -16,9 +16,9 @@ attention, all-reduce); the formulas and their physics are documented in
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sim.errors import ConfigError
 
@@ -44,6 +44,17 @@ _Tile = Field(gt=0, le=2 ** 16)
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data: Any) -> Any:
+        """``step_overhead_s: true`` is a mistake, not 1.0 (pydantic would coerce it)."""
+        if isinstance(data, dict):
+            for k, v in data.items():
+                f = cls.model_fields.get(k)
+                if isinstance(v, bool) and f is not None and "bool" not in str(f.annotation):
+                    raise ValueError(f"{k}: expected a number, got {v!r}")
+        return data
 
 
 class EfficiencyBase(_Strict):
