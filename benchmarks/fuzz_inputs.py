@@ -182,14 +182,17 @@ ALLOWED = {("seed", 10 ** 30), ("seed", False), ("workload.seed", 10 ** 30),
            ("engine", ""), ("watermark", False)}
 
 
+def _kind(key: str) -> int:
+    """0 int, 1 float, 2 bool, 3 anything else (a name): the key's value type."""
+    leaf = key.split(".")[-1]
+    ints, floats, bools = ((WL_INT_KEYS, WL_FLOAT_KEYS, WL_BOOL_KEYS) if key.startswith("workload.")
+                           else (INT_KEYS, FLOAT_KEYS, BOOL_KEYS))
+    return 0 if leaf in ints else 1 if leaf in floats else 2 if leaf in bools else 3
+
+
 def _bad_values(key: str) -> list[Any]:
     leaf = key.split(".")[-1]
-    if key.startswith("workload."):
-        pool = (BAD_INT if leaf in WL_INT_KEYS else BAD_FLOAT if leaf in WL_FLOAT_KEYS
-                else BAD_BOOL if leaf in WL_BOOL_KEYS else BAD_ENUM)
-    else:
-        pool = (BAD_INT if leaf in INT_KEYS else BAD_FLOAT if leaf in FLOAT_KEYS
-                else BAD_BOOL if leaf in BOOL_KEYS else BAD_ENUM)
+    pool = (BAD_INT, BAD_FLOAT, BAD_BOOL, BAD_ENUM)[_kind(key)]
     def allowed(v: Any) -> bool:
         return any(k in (key, leaf) and type(a) is type(v) and a == v for k, a in ALLOWED)
 
@@ -308,12 +311,7 @@ def set_cases(r: random.Random) -> list[Case]:
     slot = 0
     for key in _all_keys():
         leaf = key.split(".")[-1]
-        if key.startswith("workload."):
-            pool = (texts_int if leaf in WL_INT_KEYS else texts_float if leaf in WL_FLOAT_KEYS
-                    else texts_bool if leaf in WL_BOOL_KEYS else texts_enum)
-        else:
-            pool = (texts_int if leaf in INT_KEYS else texts_float if leaf in FLOAT_KEYS
-                    else texts_bool if leaf in BOOL_KEYS else texts_enum)
+        pool = (texts_int, texts_float, texts_bool, texts_enum)[_kind(key)]
         if leaf == "seed":
             pool = [t for t in pool if t not in ("1e30",)]
         text = r.choice(pool)

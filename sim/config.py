@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 
 from sim.errors import ConfigError, require_file
 from sim.presets import PRESETS, apply_preset, get_preset
+from sim.schema import reject_bool_numbers
 from sim.workload.config import WorkloadConfig
 from sim.yaml_io import safe_load_unique
 
@@ -123,12 +124,11 @@ class SimConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _no_bool_numbers(cls, data: Any) -> Any:
-        """``max_num_seqs: true`` is a mistake, not 1 (pydantic would coerce it)."""
+        """No bool for a number (``reject_bool_numbers``), no integer beyond any real setting."""
+        reject_bool_numbers(cls, data, "a number or name")
         if isinstance(data, dict):
             for k, v in data.items():
                 f = cls.model_fields.get(k)
-                if isinstance(v, bool) and f is not None and "bool" not in str(f.annotation):
-                    raise ValueError(f"{k}: expected a number or name, got {v!r}")
                 if (isinstance(v, (int, float)) and not isinstance(v, bool) and f is not None and k != "seed"
                         and "int" in str(f.annotation) and abs(v) > MAX_CONFIG_INT):
                     raise ValueError(f"{k}: {v!r} is beyond any real setting (at most {MAX_CONFIG_INT:,})")

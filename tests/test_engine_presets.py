@@ -10,7 +10,7 @@ import pytest
 
 from sim.config import SimConfig, build_config
 from sim.engine.deployment import build_deployment
-from sim.presets import PRESETS, preset_defaults, preset_table
+from sim.presets import OVERHEAD_KEYS, PRESETS, preset_defaults, preset_table
 from sim.presets.sglang import (sglang_chunked_prefill_size, sglang_cuda_graph_max_bs, sglang_max_running_requests,
                                 sglang_mem_fraction_static)
 from sim.hardware.profile import get_hardware
@@ -66,7 +66,8 @@ def test_documented_static_defaults_are_what_build_deployment_resolves(engine):
                                           dep.cfg.overlap_scheduling)
     # Every default has a source in the documentation table.
     rows = [r for r in preset_table() if r["engine"] == engine]
-    assert {r["key"] for r in rows} >= set(PRESETS[engine].defaults)
+    assert {r["key"] for r in rows} >= set(PRESETS[engine].defaults) | set(PRESETS[engine].fitted)
+    assert set(preset_defaults(engine)) >= set(OVERHEAD_KEYS)  # every host-overhead key has a value
     assert all(r["source"] for r in rows)
 
 

@@ -37,10 +37,10 @@ def grows_in_bulk(kv, span: bool) -> bool:
     step, so it takes the same blocks either way. The caller also checks each
     member: ``hashes_when_grown`` (runs and spans) and ``may_share_blocks``
     (spans)."""
-    if not getattr(kv, "grows_by_block", False) or getattr(kv, "watermark_blocks", 0):
+    if not getattr(kv, "enable_prefix_caching", False):
+        return getattr(kv, "grows_decode_in_bulk", False)
+    if not kv.grows_by_block or kv.watermark_blocks:
         return False
-    if not kv.enable_prefix_caching:
-        return True
     return not span or kv.cached_free_blocks_are_dead()
 
 

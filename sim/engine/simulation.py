@@ -338,8 +338,3 @@ class Simulation:
             if rep.kv.num_free_blocks != rep.kv.num_usable_blocks:
                 raise RuntimeError(f"replica {rep.index}: KV blocks leaked "
                                    f"({rep.kv.num_usable_blocks - rep.kv.num_free_blocks} still held)")
-
-
-def simulate(dep: Deployment, specs: RequestSpecs, *, seed: int = 0, progress=None) -> RunResult:
-    """One run in the reference mode (:func:`sim.runner.make_simulation` picks the stepping)."""
-    return Simulation(dep, specs, seed=seed, progress=progress).run()

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sim.errors import ConfigError
+from sim.schema import reject_bool_numbers
 
 #: Operator classes the cost model asks efficiencies for.
 OPERATOR_CLASSES = ("gemm", "attention", "elementwise", "all_reduce")
@@ -48,13 +49,8 @@ class _Strict(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _no_bool_numbers(cls, data: Any) -> Any:
-        """``step_overhead_s: true`` is a mistake, not 1.0 (pydantic would coerce it)."""
-        if isinstance(data, dict):
-            for k, v in data.items():
-                f = cls.model_fields.get(k)
-                if isinstance(v, bool) and f is not None and "bool" not in str(f.annotation):
-                    raise ValueError(f"{k}: expected a number, got {v!r}")
-        return data
+        """``step_overhead_s: true`` is a mistake, not 1.0."""
+        return reject_bool_numbers(cls, data)
 
 
 class EfficiencyBase(_Strict):

@@ -85,6 +85,8 @@ def preset_table() -> list[dict[str, str]]:
         vals = preset_defaults(p.name)
         for k, d in p.defaults.items():
             rows.append({"engine": p.name, "key": k, "value": repr(vals[k]), "source": d.source})
+        for k, v in p.fitted.items():
+            rows.append({"engine": p.name, "key": k, "value": repr(v), "source": FIT_PROVENANCE})
         for k, rule in p.resolved.items():
             rows.append({"engine": p.name, "key": k, "value": "(hardware-dependent)", "source": rule})
     return rows

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.presets.types import EAGER_SOURCE, FIT_PROVENANCE, MiB, Default, EnginePreset
+from sim.presets.types import EAGER_DEFAULT, MiB, Default, EnginePreset
 
 
 def sglang_chunked_prefill_size(memory_bytes: float) -> int:
@@ -96,11 +96,7 @@ PRESET = EnginePreset(
                                   "served in arrival order"),
         "capacity_scheduler_policy": Default(None, "admission by PrefillAdder's token reservation "
                                                    "(schedule_policy.py), not TRT-LLM's"),
-        "cpu_step_overhead_s": Default(0.0, FIT_PROVENANCE),
-        "cpu_seq_overhead_s": Default(0.0, FIT_PROVENANCE),
-        "eager_step_overhead_s": Default(0.0, EAGER_SOURCE),
-        "frontend_latency_s": Default(0.0, FIT_PROVENANCE),
-        "frontend_token_s": Default(0.0, FIT_PROVENANCE),
+        "eager_step_overhead_s": EAGER_DEFAULT,
         "overlap_scheduling": Default(True, "overlap scheduler on unless --disable-overlap-schedule "
                                             "(server_args.py)"),
     },

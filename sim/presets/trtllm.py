@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.presets.types import EAGER_SOURCE, FIT_PROVENANCE, Default, EnginePreset
+from sim.presets.types import EAGER_DEFAULT, Default, EnginePreset
 
 
 def hardware_defaults(cfg: Any, memory_bytes: float, hardware_name: str) -> dict[str, Any]:
@@ -35,11 +35,7 @@ PRESET = EnginePreset(
         "enable_prefix_caching": Default(True, "KvCacheConfig enable_block_reuse=True "
                                                "(docs/source/features/kvcache.md)"),
         "policy": Default("fcfs", "requests are scheduled in arrival order (capacityScheduler.cpp)"),
-        "cpu_step_overhead_s": Default(0.0, FIT_PROVENANCE),
-        "cpu_seq_overhead_s": Default(0.0, FIT_PROVENANCE),
-        "eager_step_overhead_s": Default(0.0, EAGER_SOURCE),
-        "frontend_latency_s": Default(0.0, FIT_PROVENANCE),
-        "frontend_token_s": Default(0.0, FIT_PROVENANCE),
+        "eager_step_overhead_s": EAGER_DEFAULT,
         "overlap_scheduling": Default(True, "PyTorch backend overlap scheduler on by default "
                                             "(disable_overlap_scheduler=False, llmapi/llm_args.py; "
                                             "pyexecutor/py_executor.py::_executor_loop_overlap)"),

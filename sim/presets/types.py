@@ -34,12 +34,16 @@ class Default:
     source: str
 
 
+#: every engine's ``eager_step_overhead_s`` (the fitted host overheads are ``EnginePreset.fitted``)
+EAGER_DEFAULT = Default(0.0, EAGER_SOURCE)
+
+
 @dataclass(frozen=True)
 class EnginePreset:
     """One serving engine's defaults and rules.
 
     ``defaults``: static values with their sources. ``fitted``: the values
-    fitted on measured data (:data:`FIT_PROVENANCE`): per engine,
+    fitted on measured data (source :data:`FIT_PROVENANCE`), defaults too: per engine,
       cpu_step_overhead_s  host time per engine step (scheduling, input preparation,
                            graph launch, sampling bookkeeping), s;
       cpu_seq_overhead_s   host time per scheduled sequence per step, s;

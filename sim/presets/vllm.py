@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.presets.types import EAGER_SOURCE, FIT_PROVENANCE, GiB, Default, EnginePreset
+from sim.presets.types import EAGER_DEFAULT, GiB, Default, EnginePreset
 
 
 def vllm_batch_defaults(memory_bytes: float, hardware_name: str) -> tuple[int, int]:
@@ -40,11 +40,7 @@ PRESET = EnginePreset(
         "policy": Default("fcfs", "vllm/config/scheduler.py policy='fcfs'"),
         "capacity_scheduler_policy": Default(None, "vLLM allocates blocks on demand and preempts by "
                                                    "recompute (docs/configuration/optimization.md)"),
-        "cpu_step_overhead_s": Default(0.0, FIT_PROVENANCE),
-        "cpu_seq_overhead_s": Default(0.0, FIT_PROVENANCE),
-        "eager_step_overhead_s": Default(0.0, EAGER_SOURCE),
-        "frontend_latency_s": Default(0.0, FIT_PROVENANCE),
-        "frontend_token_s": Default(0.0, FIT_PROVENANCE),
+        "eager_step_overhead_s": EAGER_DEFAULT,
         "overlap_scheduling": Default(False, "async_scheduling defaults off before 0.14 (on from 0.14, "
                                              "vllm/config/vllm.py); the data is 0.12"),
     },
