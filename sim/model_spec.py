@@ -185,25 +185,26 @@ class ModelSpec:
     quantization: str | None = None
     architecture: str = ""
     # -- per-layer attention kinds (empty: every layer full_attention) --------
-    layer_types: tuple[str, ...] = ()
-    sliding_window: int = 0              #: tokens a sliding_attention layer attends to
+    # (fields named as config.json keys default to None = absent, as in config.json)
+    layer_types: tuple[str, ...] | None = None
+    sliding_window: int | None = None    #: tokens a sliding_attention layer attends to
     attention_sinks: bool = False        #: gpt-oss: one learned sink logit per head
     attn_output_gate: bool = False       #: Qwen3.5 gated attention: q_proj also makes the gate
     # -- MLA (DeepSeek): kv_lora_rank > 0 -------------------------------------
-    kv_lora_rank: int = 0
-    q_lora_rank: int = 0                 #: 0: q_proj without low-rank compression
-    qk_nope_head_dim: int = 0
-    qk_rope_head_dim: int = 0
-    v_head_dim: int = 0
+    kv_lora_rank: int | None = None
+    q_lora_rank: int | None = None       #: None: q_proj without low-rank compression
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
     # -- MoE structure ----------------------------------------------------------
     shared_expert_intermediate_size: int = 0   #: width of all shared experts together
     dense_mlp_layers: tuple[int, ...] = ()     #: indices of dense-FFN layers in an MoE model
     # -- Gated DeltaNet (linear_attention layers) -------------------------------
-    linear_num_key_heads: int = 0
-    linear_num_value_heads: int = 0
-    linear_key_head_dim: int = 0
-    linear_value_head_dim: int = 0
-    linear_conv_kernel_dim: int = 0
+    linear_num_key_heads: int | None = None
+    linear_num_value_heads: int | None = None
+    linear_key_head_dim: int | None = None
+    linear_value_head_dim: int | None = None
+    linear_conv_kernel_dim: int | None = None
     mamba_ssm_dtype: str = "bfloat16"
     # -- precision per family: these LINEAR_FAMILIES stay 16-bit ------------------
     unquantized_families: tuple[str, ...] = ()
@@ -215,13 +216,13 @@ class ModelSpec:
         experts only), one precision: the shape the original cost model covers
         (its numbers are kept bit for bit)."""
         return (not self.kv_lora_rank and not self.attn_output_gate
-                and all(t == "full_attention" for t in self.layer_types)
+                and all(t == "full_attention" for t in self.layer_types or ())
                 and not self.shared_expert_intermediate_size and not self.dense_mlp_layers
                 and not self.unquantized_families)
 
     @property
     def is_mla(self) -> bool:
-        return self.kv_lora_rank > 0
+        return bool(self.kv_lora_rank)
 
     def layer_type_list(self) -> tuple[str, ...]:
         """One ``layer_types`` entry per layer (all full_attention when not given)."""
@@ -280,7 +281,7 @@ class ModelSpec:
         if self.is_mla:  # the latent is replicated; the query heads are split (vLLM MLA)
             kv = tp if isinstance(tp, int) and tp >= 1 else 1
         lin = (self.linear_num_key_heads, self.linear_num_value_heads)
-        if "linear_attention" in self.layer_types and isinstance(tp, int) and tp >= 1 and (
+        if "linear_attention" in (self.layer_types or ()) and isinstance(tp, int) and tp >= 1 and (
                 lin[0] % tp or lin[1] % tp):
             raise ConfigError(
                 f"tensor_parallel_size: {tp!r} does not fit {self.name}: it must divide "
@@ -922,7 +923,7 @@ def _parse_hf_config(cfg: dict[str, Any], source: str) -> dict[str, Any]:
                               f"needs {', '.join(absent)}")
         if sliding or "linear_attention" in layer_types:
             raise _refuse(source, "layer_types", sorted(set(layer_types)), "MLA with non-full layers")
-        mla = dict(kv_lora_rank=hf.kv_lora_rank, q_lora_rank=hf.q_lora_rank or 0,
+        mla = dict(kv_lora_rank=hf.kv_lora_rank, q_lora_rank=hf.q_lora_rank,
                    qk_nope_head_dim=hf.qk_nope_head_dim, qk_rope_head_dim=hf.qk_rope_head_dim,
                    v_head_dim=hf.v_head_dim)
         kv_heads = heads  # MLA has no KV-head grouping (the latent is shared by all heads)
@@ -997,7 +998,7 @@ def _parse_hf_config(cfg: dict[str, Any], source: str) -> dict[str, Any]:
                         else model_type in ("qwen2", "qwen2_moe")),
         dtype=dtype, quantization=quant,
         architecture=archs[0] if archs else model_type,
-        layer_types=layer_types, sliding_window=window if sliding else 0,
+        layer_types=layer_types or None, sliding_window=window if sliding else None,
         attention_sinks=model_type == "gpt_oss", attn_output_gate=bool(hf.attn_output_gate),
         shared_expert_intermediate_size=shared, dense_mlp_layers=dense_layers if num_experts else (),
         **mla, **gdn)

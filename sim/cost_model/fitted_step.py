@@ -252,6 +252,11 @@ class FittedAttention:
             total += self._naive_extra(float(C + S))
         return (self.ga.launch_s + total) * self.layers
 
+    def sums_s(self, b, sum_len, tiled, npre, sn, sc, snc, snn, qtiles) -> float:
+        """Seconds over all layers from the batch's sums (:meth:`batch_sums`'s
+        order); callers with their own sums (sliding-window layers) use it."""
+        return self._mixed_s(b, sum_len, tiled, npre, sn, sc, snc, snn, qtiles)
+
     def _mixed_s(self, b: int, sum_len: int, tiled: int, npre: int, sn: int, sc: int, snc: int, snn: int,
                  qtiles: int) -> float:
         """A step with prefill chunks: ``b`` decode sequences reading ``sum_len``
