@@ -125,13 +125,14 @@ def window_sums(n: np.ndarray, c: np.ndarray, window: int) -> tuple[float, float
     """(sum n, sum c', sum n.c', sum n^2) of a batch under a causal sliding
     window of ``window`` tokens, such that the full-attention formulas
     (``operators.attention_cost``: scores = sum n.c + (sum n^2 + sum n) / 2, KV
-    read = sum c + sum n) give the windowed ones: c' = min(c, window) cached
-    tokens read, and sum n.c' set so the score count is exactly
+    read = sum c + sum n) give the windowed ones: c' = min(c, window - 1) cached
+    tokens read (with the n new ones, the keys of the oldest new token's window:
+    min(c + 1, window) for a decode), and sum n.c' set so the score count is exactly
     sum of :func:`~sim.model_spec.window_keys`."""
     nf, cf = n.astype(float), c.astype(float)
     scores = float(window_keys(nf, cf, window).sum())
     sn, snn = float(nf.sum()), float(nf @ nf)
-    return sn, float(np.minimum(cf, window).sum()), scores - (snn + sn) / 2.0, snn
+    return sn, float(np.minimum(cf, window - 1).sum()), scores - (snn + sn) / 2.0, snn
 
 
 class SlidingAttention:

@@ -171,12 +171,12 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
     state_seq = model.state_bytes_per_sequence(tp)
     state = float(state_seq * max_num_seqs)
     if state:
-        if num_gpu_blocks_override is None and available - state < block_bytes:
+        if num_gpu_blocks_override is None and available >= block_bytes > available - state:
             raise InfeasibleError(
                 f"{model.name} on {hw.name} at TP {tp}: the linear-attention state of max_num_seqs "
                 f"{max_num_seqs:,} sequences ({state_seq / 2**20:,.1f} MiB each per rank, "
                 f"{state / GiB:.2f} GiB) does not fit beside the weights: "
-                f"{max(available, 0.0) / GiB:.2f} GiB are left for KV cache and state; lower max_num_seqs "
+                f"{available / GiB:.2f} GiB are left for KV cache and state; lower max_num_seqs "
                 f"or raise tensor_parallel_size")
         available -= state
     if num_gpu_blocks_override is None and available < block_bytes:
