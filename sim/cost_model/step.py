@@ -148,13 +148,18 @@ class CostModel:
             self._o = gemm(h, q_r)
             self._dense_ffn = None
         else:
-            def fam_prec(family):
-                return gemm_precision(hw, model.family_quantization(family, quantization))
+            def fam_prec(s):
+                # MLA's kv_b_proj runs as the absorbed W_UK / W_UV batched matmuls in 16 bits
+                # (vLLM MLACommonImpl.process_weights_after_loading dequantizes them)
+                if s.name == "kv_b_proj":
+                    return bf16
+                return gemm_precision(hw, model.family_quantization(s.family, quantization))
             shapes = model.linear_shapes(tp)
             self._qkv, self._o, self._dense_ffn = (
-                _gemm_sum([gemm(s.n, s.k, p=fam_prec(s.family), layers=s.layers)
+                _gemm_sum([gemm(s.n, s.k, p=fam_prec(s), layers=s.layers)
                            for s in shapes if s.slot == slot]) for slot in ("qkv_proj", "o_proj", "ffn"))
-            prec = fam_prec("experts") if model.is_moe else prec
+            if model.is_moe:
+                prec = gemm_precision(hw, model.family_quantization("experts", quantization))
         if model.is_moe:
             im_r = model.moe_intermediate_size // tp
             self._router = gemm(model.num_experts, h, p=bf16, layers=L_moe)
