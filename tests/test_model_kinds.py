@@ -194,6 +194,16 @@ def test_sliding_layers_attention_cost_stops_at_the_window():
     assert snc + (snn + sn) / 2 == window_keys(1000, 0, 128)
 
 
+def test_gpt_oss_kv_report_per_layer_type():
+    rep = kv_report(compute_kv_sizing(spec(GPT_OSS), HW, max_model_len=8192))
+    assert rep["kv_bytes_per_token"] == 4 * 2048  # sliding layers at full length (conservative)
+    assert (rep["full_attention_layers"], rep["sliding_attention_layers"]) == (2, 2)
+    assert rep["sliding_attention_kv_bytes_per_token_per_layer"] == 2048
+    assert rep["sliding_attention_kv_bytes_per_token"] == 2 * 2048
+    assert rep["kv_bytes_per_token_beyond_window"] == 2 * 2048  # full layers only
+    assert rep["sliding_window"] == 128
+
+
 def test_gpt_oss_mxfp4_runs_weight_only_on_hopper_w4a8_on_blackwell():
     from sim.cost_model.roofline import gemm_precision
     h100, b200 = get_hardware("h100_sxm"), get_hardware("b200_sxm")

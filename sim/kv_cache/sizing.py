@@ -223,6 +223,9 @@ def _layer_type_rows(sizing: KVSizing) -> dict:
     if sizing.sliding_window:
         rows["sliding_window"] = sizing.sliding_window
         rows["sliding_attention_counted_at"] = "full length (one block pool; conservative)"
+        # what a token past the window costs where sliding layers free their blocks (vLLM hybrid manager)
+        rows["kv_bytes_per_token_beyond_window"] = sum(
+            per.get(t, 0) * n for t, n in counts.items() if t != "sliding_attention")
     if sizing.state_bytes_per_sequence:
         rows["linear_attention_state_bytes_per_sequence"] = sizing.state_bytes_per_sequence
         rows["linear_attention_state_gib_reserved"] = sizing.state_bytes_reserved / GiB
