@@ -319,3 +319,30 @@ def test_every_shared_config_sizes_and_runs(fname):
     out = run_simulation(cfg)
     s = out.summary
     assert s["completed"] == 8 and s["mean_ttft_ms"] > 0 and s["mean_tpot_ms"] > 0
+
+
+# ------------------------------------------------------------------ the CLI
+def _cli(*args, timeout=180):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "sim", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=Path(__file__).resolve().parent.parent)
+
+
+def test_cli_kv_shows_bytes_per_layer_type(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(GPT_OSS))
+    r = _cli("kv", "--model", str(p), "--hardware", str(DATA / "test_gpu.yaml"), "--set", "max_model_len=8192")
+    assert r.returncode == 0, r.stderr
+    for row in ("sliding_attention_kv_bytes_per_token_per_layer", "full_attention_kv_bytes_per_token",
+                "kv_bytes_per_token_beyond_window"):
+        assert row in r.stdout
+
+
+def test_cli_unknown_layer_type_is_one_line(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({**GPT_OSS, "layer_types": ["sliding_attention", "hyena"] * 2}))
+    r = _cli("kv", "--model", str(p), "--hardware", str(DATA / "test_gpu.yaml"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == (f"error: {p}: layer_types='hyena': not modelled; valid: full_attention, "
+                                f"sliding_attention, linear_attention")
