@@ -21,7 +21,10 @@ Layer kinds (HF / vLLM names):
   ``mlp_only_layers`` / ``decoder_sparse_step`` (Qwen MoE) say so;
 - multimodal wrappers (``text_config``): the language model under
   ``text_config`` is read; the vision tower is ignored (its weights and
-  encoder cost are not modelled: text-only serving).
+  encoder cost are not modelled: text-only serving);
+- multi-token-prediction layers (``num_nextn_predict_layers``,
+  ``mtp_num_hidden_layers``) are not counted: vLLM loads them only for
+  speculative decoding, which is not modelled.
 
 Weight precision per operator family (:data:`LINEAR_FAMILIES`): a checkpoint's
 ``quantization_config`` (``modules_to_not_convert`` / ``ignore``) or ModelOpt
@@ -408,7 +411,13 @@ class ModelSpec:
             total += (self.num_experts * (w13.n * w13.k + w2.n * w2.k) * self.num_moe_layers
                       * WEIGHT_BYTES_PER_PARAM[self.family_quantization("experts", quantization)])
         emb = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2) / tp
-        return total + (emb + self._small_params_per_rank(tp)) * 2.0
+        extra = 0.0
+        if self.is_mla and self.family_quantization("attn_qkv", quantization) not in ("bf16", "fp16"):
+            # vLLM dequantizes kv_b_proj into 16-bit W_UK / W_UV for the absorbed decode and
+            # keeps the quantized kv_b_proj for prefill (MLACommonImpl.process_weights_after_loading)
+            kv_b = next(s for s in self.linear_shapes(tp) if s.name == "kv_b_proj")
+            extra = kv_b.n * kv_b.k * kv_b.layers
+        return total + (emb + self._small_params_per_rank(tp) + extra) * 2.0
 
     # -- parameter counts (per layer and whole model) ---------------------
     def attention_params_per_layer(self) -> int:
