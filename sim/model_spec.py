@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -1013,7 +1014,10 @@ def _parse_hf_config(cfg: dict[str, Any], source: str) -> dict[str, Any]:
         **mla, **gdn)
     if not_converted:
         probe = ModelSpec(name=source, **fields)
-        fields["unquantized_families"] = excluded_families(probe, not_converted)
+        try:
+            fields["unquantized_families"] = excluded_families(probe, not_converted)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
     return fields
 
 
@@ -1032,11 +1036,19 @@ _FAMILY_MODULES = {
 
 def _module_excluded(name: str, patterns: list[str]) -> bool:
     """vLLM's rule for ignored modules, as its quantization configs apply it:
-    an exact or ``fnmatch`` glob match, a listed parent module, or a listed
-    last component (``lm_head``, ``gate``)."""
+    an exact or ``fnmatch`` glob match, a listed parent module, a listed last
+    component (``lm_head``, ``gate``), or a ``re:`` regular expression
+    (compressed-tensors ``ignore``)."""
     parts = name.split(".")
     for pat in patterns:
-        pat = pat.removeprefix("re:")
+        if pat.startswith("re:"):  # compressed-tensors: a regular expression
+            try:
+                if re.match(pat[3:], name):
+                    return True
+            except re.error:
+                raise ConfigError(f"quantization_config: ignored-module pattern {pat!r}: not a valid "
+                                  f"regular expression") from None
+            continue
         if fnmatch.fnmatchcase(name, pat) or fnmatch.fnmatchcase(name, pat + ".*"):
             return True
         if "." not in pat and pat in parts[-1:]:

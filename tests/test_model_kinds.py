@@ -266,7 +266,10 @@ def test_compressed_tensors_int4():
     m = spec(GPT_OSS, quantization_config={"quant_method": "compressed-tensors", "config_groups": {
         "group_0": {"weights": {"num_bits": 4, "type": "int", "group_size": 128}, "targets": ["Linear"]}},
         "ignore": ["lm_head", "re:.*self_attn.*"]})
-    assert m.quantization == "int4_wo"
+    assert m.quantization == "int4_wo" and m.unquantized_families == ("attn_qkv", "attn_o")
+    assert "not a valid regular expression" in refused(
+        {**GPT_OSS, "quantization_config": {"quant_method": "compressed-tensors", "ignore": ["re:(("],
+                                            "config_groups": {"g": {"weights": {"num_bits": 4, "type": "int"}}}}})
 
 
 # ------------------------------------------------------------------ refusals: one line, key and value
