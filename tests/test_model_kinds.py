@@ -349,3 +349,29 @@ def test_cli_unknown_layer_type_is_one_line(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip() == (f"error: {p}: layer_types='hyena': not modelled; valid: full_attention, "
                                 f"sliding_attention, linear_attention")
+
+
+# ------------------------------------------------------------------ merged decode runs = single steps
+@pytest.mark.parametrize("cfg,tp", [(DSV3, 8), (GPT_OSS, 1), (QWEN35, 8)])
+@pytest.mark.parametrize("hw", ["h100_sxm", str(DATA / "test_gpu.yaml")])
+def test_decode_runs_equal_single_steps_bit_for_bit(cfg, tp, hw):
+    """The engine's merged decode runs (decode_steps_time_s, decode_run_ends) must
+    end exactly where single steps (step_time_s) do, with the layer kinds too."""
+    cm = CostModel(spec(cfg), get_hardware(hw), tensor_parallel_size=tp)
+    rng = np.random.default_rng(1)
+    for _ in range(10):
+        S = int(rng.integers(1, 40))
+        c = rng.integers(0, 400, S)
+        ones = np.ones(S, dtype=np.int64)
+        for kind in cm._extras:  # the decode fast path gives the general path's floats
+            assert kind.step_s(ones, c, int(c.sum())) == kind.step_s(ones, c, None)
+        k, g = int(rng.integers(1, 12)), int(rng.integers(1, S + 1))
+        grow = np.zeros(S, dtype=np.int64)
+        grow[:g] = 1
+        ref = [cm.step_time_s(ones, c + j * grow) for j in range(k)]
+        assert cm.decode_steps_time_s(c, k, g).tolist() == ref
+        t, ends = 1.5, []
+        for j in range(k):
+            t += cm.step_time_s(ones, c + j)
+            ends.append(t)
+        assert cm.decode_run_ends(c.tolist(), k, 1.5) == ends

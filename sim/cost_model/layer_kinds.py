@@ -1,8 +1,10 @@
 """Attention of the layer kinds beyond full GQA attention, one TP rank, all
 layers of the kind: multi-head latent attention (MLA), sliding-window GQA and
 Gated DeltaNet linear attention. Each kind is an object with
-``step_s(n, c)`` -- seconds of one engine step for sequences with ``n`` new and
-``c`` cached tokens (1-D integer arrays) -- so the step model adds them to the
+``step_s(n, c, decode_C)`` -- seconds of one engine step for sequences with
+``n`` new and ``c`` cached tokens (1-D integer arrays; ``decode_C``, when given:
+every ``n`` is 1 and ``c`` sums to it, the engine's common step, taken by a
+shorter path with the same result) -- so the step model adds them to the
 full-attention layers' time (:class:`~sim.cost_model.step.CostModel`).
 
 Efficiencies: a one-new-token part runs at the profile's decode (generation)
@@ -123,7 +125,10 @@ class MlaAttention:
                   + sc * lat * kvb + sn * lat * (ACT_BYTES + kvb))        # latents read / cached
         return flops, nbytes
 
-    def step_s(self, n: np.ndarray, c: np.ndarray) -> float:
+    def step_s(self, n: np.ndarray, c: np.ndarray, decode_C: int | None = None) -> float:
+        if decode_C is not None:
+            b = n.shape[0]
+            return self.dec(*self.decode_cost(float(b), float(decode_C + b)))
         cd, npf, cpf = _split(n, c)
         t = 0.0
         if cd.size:
@@ -173,7 +178,12 @@ class SlidingAttention:
             self.b = layers / (hw.hbm_bandwidth_bytes_per_s * me)
             self.c = layers * ATTENTION_KERNELS * launch
 
-    def step_s(self, n: np.ndarray, c: np.ndarray) -> float:
+    def step_s(self, n: np.ndarray, c: np.ndarray, decode_C: int | None = None) -> float:
+        if decode_C is not None and self.fitted is not None:
+            fa, W, t = self.fitted, self.W, self.fitted.tile
+            keys = [x + 1 if x < W else W for x in c.tolist()]  # min(c + 1, window)
+            return fa.sums_s(len(keys), sum(keys), sum([(x - 1 + t) // t for x in keys]),
+                             0, 0, 0, 0, 0, 0)
         if self.fitted is None:
             f, by = attention_cost(*window_sums(n, c, self.W), self.heads, self.kv_heads, self.d,
                                    self.kvb, self.impl)
@@ -221,7 +231,10 @@ class GatedDeltaNet:
         self.pre, self.dec = _Roofline(hw, prefill, layers, 2), _Roofline(hw, decode, layers, 2)
         self.ssm_bytes = SSM_DTYPE_BYTES[model.mamba_ssm_dtype]
 
-    def step_s(self, n: np.ndarray, c: np.ndarray) -> float:
+    def step_s(self, n: np.ndarray, c: np.ndarray, decode_C: int | None = None) -> float:
+        if decode_C is not None:
+            dec = n.shape[0]
+            return self.dec(dec * self.flops_dec, dec * (2.0 * self.state + self.act_per_tok))
         dec = int((n == 1).sum())
         pre = n > 1
         t = 0.0

@@ -245,11 +245,12 @@ class CostModel:
             t += max(f * m, a * m + w * touched) + c
         return t
 
-    def _extra_s(self, n: np.ndarray, c: np.ndarray) -> float:
-        """MLA, sliding-window and Gated DeltaNet layers' attention (s)."""
+    def _extra_s(self, n: np.ndarray, c: np.ndarray, decode_C: int | None = None) -> float:
+        """MLA, sliding-window and Gated DeltaNet layers' attention (s);
+        ``decode_C``: every sequence has one new token and C cached tokens in all."""
         t = 0.0
         for kind in self._extras:
-            t += kind.step_s(n, c)
+            t += kind.step_s(n, c, decode_C)
         return t
 
     def _attention(self, N, C, X, Q2, maximum):
@@ -344,7 +345,9 @@ class CostModel:
             attn = self._attn_fitted.step_s(n, c, T, C, Q2)
         else:
             attn = self._attention(float(T), float(C), float(X), float(Q2), max)
-        return attn + self._extra_s(n, c) if self._extras else attn
+        if not self._extras:
+            return attn
+        return attn + self._extra_s(n, c, C if T == Q2 == n.shape[0] else None)
 
     def _step_with_extras_s(self, n: np.ndarray, c: np.ndarray, num_sampled) -> float:
         """:meth:`step_time_s` of a model with MLA / sliding / linear-attention layers."""
@@ -388,10 +391,15 @@ class CostModel:
             return np.zeros(k)
         g = S if num_growing is None else num_growing
         lin = self._linear_s(float(S), float(S))
-        if self._extras:  # step by step, the same floats as step_time_s
+        if self._extras:  # step by step, the same floats as step_time_s (_step_with_extras_s)
             ones, grow = np.ones(S, dtype=np.int64), np.zeros(S, dtype=np.int64)
             grow[:g] = 1
-            return np.array([self._step_with_extras_s(ones, c + j * grow, None) for j in range(k)])
+            C0 = int(c.sum())
+            out = []
+            for j in range(k):
+                C = C0 + j * g
+                out.append(self._attention_all(ones, c + j * grow, S, C, C, S) + lin)
+            return np.array(out)
         if self.fitted:
             return self._attn_fitted.decode_run_s(c, k, g) + lin
         C = float(int(c.sum()))
