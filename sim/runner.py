@@ -36,7 +36,8 @@ def make_simulation(dep: Deployment, specs: RequestSpecs, *, progress=None) -> S
     ``exact_steps``, else with the accelerated stepping (same results; it serves
     only the policies that declare it, :mod:`sim.accelerated.policies`)."""
     cfg = dep.cfg
-    stepping = None if cfg.exact_steps else AcceleratedStepping
+    # DP groups (attention data parallelism) run in the reference stepping only
+    stepping = None if cfg.exact_steps or dep.layout.attention_dp else AcceleratedStepping
     return Simulation(dep, specs, seed=cfg.seed, progress=progress, stepping=stepping)
 
 
@@ -66,6 +67,8 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
     summary["num_skipped_trace_rows"] = specs.num_skipped_rows
     summary["num_out_of_order_trace_rows"] = specs.num_out_of_order_rows
     summary["num_clipped_prompts"] = specs.num_clipped
+    summary["num_gpus"] = dep.num_gpus  # replicas x DP ranks x TP
+    summary["parallel_layout"] = dep.layout.describe()
     summary["config"] = dep.cfg.model_dump(mode="json")
     wl = summary["config"]["workload"]
     # the named workload's keys, under its name (the expansion consumed workload.name)

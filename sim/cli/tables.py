@@ -22,7 +22,10 @@ def _fmt(v, nd=2) -> str:
 
 def print_run_summary(s: dict, dep) -> None:
     cfg = dep.cfg
-    t = Table(title=f"servesim run: {cfg.model} on {cfg.num_replicas}x{cfg.tensor_parallel_size} {cfg.hardware}, "
+    lay = getattr(dep, "layout", None)
+    shape = (f"{cfg.num_replicas}x({lay.describe()})" if lay is not None and lay.num_gpus != cfg.tensor_parallel_size
+             else f"{cfg.num_replicas}x{cfg.tensor_parallel_size}")
+    t = Table(title=f"servesim run: {cfg.model} on {shape} {cfg.hardware}, "
                     f"scheduler={cfg.scheduler}", show_header=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
@@ -62,7 +65,9 @@ def print_run_summary(s: dict, dep) -> None:
 
 def print_kv_report(rep: dict, dep) -> None:
     cfg = dep.cfg
-    t = Table(title=f"KV cache: {cfg.model} on {cfg.hardware}, TP={cfg.tensor_parallel_size}, "
+    lay = getattr(dep, "layout", None)
+    tp = lay.describe() if lay is not None and lay.num_gpus != cfg.tensor_parallel_size else f"TP={cfg.tensor_parallel_size}"
+    t = Table(title=f"KV cache: {cfg.model} on {cfg.hardware}, {tp}, "
                     f"kv_cache_dtype={cfg.kv_cache_dtype}, block_size={cfg.block_size} "
                     f"(bytes, GiB and blocks per GPU rank)", show_header=False)
     t.add_column("quantity")
