@@ -121,7 +121,7 @@ def resolve_layout(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_siz
     if not model.is_moe:
         for key, val in (("enable_expert_parallel", enable_expert_parallel), ("moe_ep_size", moe_ep_size),
                          ("moe_tp_size", moe_tp_size)):
-            if val not in (None, False, 1):
+            if val is True or (val is not None and val is not False and val != 1):
                 raise ConfigError(f"{key}: {val!r} applies to MoE models; {model.name} has no routed experts")
         return ParallelLayout(tp, dp, 1, tp, False)
     E = model.num_experts
