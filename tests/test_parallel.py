@@ -266,3 +266,20 @@ def test_deepseek_v3_dp8_ep8_on_h200_and_h100():
     # NVFP4 experts fit an H100
     dep = build_deployment(build_config(overrides={**base, "hardware": "h100_sxm", "quantization": "nvfp4"}))
     assert dep.sizing.num_gpu_blocks > 1000
+
+
+def test_layout_keys_from_the_measured_tables_columns():
+    from sim.cost_model.parallel import layout_keys_from_table
+    # vLLM rows: tp 2 per DP rank, 2 ranks, EP 4
+    assert layout_keys_from_table(2, 2, 1, 4) == {"tensor_parallel_size": 2, "data_parallel_size": 2,
+                                                  "moe_ep_size": 4, "moe_tp_size": 1}
+    # TensorRT-LLM attention DP: tp_size counts the 8 attention ranks
+    assert layout_keys_from_table(8, 8, 1, 8)["tensor_parallel_size"] == 1
+    # TensorRT-LLM rows written tp 1 x dp 8
+    assert layout_keys_from_table(1, 8, 1, 8) == {"tensor_parallel_size": 1, "data_parallel_size": 8,
+                                                  "moe_ep_size": 8, "moe_tp_size": 1}
+    # no DP: experts as given
+    assert layout_keys_from_table(8, 1, 2, 4)["moe_ep_size"] == 4
+    assert layout_keys_from_table(4, None, None, None)["moe_tp_size"] == 4
+    with pytest.raises(ConfigError, match="attention_dp_size: 3"):
+        layout_keys_from_table(4, 3, 1, 8)

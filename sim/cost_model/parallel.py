@@ -338,3 +338,39 @@ def layout_report(model: ModelSpec, layout: ParallelLayout, quantization: str | 
                     "routed_expert_gib_per_gpu": routed_expert_params_per_gpu(model, layout) * wb / 2**30})
     out["weight_gib_per_gpu"] = weight_bytes_per_gpu(model, layout, quantization) / 2**30
     return out
+
+
+def layout_keys_from_table(tp_size: int, attention_dp_size: int | None = None, moe_tp_size: int | None = None,
+                           moe_ep_size: int | None = None) -> dict:
+    """Config keys for a measured row's parallelism columns (``../shared/silicon``
+    MoE table: ``tp_size``, ``attention_dp_size``, ``moe_tp_size``,
+    ``moe_ep_size``; empty = None). The table mixes conventions, told apart by
+    the experts' GPU count ep x moe_tp = the worker's GPUs G:
+
+    - G = tp x dp (vLLM rows: ``tp_size`` is the attention TP of each DP rank);
+    - G = tp, dp > 1 (the README's: ``tp_size`` counts the attention ranks too):
+      attention TP = tp / dp;
+    - dp = 1: attention TP = tp, experts as given.
+
+    ConfigError (one line) when no reading fits."""
+    dp = int(attention_dp_size or 1)
+    tp = int(tp_size)
+    mtp = int(moe_tp_size) if moe_tp_size else None
+    mep = int(moe_ep_size) if moe_ep_size else None
+    if mtp is None and mep is None:
+        mtp, mep = tp * dp, 1
+    mtp = mtp or 1
+    mep = mep or 1
+    G = mtp * mep
+    if dp == 1:
+        if G != tp:
+            raise ConfigError(f"moe_ep_size: {mep} x moe_tp_size {mtp} = {G} GPUs, but tp_size is {tp}")
+        attn_tp = tp
+    elif G == tp * dp:
+        attn_tp = tp
+    elif G == tp and tp % dp == 0:
+        attn_tp = tp // dp
+    else:
+        raise ConfigError(f"attention_dp_size: {dp} with tp_size {tp} and moe_ep_size {mep} x moe_tp_size {mtp}: "
+                          "no GPU count fits all three")
+    return {"tensor_parallel_size": attn_tp, "data_parallel_size": dp, "moe_ep_size": mep, "moe_tp_size": mtp}
