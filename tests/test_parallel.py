@@ -175,8 +175,9 @@ def test_dp_group_steps_at_the_slower_rank_padded(moe_path):
     assert cm.step_time_s(*b) != lone.step_time_s(*b)
 
 
-def test_dp_group_engine_conserves_requests_and_blocks(moe_path):
-    cfg = _cfg(moe_path, data_parallel_size=2, enable_expert_parallel=True,
+@pytest.mark.parametrize("overlap", [False, True])
+def test_dp_group_engine_conserves_requests_and_blocks(moe_path, overlap):
+    cfg = _cfg(moe_path, data_parallel_size=2, enable_expert_parallel=True, overlap_scheduling=overlap,
                **{"workload.num_requests": 40, "workload.arrival": "poisson", "workload.request_rate": 50.0,
                   "workload.input_len": {"dist": "uniform", "low": 20, "high": 300},
                   "workload.output_len": {"dist": "uniform", "low": 2, "high": 40}})

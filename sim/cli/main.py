@@ -136,6 +136,8 @@ def kv(
                     contiguous_reserve=cfg.contiguous_reserve)
     if dep.layout.num_gpus > 1 or dep.model.is_moe:  # DP x TP x EP, per-GPU weights
         rep.update(layout_report(dep.model, dep.layout, dep.cfg.quantization))
+        if dep.layout.attention_dp:  # each attention rank has its own KV cache
+            rep["kv_cache_tokens_per_dp_group"] = rep["kv_cache_tokens"] * dep.layout.data_parallel_size
     print_kv_report(rep, dep)
 
 

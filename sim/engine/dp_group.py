@@ -119,6 +119,8 @@ def dp_group_loop(sim, group: DPGroup):
             ran.append((rep, out, new, ctx))
         if not ran:
             continue
+        for rep in ranks:  # ranks without work this step (dummy passes) take arrivals at once
+            rep.busy = False
         gpu = cost.dp_group_step_s([(new, ctx) for _, _, new, ctx in ran])
         dt = max(overheads.apply(gpu, len(new), out.num_prefill_tokens > 0) for _, out, new, _ in ran)
         for rep, out, _, _ in ran:
