@@ -228,17 +228,26 @@ def all_to_all_s(hw: HardwareProfile, num_bytes, num_gpus: int) -> float:
     """One dispatch (or combine) call sending ``num_bytes`` from each GPU to the
     others of a ``num_gpus`` group, spread evenly: the NVLink share at the
     link's per-GPU bandwidth, the share beyond one NVLink domain at the NIC's;
-    the slower share plus the link latency."""
+    the slower share plus the link latency.
+
+    The link's peak unless the profile's efficiency carries an ``all_to_all``
+    entry (``latency_s``: fixed cost of one call, replacing the link latency;
+    ``bandwidth_efficiency``: achieved fraction of the link) -- the hook for a
+    fit to the DeepEP tables (``../shared/kernels/h100_sxm/*_moe_a2a``), which
+    the peak undershoots 2-30x (``tests/test_parallel.py``)."""
     ic = hw.interconnect
     if num_gpus <= 1:
         return 0.0
+    fit = getattr(hw.efficiency, "all_to_all", None)
+    lat = ic.latency_s if fit is None else fit.latency_s
+    eff = 1.0 if fit is None else fit.bandwidth_efficiency
     local = min(num_gpus, ic.max_gpus)
     f_nvl = (local - 1) / (num_gpus - 1)
-    t_nvl = num_bytes * f_nvl / ic.bandwidth_bytes_per_s
+    t_nvl = num_bytes * f_nvl / (ic.bandwidth_bytes_per_s * eff)
     if f_nvl >= 1.0:
-        return ic.latency_s + t_nvl
-    t_nic = num_bytes * (1.0 - f_nvl) / NIC_BANDWIDTH_BYTES_PER_S
-    return ic.latency_s + NIC_LATENCY_S + np.maximum(t_nvl, t_nic)
+        return lat + t_nvl
+    t_nic = num_bytes * (1.0 - f_nvl) / (NIC_BANDWIDTH_BYTES_PER_S * eff)
+    return lat + NIC_LATENCY_S + np.maximum(t_nvl, t_nic)
 
 
 class ParallelMoe:
