@@ -72,16 +72,21 @@ def parse_variant(text: str) -> Variant:
 def load_variants_file(path: str | Path) -> list[Variant]:
     """A YAML mapping ``name: {key: value, ...}`` (dotted or nested keys)."""
     require_file(path, "--variants")
-    data = read_yaml(path)
+    return variants_from_mapping(read_yaml(path), str(path))
+
+
+def variants_from_mapping(data, source: str) -> list[Variant]:
+    """``{name: {key: value, ...}, ...}`` (dotted or nested keys) → variants;
+    errors name ``source`` (a file, or the Python call)."""
     out = []
     for name, ov in data.items():
         if not isinstance(ov, dict):
-            raise ConfigError(f"{path}: variant {name!r} must map config keys to values, got {ov!r}")
+            raise ConfigError(f"{source}: variant {name!r} must map config keys to values, got {ov!r}")
         flat: dict[str, Any] = {}
         for k, v in ov.items():
             set_dotted(flat, str(k), v)
-        check_known_keys(flat, f"{path}: variant {name}")
-        _check_variant(str(name), flat, str(path))
+        check_known_keys(flat, f"{source}: variant {name}")
+        _check_variant(str(name), flat, source)
         out.append(Variant(str(name), flat))
     return out
 
