@@ -30,7 +30,7 @@ class Variant:
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 #: files ``servesim compare`` writes beside the variant folders (sim/compare/report.py, sim/compare/plots.py)
-RESERVED_NAMES = frozenset({"comparison.csv", "report.md", "variants.json", "ttft_cdf.png", "itl_cdf.png",
+RESERVED_NAMES = frozenset({"comparison.csv", "report.md", "report.html", "variants.json", "ttft_cdf.png", "itl_cdf.png",
                             "latency_percentiles.png", "timeline.png", "latency_breakdown.png"})
 
 
