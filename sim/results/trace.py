@@ -51,14 +51,15 @@ def trace_events(result: RunResult, title: str = "servesim") -> list[dict]:
     cols = {c: s[c].tolist() for c in _ARGS + ("replica", "start_time_s", "step_time_s")}
     for i in range(n):
         r = int(cols["replica"][i])
-        ts = cols["start_time_s"][i] * 1e6
-        dur = cols["step_time_s"][i] * 1e6
+        # µs to the ns; the end rounded on its own, so a step ending as the next starts
+        # meets it exactly on the track (no overlap from rounding)
+        ts = round(cols["start_time_s"][i] * 1e6, 3)
+        end = round((cols["start_time_s"][i] + cols["step_time_s"][i]) * 1e6, 3)
         args = {c: (float(cols[c][i]) if c == "kv_cache_usage" else int(cols[c][i])) for c in _ARGS}
         events.append({"name": _slice_name(args["num_prefill_tokens"], args["num_decode_tokens"],
                                            args["num_steps"]),
-                       "cat": "step", "ph": "X", "ts": round(ts, 3), "dur": round(dur, 3),
+                       "cat": "step", "ph": "X", "ts": ts, "dur": round(end - ts, 3),
                        "pid": PID, "tid": r, "args": args})
-        end = round(ts + dur, 3)
         events.append({"name": f"kv_cache_usage replica {r}", "ph": "C", "ts": end, "pid": PID,
                        "args": {"kv_cache_usage": args["kv_cache_usage"]}})
         events.append({"name": f"requests replica {r}", "ph": "C", "ts": end, "pid": PID,
