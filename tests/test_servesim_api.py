@@ -83,3 +83,20 @@ def test_version_is_the_package_version():
         assert version("servesim") == servesim.__version__
     except PackageNotFoundError:  # a checkout on PYTHONPATH, not installed
         pass
+
+
+def test_the_notebook_example_runs():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "SERVESIM_EXAMPLE_REQUESTS": "100"}
+    r = subprocess.run([sys.executable, str(root / "examples" / "python_api.py")], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert out.startswith(f"servesim {servesim.__version__}\n")
+    assert "median_ttft_ms" in out and "time-averaged KV usage" in out
+    assert "budget-8k" in out and "budget-2k" in out
