@@ -179,7 +179,7 @@ def plan(
     for r in table[table["status"] != "ok"].itertuples():  # why, on screen too (not only in plan.md)
         typer.echo(f"  {r.candidate} ({r.status}): {r.reason}")
     typer.echo(answer_line(table, settings))
-    typer.echo(f"report: {out}/plan.md")
+    typer.echo(f"report: {out}/plan.md (one page with the figures: {out}/report.html)")
 
 
 def _check_plannable(base) -> None:
