@@ -34,22 +34,30 @@ def _without(monkeypatch, *modules):
         monkeypatch.setitem(sys.modules, m, None)
 
 
-def test_sweep_without_pyarrow_writes_csv_and_names_the_extra(tmp_path, monkeypatch, capsys):
-    import sim.sweep.executors as ex
-    from sim.sweep.spec import load_sweep, run_sweep
+#: the command in a Python where pyarrow cannot be imported (before pandas looks for it)
+NO_PYARROW = ("import sys; sys.modules['pyarrow'] = None; sys.argv[0] = 'servesim'; "
+              "from sim.cli.main import main; main()")
 
-    _without(monkeypatch, "pyarrow")
-    monkeypatch.setattr(ex, "_noted_no_parquet", False)
+
+def test_sweep_without_pyarrow_writes_csv_and_names_the_extra(tmp_path):
+    import pandas as pd
+
     p = tmp_path / "s.yaml"
     p.write_text(yaml.safe_dump(SWEEP))
-    df = run_sweep(load_sweep(p), tmp_path / "out", workers=1, quiet=True)
-    assert list(df["status"]) == ["ok", "ok"]
-    assert (tmp_path / "out" / "results.csv").is_file() and not (tmp_path / "out" / "results.parquet").exists()
-    err = capsys.readouterr().err
-    assert err.count("note: results.parquet not written") == 1 and "pip install 'servesim[parquet]'" in err
-    again = run_sweep(load_sweep(p), tmp_path / "out", workers=1, quiet=True)  # resumes from the CSV
-    assert list(again["point_id"]) == list(df["point_id"])
-    assert list(again["wall_s"]) == pytest.approx(list(df["wall_s"]), rel=1e-6)  # read back, not re-run
+    args = [sys.executable, "-c", NO_PYARROW, "sweep", str(p), "--out", str(tmp_path / "out"), "--workers", "1",
+            "--quiet"]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "2 points: 2 ok, 0 infeasible, 0 failed" in r.stdout
+    assert f"results: {tmp_path / 'out'}/results.csv\n" in r.stdout
+    assert r.stderr.count("note: results.parquet not written") == 1 and "pip install 'servesim[parquet]'" in r.stderr
+    out = tmp_path / "out"
+    assert (out / "results.csv").is_file() and not (out / "results.parquet").exists()
+    first = pd.read_csv(out / "results.csv")
+    assert list(first["max_num_seqs"]) == [4, 8] and list(first["completed"]) == [30, 30]
+    again = subprocess.run(args, capture_output=True, text=True, timeout=180)  # resumes: nothing re-run
+    assert again.returncode == 0, again.stderr
+    pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), first)
 
 
 def test_sweep_with_pyarrow_writes_both(tmp_path):
