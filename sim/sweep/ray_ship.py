@@ -130,11 +130,17 @@ def stage(root: Path, tasks: list) -> tuple[Staging, list]:
     from sim.paths import hardware_profiles_dir, workloads_dir
 
     pkg = Path(sim.__file__).resolve().parent
-    shutil.copytree(pkg, root / "sim", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    data = pkg / "data"
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        # the packaged data folders (in a wheel) are replaced by the ones this driver reads below
+        own = {"hardware_profiles", "workloads"} if Path(folder) == data else set()
+        return set(skip(folder, names)) | own
+
+    shutil.copytree(pkg, root / "sim", ignore=ignore)
     for name, src in (("hardware_profiles", hardware_profiles_dir()), ("workloads", workloads_dir())):
-        dst = root / "sim" / "data" / name
-        if not dst.is_dir():
-            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.py", "*.md"))
+        shutil.copytree(src, root / "sim" / "data" / name, ignore=shutil.ignore_patterns("__pycache__", "*.py", "*.md"))
     st = Staging(root)
     shipped = [map_strings(t, st.ship_file) for t in tasks]
     log.info("Ray runtime environment: %s (%.1f MB: sim/, built-in data, %d files the points name)",
