@@ -35,7 +35,9 @@ def make_simulation(dep: Deployment, specs: RequestSpecs, *, progress=None) -> S
     ``exact_steps``, else with the accelerated stepping (same results; it serves
     only the policies that declare it, :mod:`sim.accelerated.policies`)."""
     cfg = dep.cfg
-    stepping = None if cfg.exact_steps else AcceleratedStepping
+    # A disaggregated run (two pools, KV transfers) uses the reference stepping: the
+    # accelerated one is not taught the pools' hand-offs.
+    stepping = None if cfg.exact_steps or dep.disagg is not None else AcceleratedStepping
     return Simulation(dep, specs, seed=cfg.seed, progress=progress, stepping=stepping)
 
 
