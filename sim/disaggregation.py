@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from sim.schema import reject_bool_numbers
 
@@ -108,15 +108,15 @@ class DisaggregationConfig(BaseModel):
         reject_bool_numbers(cls, data, "a number")
         return data
 
-    @model_validator(mode="after")
-    def _check_pools(self) -> "DisaggregationConfig":
-        for pool in ("prefill", "decode"):
-            for k in getattr(self, pool):
-                if k not in POOL_KEYS:
-                    why = ("is the deployment's, set it at the top level" if k in _DEPLOYMENT_KEYS
-                           else "is not an engine key a pool may override")
-                    raise ValueError(f"{pool}.{k}: {why}; a pool overrides: {', '.join(POOL_KEYS)}")
-        return self
+    @field_validator("prefill", "decode")
+    @classmethod
+    def _pool_keys(cls, v: dict) -> dict:
+        for k in v:
+            if k not in POOL_KEYS:
+                why = ("is the deployment's, set it at the top level" if k in _DEPLOYMENT_KEYS
+                       else "is not an engine key a pool may override")
+                raise ValueError(f"{k}: {why}; a pool overrides: {', '.join(POOL_KEYS)}")
+        return v
 
     @property
     def num_workers(self) -> int:

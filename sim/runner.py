@@ -13,6 +13,7 @@ from sim.engine.deployment import Deployment, build_deployment
 from sim.engine.simulation import Simulation
 from sim.results.run_result import RunResult
 from sim.results.metrics import summarize
+from sim.results.pools import pool_summary
 from sim.workload import RequestSpecs, generate_requests
 
 
@@ -55,6 +56,14 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
     summary = summarize(result.requests, result.steps, result.itl, goodput=goodput,
                         num_gpu_blocks=dep.sizing.num_gpu_blocks,
                         kv_reserved_unused_fraction=result.kv_reserved_unused_fraction)
+    if dep.disagg is not None:
+        pools = dep.disagg
+        summary.update(pool_summary(result.requests, result.steps, duration=summary["duration"],
+                                    num_workers={"prefill": pools.prefill.cfg.num_replicas,
+                                                 "decode": pools.decode.cfg.num_replicas}))
+        summary["prefill_num_gpu_blocks"] = pools.prefill.sizing.num_gpu_blocks
+        summary["decode_num_gpu_blocks"] = pools.decode.sizing.num_gpu_blocks
+        summary.update(pools.transfer.describe())
     summary["num_engine_steps"] = result.num_steps
     summary["num_events"] = result.num_events
     summary["simulated_time_s"] = result.sim_time_s

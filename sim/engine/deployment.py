@@ -63,7 +63,6 @@ def build_deployment(cfg: SimConfig) -> Deployment:
 
 def _build_disaggregated(cfg: SimConfig) -> Deployment:
     """Both pools, each validated as its own engine (errors name the pool), and the link."""
-    d = cfg.disaggregation
     pools = {}
     for pool in ("prefill", "decode"):
         try:

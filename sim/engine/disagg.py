@@ -62,6 +62,7 @@ import numpy as np
 import simpy
 
 from sim.engine.deployment import DisaggPools
+from sim.engine.replica import Replica
 from sim.request import Request, RequestStatus
 
 #: per-request columns a disaggregated run adds (times s; ``*_ms`` durations)
@@ -98,8 +99,6 @@ class DisaggregatedServing:
     traffic side, hooks on the workers' step ends."""
 
     def __init__(self, sim, pools: DisaggPools, seed: int) -> None:
-        from sim.engine.simulation import Replica  # the module that imports this one
-
         self.sim = sim
         self.env = sim.env
         self.spec = pools.transfer

@@ -1,0 +1,216 @@
+"""Disaggregated prefill/decode (``disaggregation:``; sim/engine/disagg.py,
+sim/engine/kv_transfer.py): hand-computed times on the round-number test GPU
+and model (tests/data), link queueing, decode-side KV admission, resharding
+bytes, conservation, determinism, and one-line config errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim.config import build_config
+from sim.engine.deployment import build_deployment
+from sim.errors import ConfigError, InfeasibleError
+from sim.results.output import request_columns, step_columns
+from sim.runner import run_simulation
+from sim.workload import RequestSpecs
+
+DATA = Path(__file__).parent / "data"
+MODEL, GPU = str(DATA / "test_model.json"), str(DATA / "test_gpu.yaml")
+KV_PER_TOKEN = 4096  # test model, bf16, all ranks: 2 x 4 layers x 2 KV heads x 128 x 2 B
+BW, LAT = 1e9, 1e-3  # the test link: 1 GB/s per GPU, 1 ms
+
+
+def _cfg(dis: dict | None = None, **kw):
+    ov = {"model": MODEL, "hardware": GPU, "scheduler": "chunked", "exact_steps": True, **kw}
+    if dis is not None:
+        ov["disaggregation"] = {"kv_transfer_link": "network", "kv_transfer_bandwidth_bytes_per_s": BW,
+                                "kv_transfer_latency_s": LAT, **dis}
+    return build_config(overrides=ov)
+
+
+def _specs(prompts, outputs, arrivals=None):
+    n = len(prompts)
+    return RequestSpecs(arrival_time_s=np.asarray(arrivals if arrivals is not None else np.zeros(n), float),
+                        num_prompt_tokens=np.asarray(prompts), output_len=np.asarray(outputs),
+                        max_tokens=np.asarray(outputs), priority=np.zeros(n, dtype=np.int64))
+
+
+def _run(cfg, specs):
+    o = run_simulation(cfg, specs=specs)
+    return o, request_columns(o.result)
+
+
+def test_one_request_through_1p1d_by_hand():
+    cfg = _cfg({})
+    o, r = _run(cfg, _specs([1000], [5]))
+    pools = o.deployment.disagg
+    prefill_s = pools.prefill.cost_model.step_time_s([1000], [0])
+    transfer_s = LAT + 1000 * KV_PER_TOKEN / BW  # 1 ms + 4.096 ms
+    assert pools.transfer.time_s(1000) == pytest.approx(transfer_s, rel=1e-12)
+    decode = [pools.decode.cost_model.step_time_s([1], [1000 + k]) for k in range(4)]
+    assert r["ttft_ms"][0] == pytest.approx(prefill_s * 1e3, rel=1e-12)  # first token from the prefill worker
+    assert r["prefill_end_time_s"][0] == pytest.approx(prefill_s, rel=1e-12)
+    assert r["kv_transfer_ms"][0] == pytest.approx(transfer_s * 1e3, rel=1e-9)
+    assert r["kv_transfer_queue_ms"][0] == 0.0 and r["decode_kv_wait_ms"][0] == 0.0
+    assert r["kv_transfer_bytes"][0] == 1000 * KV_PER_TOKEN
+    assert r["e2el_ms"][0] == pytest.approx((prefill_s + transfer_s + sum(decode)) * 1e3, rel=1e-9)
+    # TPOT as the client sees it: the transfer is inside the first gap
+    assert r["tpot_ms"][0] == pytest.approx((transfer_s + sum(decode)) / 4 * 1e3, rel=1e-9)
+    assert r["replica"][0] == 1 and r["prefill_worker"][0] == 0 and r["decode_worker"][0] == 0
+    steps = step_columns(o.result)
+    dec = steps["pool"] == "decode"
+    assert steps["start_time_s"][dec][0] == pytest.approx(prefill_s + transfer_s, rel=1e-12)  # after the transfer
+    assert list(steps["num_decode_tokens"][dec]) == [1, 1, 1, 1]
+    assert list(steps["num_prefill_tokens"][steps["pool"] == "prefill"]) == [1000]
+    assert o.summary["num_kv_transfers"] == 1 and o.summary["completed"] == 1
+
+
+def test_first_token_from_decode_includes_transfer_and_one_step():
+    """vLLM's proxy: the decode worker recomputes the last prompt token and samples the first."""
+    o, r = _run(_cfg({"first_token_from": "decode"}), _specs([1000], [3]))
+    pools = o.deployment.disagg
+    prefill_s = pools.prefill.cost_model.step_time_s([1000], [0])
+    transfer_s = LAT + 1000 * KV_PER_TOKEN / BW
+    first = pools.decode.cost_model.step_time_s([1], [999])
+    assert r["ttft_ms"][0] == pytest.approx((prefill_s + transfer_s + first) * 1e3, rel=1e-9)
+    rest = sum(pools.decode.cost_model.step_time_s([1], [1000 + k]) for k in range(2))
+    assert r["e2el_ms"][0] == pytest.approx((prefill_s + transfer_s + first + rest) * 1e3, rel=1e-9)
+
+
+def test_two_prompts_finishing_together_queue_on_the_prefill_link():
+    # 1P2D: different decode workers, one sender NIC: the second transfer waits for the first
+    o, r = _run(_cfg({"num_decode_workers": 2}), _specs([1000, 1000], [3, 3]))
+    transfer_s = LAT + 1000 * KV_PER_TOKEN / BW
+    assert r["prefill_end_time_s"][0] == r["prefill_end_time_s"][1]  # one prefill step for both
+    assert sorted(r["decode_worker"]) == [0, 1]
+    assert r["kv_transfer_queue_ms"][0] == 0.0
+    assert r["kv_transfer_queue_ms"][1] == pytest.approx(transfer_s * 1e3, rel=1e-9)
+    assert r["kv_transfer_end_time_s"][1] - r["kv_transfer_end_time_s"][0] == pytest.approx(transfer_s, rel=1e-9)
+    assert o.summary["mean_kv_transfer_queue_ms"] == pytest.approx(transfer_s * 1e3 / 2, rel=1e-9)
+
+
+def test_decode_worker_fed_by_two_prefill_workers_takes_them_in_turn():
+    o, r = _run(_cfg({"num_prefill_workers": 2}), _specs([1000, 1000], [3, 3]))
+    transfer_s = LAT + 1000 * KV_PER_TOKEN / BW
+    assert sorted(r["prefill_worker"]) == [0, 1]
+    assert sorted(r["kv_transfer_queue_ms"]) == pytest.approx([0.0, transfer_s * 1e3], rel=1e-9)
+
+
+def test_decode_side_kv_admission_waits_for_blocks():
+    # decode pool: 79 usable blocks; a request needs ceil(1001 / 16) = 63 at admission: one at a time
+    cfg = _cfg({"decode": {"num_gpu_blocks_override": 80}}, max_model_len=1100)
+    o, r = _run(cfg, _specs([1000, 1000], [4, 4]))
+    assert r["decode_kv_wait_ms"][0] == 0.0
+    # B gets its blocks when A finishes on the decode worker (engine time = client time here)
+    assert r["decode_kv_wait_ms"][1] == pytest.approx(
+        (r["finish_time_s"][0] - r["prefill_end_time_s"][1]) * 1e3, rel=1e-9)
+    assert r["decode_kv_wait_ms"][1] > 0
+    assert o.summary["p99_decode_kv_wait_ms"] > 0 and o.summary["decode_max_kv_cache_usage"] <= 1.0
+    assert (r["status"] == "finished").all()
+
+
+def test_prefill_kv_is_held_until_the_transfer_ends():
+    # a slow link: the prefill worker's blocks stay in use through the transfer
+    cfg = _cfg({"kv_transfer_bandwidth_bytes_per_s": 1e7})
+    o, r = _run(cfg, _specs([1000, 1000], [2, 2], arrivals=[0.0, 0.05]))
+    steps = step_columns(o.result)
+    pre = steps["pool"] == "prefill"
+    # the second prefill step runs while the first prompt's blocks are still held: usage counts both
+    usage = steps["kv_cache_usage"][pre]
+    assert usage[1] > usage[0] * 1.9
+    assert (r["status"] == "finished").all()
+
+
+def test_output_of_one_token_finishes_on_the_prefill_worker():
+    o, r = _run(_cfg({}), _specs([500, 500], [1, 3]))
+    assert np.isnan(r["kv_transfer_ms"][0]) and not np.isnan(r["kv_transfer_ms"][1])
+    assert r["e2el_ms"][0] == r["ttft_ms"][0]
+    assert o.summary["completed"] == 2 and o.summary["num_kv_transfers"] == 1
+
+
+def test_layerwise_overlap_hides_the_transfer_behind_the_last_prefill_step():
+    o, r = _run(_cfg({"kv_transfer_layerwise": True, "kv_transfer_bandwidth_bytes_per_s": 1e8}), _specs([1000], [2]))
+    pools = o.deployment.disagg
+    prefill_s = pools.prefill.cost_model.step_time_s([1000], [0])
+    wire = 1000 * KV_PER_TOKEN / 1e8
+    L = 4
+    assert r["kv_transfer_ms"][0] == pytest.approx((LAT + max(wire / L, wire - prefill_s * (L - 1) / L)) * 1e3,
+                                                   rel=1e-9)
+
+
+def test_resharding_tp4_prefill_to_tp2_decode_bytes_and_bandwidth():
+    dep = build_deployment(_cfg({"prefill": {"tensor_parallel_size": 4}, "decode": {"tensor_parallel_size": 2}}))
+    t = dep.disagg.transfer
+    # decode layout: 2 ranks x 1 KV head each = the same 4,096 B per token as TP 1
+    assert t.kv_bytes_per_token == KV_PER_TOKEN
+    assert t.bandwidth_bytes_per_s == 2 * BW  # min(4 sender NICs, 2 receiver NICs)
+    assert t.time_s(1000) == pytest.approx(LAT + 1000 * KV_PER_TOKEN / (2 * BW))
+
+
+def test_llama70b_tp8_prefill_to_tp4_decode_on_h100():
+    cfg = build_config(overrides={"model": "llama-3.1-70b", "hardware": "h100_sxm", "tensor_parallel_size": 4,
+                                  "disaggregation": {"prefill": {"tensor_parallel_size": 8}}})
+    t = build_deployment(cfg).disagg.transfer
+    assert t.kv_bytes_per_token == 327_680  # 2 x 80 layers x 8 KV heads x 128 x 2 B, whichever TP
+    assert t.link == "network"  # 8 + 4 GPUs do not fit one 8-GPU NVLink domain
+    assert t.bandwidth_bytes_per_s == 4 * 50e9  # four 400 Gb/s ConnectX-7 on the decode side
+    one = build_config(overrides={"model": "llama-3.1-70b", "hardware": "h100_sxm", "tensor_parallel_size": 4,
+                                  "disaggregation": {}})
+    assert build_deployment(one).disagg.transfer.link == "nvlink"  # 4 + 4 GPUs: one node
+
+
+def test_conservation_and_determinism_2p3d():
+    cfg = build_config(overrides={"model": MODEL, "hardware": GPU, "router": "least_outstanding_requests",
+                                  "disaggregation": {"num_prefill_workers": 2, "num_decode_workers": 3,
+                                                     "decode": {"num_gpu_blocks_override": 300}}},
+                       set_args=["workload.request_rate=200", "workload.num_requests=400", "max_model_len=2048"],
+                       workload="chat")
+    a, b = run_simulation(cfg), run_simulation(cfg)  # the run itself checks blocks on both pools
+    ra, rb = request_columns(a.result), request_columns(b.result)
+    for k in ra:
+        assert np.array_equal(ra[k], rb[k], equal_nan=ra[k].dtype.kind == "f"), k
+    assert a.summary["completed"] + a.summary["num_rejected"] == 400
+    done = ra["status"] == "finished"
+    multi = done & (ra["num_output_tokens"] > 1)
+    assert (~np.isnan(ra["kv_transfer_ms"][multi])).all()  # transferred once
+    assert a.summary["num_kv_transfers"] == int(multi.sum())
+    assert (ra["num_output_tokens"][done] == ra["max_tokens"][done]).all()
+    steps = step_columns(a.result)
+    assert steps["num_prefill_tokens"][steps["pool"] == "prefill"].sum() >= ra["num_prompt_tokens"][done].sum()
+    assert a.summary["decode_max_kv_cache_usage"] > 0.5  # the small decode pool is exercised
+
+
+def test_agg_default_is_unchanged_by_the_key():
+    cfg = _cfg(None)
+    assert cfg.disaggregation is None and build_deployment(cfg).disagg is None
+
+
+@pytest.mark.parametrize("dis, extra, match", [
+    ({"prefill": {"model": "x"}}, {}, r"disaggregation.prefill: model: is the deployment's"),
+    ({"decode": {"max_num_seq": 4}}, {}, r"disaggregation.decode: max_num_seq: is not an engine key"),
+    ({"num_decode_workers": 0}, {}, r"disaggregation.num_decode_workers"),
+    ({"decode": {"scheduler": "static"}}, {}, r"disaggregation.decode.scheduler: 'static'"),
+    ({"decode": {"tensor_parallel_size": 3}}, {}, r"disaggregation.decode: tensor_parallel_size must be a power"),
+    ({}, {"num_replicas": 2}, r"num_replicas = 2 conflicts with disaggregation"),
+    ({"first_token_from": "client"}, {}, r"disaggregation.first_token_from"),
+])
+def test_bad_configs_are_one_line_errors_naming_the_key(dis, extra, match):
+    with pytest.raises(ConfigError, match=match) as e:
+        build_deployment(_cfg(dis, **extra))
+    assert "\n" not in str(e.value)
+
+
+def test_network_link_needs_a_nic_in_the_profile():
+    cfg = build_config(overrides={"model": MODEL, "hardware": GPU,
+                                  "disaggregation": {"kv_transfer_link": "network"}})
+    with pytest.raises(ConfigError, match=r"kv_transfer_link: .*'test_gpu' has no 'network' section"):
+        build_deployment(cfg)
+
+
+def test_decode_pool_that_cannot_hold_one_max_length_sequence_is_refused():
+    cfg = _cfg({"decode": {"num_gpu_blocks_override": 20}}, max_model_len=4096)
+    with pytest.raises((ConfigError, InfeasibleError), match=r"^disaggregation.decode \(the decode pool\): .*4096"):
+        build_deployment(cfg)
