@@ -214,3 +214,29 @@ def test_decode_pool_that_cannot_hold_one_max_length_sequence_is_refused():
     cfg = _cfg({"decode": {"num_gpu_blocks_override": 20}}, max_model_len=4096)
     with pytest.raises((ConfigError, InfeasibleError), match=r"^disaggregation.decode \(the decode pool\): .*4096"):
         build_deployment(cfg)
+
+
+def _diagnosis_kinds(cfg, specs):
+    from sim.compare.diagnosis import diagnose
+    from sim.compare.variant_data import VariantData
+
+    o = run_simulation(cfg, specs=specs)
+    return {f.kind for f in diagnose("v", VariantData.from_run("v", o))}
+
+
+def _burst(n=40, prompt=1000, out=20, gap=0.002):
+    return _specs([prompt] * n, [out] * n, arrivals=np.arange(n) * gap)
+
+
+def test_diagnosis_names_a_transfer_bound_run():
+    slow = _diagnosis_kinds(_cfg({"kv_transfer_bandwidth_bytes_per_s": 2e7}), _burst())
+    fast = _diagnosis_kinds(_cfg({"kv_transfer_bandwidth_bytes_per_s": 1e12, "kv_transfer_latency_s": 0.0}), _burst())
+    assert "transfer_bound" in slow and "transfer_bound" not in fast
+    assert "decode_kv_bound" not in slow
+
+
+def test_diagnosis_names_a_decode_kv_bound_run():
+    cfg = _cfg({"kv_transfer_bandwidth_bytes_per_s": 1e12, "kv_transfer_latency_s": 0.0,
+                "decode": {"num_gpu_blocks_override": 160}}, max_model_len=1300)
+    kinds = _diagnosis_kinds(cfg, _burst(out=200))
+    assert "decode_kv_bound" in kinds and "transfer_bound" not in kinds
