@@ -240,3 +240,36 @@ def test_diagnosis_names_a_decode_kv_bound_run():
                 "decode": {"num_gpu_blocks_override": 160}}, max_model_len=1300)
     kinds = _diagnosis_kinds(cfg, _burst(out=200))
     assert "decode_kv_bound" in kinds and "transfer_bound" not in kinds
+
+
+def test_validate_simulates_recorded_disagg_rows_and_lists_the_others(tmp_path):
+    import pandas as pd
+
+    from sim.validate.rows import ValidateOptions
+    from sim.validate.run import run_validation
+
+    src = pd.read_csv(Path(__file__).resolve().parents[2] / "shared" / "silicon" / "disagg_dev.csv", nrows=1) \
+        if (Path(__file__).resolve().parents[2] / "shared" / "silicon" / "disagg_dev.csv").exists() else None
+    cols = list(src.columns) if src is not None else None
+    base = {"id": "q32", "campaign": "test", "backend": "vllm", "model_path": "Qwen/Qwen3-32B", "system": "h100_sxm",
+            "precision": "fp8", "mode": "disagg", "isl": 1000, "osl": 50, "gemm_quant_mode": "fp8_block",
+            "concurrency": 4, "tp_size": None, "prefill_batch_size": 1, "prefill_num_workers": 1,
+            "prefill_tp_size": 2, "prefill_pp_size": 1, "prefill_attention_dp_size": 1, "decode_batch_size": 8,
+            "decode_num_workers": 2, "decode_tp_size": 1, "decode_pp_size": 1, "decode_attention_dp_size": 1,
+            "silicon_ttft_ms": 100.0, "silicon_tpot_ms": 20.0}
+    rows = [base, {**base, "id": "noconc", "concurrency": None},
+            {**base, "id": "dp", "decode_attention_dp_size": 4}, {**base, "id": "noworkers", "decode_num_workers": None}]
+    df = pd.DataFrame(rows)
+    if cols is not None:
+        df = df.reindex(columns=cols)
+    p = tmp_path / "d.csv"
+    df.to_csv(p, index=False)
+    full, summary = run_validation(p, None, ValidateOptions(requests_per_client=2, workers=1), plots=False)
+    st = dict(zip(full["id"], full["status"]))
+    assert st == {"q32": "ok", "noconc": "not_simulable", "dp": "not_simulable", "noworkers": "not_simulable"}
+    why = dict(zip(full["id"], full["reason"]))
+    assert "concurrency not recorded" in why["noconc"]
+    assert "attention data parallelism" in why["dp"]
+    assert "decode_num_workers / decode_tp_size not recorded" in why["noworkers"]
+    ok = full[full["id"] == "q32"].iloc[0]
+    assert ok["pred_ttft_ms"] > 0 and ok["pred_tpot_ms"] > 0
