@@ -273,3 +273,15 @@ def test_validate_simulates_recorded_disagg_rows_and_lists_the_others(tmp_path):
     assert "decode_num_workers / decode_tp_size not recorded" in why["noworkers"]
     ok = full[full["id"] == "q32"].iloc[0]
     assert ok["pred_ttft_ms"] > 0 and ok["pred_tpot_ms"] > 0
+
+
+def test_no_evict_decode_pool_reserves_blocks_to_completion_and_never_preempts():
+    cfg = _cfg({"kv_transfer_bandwidth_bytes_per_s": 1e12, "kv_transfer_latency_s": 0.0,
+                "decode": {"num_gpu_blocks_override": 200, "capacity_scheduler_policy": "guaranteed_no_evict"}},
+               max_model_len=1300)
+    o, r = _run(cfg, _burst(n=30, out=200))
+    assert o.summary["decode_num_preemptions"] == 0 and (r["status"] == "finished").all()
+    assert o.summary["p99_decode_kv_wait_ms"] > 0  # admission waited instead
+    plain = _cfg({"kv_transfer_bandwidth_bytes_per_s": 1e12, "kv_transfer_latency_s": 0.0,
+                  "decode": {"num_gpu_blocks_override": 200}}, max_model_len=1300)
+    assert run_simulation(plain, specs=_burst(n=30, out=200)).summary["decode_num_preemptions"] > 0

@@ -26,8 +26,10 @@ architecture-flow; ENGINE_SEMANTICS §9):
    pulls, ``scheduler.py::_update_waiting_for_remote_kv``). Requests waiting
    for decode blocks are served FCFS per decode worker, after the worker's own
    preempted requests (those sit at the front of vLLM's waiting queue), with
-   vLLM 0.24's full-sequence and watermark check, and only while running +
-   in-transfer requests stay below ``max_num_seqs``. A request waits here
+   vLLM 0.24's full-sequence and watermark check (TensorRT-LLM's
+   ``guaranteed_no_evict``: its blocks to completion must fit the headroom,
+   as its capacity scheduler admits), and only while running + in-transfer
+   requests stay below ``max_num_seqs``. A request waits here
    when the decode pool's KV is full: the *decode-KV-bound* symptom.
 5. **KV transfer** (:mod:`sim.engine.kv_transfer`): FIFO on the prefill
    worker's egress and the decode worker's ingress (SimPy resources);
@@ -130,6 +132,9 @@ class DisaggregatedServing:
         self.kv_wait: list[deque] = [deque() for _ in range(D)]  # prefilled, waiting for decode blocks
         self.ready: list[deque] = [deque() for _ in range(D)]    # transferred, waiting for a running slot
         self.in_transfer = [0] * D  # decode blocks allocated, not yet running
+        self.pending: list[list[Request]] = [[] for _ in range(D)]  # in transfer or in ``ready``
+        # TensorRT-LLM admission on the decode pool: reserve blocks to completion
+        self.no_evict = pools.decode.limits.capacity_scheduler_policy == "guaranteed_no_evict"
         self.clients: dict[int, Request] = {}  # request id -> the client's request, while prefilling
         n = len(sim.specs)
         self.cols = {c: np.full(n, np.nan) for c in DISAGG_REQUEST_COLUMNS}
@@ -229,14 +234,18 @@ class DisaggregatedServing:
         sched = drep.scheduler
         kv = drep.kv
         while q:
-            if sched.waiting or len(sched.running) + self.in_transfer[j] >= self.max_num_seqs:
+            if sched.waiting or len(sched.running) + self.in_transfer[j] + len(self.ready[j]) >= self.max_num_seqs:
                 return
             req, prep, rid, last_step = q[0]
+            if self.no_evict and not self._fits_no_evict(sched, j, req):
+                return
             if kv.allocate_slots(req, req.num_prompt_tokens, full_sequence_check=True,
                                  has_scheduled_reqs=bool(sched.running)) is None:
                 return
             q.popleft()
+            sched._no_evict_invalidate()  # free blocks changed outside the scheduler
             self.in_transfer[j] += 1
+            self.pending[j].append(req)
             self.cols["decode_kv_wait_ms"][rid] = (self.env.now - self.cols["prefill_end_time_s"][rid]) * 1e3
             self.env.process(self._transfer(req, prep, drep, last_step))
 
@@ -271,14 +280,31 @@ class DisaggregatedServing:
         joined = False
         while ready and len(sched.running) < self.max_num_seqs:
             req = ready.popleft()
+            self.pending[j].remove(req)
             # the prompt's KV is here; with first_token_from decode, the last prompt
             # token is recomputed and samples the first token (vLLM's consumer)
             req.num_computed_tokens = req.num_prompt_tokens - (0 if self.first_from_prefill else 1)
             req.status = RequestStatus.RUNNING
             sched.running.append(req)
             joined = True
-        if joined and drep.wake is not None and not drep.wake.triggered:
-            drep.wake.succeed()
+        if joined:
+            sched._no_evict_invalidate()  # running changed outside the scheduler's admission
+            if drep.wake is not None and not drep.wake.triggered:
+                drep.wake.succeed()
+
+    @staticmethod
+    def _remaining(sched, req) -> int:
+        return sched._remaining_blocks_to_completion(req)
+
+    def _fits_no_evict(self, sched, j: int, req) -> bool:
+        """TensorRT-LLM's GUARANTEED_NO_EVICT admission on the decode worker: the
+        request's blocks to completion fit in the headroom the scheduler keeps
+        (free blocks less the running requests' remaining blocks to completion)
+        less what the requests already admitted here but not yet running
+        (in transfer, or waiting for a slot) still need."""
+        rem = self._remaining
+        reserved = sum(rem(sched, r) for r in self.pending[j])
+        return rem(sched, req) + reserved <= sched._no_evict_available_blocks()
 
     def _decode_step_done(self, rep, finished: list[Request], now: float, seen: float) -> None:
         self.sim.recorder.finish(rep, finished, now, seen)
