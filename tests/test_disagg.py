@@ -285,3 +285,51 @@ def test_no_evict_decode_pool_reserves_blocks_to_completion_and_never_preempts()
     plain = _cfg({"kv_transfer_bandwidth_bytes_per_s": 1e12, "kv_transfer_latency_s": 0.0,
                   "decode": {"num_gpu_blocks_override": 200}}, max_model_len=1300)
     assert run_simulation(plain, specs=_burst(n=30, out=200)).summary["decode_num_preemptions"] > 0
+
+
+def test_one_request_with_overheads_by_hand():
+    # frontend latency (send -> router) and a host overhead per step (no overlap: added)
+    cfg = _cfg({"kv_transfer_overhead_s": 0.0005}, frontend_latency_s=0.01, cpu_step_overhead_s=0.002)
+    o, r = _run(cfg, _specs([1000], [3]))
+    pools = o.deployment.disagg
+    prefill_s = pools.prefill.cost_model.step_time_s([1000], [0]) + 0.002
+    transfer_s = LAT + 0.0005 + 1000 * KV_PER_TOKEN / BW
+    decode = [pools.decode.cost_model.step_time_s([1], [1000 + k]) + 0.002 for k in range(2)]
+    assert r["ttft_ms"][0] == pytest.approx((0.01 + prefill_s) * 1e3, rel=1e-9)
+    assert r["kv_transfer_ms"][0] == pytest.approx(transfer_s * 1e3, rel=1e-9)
+    assert r["e2el_ms"][0] == pytest.approx((0.01 + prefill_s + transfer_s + sum(decode)) * 1e3, rel=1e-9)
+
+
+def test_kv_blocks_conserved_on_both_pools_at_every_step():
+    from sim.runner import make_simulation
+
+    cfg = _cfg({"num_prefill_workers": 2, "num_decode_workers": 2, "kv_transfer_bandwidth_bytes_per_s": 1e8,
+                "decode": {"num_gpu_blocks_override": 200}}, max_model_len=1300)
+    o = run_simulation(cfg, specs=_burst(n=4))  # for the deployment
+    sim = make_simulation(o.deployment, _burst(n=30, out=60))
+    d = sim.disagg
+    checks = [0]
+
+    def check():
+        for rep in d.prefill_replicas:
+            kv = rep.kv
+            held = sum(kv.num_held_blocks(q) for q in rep.scheduler.running) + \
+                sum(kv.num_held_blocks(q) for q in kv.held.values())
+            assert kv.num_free_blocks + held == kv.num_usable_blocks
+        for j, rep in enumerate(d.decode_replicas):
+            kv = rep.kv
+            held = sum(kv.num_held_blocks(q) for q in rep.scheduler.running) + \
+                sum(kv.num_held_blocks(q) for q in d.pending[j])
+            assert kv.num_free_blocks + held == kv.num_usable_blocks
+        checks[0] += 1
+
+    for rep in sim.replicas:
+        inner = rep.on_finish
+
+        def hooked(rep_, finished, now, seen, inner=inner):
+            inner(rep_, finished, now, seen)
+            check()
+        rep.on_finish = hooked
+    res = sim.run()  # also checks, at the end, that every block came back
+    assert checks[0] > 100 and (res.requests["status"] == 0).all()
+    assert all(not rep.kv.held for rep in d.prefill_replicas)

@@ -25,8 +25,8 @@ never the scheduler's name — and names what a serving engineer would:
 6. **transfer-bound** (disaggregated runs) — the KV transfer between the pools
    is a large part of a request's hand-off: the prefill workers' links are
    busy ≥ ``LINK_BUSY_HIGH`` of the run, or waiting for and crossing the link
-   takes ≥ ``TRANSFER_SHARE`` of the time from send to the first decode-side
-   token, or the link queue's p99 exceeds the p99 transfer itself.
+   takes ≥ ``TRANSFER_SHARE`` of the time from send to the prompt's KV
+   reaching the decode worker.
 7. **decode-KV-bound** (disaggregated runs) — prefilled prompts wait for
    decode-side KV blocks (``decode_kv_wait_ms``) while the decode pool's KV
    peaks above ``KV_HIGH``: the decode pool is too small for the batch the
@@ -401,7 +401,7 @@ def _transfer_bound(v: VariantData) -> Finding | None:
     dur = float(v.summary.get("duration") or 0.0)
     busy = float(x.sum()) / 1e3 / (dur * n_links) if dur > 0 else 0.0
     p99x, p99q = float(np.percentile(x, 99)), float(np.percentile(q, 99))
-    if not (busy >= LINK_BUSY_HIGH or share >= TRANSFER_SHARE or (p99q > p99x and p99q > 1.0)):
+    if not (busy >= LINK_BUSY_HIGH or share >= TRANSFER_SHARE):
         return None
     link = v.summary.get("kv_transfer_link_name") or v.summary.get("kv_transfer_link") or "the link"
     bw = v.summary.get("kv_transfer_bandwidth_bytes_per_s")
