@@ -61,6 +61,9 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
         summary.update(pool_summary(result.requests, result.steps, duration=summary["duration"],
                                     num_workers={"prefill": pools.prefill.cfg.num_replicas,
                                                  "decode": pools.decode.cfg.num_replicas}))
+        tp_p, tp_d = pools.prefill.cfg.tensor_parallel_size, pools.decode.cfg.tensor_parallel_size
+        summary["prefill_tensor_parallel_size"], summary["decode_tensor_parallel_size"] = tp_p, tp_d
+        summary["num_gpus"] = pools.prefill.cfg.num_replicas * tp_p + pools.decode.cfg.num_replicas * tp_d
         summary["prefill_num_gpu_blocks"] = pools.prefill.sizing.num_gpu_blocks
         summary["decode_num_gpu_blocks"] = pools.decode.sizing.num_gpu_blocks
         summary.update(pools.transfer.describe())

@@ -21,9 +21,11 @@ architecture-flow; ENGINE_SEMANTICS §9):
    request until :meth:`HeldKV.release`.
 3. **Router → decode worker** (``decode_router``, else the run's router).
 4. **Decode-side KV admission**: the decode worker allocates blocks for the
-   prompt *before* the transfer (vLLM's scheduler allocates a remote-KV
-   request's blocks and parks it in ``WAITING_FOR_REMOTE_KVS`` while NIXL
-   pulls, ``scheduler.py::_update_waiting_for_remote_kv``). Requests waiting
+   prompt *before* the transfer (vLLM ``vllm/v1/core/sched/scheduler.py``,
+   waiting pass: the connector answers ``load_kv_async``, the scheduler calls
+   ``allocate_slots`` for the external tokens, sets ``WAITING_FOR_REMOTE_KVS``
+   and parks the request, blocks held and no token budget spent, while NIXL
+   pulls; ``_update_waiting_for_remote_kv`` once it has landed). Requests waiting
    for decode blocks are served FCFS per decode worker, after the worker's own
    preempted requests (those sit at the front of vLLM's waiting queue), with
    vLLM 0.24's full-sequence and watermark check (TensorRT-LLM's
