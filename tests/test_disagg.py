@@ -333,3 +333,22 @@ def test_kv_blocks_conserved_on_both_pools_at_every_step():
     res = sim.run()  # also checks, at the end, that every block came back
     assert checks[0] > 100 and (res.requests["status"] == 0).all()
     assert all(not rep.kv.held for rep in d.prefill_replicas)
+
+
+def test_compare_pits_agg_against_disagg_on_one_request_stream():
+    from sim.compare.variants import load_variants_file, run_variants
+
+    base = build_config(overrides={"model": MODEL, "hardware": GPU},
+                        set_args=["workload.request_rate=50", "workload.num_requests=150", "max_model_len=2048"],
+                        workload="chat")
+    vfile = Path(__file__).resolve().parent.parent / "examples" / "disagg_variants.yaml"
+    variants = load_variants_file(vfile)
+    out = run_variants(base, variants, workers=1)
+    assert list(out) == ["agg-2x-tp4", "1P1D-tp4", "1P2D-tp4", "2P1D-tp4", "agg-3x-tp4"]
+    arrivals = {n: np.sort(r.requests["arrival_time_s"]) for n, (_, r) in out.items()}
+    first = next(iter(arrivals.values()))
+    assert all(np.array_equal(a, first) for a in arrivals.values())  # the identical stream
+    s = {n: summ for n, (summ, _) in out.items()}
+    assert s["1P2D-tp4"]["num_prefill_workers"] == 1 and s["1P2D-tp4"]["num_decode_workers"] == 2
+    assert s["1P2D-tp4"]["num_gpus"] == 3  # the base TP (1 here) per worker and "prefill_utilization" not in s["agg-2x-tp4"]
+    assert all(v["completed"] == 150 for v in s.values())
