@@ -351,4 +351,5 @@ def test_compare_pits_agg_against_disagg_on_one_request_stream():
     s = {n: summ for n, (summ, _) in out.items()}
     assert s["1P2D-tp4"]["num_prefill_workers"] == 1 and s["1P2D-tp4"]["num_decode_workers"] == 2
     assert s["1P2D-tp4"]["num_gpus"] == 3  # the base TP (1 here) per worker and "prefill_utilization" not in s["agg-2x-tp4"]
-    assert all(v["completed"] == 150 for v in s.values())
+    assert all(v["completed"] + v["num_rejected"] == 150 for v in s.values())
+    assert len({v["num_rejected"] for v in s.values()}) == 1  # the same requests exceed max_model_len everywhere
