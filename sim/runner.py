@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 from sim import __version__
 from sim.accelerated import AcceleratedStepping
-from sim.config import SimConfig
+from sim.config import SimConfig, locate_error
 from sim.engine.deployment import Deployment, build_deployment
 from sim.engine.simulation import Simulation
+from sim.errors import ConfigError, InfeasibleError
 from sim.results.run_result import RunResult
 from sim.results.metrics import summarize
 from sim.results.pools import pool_summary
@@ -45,9 +46,12 @@ def make_simulation(dep: Deployment, specs: RequestSpecs, *, progress=None) -> S
 def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, specs: RequestSpecs | None = None,
                    progress=None) -> RunOutput:
     """Raises ConfigError / InfeasibleError before simulating when the config is bad."""
-    dep = build_deployment(cfg)
-    if specs is None:
-        specs = make_specs(dep)
+    try:
+        dep = build_deployment(cfg)
+        if specs is None:
+            specs = make_specs(dep)
+    except (ConfigError, InfeasibleError) as e:
+        raise type(e)(locate_error(cfg, str(e))) from None
     if progress is not None and hasattr(progress, "set_total"):
         progress.set_total(len(specs))  # the bar shows a total and an ETA
     t0 = time.perf_counter()
