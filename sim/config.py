@@ -544,6 +544,8 @@ def locate_error(cfg: SimConfig, message: str) -> str:
         return message
     key = m.group(1)
     src = cfg._key_sources.get(key)
+    if src is None and "." in key:  # a nested key (disaggregation.decode): where its mapping was set
+        src = cfg._key_sources.get(key.split(".")[0])
     if src is None and key.startswith("workload"):
         src = next((v for k, v in cfg._key_sources.items() if k.startswith("workload.")), None)
     if src is None or message.startswith(src):
