@@ -24,7 +24,7 @@ SIM = ROOT / "sim"
 LAYERS = [
     {"__init__", "errors", "paths", "schema", "yaml_io"},
     {"request", "model_spec", "hardware", "presets"},
-    {"workload", "config"},
+    {"workload", "config", "disaggregation"},
     {"cost_model", "kv_cache"},
     {"scheduler", "results"},
     {"engine"},
