@@ -36,13 +36,19 @@ engines':
 ``kv_connector`` names the transfer library; it does not change the model
 (the bandwidth and latency are the hardware's: ``interconnect`` inside an
 NVLink domain, ``network`` per-GPU NICs between nodes; ``kv_transfer_*`` keys
-override them). ``first_token_from``: ``prefill`` (default) streams the first
-token from the prefill worker (the request runs there with ``max_tokens = 1``),
-so TTFT ends there; ``decode`` is vLLM's toy proxy (``tests/v1/kv_connector/
-nixl_integration/toy_proxy_server.py``: the prefill response is discarded, the
-client reads the decode instance, which recomputes the last prompt token and
-samples the first token after the transfer), so TTFT includes the transfer
-and one decode step. The simulation of a disaggregated run is in
+override them). ``first_token_from``: ``decode`` (default) is how the engines'
+own P/D front ends serve the client: vLLM's proxy (``tests/v1/kv_connector/
+nixl_integration/toy_proxy_server.py``) discards the prefill response and
+streams the decode instance, which recomputes the last prompt token and samples
+the first token after the transfer, so TTFT includes the transfer and one
+decode step; SGLang's router and Dynamo likewise stream every token from the
+decode worker (docs.sglang.io advanced_features/pd_disaggregation;
+docs.nvidia.com/dynamo backends/sglang/disaggregation: the request goes to both
+workers, the client reads the decode one). ``prefill`` streams the first token
+from the prefill worker (the request runs there with ``max_tokens = 1``), so
+TTFT ends there -- a front end that forwards the prefill worker's token at
+once (the issue's reading of TensorRT-LLM's disaggregated server); a lower
+bound on what clients see. The simulation of a disaggregated run is in
 :mod:`sim.engine.disagg`.
 """
 
@@ -97,7 +103,7 @@ class DisaggregationConfig(BaseModel):
     #: Off: the transfer starts when the prefill ends (vLLM NIXL, SGLang, TensorRT-LLM)
     kv_transfer_layerwise: StrictBool = False
     #: where the client's first token comes from (see the module docstring)
-    first_token_from: Literal["prefill", "decode"] = "prefill"
+    first_token_from: Literal["prefill", "decode"] = "decode"
     #: decode-worker choice; ``None`` = the top-level ``router`` (``prefix_aware``
     #: falls back to ``least_outstanding_requests``: decode workers hold no prompt cache)
     decode_router: Literal["round_robin", "least_outstanding_requests", "random"] | None = None

@@ -27,7 +27,7 @@ def _cfg(dis: dict | None = None, **kw):
     ov = {"model": MODEL, "hardware": GPU, "scheduler": "chunked", "exact_steps": True, **kw}
     if dis is not None:
         ov["disaggregation"] = {"kv_transfer_link": "network", "kv_transfer_bandwidth_bytes_per_s": BW,
-                                "kv_transfer_latency_s": LAT, **dis}
+                                "kv_transfer_latency_s": LAT, "first_token_from": "prefill", **dis}
     return build_config(overrides=ov)
 
 
@@ -353,3 +353,9 @@ def test_compare_pits_agg_against_disagg_on_one_request_stream():
     assert s["1P2D-tp4"]["num_gpus"] == 3  # the base TP (1 here) per worker and "prefill_utilization" not in s["agg-2x-tp4"]
     assert all(v["completed"] + v["num_rejected"] == 150 for v in s.values())
     assert len({v["num_rejected"] for v in s.values()}) == 1  # the same requests exceed max_model_len everywhere
+
+
+def test_the_client_reads_the_first_token_from_the_decode_worker_by_default():
+    """vLLM's proxy, SGLang's router and Dynamo stream from the decode worker."""
+    cfg = build_config(overrides={"model": MODEL, "hardware": GPU, "disaggregation": {}})
+    assert cfg.disaggregation.first_token_from == "decode"
