@@ -32,7 +32,7 @@ class Variant:
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 #: files ``servesim compare`` writes beside the variant folders (sim/compare/report.py, sim/compare/plots.py)
-RESERVED_NAMES = frozenset({"comparison.csv", "report.md", "variants.json", "ttft_cdf.png", "itl_cdf.png",
+RESERVED_NAMES = frozenset({"comparison.csv", "report.md", "report.html", "variants.json", "ttft_cdf.png", "itl_cdf.png",
                             "latency_percentiles.png", "timeline.png", "latency_breakdown.png"})
 
 
@@ -74,17 +74,23 @@ def parse_variant(text: str) -> Variant:
 def load_variants_file(path: str | Path) -> list[Variant]:
     """A YAML mapping ``name: {key: value, ...}`` (dotted or nested keys)."""
     require_file(path, "--variants")
-    data = read_yaml(path)
+    return variants_from_mapping(read_yaml(path), str(path), label=f"--variants {path}")
+
+
+def variants_from_mapping(data, source: str, label: str | None = None) -> list[Variant]:
+    """``{name: {key: value, ...}, ...}`` (dotted or nested keys) → variants;
+    errors name ``source`` (a file, or the Python call); ``label`` is the
+    variants' :attr:`Variant.source` (default ``source``)."""
     out = []
     for name, ov in data.items():
         if not isinstance(ov, dict):
-            raise ConfigError(f"{path}: variant {name!r} must map config keys to values, got {ov!r}")
+            raise ConfigError(f"{source}: variant {name!r} must map config keys to values, got {ov!r}")
         flat: dict[str, Any] = {}
         for k, v in ov.items():
             set_dotted(flat, str(k), v)
-        check_known_keys(flat, f"{path}: variant {name}")
-        _check_variant(str(name), flat, str(path))
-        out.append(Variant(str(name), flat, f"--variants {path}"))
+        check_known_keys(flat, f"{source}: variant {name}")
+        _check_variant(str(name), flat, source)
+        out.append(Variant(str(name), flat, label or source))
     return out
 
 
@@ -123,6 +129,8 @@ def apply_variant(base: SimConfig, v: Variant) -> SimConfig:
     for k, val in v.overrides.items():
         if k == "workload" and isinstance(val, dict):
             data["workload"] = resolve_workload_dict(merge_workload_dicts(data["workload"], val))
+        elif k == "disaggregation" and isinstance(val, dict) and isinstance(data.get(k), dict):
+            data[k] = {**data[k], **val}  # the base's deployment, key by key
         else:
             data[k] = val
     if "scheduler" in v.overrides:
