@@ -77,6 +77,26 @@ class DecodeSpan:
         self.free0 = sched.kv.num_free_blocks  # after step 1's allocations
         self.joins: list[list] = []
         self.preempted: list[tuple[int, int, Request]] = []  # (last step it decoded, member id, request)
+        self.lag_waits: dict[int, int] = {}  # step -> requests queued at it (overlap scheduling)
+        self.no_evict_h0: int | None = None  # TensorRT-LLM's admission headroom after step 1
+
+    def no_evict_headroom(self, step: int) -> int:
+        """``guaranteed_no_evict`` headroom (free blocks − every running
+        request's remaining blocks to completion) at ``step``'s waiting pass:
+        a member's growth takes as many free blocks as it lowers its remaining
+        ones, so only finishes (+ its blocks to completion) and joins (−) move it."""
+        sched = self.sched
+        lim = sched.limits
+        bs, mml = lim.block_size, lim.max_model_len
+        h = self.no_evict_h0
+        for r, f in zip(self.scheduled, self.lasts):
+            if f < step:
+                h += -(-min(r.num_prompt_tokens + r.max_tokens, mml) // bs)
+        for jstep, r, f, _, _ in self.joins:
+            h -= -(-min(r.num_prompt_tokens + r.max_tokens, mml) // bs)
+            if f < step:
+                h += -(-min(r.num_prompt_tokens + r.max_tokens, mml) // bs)
+        return h
 
     def join(self, step: int, reqs: list[Request]) -> list[int] | None:
         """Admit ``reqs`` (new requests the scheduler admits whole) at ``step``

@@ -40,6 +40,8 @@ class ChunkedRuns(DecodeRuns):
     """Merged runs and spans of :class:`ChunkedPrefillScheduler` (and the
     modes sharing its queues)."""
 
+    waiting_blocked_by_hashes_only = True  # (``_schedule_waiting``; see DecodeRuns)
+
     def arrival_may_change_schedule(self) -> bool:
         w = self.sched.waiting
         return w.priority or w.reordered or not w
@@ -60,8 +62,25 @@ class ChunkedRuns(DecodeRuns):
                 and sched.chunked_prefill and not sched.waiting.priority and not sched.waiting.reordered
                 and not lim.long_prefill_token_threshold and not lim.capacity_scheduler_policy)
 
-    def span_admissions(self, num_running: int, budget: int,
-                        free_blocks: int | None = None) -> tuple[list[Request], int] | None:
+    def spans_join(self) -> bool:
+        """Can a free-running decode span take in this scheduler's whole-prompt
+        admissions (``span_admissions`` without ``free_blocks``)? As
+        :meth:`spans_admit`, and also without chunked prefill (``mixed``: a
+        prompt that the budget would cut stops the pass, and a span refuses to
+        cut it) and with TensorRT-LLM's ``guaranteed_no_evict`` (the span keeps
+        its headroom: ``DecodeSpan.no_evict_headroom``)."""
+        sched = self.sched
+        cls = type(sched)
+        lim = sched.limits
+        return (cls._schedule is ChunkedPrefillScheduler._schedule
+                and cls._schedule_waiting is ChunkedPrefillScheduler._schedule_waiting
+                and cls._schedule_running is ChunkedPrefillScheduler._schedule_running
+                and not sched.waiting.priority and not sched.waiting.reordered
+                and not lim.long_prefill_token_threshold
+                and lim.capacity_scheduler_policy in (None, "guaranteed_no_evict"))
+
+    def span_admissions(self, num_running: int, budget: int, free_blocks: int | None = None,
+                        headroom: int | None = None) -> tuple[list[Request], int] | None:
         """The WAITING pass inside a decode span (:meth:`spans_admit`), after a
         running pass that left ``num_running`` requests running and ``budget``
         tokens: ``(admitted, n)``, the requests it admits in order, the last of
@@ -74,7 +93,10 @@ class ChunkedRuns(DecodeRuns):
         blocks itself), every waiting request must be admitted whole, and with
         prefix caching be one that can hit nothing and whose blocks get no
         hash (no shareable prefix: its lookup finds 0 tokens whatever the
-        cache holds), else None."""
+        cache holds), else None. With ``headroom`` (``guaranteed_no_evict``:
+        free blocks less every running request's remaining blocks to
+        completion), each admission also needs its own blocks to completion
+        within what is left."""
         sched = self.sched
         lim = sched.limits
         room = lim.max_num_seqs - num_running
@@ -95,6 +117,11 @@ class ChunkedRuns(DecodeRuns):
                 free_blocks -= -(-n // bs)
             elif n < req.num_tokens:
                 return None
+            if headroom is not None:
+                need = sched._remaining_blocks_to_completion(req)
+                if need > headroom:
+                    break
+                headroom -= need
             out.append(req)
             last = n
             budget -= n
@@ -125,6 +152,8 @@ class ChunkedRuns(DecodeRuns):
 
 class StaticRuns(ChunkedRuns):
     """Merged runs of :class:`StaticBatchingScheduler`."""
+
+    waiting_blocked_by_hashes_only = False  # (its own batch forming: not argued)
 
     def arrival_may_change_schedule(self) -> bool:
         return not self.sched.batch  # nobody joins a batch in flight

@@ -58,6 +58,11 @@ class AcceleratedStepping:
         # reach the clients at its end (no frontend streaming).
         self.joins = self.span and not lag and not self.rec.track_unused and self.cost.decode_clock_joins
         self.queued = self.joins and self.rec.frontend_tok_s <= 0.0
+        # Overlap scheduling on the only replica in open loop: spans see each arrival a
+        # step late, as the reference mode does (``_lag_span_run``), joins included.
+        self.lag = self.span and lag and self.traffic.inline
+        self.lag_joins = self.lag and not self.rec.track_unused and self.cost.decode_clock_joins
+        self._lag_spans: set[int] = set()  # replicas inside a lag span (arrivals do not cut it)
 
     # ------------------------------------------------------------------ engine hooks
     def merged(self, rep, out, ctx: list[int], start: float):
@@ -69,8 +74,11 @@ class AcceleratedStepping:
             return None
         plan = runs.plan_decode_span(out, self.queued) if self.span else None
         if plan is not None:
-            return (self._queued_span_run(rep, plan, start) if plan.queued
-                    else self._span_run(rep, plan, start, self.joins))
+            if plan.queued:
+                return self._queued_span_run(rep, plan, start)
+            if self.lag:
+                return self._lag_span_run(rep, plan, start)
+            return self._span_run(rep, plan, start, self.joins)
         k = runs.max_decode_run(out)
         return self._decode_run(rep, out, ctx, k, start) if k > 1 else None
 
@@ -85,6 +93,8 @@ class AcceleratedStepping:
         arrival may change the schedule, or if it will be rejected (a rejection
         is not deferred past the next step's start: it frees a client in closed
         loop and lowers the load a router sees)."""
+        if rep.index in self._lag_spans:  # the span takes it from rep.pending itself
+            return
         rep.run_joins.append(self.env.now)
         if (self.runs[rep.index].arrival_may_change_schedule()
                 or rep.scheduler.rejection(req) is not None):
@@ -233,6 +243,80 @@ class AcceleratedStepping:
         self._run_ends(rep, ends, j, start)
         self._span_done(rep, span, ends, j, start)
 
+    def _lag_span_run(self, rep, span, start: float):
+        """A decode span on an overlap-scheduled replica, the only one in open
+        loop. The reference mode forms step s + 1's batch when step s starts:
+        a request landing in step s (reaching the router after step s − 1's end,
+        at or before step s's end) is queued after step s + 1's ``schedule()``
+        (counted waiting in that step's row) and seen by step s + 2's. The span
+        takes the sends itself (``Traffic.send_inline``; one still in the
+        frontend when the span began comes through ``Simulation.send`` into
+        ``rep.pending`` while the span waits for that step's end), holds them
+        for a step and queues them; then the step after either takes them in
+        whole (``_join_span``, where the policy's admissions allow:
+        ``spans_join``) or the span ends before it, with the requests that
+        landed in its last step left in ``rep.pending`` for the engine loop,
+        exactly where the reference mode has them."""
+        env = self.env
+        ov = self.overheads
+        traffic = self.traffic
+        sched = rep.scheduler
+        runs = self.runs[rep.index]
+        clock = self.cost.decode_clock(span.contexts, span.lasts, start, ov.cpu_s, ov.overlap)
+        joins = self.lag_joins and runs.spans_join()
+        if joins and sched.limits.capacity_scheduler_policy == "guaranteed_no_evict":
+            span.no_evict_h0 = sched._no_evict_available_blocks()
+        ends = clock.ends
+        held: list = []  # (send time, request) landed in the last step timed, not queued yet
+        waits = span.lag_waits = {}
+        self._lag_spans.add(rep.index)
+        clock.advance(1)
+        if rep.num_recovering:  # back where they were when preempted, by step 1's end
+            self.rec.recovered(rep, span.scheduled, ends[0])
+        self._run_begins(rep, ends)
+        try:
+            while True:
+                s = len(ends)  # steps timed; step s + 1 is decided at ends[s - 1]
+                end = ends[-1]
+                if traffic.next_send_s() <= end:  # sends landing in step s
+                    if traffic.num_arrived == traffic.num_sent:
+                        traffic.send_inline(rep, end, held)
+                    else:  # one was in the frontend already: its event sends it
+                        yield env.timeout_at(end)
+                        self.num_events += 1
+                        held += rep.pending
+                        rep.pending = []
+                        continue  # (later sends of step s may be taken inline now)
+                if sched.waiting:  # queued after step s's schedule: step s + 1 admits them whole, or the span ends
+                    if not (joins and s < span.k and self._join_span(rep, span, clock, s)):
+                        break
+                elif s < span.k:
+                    if held:
+                        clock.advance(1)
+                    else:  # nobody waits: plain decode steps up to the one the next send lands in
+                        clock.advance(span.k - s, traffic.next_send_s())
+                else:
+                    break
+                if held:  # queued after step s + 1's schedule
+                    n = 0
+                    for _, req in held:
+                        if sched.add_request(req):
+                            n += 1
+                        else:
+                            self.rec.rejected(rep, req)
+                    held = []
+                    if n:
+                        waits[s + 1] = n
+            j = len(ends)
+            if held:  # landed in the span's last step: the engine loop queues them after the next schedule()
+                rep.pending += held
+            if ends[-1] > env.now:
+                yield env.timeout_at(ends[-1])
+        finally:
+            self._lag_spans.discard(rep.index)
+        self._run_ends(rep, ends, j, start)
+        self._span_done(rep, span, ends, j, start)
+
     def _queued_span_run(self, rep, span, start: float):
         """A queued decode span (requests waiting): each step is gated by the
         span (``QueuedSpan.gate``: exact free blocks, admissions, chunked
@@ -302,7 +386,12 @@ class AcceleratedStepping:
         fit (else False, nothing changed)."""
         sched = rep.scheduler
         num_decoding = clock.batch_at_next()
-        got = self.runs[rep.index].span_admissions(num_decoding, sched.limits.max_num_batched_tokens - num_decoding)
+        runs = self.runs[rep.index]
+        headroom = None
+        if span.no_evict_h0 is not None:  # TensorRT-LLM's admission headroom at step m + 1
+            headroom = span.no_evict_headroom(m + 1)
+        got = runs.span_admissions(num_decoding, sched.limits.max_num_batched_tokens - num_decoding,
+                                   headroom=headroom)
         if not got or not got[0]:
             return False
         reqs = got[0]
@@ -398,6 +487,13 @@ class AcceleratedStepping:
                           np.add.reduceat(usage * dts, lo) / span_t)
         if span.queued:  # requests wait (the queue only shrinks by admissions: join steps)
             waits = np.array(span.waits[:j], dtype=np.float64)
+            first_w, last_w = waits[lo], waits[steps - 1]
+            mean_w = np.where(first_w == last_w, first_w, np.add.reduceat(waits * dts, lo) / span_t)
+        elif span.lag_waits:  # arrivals queued for a step (overlap scheduling), each admitted at the next
+            waits = np.zeros(j, dtype=np.float64)
+            for step, n in span.lag_waits.items():
+                if step <= j:
+                    waits[step - 1] = n
             first_w, last_w = waits[lo], waits[steps - 1]
             mean_w = np.where(first_w == last_w, first_w, np.add.reduceat(waits * dts, lo) / span_t)
         else:
