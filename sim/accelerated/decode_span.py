@@ -79,24 +79,29 @@ class DecodeSpan:
         self.preempted: list[tuple[int, int, Request]] = []  # (last step it decoded, member id, request)
         self.lag_waits: dict[int, int] = {}  # step -> requests queued at it (overlap scheduling)
         self.no_evict_h0: int | None = None  # TensorRT-LLM's admission headroom after step 1
+        self._no_evict: list | None = None  # (no_evict_headroom's running count)
 
     def no_evict_headroom(self, step: int) -> int:
         """``guaranteed_no_evict`` headroom (free blocks − every running
         request's remaining blocks to completion) at ``step``'s waiting pass:
         a member's growth takes as many free blocks as it lowers its remaining
         ones, so only finishes (+ its blocks to completion) and joins (−) move it."""
-        sched = self.sched
-        lim = sched.limits
-        bs, mml = lim.block_size, lim.max_model_len
-        h = self.no_evict_h0
-        for r, f in zip(self.scheduled, self.lasts):
-            if f < step:
-                h += -(-min(r.num_prompt_tokens + r.max_tokens, mml) // bs)
-        for jstep, r, f, _, _ in self.joins:
-            h -= -(-min(r.num_prompt_tokens + r.max_tokens, mml) // bs)
-            if f < step:
-                h += -(-min(r.num_prompt_tokens + r.max_tokens, mml) // bs)
+        ne = self._no_evict
+        if ne is None:  # [headroom, first last step not yet counted, last step -> blocks returned]
+            leave: dict[int, int] = {}
+            for r, f in zip(self.scheduled, self.lasts):
+                leave[f] = leave.get(f, 0) + self._blocks_to_completion(r)
+            ne = self._no_evict = [self.no_evict_h0, 1, leave]
+        h, f, leave = ne
+        while f < step:  # members whose last step came before ``step`` have finished
+            h += leave.pop(f, 0)
+            f += 1
+        ne[0], ne[1] = h, f
         return h
+
+    def _blocks_to_completion(self, r: Request) -> int:
+        lim = self.sched.limits
+        return -(-min(r.num_prompt_tokens + r.max_tokens, lim.max_model_len) // lim.block_size)
 
     def join(self, step: int, reqs: list[Request]) -> list[int] | None:
         """Admit ``reqs`` (new requests the scheduler admits whole) at ``step``
@@ -116,6 +121,11 @@ class DecodeSpan:
             last = step + r.num_output_tokens_target - 1
             self.joins.append([step, r, last, r.num_prompt_tokens, 0])
             lasts.append(last)
+            if self._no_evict is not None:  # it holds its blocks to completion until its last step
+                t = self._blocks_to_completion(r)
+                self._no_evict[0] -= t
+                leave = self._no_evict[2]
+                leave[last] = leave.get(last, 0) + t
             if last > self.k:
                 self.k = last
         return lasts
