@@ -51,6 +51,7 @@ class DecodeRuns:
     (:mod:`sim.accelerated.policies`)."""
 
     spans_finishes = True  # a run may go on past finishes (see plan_decode_span)
+    span_class = DecodeSpan  # a free-running span's class
     #: With prefix caching and requests waiting, a merged decode run is exact when
     #: no member's growth hashes a block: the policy's waiting pass, blocked at
     #: step 1, can then only find admission harder before a finish (decode growth
@@ -182,7 +183,7 @@ class DecodeRuns:
         if k <= 1:
             return None
         if not policy.waiting and need <= free:
-            return DecodeSpan(self, out, lasts, free - need)
+            return self.span_class(self, out, lasts, free - need)
         return QueuedSpan(self, out, lasts) if gated else None
 
     def spans_admit(self) -> bool:

@@ -65,6 +65,9 @@ class DecodeSpan:
     requests whose prefill completed at ``step``; ``slack`` as the module says."""
 
     queued = False
+    #: a join's prompt blocks show in the rows from its step on (0: prefilled in
+    #: that step), or from the next (1: prefilled in a step of its own after it)
+    prompt_blocks_after = 0
 
     def __init__(self, runs, out: SchedulerOutput, lasts: list[int], slack: int = 0) -> None:
         self.runs = runs  # the policy's merged-run rules (sim.accelerated.policies)
@@ -158,10 +161,11 @@ class DecodeSpan:
         for r, f in zip(self.scheduled, self.lasts):
             # after step 1: kv_capacity slots held, c computed; step i writes slot c + i − 2
             add(r.kv_capacity - r.num_computed_tokens + 2, f, r.kv_capacity // bs)
+        after = self.prompt_blocks_after
         for step, _, f, n0, _ in self.joins:
-            if step <= j:
-                held = -(-n0 // bs)  # its prompt's blocks, taken at ``step``
-                once_at.append(step)
+            if step + after <= j:
+                held = -(-n0 // bs)  # its prompt's blocks, taken at ``step`` (after it: the next step's row)
+                once_at.append(step + after)
                 once_n.append(held)
                 # after its prefill at ``step``: step i writes slot p + i − step − 1
                 add(held * bs - n0 + step + 1, f, held)

@@ -31,7 +31,9 @@ from sim.request import Request, RequestStatus
 from sim.scheduler.chunked import ChunkedPrefillScheduler
 from sim.scheduler.continuous import ContinuousBatchingScheduler
 from sim.scheduler.mixed import MixedBatchingScheduler
-from sim.scheduler.prefill_first import PrefillFirstScheduler, WholePrefillFirstScheduler
+from sim.accelerated.prefill_span import PrefillFirstSpan
+from sim.scheduler.prefill_first import (CLIP_MAX_NEW_TOKENS, MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY,
+                                         PrefillFirstScheduler, WholePrefillFirstScheduler)
 from sim.scheduler.static import StaticBatchingScheduler
 from sim.scheduler.types import SchedulerOutput
 
@@ -186,8 +188,82 @@ class PrefillFirstRuns(DecodeRuns):
             return 1
         return super().max_decode_run(out)
 
+    span_class = PrefillFirstSpan
+
     def steps_applied(self, j: int) -> None:
         self.sched._ratio_steps += j - 1  # step 1 was counted by schedule()
+
+    def pause_admissions(self, span: PrefillFirstSpan, d: int) -> list[Request] | None:
+        """The prefill batch ``_schedule_prefill`` forms after decode step ``d``
+        of ``span`` (its step 1 scheduled by ``schedule()``), if it takes the
+        whole waiting queue, every prompt whole, each request emitting more
+        than one token, and their blocks to completion fit in the span's
+        slack: the requests; else None. The same admission rule, with the same
+        float operations in the same order (``new_token_ratio`` after ``d − 1``
+        more decode steps; the reservation summed over the running list)."""
+        sched = self.sched
+        if sched.chunked_req is not None:
+            return None
+        lim = sched.limits
+        bs = lim.block_size
+        running = span.running_outputs(d)
+        num_running = len(running)
+        free = span.free_at(d)
+        avail = free * bs
+        ratio = max(sched._ratio_base - (sched._ratio_steps + d - 1) * NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
+        offset = 0.0
+        for max_tokens, o in running:
+            offset += min(max_tokens - o, CLIP_MAX_NEW_TOKENS) * ratio
+        cur_offset = 0
+        rem_chunk = lim.max_num_batched_tokens if sched.chunked_prefill else None
+        rem_input = lim.max_prefill_tokens or lim.max_num_batched_tokens
+        kv = sched.kv
+        caching = kv.enable_prefix_caching
+        out: list[Request] = []
+        need = 0
+        for req in sched.waiting:
+            if num_running >= lim.max_num_seqs:
+                return None
+            if (avail - offset <= 0 or avail - cur_offset <= 0 or rem_input <= 0
+                    or (rem_chunk is not None and rem_chunk <= 0)):
+                return None
+            n = req.num_tokens
+            clipped = min(req.max_tokens - req.num_output_tokens, CLIP_MAX_NEW_TOKENS)
+            if n + clipped >= avail - offset:
+                return None
+            if n >= rem_input and out:
+                return None
+            if rem_chunk is not None and n > rem_chunk:
+                return None  # cut: a chunked request
+            if req.num_output_tokens or req.num_output_tokens_target < 2:
+                return None
+            if caching and kv.hashes_when_grown(req, n + req.num_output_tokens_target):
+                return None
+            blocks = -(-n // bs)
+            if blocks > free:
+                return None  # allocate_slots fails
+            free -= blocks
+            need += -(-(n + req.num_output_tokens_target - 1) // bs)
+            out.append(req)
+            num_running += 1
+            offset += n + clipped
+            cur_offset += n
+            rem_input -= n
+            if rem_chunk is not None:
+                rem_chunk -= n
+        if not out or need > span.slack:
+            return None
+        return out
+
+    def admit_to_span(self, req: Request, num_tokens: int) -> None:
+        """Admit the waiting queue's head whole, as ``_schedule_prefill`` does,
+        holding no KV blocks yet (the span allocates them when it is applied)."""
+        sched = self.sched
+        if sched.waiting.pop() is not req:
+            raise RuntimeError(f"request {req.request_id}: not at the head of the waiting queue")
+        req.status = RequestStatus.RUNNING
+        sched.running.append(req)
+        req.num_computed_tokens = num_tokens
 
 
 #: built-in policy class (exact) -> its merged-run rules

@@ -263,7 +263,8 @@ class AcceleratedStepping:
         sched = rep.scheduler
         runs = self.runs[rep.index]
         clock = self.cost.decode_clock(span.contexts, span.lasts, start, ov.cpu_s, ov.overlap)
-        joins = self.lag_joins and runs.spans_join()
+        pausing = self.lag_joins and span.prompt_blocks_after == 1  # prefill-only steps take arrivals in
+        joins = self.lag_joins and not pausing and runs.spans_join()
         if joins and sched.limits.capacity_scheduler_policy == "guaranteed_no_evict":
             span.no_evict_h0 = sched._no_evict_available_blocks()
         ends = clock.ends
@@ -276,8 +277,8 @@ class AcceleratedStepping:
         self._run_begins(rep, ends)
         try:
             while True:
-                s = len(ends)  # steps timed; step s + 1 is decided at ends[s - 1]
-                end = ends[-1]
+                s = len(ends)  # decode steps timed; the next step is decided at the end of the last one
+                end = clock.end  # (of a pause after step s, if any)
                 if traffic.next_send_s() <= end:  # sends landing in step s
                     if traffic.num_arrived == traffic.num_sent:
                         traffic.send_inline(rep, end, held)
@@ -287,8 +288,13 @@ class AcceleratedStepping:
                         held += rep.pending
                         rep.pending = []
                         continue  # (later sends of step s may be taken inline now)
+                pause = None
                 if sched.waiting:  # queued after step s's schedule: step s + 1 admits them whole, or the span ends
-                    if not (joins and s < span.k and self._join_span(rep, span, clock, s)):
+                    if pausing:
+                        pause = self._pause_span(rep, span, clock, s)
+                        if pause is None:
+                            break
+                    elif not (joins and s < span.k and self._join_span(rep, span, clock, s)):
                         break
                 elif s < span.k:
                     if held:
@@ -305,17 +311,119 @@ class AcceleratedStepping:
                         else:
                             self.rec.rejected(rep, req)
                     held = []
-                    if n:
+                    if pause is not None:
+                        pause[6] = n
+                    elif n:
                         waits[s + 1] = n
             j = len(ends)
             if held:  # landed in the span's last step: the engine loop queues them after the next schedule()
                 rep.pending += held
-            if ends[-1] > env.now:
-                yield env.timeout_at(ends[-1])
+            if clock.end > env.now:
+                yield env.timeout_at(clock.end)
         finally:
             self._lag_spans.discard(rep.index)
         self._run_ends(rep, ends, j, start)
-        self._span_done(rep, span, ends, j, start)
+        if pausing:
+            pauses = span.pauses
+            self.num_steps += len(pauses)
+            if pauses and pauses[-1][0] == j:  # the span's last step was a pause
+                rep.last_step_start = pauses[-1][1]
+            self._pause_span_done(rep, span, ends, j, start)
+        else:
+            self._span_done(rep, span, ends, j, start)
+
+    def _pause_span(self, rep, span, clock, d: int) -> list | None:
+        """SGLang's prefill-only step after decode step ``d`` of ``span`` (a
+        ``PrefillFirstSpan``), if its prefill batch takes the whole waiting
+        queue in (``PrefillFirstRuns.pause_admissions``): admits them, times
+        the step as the engine does and returns its record (``span.pauses``);
+        else None, nothing changed."""
+        runs = self.runs[rep.index]
+        reqs = runs.pause_admissions(span, d)
+        if reqs is None:
+            return None
+        if span.join(d, reqs) is None:
+            return None
+        p_start = clock.end
+        new = [r.num_prompt_tokens for r in reqs]
+        dt = self.overheads.apply(self.cost.step_time_s(new, [0] * len(new)), len(new), True)
+        clock.pause(dt, [(p, jn[2]) for p, jn in zip(new, span.joins[-len(reqs):])])
+        for req in reqs:
+            req.first_scheduled_time = p_start
+        n = sum(new)
+        usage = rep.kv.usage_at(span.free_at(d))
+        pause = [d, p_start, clock.end, reqs, n, span.num_running(d), 0, usage]
+        span.pauses.append(pause)
+        return pause
+
+    def _pause_span_done(self, rep, span, ends: list[float], j: int, start: float) -> None:
+        """Record a ``PrefillFirstSpan`` (its first ``j`` decode steps ending at
+        ``ends``, and its pauses) as the reference mode's single steps would:
+        the frontend streams every step's tokens in step order, pauses
+        included; a pause's requests get their first token at its end and
+        their first ITL gap from there; rows per part of decode steps (as
+        ``_span_done``) and one per pause."""
+        rec = self.rec
+        scheduled = span.scheduled
+        pauses = span.pauses
+        usage = span.usages(j)
+        parts = span.apply(j)
+        steps = np.array(parts.steps, dtype=np.int64)
+        counts = np.diff(steps, prepend=0)
+        if rec.frontend_tok_s > 0.0:
+            deliver = rec.deliver
+            seen, pseen = [], []
+            pi, np_ = 0, len(pauses)
+            for e, b in zip(ends, np.repeat(parts.batch, counts).tolist()):
+                seen.append(deliver(rep, e, b))
+                while pi < np_ and pauses[pi][0] == len(seen):
+                    pseen.append(deliver(rep, pauses[pi][2], len(pauses[pi][3])))
+                    pi += 1
+        else:
+            seen, pseen = ends, [p[2] for p in pauses]
+        last = ends[j - 1]
+        rec.tokens_emitted(scheduled, start, ends[0], seen[0], last)
+        itl_add = rec.itl.add
+        for p, ps in zip(pauses, pseen):
+            d, reqs = p[0], p[3]
+            for req in reqs:
+                req.first_token_time = ps
+                req.last_token_time = last if d < j else p[2]
+            if d < j:  # their first gap: from the pause's end to decode step d + 1's
+                itl_add(ends[d] - p[2], float(len(reqs)))
+        e = np.array(ends[:j])
+        dts = np.diff(e, prepend=start)
+        if j > 1:
+            w = np.repeat(np.array(parts.pooled, dtype=np.float64), counts)[1:]
+            keep = w > 0
+            rec.itl.extend_arrays(dts[1:][keep], w[keep])
+        rstart = np.concatenate(([start], e[:-1]))  # each decode step's start: after the pauses before it
+        for p in pauses:
+            if p[0] < j:
+                rstart[p[0]] = p[2]
+        dts = e - rstart
+        end_t = e[steps - 1]
+        lo = steps - counts
+        start_t = rstart[lo]
+        span_t = end_t - start_t
+        first_u, last_u = usage[lo], usage[steps - 1]
+        mean_u = np.where(first_u == last_u, first_u, np.add.reduceat(usage * dts, lo) / span_t)
+        waits = np.zeros(j, dtype=np.float64)
+        for step, n in span.lag_waits.items():
+            if step <= j:
+                waits[step - 1] = n
+        first_w, last_w = waits[lo], waits[steps - 1]
+        mean_w = np.where(first_w == last_w, first_w, np.add.reduceat(waits * dts, lo) / span_t)
+        decode = np.array(parts.decode, dtype=np.float64)
+        rows = np.column_stack((np.full(len(steps), float(rep.index)), start_t, counts, span_t,
+                                parts.batch, last_w, decode * counts, np.zeros(len(steps)), decode * counts,
+                                last_u, np.zeros(len(steps)), mean_u, mean_w))
+        rec.step_cols.extend_rows(rows)
+        for d, p_start, p_end, reqs, n, running, waiting, u in pauses:
+            rec.step_cols.append((rep.index, p_start, 1, p_end - p_start, running, waiting, n, n, 0, u, 0,
+                                  u, waiting))
+        for step, fin in parts.finished:
+            rec.finish(rep, fin, ends[step - 1], seen[step - 1])
 
     def _queued_span_run(self, rep, span, start: float):
         """A queued decode span (requests waiting): each step is gated by the
