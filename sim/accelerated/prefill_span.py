@@ -34,36 +34,71 @@ class PrefillFirstSpan(DecodeSpan):
     def __init__(self, runs, out, lasts: list[int], slack: int = 0) -> None:
         super().__init__(runs, out, lasts, slack)
         self.pauses: list[list] = []
+        bs = self.sched.limits.block_size
+        # Free blocks kept step by step (free_at): those returned after each step (its
+        # finishes), and per residue of the step mod block_size the members taking a
+        # block there (from their first taking to their last step).
+        self._back: dict[int, int] = {}
+        self._enter: dict[int, list[int]] = {}
+        self._exit: dict[int, list[int]] = {}
+        self._takes = [0] * bs
+        self._alive: list[list] = []  # [last step, request, outputs − d] in running-list order
+        for r, f in zip(self.scheduled, lasts):
+            c, held0 = r.num_computed_tokens, r.kv_capacity // bs  # after step 1: step i writes slot c + i − 2
+            self._taking(r.kv_capacity - c + 2, f, max(held0, -(-(c + f - 1) // bs)) - held0 + held0)
+            self._alive.append([f, r, r.num_output_tokens])
+        self._d = 1  # free_at's state: after step _d (its finishes returned)
+        self._free = self.free0 + self._back.pop(1, 0)
+        for y in self._exit.pop(2, ()):
+            self._takes[y] -= 1
+
+    def _taking(self, first: int, last: int, held_at_last: int) -> None:
+        """A member takes a block at steps first, first + bs, ... up to its
+        ``last`` step, and returns ``held_at_last`` blocks after it."""
+        if first <= last:
+            self._enter.setdefault(first, []).append(first % len(self._takes))
+            self._exit.setdefault(last + 1, []).append(first % len(self._takes))
+        self._back[last] = self._back.get(last, 0) + held_at_last
+
+    def join(self, step: int, reqs):
+        lasts = super().join(step, reqs)
+        if lasts is not None:
+            bs = len(self._takes)
+            for r, f in zip(reqs, lasts):
+                p = r.num_prompt_tokens
+                held = -(-p // bs)  # after the pause; step i > step writes slot p + i − step − 1
+                self._taking(held * bs - p + step + 1, f, -(-(p + f - step) // bs))
+                self._free -= held
+                self._alive.append([f, r, 1 - step])
+        return lasts
 
     def free_at(self, d: int) -> int:
         """Free KV blocks at the ``schedule()`` after decode step ``d`` (and
-        the pauses after it so far): step 1's free blocks, less each running
-        member's growth through step ``d``, plus the blocks of those that
-        finished by then (all they held), less what the joins hold."""
-        bs = self.sched.limits.block_size
-        free = self.free0
-        for r, f in zip(self.scheduled, self.lasts):
-            held0 = r.kv_capacity // bs  # after step 1; step i writes slot c + i − 2
-            if f <= d:
-                free += held0
-            else:
-                h = -(-(r.num_computed_tokens + d - 1) // bs)
-                if h > held0:
-                    free -= h - held0
-        for step, _, f, n0, _ in self.joins:
-            if f > d:  # prefilled after step ``step``, decoded steps step + 1 .. d
-                free -= -(-(n0 + d - step) // bs)
+        the pauses after it so far), ``d`` never decreasing: step 1's free
+        blocks, less each step's takings (decodes starting a block), plus what
+        the members finishing at each step held, less the joins' prompt blocks."""
+        free, i = self._free, self._d
+        takes, enter, exit_, back = self._takes, self._enter, self._exit, self._back
+        bs = len(takes)
+        while i < d:
+            i += 1
+            for y in enter.pop(i, ()):
+                takes[y] += 1
+            free += back.pop(i, 0) - takes[i % bs]
+            for y in exit_.pop(i + 1, ()):
+                takes[y] -= 1
+        self._free, self._d = free, i
         return free
 
     def running_outputs(self, d: int) -> list[tuple[int, int]]:
         """``(max_tokens, outputs)`` of each request running after decode step
         ``d`` (finished ones gone), in running-list order."""
-        out = [(r.max_tokens, r.num_output_tokens + d) for r, f in zip(self.scheduled, self.lasts) if f > d]
-        out += [(r.max_tokens, 1 + d - step) for step, r, f, _, _ in self.joins if f > d]
-        return out
+        alive = self._alive = [a for a in self._alive if a[0] > d]
+        return [(r.max_tokens, base + d) for _, r, base in alive]
 
     def num_running(self, d: int) -> int:
-        return sum(1 for f in self.lasts if f > d) + sum(1 for jn in self.joins if jn[2] > d)
+        alive = self._alive = [a for a in self._alive if a[0] > d]
+        return len(alive)
 
     def apply(self, j: int) -> SpanParts:
         """Advance every member by the span's first ``j`` decode steps, finish
