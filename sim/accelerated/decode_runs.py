@@ -134,7 +134,8 @@ class DecodeRuns:
                 hi = mid - 1
         return lo
 
-    def plan_decode_span(self, out: SchedulerOutput, queued: bool = False) -> DecodeSpan | None:
+    def plan_decode_span(self, out: SchedulerOutput, queued: bool = False,
+                         blocked: bool = False) -> DecodeSpan | None:
         """A merged decode run that goes on past finishes and may take in
         whole-prompt admissions (:class:`~sim.accelerated.decode_span.DecodeSpan`),
         or None. Exactly what the reference mode does while nothing else changes
@@ -161,7 +162,10 @@ class DecodeRuns:
         caching = kv.enable_prefix_caching
         # (a queued span may preempt, and a resumed request hits its own cached blocks)
         gated = queued and not caching and self.spans_admit()
-        if policy.waiting and not gated:
+        # ``blocked``: a free-running span may start with requests waiting, its engine
+        # side admitting them as the policy's waiting pass would (``span_admissions_blocked``)
+        free_with_queue = blocked and self.spans_join()
+        if policy.waiting and not gated and not free_with_queue:
             return None
         bs = policy.limits.block_size
         lasts = []
@@ -182,7 +186,7 @@ class DecodeRuns:
         free = kv.num_free_blocks
         if k <= 1:
             return None
-        if not policy.waiting and need <= free:
+        if (not policy.waiting or free_with_queue) and need <= free:
             return self.span_class(self, out, lasts, free - need)
         return QueuedSpan(self, out, lasts) if gated else None
 

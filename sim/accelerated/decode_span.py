@@ -80,7 +80,7 @@ class DecodeSpan:
         self.free0 = sched.kv.num_free_blocks  # after step 1's allocations
         self.joins: list[list] = []
         self.preempted: list[tuple[int, int, Request]] = []  # (last step it decoded, member id, request)
-        self.lag_waits: dict[int, int] = {}  # step -> requests queued at it (overlap scheduling)
+        self.wait_marks: list[tuple[int, int]] = []  # (step, requests waiting from its row on): lag spans
         self.no_evict_h0: int | None = None  # TensorRT-LLM's admission headroom after step 1
         self._no_evict: list | None = None  # (no_evict_headroom's running count)
 

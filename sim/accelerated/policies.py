@@ -136,6 +136,50 @@ class ChunkedRuns(DecodeRuns):
             return None
         return out, last
 
+    def span_admissions_blocked(self, num_running: int, budget: int, slack: int,
+                                headroom: int | None = None) -> list[Request] | None:
+        """The WAITING pass inside a free-running decode span whose queue may
+        stay blocked (``spans_join``): the requests it admits whole, in order,
+        when the first one left waiting (if any) is stopped by something the
+        span knows exactly — the budget (``budget <= 0``, or a prompt larger
+        than it without chunked prefill), ``max_num_seqs``, or the
+        ``guaranteed_no_evict`` ``headroom`` — and the admitted ones' blocks to
+        their finish fit in ``slack``; else None (the span cannot tell: a
+        chunk cut by the budget, blocks beyond the slack, or with prefix
+        caching a request whose blocks would get a hash)."""
+        sched = self.sched
+        lim = sched.limits
+        room = lim.max_num_seqs - num_running
+        bs = lim.block_size
+        chunked = sched.chunked_prefill
+        kv = sched.kv
+        caching = kv.enable_prefix_caching
+        out = []
+        for req in sched.waiting:
+            if budget <= 0 or room <= 0:
+                break
+            n = req.num_tokens
+            if n > budget:
+                if chunked:
+                    return None
+                break
+            if n > lim.max_model_len - 1:
+                return None
+            if headroom is not None:
+                need = sched._remaining_blocks_to_completion(req)
+                if need > headroom:
+                    break
+                headroom -= need
+            if req.num_output_tokens or (caching and kv.hashes_when_grown(req, n + req.num_output_tokens_target)):
+                return None
+            slack -= -(-(n + req.num_output_tokens_target - 1) // bs)
+            if slack < 0:
+                return None
+            out.append(req)
+            budget -= n
+            room -= 1
+        return out
+
     def admit_to_span(self, req: Request, num_tokens: int) -> None:
         """Admit the waiting queue's head with ``num_tokens`` scheduled, as the
         WAITING pass does (a span's join, after :meth:`span_admissions`),

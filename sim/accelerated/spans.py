@@ -18,6 +18,7 @@ sends arrivals itself: ``Traffic.send_inline``) and records through its
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_left, bisect_right
 from operator import sub
@@ -72,10 +73,12 @@ class AcceleratedStepping:
         runs = self.runs[rep.index]
         if runs is None or not self.fast:
             return None
-        plan = runs.plan_decode_span(out, self.queued) if self.span else None
+        plan = runs.plan_decode_span(out, self.queued, self.lag_joins) if self.span else None
         if plan is not None:
             if plan.queued:
                 return self._queued_span_run(rep, plan, start)
+            if rep.scheduler.waiting and not self.lag:  # (planned for a lag span only)
+                raise RuntimeError("free-running span planned with requests waiting")
             if self.lag:
                 return self._lag_span_run(rep, plan, start)
             return self._span_run(rep, plan, start, self.joins)
@@ -269,7 +272,10 @@ class AcceleratedStepping:
             span.no_evict_h0 = sched._no_evict_available_blocks()
         ends = clock.ends
         held: list = []  # (send time, request) landed in the last step timed, not queued yet
-        waits = span.lag_waits = {}
+        marks = span.wait_marks  # (decode step, requests waiting in its row from there on)
+        marks.append((1, len(sched.waiting)))
+        lasts = list(span.lasts)  # members' last steps (a heap): where a blocked queue is looked at again
+        heapq.heapify(lasts)
         self._lag_spans.add(rep.index)
         clock.advance(1)
         if rep.num_recovering:  # back where they were when preempted, by step 1's end
@@ -289,13 +295,31 @@ class AcceleratedStepping:
                         rep.pending = []
                         continue  # (later sends of step s may be taken inline now)
                 pause = None
-                if sched.waiting:  # queued after step s's schedule: step s + 1 admits them whole, or the span ends
+                if sched.waiting:  # queued: step s + 1 admits them (whole), leaves them blocked, or the span ends
                     if pausing:
                         pause = self._pause_span(rep, span, clock, s)
                         if pause is None:
                             break
-                    elif not (joins and s < span.k and self._join_span(rep, span, clock, s)):
-                        break
+                    else:
+                        if not joins or s >= span.k:
+                            break
+                        num_decoding = clock.batch_at_next()
+                        headroom = span.no_evict_headroom(s + 1) if span.no_evict_h0 is not None else None
+                        reqs = runs.span_admissions_blocked(
+                            num_decoding, sched.limits.max_num_batched_tokens - num_decoding, span.slack, headroom)
+                        if reqs is None:
+                            break
+                        if reqs:
+                            if not self._join_span(rep, span, clock, s, reqs):
+                                break
+                            for jn in span.joins[-len(reqs):]:
+                                heapq.heappush(lasts, jn[2])
+                        elif held:
+                            clock.advance(1)
+                        else:  # blocked until a finish: plain decode steps up to the next one (or send)
+                            while lasts and lasts[0] <= s:
+                                heapq.heappop(lasts)
+                            clock.advance((lasts[0] if lasts else span.k) - s, traffic.next_send_s())
                 elif s < span.k:
                     if held:
                         clock.advance(1)
@@ -311,10 +335,10 @@ class AcceleratedStepping:
                         else:
                             self.rec.rejected(rep, req)
                     held = []
-                    if pause is not None:
-                        pause[6] = n
-                    elif n:
-                        waits[s + 1] = n
+                if pause is not None:
+                    pause[6] = len(sched.waiting)
+                elif len(sched.waiting) != marks[-1][1]:
+                    marks.append((s + 1, len(sched.waiting)))
             j = len(ends)
             if held:  # landed in the span's last step: the engine loop queues them after the next schedule()
                 rep.pending += held
@@ -408,10 +432,7 @@ class AcceleratedStepping:
         span_t = end_t - start_t
         first_u, last_u = usage[lo], usage[steps - 1]
         mean_u = np.where(first_u == last_u, first_u, np.add.reduceat(usage * dts, lo) / span_t)
-        waits = np.zeros(j, dtype=np.float64)
-        for step, n in span.lag_waits.items():
-            if step <= j:
-                waits[step - 1] = n
+        waits = _marked_waits(span.wait_marks, j)
         first_w, last_w = waits[lo], waits[steps - 1]
         mean_w = np.where(first_w == last_w, first_w, np.add.reduceat(waits * dts, lo) / span_t)
         decode = np.array(parts.decode, dtype=np.float64)
@@ -488,12 +509,15 @@ class AcceleratedStepping:
         self._run_ends(rep, ends, j, start)
         self._span_done(rep, span, ends, j, start)
 
-    def _join_span(self, rep, span, clock, m: int) -> bool:
+    def _join_span(self, rep, span, clock, m: int, reqs: list | None = None) -> bool:
         """Admit the waiting arrivals into the span at step m + 1 and time that
         step, if the scheduler would admit them all whole there and their blocks
-        fit (else False, nothing changed)."""
+        fit (else False, nothing changed); ``reqs``: those admitted, as the
+        caller found (the queue's head)."""
         sched = rep.scheduler
         num_decoding = clock.batch_at_next()
+        if reqs is not None:
+            return self._join_reqs(span, clock, m, num_decoding, reqs)
         runs = self.runs[rep.index]
         headroom = None
         if span.no_evict_h0 is not None:  # TensorRT-LLM's admission headroom at step m + 1
@@ -502,7 +526,9 @@ class AcceleratedStepping:
                                    headroom=headroom)
         if not got or not got[0]:
             return False
-        reqs = got[0]
+        return self._join_reqs(span, clock, m, num_decoding, got[0])
+
+    def _join_reqs(self, span, clock, m: int, num_decoding: int, reqs: list) -> bool:
         lasts = span.join(m + 1, reqs)
         if lasts is None:
             return False
@@ -597,11 +623,8 @@ class AcceleratedStepping:
             waits = np.array(span.waits[:j], dtype=np.float64)
             first_w, last_w = waits[lo], waits[steps - 1]
             mean_w = np.where(first_w == last_w, first_w, np.add.reduceat(waits * dts, lo) / span_t)
-        elif span.lag_waits:  # arrivals queued for a step (overlap scheduling), each admitted at the next
-            waits = np.zeros(j, dtype=np.float64)
-            for step, n in span.lag_waits.items():
-                if step <= j:
-                    waits[step - 1] = n
+        elif span.wait_marks:  # a lag span: requests queued (overlap scheduling)
+            waits = _marked_waits(span.wait_marks, j)
             first_w, last_w = waits[lo], waits[steps - 1]
             mean_w = np.where(first_w == last_w, first_w, np.add.reduceat(waits * dts, lo) / span_t)
         else:
@@ -614,6 +637,18 @@ class AcceleratedStepping:
         self.rec.step_cols.extend_rows(rows)
         for step, fin in parts.finished:
             self.rec.finish(rep, fin, ends[step - 1], seen[step - 1])
+
+def _marked_waits(marks: list[tuple[int, int]], j: int) -> np.ndarray:
+    """Requests waiting in each of a span's first ``j`` step rows, from its
+    marks (step, count from that step on), float64."""
+    waits = np.zeros(j, dtype=np.float64)
+    for i, (step, n) in enumerate(marks):
+        if step > j:
+            break
+        stop = marks[i + 1][0] if i + 1 < len(marks) else j + 1
+        waits[step - 1:min(stop, j + 1) - 1] = n
+    return waits
+
 
 def _waiting_per_step(first: int, joins: list[float], ends: list[float], j: int, start: float) -> list[int]:
     """Requests waiting at each of a merged run's ``j`` steps (``num_waiting_reqs``
