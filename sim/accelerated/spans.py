@@ -284,7 +284,7 @@ class AcceleratedStepping:
         try:
             while True:
                 s = len(ends)  # decode steps timed; the next step is decided at the end of the last one
-                end = clock.end  # (of a pause after step s, if any)
+                end = clock.end if pausing else ends[-1]  # (of a pause after step s, if any)
                 if traffic.next_send_s() <= end:  # sends landing in step s
                     if traffic.num_arrived == traffic.num_sent:
                         traffic.send_inline(rep, end, held)
@@ -342,8 +342,9 @@ class AcceleratedStepping:
             j = len(ends)
             if held:  # landed in the span's last step: the engine loop queues them after the next schedule()
                 rep.pending += held
-            if clock.end > env.now:
-                yield env.timeout_at(clock.end)
+            end = clock.end if pausing else ends[-1]
+            if end > env.now:
+                yield env.timeout_at(end)
         finally:
             self._lag_spans.discard(rep.index)
         self._run_ends(rep, ends, j, start)
