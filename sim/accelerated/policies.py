@@ -20,7 +20,15 @@ Per policy (:func:`decode_runs_for`):
 - :class:`PrefillFirstRuns` — ``prefill_first`` / ``prefill_first_whole``
   (SGLang): an arrival may form a prefill batch unless the running set is at
   ``max_running_requests``; decode steps decay ``new_token_ratio``, so merged
-  runs need an empty queue (or the seat limit binding).
+  runs need an empty queue (or the seat limit binding). On an
+  overlap-scheduled replica (the SGLang preset) its spans take arrivals in
+  through prefill-only steps (:meth:`PrefillFirstRuns.pause_admissions`,
+  :mod:`sim.accelerated.prefill_span`).
+
+On an overlap-scheduled replica, the only one in open loop, ``ChunkedRuns``
+spans also take arrivals in a step late and may go on with a blocked waiting
+queue (:meth:`ChunkedRuns.span_admissions_blocked`, TensorRT-LLM's
+``guaranteed_no_evict`` and ``mixed`` included).
 """
 
 from __future__ import annotations
@@ -212,7 +220,9 @@ class PrefillFirstRuns(DecodeRuns):
     span's free blocks cover every member's growth to its finish, so no step
     of it retracts, and with nobody waiting the step after a finish decodes
     the others (no prefill batch can form). An arrival ends the span (the
-    next step may be a prefill batch): spans take no joins here."""
+    next step may be a prefill batch), except on an overlap-scheduled replica
+    (``AcceleratedStepping._lag_span_run``), where the prefill batch is a
+    step of the span (:meth:`pause_admissions`)."""
 
     def arrival_may_change_schedule(self) -> bool:
         # An arrival may form a prefill batch at the next step, unless requests

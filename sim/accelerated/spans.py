@@ -14,6 +14,14 @@ simulation's traffic (next send times; on the only replica in open loop it
 sends arrivals itself: ``Traffic.send_inline``) and records through its
 :class:`~sim.engine.recording.Recorder`, as the reference mode's steps would.
 ``rep`` is a :class:`sim.engine.simulation.Replica`.
+
+With overlap scheduling on the only replica in open loop (the engine presets'
+default), spans see each arrival a step late, as the reference mode does
+(:meth:`AcceleratedStepping._lag_span_run`): chunked-family policies admit it
+in a mixed step or leave it queued behind a blocked head (``mixed``,
+``guaranteed_no_evict``), and SGLang's prefill-first policy prefills it in a
+step of its own between two decode steps of the span
+(:mod:`sim.accelerated.prefill_span`).
 """
 
 from __future__ import annotations
