@@ -97,7 +97,10 @@ class PrefillFirstSpan(DecodeSpan):
         return [(r.max_tokens, base + d) for _, r, base in alive]
 
     def num_running(self, d: int) -> int:
-        alive = self._alive = [a for a in self._alive if a[0] > d]
+        """Requests running after decode step ``d`` and the pauses after it so far."""
+        alive = self._alive
+        if alive and min(a[0] for a in alive) <= d:
+            alive = self._alive = [a for a in alive if a[0] > d]
         return len(alive)
 
     def apply(self, j: int) -> SpanParts:

@@ -385,7 +385,7 @@ class AcceleratedStepping:
             req.first_scheduled_time = p_start
         n = sum(new)
         usage = rep.kv.usage_at(span.free_at(d))
-        pause = [d, p_start, clock.end, reqs, n, span.num_running(d), 0, usage]
+        pause = [d, p_start, clock.end, reqs, n, span.num_running(d), 0, usage]  # (running: after admission)
         span.pauses.append(pause)
         return pause
 
@@ -403,15 +403,25 @@ class AcceleratedStepping:
         parts = span.apply(j)
         steps = np.array(parts.steps, dtype=np.int64)
         counts = np.diff(steps, prepend=0)
-        if rec.frontend_tok_s > 0.0:
-            deliver = rec.deliver
+        tok = rec.frontend_tok_s
+        if tok > 0.0:  # Recorder.deliver's float operations, inlined (one per step)
+            f = rep.frontend_done
             seen, pseen = [], []
             pi, np_ = 0, len(pauses)
+            nxt = pauses[0][0] if pauses else 0
+            i = 0
             for e, b in zip(ends, np.repeat(parts.batch, counts).tolist()):
-                seen.append(deliver(rep, e, b))
-                while pi < np_ and pauses[pi][0] == len(seen):
-                    pseen.append(deliver(rep, pauses[pi][2], len(pauses[pi][3])))
+                f = (e if e > f else f) + tok * b
+                seen.append(f)
+                i += 1
+                while i == nxt:
+                    p = pauses[pi]
+                    e = p[2]
+                    f = (e if e > f else f) + tok * len(p[3])
+                    pseen.append(f)
                     pi += 1
+                    nxt = pauses[pi][0] if pi < np_ else 0
+            rep.frontend_done = f
         else:
             seen, pseen = ends, [p[2] for p in pauses]
         last = ends[j - 1]
@@ -601,9 +611,15 @@ class AcceleratedStepping:
         parts = span.apply(j)
         steps = np.array(parts.steps, dtype=np.int64)
         counts = np.diff(steps, prepend=0)  # steps per part
-        if self.rec.frontend_tok_s > 0.0:  # the frontend streams each step's tokens in turn
-            deliver = self.rec.deliver
-            seen = [deliver(rep, e, b) for e, b in zip(ends, np.repeat(parts.batch, counts).tolist())]
+        tok = self.rec.frontend_tok_s
+        if tok > 0.0:  # the frontend streams each step's tokens in turn (Recorder.deliver, inlined)
+            f = rep.frontend_done
+            seen = []
+            append = seen.append
+            for e, b in zip(ends, np.repeat(parts.batch, counts).tolist()):
+                f = (e if e > f else f) + tok * b
+                append(f)
+            rep.frontend_done = f
         else:
             seen = ends
         last = ends[j - 1]
