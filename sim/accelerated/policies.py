@@ -247,12 +247,13 @@ class PrefillFirstRuns(DecodeRuns):
     def steps_applied(self, j: int) -> None:
         self.sched._ratio_steps += j - 1  # step 1 was counted by schedule()
 
-    def pause_admissions(self, span: PrefillFirstSpan, d: int) -> list[Request] | None:
+    def pause_admissions(self, span: PrefillFirstSpan, d: int) -> tuple[list[Request], int, int] | None:
         """The prefill batch ``_schedule_prefill`` forms after decode step ``d``
         of ``span`` (its step 1 scheduled by ``schedule()``), if it takes the
         whole waiting queue, every prompt whole, each request emitting more
         than one token, and their blocks to completion fit in the span's
-        slack: the requests; else None. The same admission rule, with the same
+        slack: the requests, and the free blocks and running requests after
+        their admission; else None. The same admission rule, with the same
         float operations in the same order (``new_token_ratio`` after ``d − 1``
         more decode steps; the reservation summed over the running list)."""
         sched = self.sched
@@ -260,14 +261,15 @@ class PrefillFirstRuns(DecodeRuns):
             return None
         lim = sched.limits
         bs = lim.block_size
-        running = span.running_outputs(d)
-        num_running = len(running)
+        alive = span.running_after(d)
+        num_running = len(alive)
         free = span.free_at(d)
         avail = free * bs
         ratio = max(sched._ratio_base - (sched._ratio_steps + d - 1) * NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
         offset = 0.0
-        for max_tokens, o in running:
-            offset += min(max_tokens - o, CLIP_MAX_NEW_TOKENS) * ratio
+        for _, r, base in alive:  # outputs after step d: base + d
+            left = r.max_tokens - base - d
+            offset += (left if left < CLIP_MAX_NEW_TOKENS else CLIP_MAX_NEW_TOKENS) * ratio
         cur_offset = 0
         rem_chunk = lim.max_num_batched_tokens if sched.chunked_prefill else None
         rem_input = lim.max_prefill_tokens or lim.max_num_batched_tokens
@@ -307,7 +309,7 @@ class PrefillFirstRuns(DecodeRuns):
                 rem_chunk -= n
         if not out or need > span.slack:
             return None
-        return out
+        return out, free, num_running
 
     def admit_to_span(self, req: Request, num_tokens: int) -> None:
         """Admit the waiting queue's head whole, as ``_schedule_prefill`` does,

@@ -12,7 +12,7 @@ its ``last`` (its prompt blocks show in the rows from step ``d + 1``:
 ``prompt_blocks_after``). The engine side (``AcceleratedStepping._lag_span_run``)
 times the pause with the cost model's single-step time, records its row and
 the requests' first tokens, and asks :meth:`PrefillFirstSpan.free_at` and
-:meth:`PrefillFirstSpan.running_outputs` for the state that SGLang's admission
+:meth:`PrefillFirstSpan.running_after` for the state that SGLang's admission
 rule reads (``PrefillFirstRuns.pause_admissions``).
 """
 
@@ -90,18 +90,12 @@ class PrefillFirstSpan(DecodeSpan):
         self._free, self._d = free, i
         return free
 
-    def running_outputs(self, d: int) -> list[tuple[int, int]]:
-        """``(max_tokens, outputs)`` of each request running after decode step
-        ``d`` (finished ones gone), in running-list order."""
+    def running_after(self, d: int) -> list[list]:
+        """``[last step, request, outputs − d]`` of each request running after
+        decode step ``d`` and the pauses after it so far (finished ones gone),
+        in running-list order."""
         alive = self._alive = [a for a in self._alive if a[0] > d]
-        return [(r.max_tokens, base + d) for _, r, base in alive]
-
-    def num_running(self, d: int) -> int:
-        """Requests running after decode step ``d`` and the pauses after it so far."""
-        alive = self._alive
-        if alive and min(a[0] for a in alive) <= d:
-            alive = self._alive = [a for a in alive if a[0] > d]
-        return len(alive)
+        return alive
 
     def apply(self, j: int) -> SpanParts:
         """Advance every member by the span's first ``j`` decode steps, finish

@@ -372,9 +372,10 @@ class AcceleratedStepping:
         the step as the engine does and returns its record (``span.pauses``);
         else None, nothing changed."""
         runs = self.runs[rep.index]
-        reqs = runs.pause_admissions(span, d)
-        if reqs is None:
+        got = runs.pause_admissions(span, d)
+        if got is None:
             return None
+        reqs, free, running = got
         if span.join(d, reqs) is None:
             return None
         p_start = clock.end
@@ -384,8 +385,8 @@ class AcceleratedStepping:
         for req in reqs:
             req.first_scheduled_time = p_start
         n = sum(new)
-        usage = rep.kv.usage_at(span.free_at(d))
-        pause = [d, p_start, clock.end, reqs, n, span.num_running(d), 0, usage]  # (running: after admission)
+        usage = rep.kv.usage_at(free)
+        pause = [d, p_start, clock.end, reqs, n, running, 0, usage]  # (after the admissions)
         span.pauses.append(pause)
         return pause
 
