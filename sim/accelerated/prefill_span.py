@@ -18,6 +18,8 @@ rule reads (``PrefillFirstRuns.pause_admissions``).
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 
 from sim.accelerated.decode_span import DecodeSpan, SpanParts
@@ -40,7 +42,8 @@ class PrefillFirstSpan(DecodeSpan):
         # block there (from their first taking to their last step).
         self._back: dict[int, int] = {}
         self._enter: dict[int, list[int]] = {}
-        self._exit: dict[int, list[int]] = {}
+        self._exit: dict[int, list[int]] = {}  # after its last step
+        self._events: list[int] = []  # (a heap) the steps with an entry in the three above
         self._takes = [0] * bs
         self._alive: list[list] = []  # [last step, request, outputs − d] in running-list order
         for r, f in zip(self.scheduled, lasts):
@@ -49,16 +52,21 @@ class PrefillFirstSpan(DecodeSpan):
             self._alive.append([f, r, r.num_output_tokens])
         self._d = 1  # free_at's state: after step _d (its finishes returned)
         self._free = self.free0 + self._back.pop(1, 0)
-        for y in self._exit.pop(2, ()):
+        for y in self._exit.pop(1, ()):
             self._takes[y] -= 1
+        heapq.heapify(self._events)
 
     def _taking(self, first: int, last: int, held_at_last: int) -> None:
         """A member takes a block at steps first, first + bs, ... up to its
         ``last`` step, and returns ``held_at_last`` blocks after it."""
+        events = self._events
         if first <= last:
-            self._enter.setdefault(first, []).append(first % len(self._takes))
-            self._exit.setdefault(last + 1, []).append(first % len(self._takes))
+            y = first % len(self._takes)
+            self._enter.setdefault(first, []).append(y)
+            self._exit.setdefault(last, []).append(y)
+            heapq.heappush(events, first)
         self._back[last] = self._back.get(last, 0) + held_at_last
+        heapq.heappush(events, last)
 
     def join(self, step: int, reqs):
         lasts = super().join(step, reqs)
@@ -78,14 +86,22 @@ class PrefillFirstSpan(DecodeSpan):
         blocks, less each step's takings (decodes starting a block), plus what
         the members finishing at each step held, less the joins' prompt blocks."""
         free, i = self._free, self._d
-        takes, enter, exit_, back = self._takes, self._enter, self._exit, self._back
+        takes, enter, exit_, back, events = self._takes, self._enter, self._exit, self._back, self._events
         bs = len(takes)
         while i < d:
+            while events and events[0] <= i:
+                heapq.heappop(events)
+            nxt = events[0] if events and events[0] <= d else d + 1
+            if nxt > i + 1:  # steps i + 1 .. nxt − 1: no member starts, stops or finishes
+                free -= _takings(takes, i + 1, nxt - 1)
+                i = nxt - 1
+                if i >= d:
+                    break
             i += 1
             for y in enter.pop(i, ()):
                 takes[y] += 1
             free += back.pop(i, 0) - takes[i % bs]
-            for y in exit_.pop(i + 1, ()):
+            for y in exit_.pop(i, ()):
                 takes[y] -= 1
         self._free, self._d = free, i
         return free
@@ -122,3 +138,18 @@ class PrefillFirstSpan(DecodeSpan):
         self._commit(finishing, grow, grow_slots, fresh)
         self.runs.steps_applied(j)
         return parts
+
+
+def _takings(takes: list[int], a: int, b: int) -> int:
+    """Blocks taken in steps ``a`` .. ``b`` (a <= b): step i takes
+    ``takes[i % len(takes)]``."""
+    bs = len(takes)
+    n = b - a + 1
+    if bs == 1:
+        return takes[0] * n
+    total = sum(takes) * (n // bs)
+    y = a % bs
+    for _ in range(n % bs):
+        total += takes[y]
+        y = y + 1 if y + 1 < bs else 0
+    return total
