@@ -3,17 +3,22 @@ summarise. The CLI's ``run`` and ``compare`` are thin layers over this."""
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
 from sim import __version__
 from sim.accelerated import AcceleratedStepping
-from sim.config import SimConfig
+from sim.config import SimConfig, locate_error
 from sim.engine.deployment import Deployment, build_deployment
 from sim.engine.simulation import Simulation
+from sim.errors import ConfigError, InfeasibleError
 from sim.results.run_result import RunResult
 from sim.results.metrics import summarize
+from sim.results.pools import pool_summary
 from sim.workload import RequestSpecs, generate_requests
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -35,24 +40,45 @@ def make_simulation(dep: Deployment, specs: RequestSpecs, *, progress=None) -> S
     ``exact_steps``, else with the accelerated stepping (same results; it serves
     only the policies that declare it, :mod:`sim.accelerated.policies`)."""
     cfg = dep.cfg
-    stepping = None if cfg.exact_steps else AcceleratedStepping
+    # A disaggregated run (two pools, KV transfers) uses the reference stepping: the
+    # accelerated one is not taught the pools' hand-offs.
+    stepping = None if cfg.exact_steps or dep.disagg is not None else AcceleratedStepping
     return Simulation(dep, specs, seed=cfg.seed, progress=progress, stepping=stepping)
 
 
 def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, specs: RequestSpecs | None = None,
                    progress=None) -> RunOutput:
     """Raises ConfigError / InfeasibleError before simulating when the config is bad."""
-    dep = build_deployment(cfg)
-    if specs is None:
-        specs = make_specs(dep)
+    try:
+        dep = build_deployment(cfg)
+        if specs is None:
+            specs = make_specs(dep)
+    except (ConfigError, InfeasibleError) as e:
+        raise type(e)(locate_error(cfg, str(e))) from None
     if progress is not None and hasattr(progress, "set_total"):
         progress.set_total(len(specs))  # the bar shows a total and an ETA
+    log.info("simulating %s on %s (%s, TP %d x %d replicas, %d KV blocks): %d requests from %s",
+             cfg.model, cfg.hardware, cfg.scheduler, cfg.tensor_parallel_size, cfg.num_replicas,
+             dep.sizing.num_gpu_blocks, len(specs), specs.source)
     t0 = time.perf_counter()
     result = make_simulation(dep, specs, progress=progress).run()
     wall = time.perf_counter() - t0
+    log.info("simulated %.1f s in %.2f s wall: %d engine steps in %d events", result.sim_time_s, wall,
+             result.num_steps, result.num_events)
     summary = summarize(result.requests, result.steps, result.itl, goodput=goodput,
                         num_gpu_blocks=dep.sizing.num_gpu_blocks,
                         kv_reserved_unused_fraction=result.kv_reserved_unused_fraction)
+    if dep.disagg is not None:
+        pools = dep.disagg
+        summary.update(pool_summary(result.requests, result.steps, duration=summary["duration"],
+                                    num_workers={"prefill": pools.prefill.cfg.num_replicas,
+                                                 "decode": pools.decode.cfg.num_replicas}))
+        tp_p, tp_d = pools.prefill.cfg.tensor_parallel_size, pools.decode.cfg.tensor_parallel_size
+        summary["prefill_tensor_parallel_size"], summary["decode_tensor_parallel_size"] = tp_p, tp_d
+        summary["num_gpus"] = pools.prefill.cfg.num_replicas * tp_p + pools.decode.cfg.num_replicas * tp_d
+        summary["prefill_num_gpu_blocks"] = pools.prefill.sizing.num_gpu_blocks
+        summary["decode_num_gpu_blocks"] = pools.decode.sizing.num_gpu_blocks
+        summary.update(pools.transfer.describe())
     summary["num_engine_steps"] = result.num_steps
     summary["num_events"] = result.num_events
     summary["simulated_time_s"] = result.sim_time_s
