@@ -13,6 +13,7 @@ from sim.engine.deployment import Deployment, build_deployment
 from sim.engine.simulation import Simulation
 from sim.results.run_result import RunResult
 from sim.results.metrics import summarize
+from sim.results.warnings import ground_warnings
 from sim.workload import RequestSpecs, generate_requests
 
 
@@ -67,4 +68,5 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
     # the named workload's keys, under its name (the expansion consumed workload.name)
     wl["name"] = wl.pop("expanded_from") or wl["name"]
     summary["servesim_version"] = __version__
+    summary["warnings"] = ground_warnings(dep.cfg, dep.hardware, dep.model, summary)
     return RunOutput(summary, result, dep, specs, wall)

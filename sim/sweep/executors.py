@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable
 
 from sim.config import SimConfig
 from sim.errors import ConfigError, InfeasibleError
+from sim.results.warnings import WARNING_SEP
 
 STATUSES = ("ok", "infeasible", "failed")
 WALL_COLUMNS = ("wall_time_s", "sim_requests_per_wall_s", "wall_s")  # differ run to run
@@ -99,6 +100,8 @@ def run_point(cfg: SimConfig, goodput: dict[str, float] | None = None) -> tuple[
     else:
         result = res.result
         row.update({k: v for k, v in res.summary.items() if _scalar(v)})
+        # outside the known ground (sim/results/warnings.py::ground_warnings), one cell
+        row["warnings"] = WARNING_SEP.join(res.summary.get("warnings") or [])
         row.update(assess_stability(res.result.requests, res.result.steps))
         # the point's whole deployment, as compare's comparison.csv: not only the swept keys
         row.update({f"config.{k}": v for k, v in res.summary["config"].items() if _scalar(v)})

@@ -127,7 +127,15 @@ def plan_workload_warnings(plans: list[CandidatePlan]) -> list[str]:
     # the first run stands for all: every candidate's search replays the same workload
     # at the same seed and requests per replica
     first = next((r for p in plans for r in p.rows if r.get("status") == "ok"), {})
-    return workload_warnings(first)
+    out = workload_warnings(first)
+    # the candidates' own (a transferred GPU profile, an engine version): once each
+    from sim.results.warnings import run_warning_list
+
+    for p in plans:
+        for r in p.rows:
+            if r.get("status") == "ok":
+                out += [w for w in run_warning_list(r) if w not in out]
+    return out
 
 
 def plan_markdown(table, s: PlanSettings, context: dict, figures: list[str],
