@@ -159,6 +159,20 @@ def write_report(out: Path, rows, res, shipped, schemes, args, wall: float, num_
                               for e in engines]):
             s = _row_scores(rows, p, idx)
             pooled.append({"scheme": scheme, "rows": label, **s})
+    # held-out rows whose engine was fitted in their fold (on other models / GPUs / campaigns) vs not
+    # (no fit rows of that engine left: the median of the other engines' values)
+    for scheme in schemes:
+        fitted_idx, unfitted_idx = [], []
+        for f in res["folds"]:
+            if f["scheme"] != scheme:
+                continue
+            for i in f["rows"]:
+                src = (f["params"].get(rows[i]["backend"]) or {}).get("source", "")
+                (fitted_idx if src == "fitted" else unfitted_idx).append(i)
+        for label, idx in (("engine fitted in the fold", fitted_idx), ("engine not fitted in the fold", unfitted_idx)):
+            s = _row_scores(rows, preds_by[scheme], idx)
+            if s["n_ok"]:
+                pooled.append({"scheme": scheme, "rows": label, **s})
     pooled_df = pd.DataFrame(pooled)
     pooled_df.to_csv(out / "cv_pooled.csv", index=False, float_format="%.2f")
 
@@ -229,7 +243,8 @@ def write_readme(out: Path, rows, folds_df, pooled_df, res, schemes, wall, num_s
         f"Tables: {', '.join(f'`../shared/silicon/{t}.csv`' for t in tables)}; {len(rows)} rows, "
         f"{n_ok} simulated, the rest refused by the simulator (reasons in `predictions.csv`, "
         "summary below). Each row runs under its benchmark harness (`sim/validate/harness.py`; column "
-        f"`harness` of `predictions.csv`). This run: {wall / 60:.0f} min, {num_sim} row simulations.",
+        f"`harness` of `predictions.csv`). This run simulated {num_sim:,} rows (the others came from the cache); "
+        "a cold run is about 40 min on 2 shared cores (~59,000 row simulations).",
         "",
         "**What is fitted**: per engine, the four host/frontend overheads (`cpu_step_overhead_s`, "
         "`cpu_seq_overhead_s`, `frontend_latency_s`, `frontend_token_s`), by coordinate search on a fixed "

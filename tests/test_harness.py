@@ -4,6 +4,8 @@ sets a row's simulation (hand-computed lengths and counts)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sim.errors import ConfigError
@@ -110,3 +112,28 @@ def test_unknown_harness_and_campaign_map(tmp_path):
     m.write_text("'2026-*': nope\n")
     with pytest.raises(ConfigError, match="nope"):
         load_campaign_map(m)
+
+
+def test_cli_harness_option(tmp_path):
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from sim.cli.main import app
+
+    csv = tmp_path / "rows.csv"
+    pd.DataFrame([dict(ROW, id="r", backend_version="0.5.0", isl=64, osl=4, concurrency=2)]).to_csv(csv, index=False)
+    bad = tmp_path / "h.yaml"
+    bad.write_text("name: h\nwarmups: 2\n")
+    r = CliRunner().invoke(app, ["validate", str(csv), "--out", str(tmp_path / "o"), "--quiet", "--harness", str(bad)])
+    # the CLI's entry point turns a ConfigError into one line and exit status 2 (tests/test_cli_errors.py)
+    assert isinstance(r.exception, ConfigError) and f"{bad}: warmups: unknown key" in str(r.exception)
+    assert "\n" not in str(r.exception)
+    good = tmp_path / "g.yaml"
+    good.write_text("name: g\nprompts_per_client: 2\nwarmup_per_client: 1\n")
+    r = CliRunner().invoke(app, ["validate", str(csv), "--out", str(tmp_path / "o"), "--quiet", "--workers", "1",
+                                 "--harness", str(good)])
+    assert r.exit_code == 0, r.output
+    assert "1 of 1 rows simulated" in r.output
+    assert "warning: vllm 0.5.0 is older than every modelled release" in r.output  # backend_version -> engine_version
+    js = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert js["options"]["harness"] == "g" and js["options"]["harnesses"] == ["g"]
