@@ -44,6 +44,8 @@ DEFAULT_TABLES = ("dense_agg_dev.csv", "moe_agg_dev.csv")
 SCHEME_TITLES = {"in_sample": "in-sample (fit on all rows)", "model": "leave one model out",
                  "system": "leave one GPU out", "campaign": "leave one campaign out",
                  "shipped": "shipped preset values"}
+#: fewer held-out rows of an engine than this: its interval pools every engine's residuals
+MIN_INTERVAL_ROWS = 20
 #: the analysis appended to the generated README (numbers in it are from when it was written)
 NOTES_FILE = Path(__file__).with_name("validation_notes.md")
 
@@ -203,9 +205,76 @@ def write_report(out: Path, rows, res, shipped, schemes, args, wall: float, num_
                "wall_s": wall, "num_simulations": num_sim, "tables": tables, "schemes": schemes}
     (out / "summary.json").write_text(json.dumps(_safe(summary), indent=2) + "\n")
     _plots(out, pred_df, schemes)
-    write_readme(out, rows, folds_df, pooled_df, res, schemes, wall, num_sim)
+    iv = write_intervals(rows, res, schemes)
+    summary["intervals"] = iv
+    (out / "summary.json").write_text(json.dumps(_safe(summary), indent=2) + "\n")
+    write_readme(out, rows, folds_df, pooled_df, res, schemes, wall, num_sim, iv)
     print(pooled_df[pooled_df["rows"] == "all"].to_string(index=False))
     print(f"report in {out} ({wall:.0f} s, {num_sim} row simulations)")
+
+
+def write_intervals(rows, res, schemes) -> dict:
+    """Per engine and metric, the 10th / 90th percentiles of log(measured / predicted)
+    over the leave-one-model-out held-out rows -> sim/data/prediction_intervals.yaml;
+    and their coverage on each model group when the percentiles come from the
+    other groups only (split conformal, one level further out)."""
+    import yaml
+
+    from sim.results.intervals import INTERVALS_FILE, residual_quantiles
+    from sim.validate.crossval import folds
+
+    scheme = "model" if "model" in schemes else schemes[0]
+    held = res["held_out"][scheme]
+    # rows held out of a fold in which their engine was fitted (on other models): the residuals of
+    # a prediction for a new model with the engine's fitted values, as run/compare/plan make them
+    fitted_in_fold = set()
+    for f in res["folds"]:
+        if f["scheme"] == scheme:
+            fitted_in_fold |= {i for i in f["rows"]
+                               if (f["params"].get(rows[i]["backend"]) or {}).get("source") == "fitted"}
+    ok = [i for i, p in enumerate(held) if p.get("status") == "ok" and i in fitted_in_fold]
+
+    def quantiles(idx, m):
+        return residual_quantiles([float(rows[i][f"silicon_{m}_ms"]) for i in idx],
+                                  [held[i][f"pred_{m}_ms"] for i in idx])
+
+    engines: dict = {}
+    all_engines = sorted({rows[i]["backend"] for i, p in enumerate(held) if p.get("status") == "ok"})
+    for eng in all_engines:
+        idx = [i for i in ok if rows[i]["backend"] == eng]
+        for m in ("ttft", "tpot"):
+            q = quantiles(idx, m) if len(idx) >= MIN_INTERVAL_ROWS else None
+            if q is None:  # too few held-out rows of its own: every engine's together
+                q = quantiles(ok, m)
+                if q:
+                    q["pooled_over_engines"] = True
+            if q:
+                engines.setdefault(eng, {})[m] = q
+    # coverage on each group from the other groups' residuals
+    cover = {m: [0, 0] for m in ("ttft", "tpot")}
+    okset = set(ok)
+    for group, gidx in folds(rows, scheme).items():
+        gset = set(gidx)
+        calib_all = [i for i in ok if i not in gset]
+        for eng in engines:
+            test = [i for i in gidx if i in okset and rows[i]["backend"] == eng]
+            calib = [i for i in calib_all if rows[i]["backend"] == eng]
+            for m in cover:
+                q = quantiles(calib, m) if len(calib) >= MIN_INTERVAL_ROWS else quantiles(calib_all, m)
+                if not q:
+                    continue
+                for i in test:
+                    r = math.log(float(rows[i][f"silicon_{m}_ms"]) / held[i][f"pred_{m}_ms"])
+                    cover[m][0] += int(q["lo"] <= r <= q["hi"])
+                    cover[m][1] += 1
+    coverage = {m: (c / n if n else None, n) for m, (c, n) in cover.items()}
+    INTERVALS_FILE.write_text(yaml.safe_dump({
+        "source": f"benchmarks/validate_silicon.py {date.today().isoformat()}: 10th / 90th percentiles of "
+                  f"log(measured / predicted) over the leave-one-{scheme}-out held-out rows of the measured "
+                  "tables (nominal 80 % interval); see reports/validation/README.md",
+        "engines": engines}, sort_keys=True))
+    return {"scheme": scheme, "engines": engines,
+            "coverage_other_groups": {m: {"share": c, "n": n} for m, (c, n) in coverage.items()}}
 
 
 def _plots(out: Path, df, schemes) -> None:
@@ -227,7 +296,7 @@ def _md_table(df, cols, heads) -> list[str]:
     return lines
 
 
-def write_readme(out: Path, rows, folds_df, pooled_df, res, schemes, wall, num_sim) -> None:
+def write_readme(out: Path, rows, folds_df, pooled_df, res, schemes, wall, num_sim, iv=None) -> None:
     from sim.validate.crossval import GRID, MIN_FIT_ROWS, PRIOR
 
     n_ok = sum(1 for p in res["in_sample"]["preds"] if p.get("status") == "ok")
@@ -287,6 +356,21 @@ def write_readme(out: Path, rows, folds_df, pooled_df, res, schemes, wall, num_s
         for eng, v in f["params"].items():
             lines.append(prow(f"without {f['scheme']} {f['group']}", eng, v))
     lines += ["", "Grid: " + "; ".join(f"`{k}` {', '.join(f'{x:g}' for x in g)}" for k, g in GRID.items()), ""]
+    if iv and iv["engines"]:
+        lines += ["## Prediction intervals (nominal 80 %)", "",
+                  f"From the leave-one-{iv['scheme']}-out residuals of rows whose engine was fitted on the other "
+                  "models, per engine: a prediction p carries "
+                  "[p·exp(lo), p·exp(hi)] (`sim/data/prediction_intervals.yaml`, used by `validate`'s "
+                  "`pred_*_ms_lo/_hi` and `summary.json`'s `mean_*_ms_lo/_hi`).", "",
+                  "| engine | metric | rows | lo factor | hi factor |", "|---|---|---|---|---|"]
+        for eng, ms in iv["engines"].items():
+            for m, q in ms.items():
+                lines.append(f"| {eng} | {m.upper()} | {q['n']}{' (all engines)' if q.get('pooled_over_engines') else ''}"
+                             f" | {math.exp(q['lo']):.2f} | {math.exp(q['hi']):.2f} |")
+        cov = iv["coverage_other_groups"]
+        lines += ["", "Coverage on each held-out group when the percentiles come from the other groups only: "
+                  + "; ".join(f"{m.upper()} {100 * c['share']:.0f} % of {c['n']} rows" for m, c in cov.items()
+                              if c["share"] is not None) + " (target 75-85 %).", ""]
     refused: dict[str, int] = {}
     for p in res["in_sample"]["preds"]:
         if p.get("status") != "ok":

@@ -58,3 +58,6 @@ def test_run_records_and_prints_the_warnings(tmp_path):
     assert any("transferred from h100_sxm" in w for w in s["warnings"])
     assert "transferred from h100_sxm" in p.stderr
     assert any("transferred" in w for w in workload_warnings(s))
+    # the cross-validated 80 % interval beside the point value (sim/results/intervals.py)
+    assert s["mean_ttft_ms_lo"] <= s["mean_ttft_ms"] <= s["mean_ttft_ms_hi"]
+    assert "80 % interval" in p.stdout

@@ -92,6 +92,7 @@ import numpy as np
 from sim.workload.client_phase import CLIENT_PHASE_SPREAD, PHASE_KEY, check_phase_spread, disperse_client_phases
 from sim.errors import ConfigError, InfeasibleError, ServesimError, require_file
 from sim.presets import PRESETS, version_warning
+from sim.results.intervals import interval
 from sim.validate.harness import HARNESSES, Harness, harness_for_row
 
 #: Mean client think time (s): benchmark client processing + localhost round trip.
@@ -300,6 +301,9 @@ def simulate_row(row: dict, opts: ValidateOptions) -> dict[str, Any]:
             out["pred_ttft_ms"] = float(np.mean(lat["ttft_s"][done]) * 1e3)
             out["pred_tpot_ms"] = float(np.nanmean(lat["tpot_s"][done]) * 1e3)
             out["pred_queue_ms"] = float(np.mean(lat["queue_s"][done]) * 1e3)
+            for m in ("ttft", "tpot"):  # the nominal 80 % interval (sim/results/intervals.py)
+                iv = interval(cfg.engine, m, out[f"pred_{m}_ms"])
+                out[f"pred_{m}_ms_lo"], out[f"pred_{m}_ms_hi"] = iv if iv else (math.nan, math.nan)
             out["num_preemptions"] = int(req["num_preemptions"][done].sum())
             out["num_rejected"] = int((req["status"] != STATUS_FINISHED).sum())
             out["num_gpu_blocks"] = int(dep.sizing.num_gpu_blocks)
