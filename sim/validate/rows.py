@@ -12,9 +12,13 @@ Each row is simulated as it was run (:func:`row_overrides`):
   overheads); ``model``, ``hardware``, ``tensor_parallel_size`` from the row;
   ``quantization`` from ``gemm_quant_mode`` (else ``precision``): empty → the
   checkpoint's bf16, ``fp8`` → per-tensor FP8, ``fp8_block`` → block-scaled FP8.
-- Protocol (:data:`PROTOCOLS`, default ``aic``): how the rows were measured.
-  ``aic`` reproduces aiconfigurator's own serving evaluation, which produced
-  these rows (``silicon_data_source``: the ``aic-auto-gap-analysis`` data;
+- Harness (``sim/validate/harness.py``): how the row was measured, an input
+  (never fitted): ``--harness`` for every row, else the row's ``harness``
+  cell, else its ``campaign`` through the campaign map (``2026-*`` and
+  ``db-dump/*``: ``inferencemax``; ``*-gap-analysis``: ``aic``), else ``aic``.
+  The engine release (``backend_version``) is passed as ``engine_version``
+  (``sim/presets/versions.py``). ``aic`` reproduces aiconfigurator's own
+  serving evaluation, which produced the dense table (``silicon_data_source``: the ``aic-auto-gap-analysis`` data;
   ``batch_size`` = ``concurrency`` in every row):
 
   * the deployment is the one aiconfigurator's config generator writes for an
