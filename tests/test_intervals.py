@@ -39,3 +39,18 @@ def test_validate_and_run_carry_ordered_intervals():
     s = summary_intervals("trtllm", {"mean_ttft_ms": 50.0, "mean_tpot_ms": 5.0})
     assert s["mean_ttft_ms_lo"] <= 50.0 <= s["mean_ttft_ms_hi"] and s["mean_tpot_ms_lo"] <= 5.0 <= s["mean_tpot_ms_hi"]
     assert summary_intervals(None, {"mean_ttft_ms": 50.0}) == {}
+
+
+def test_plan_headroom_names_the_interval():
+    from types import SimpleNamespace
+
+    from sim.sweep.plan_report import plan_headroom
+
+    row = {"passed": True, "workload.request_rate": 4.0, "num_replicas": 1, "mean_ttft_ms": 100.0,
+           "mean_ttft_ms_lo": 70.0, "mean_ttft_ms_hi": 300.0, "mean_tpot_ms": 10.0, "mean_tpot_ms_lo": 9.0,
+           "mean_tpot_ms_hi": 12.0}
+    plan = SimpleNamespace(max_rate=4.0, rows=[row], candidate=SimpleNamespace(name="c"))
+    (w,) = plan_headroom([plan])
+    assert "c at 4 req/s" in w and "70-300 ms" in w and "9.0-12.0 ms" in w
+    assert plan_headroom([SimpleNamespace(max_rate=4.0, rows=[{"passed": True, "workload.request_rate": 4.0}],
+                                          candidate=plan.candidate)]) == []
