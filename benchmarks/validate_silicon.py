@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 DEFAULT_TABLES = ("dense_agg_dev.csv", "moe_agg_dev.csv")
+FALLBACK_USED = ["pooled"]
 SCHEME_TITLES = {"in_sample": "in-sample (fit on all rows)", "model": "leave one model out",
                  "system": "leave one GPU out", "campaign": "leave one campaign out",
                  "shipped": "shipped preset values"}
@@ -73,6 +74,9 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "reports" / "validation"))
     ap.add_argument("--schemes", default=",".join(cv.SCHEMES), help="leave-one-group-out schemes")
     ap.add_argument("--rounds", type=int, default=1, help="coordinate-search rounds per fit")
+    ap.add_argument("--fallback", default=cv.FALLBACK, choices=("pooled", "median"),
+                    help="values of an engine without fit rows in a fold: one set fitted on the other engines' "
+                         "rows together (pooled), or the median of their separate fits")
     ap.add_argument("--requests-per-client", type=int, default=None,
                     help="override every harness's measured requests per client (default: the harness's)")
     ap.add_argument("--workers", type=int, default=None)
@@ -113,6 +117,7 @@ def main() -> None:
               flush=True)
         return out
 
+    cv.FALLBACK = FALLBACK_USED[0] = args.fallback
     cache = cv.PredictionCache(rows, predict, args.cache)
     res = cv.cross_validate(cache, schemes, rounds=args.rounds, log=lambda s: print(s, flush=True))
     shipped = [{} for _ in rows]
@@ -175,7 +180,7 @@ def write_report(out: Path, rows, res, shipped, schemes, args, wall: float, num_
             s = _row_scores(rows, p, idx)
             pooled.append({"scheme": scheme, "rows": label, **s})
     # held-out rows whose engine was fitted in their fold (on other models / GPUs / campaigns) vs not
-    # (no fit rows of that engine left: the median of the other engines' values)
+    # (no fit rows of that engine left: --fallback)
     for scheme in schemes:
         fitted_idx, unfitted_idx = [], []
         for f in res["folds"]:
@@ -218,7 +223,8 @@ def write_report(out: Path, rows, res, shipped, schemes, args, wall: float, num_
                "wall_s": wall, "num_simulations": num_sim, "tables": tables, "schemes": schemes}
     (out / "summary.json").write_text(json.dumps(_safe(summary), indent=2) + "\n")
     _plots(out, pred_df, schemes)
-    iv = write_intervals(rows, res, schemes)
+    iv = write_intervals(rows, res, schemes,
+                         write=out.resolve() == (ROOT / "reports" / "validation").resolve())
     summary["intervals"] = iv
     (out / "summary.json").write_text(json.dumps(_safe(summary), indent=2) + "\n")
     write_readme(out, rows, folds_df, pooled_df, res, schemes, wall, num_sim, iv)
@@ -226,7 +232,7 @@ def write_report(out: Path, rows, res, shipped, schemes, args, wall: float, num_
     print(f"report in {out} ({wall:.0f} s, {num_sim} row simulations)")
 
 
-def write_intervals(rows, res, schemes) -> dict:
+def write_intervals(rows, res, schemes, write: bool = True) -> dict:
     """Per engine and metric, the 10th / 90th percentiles of log(measured / predicted)
     over the leave-one-model-out held-out rows -> sim/data/prediction_intervals.yaml;
     and their coverage on each model group when the percentiles come from the
@@ -281,11 +287,12 @@ def write_intervals(rows, res, schemes) -> dict:
                     cover[m][0] += int(q["lo"] <= r <= q["hi"])
                     cover[m][1] += 1
     coverage = {m: (c / n if n else None, n) for m, (c, n) in cover.items()}
-    INTERVALS_FILE.write_text(yaml.safe_dump({
-        "source": f"benchmarks/validate_silicon.py {date.today().isoformat()}: 10th / 90th percentiles of "
-                  f"log(measured / predicted) over the leave-one-{scheme}-out held-out rows of the measured "
-                  "tables (nominal 80 % interval); see reports/validation/README.md",
-        "engines": engines}, sort_keys=True))
+    if write:  # the package's file comes from the committed report's run only
+        INTERVALS_FILE.write_text(yaml.safe_dump({
+            "source": f"benchmarks/validate_silicon.py {date.today().isoformat()}: 10th / 90th percentiles of "
+                      f"log(measured / predicted) over the leave-one-{scheme}-out held-out rows of the measured "
+                      "tables (nominal 80 % interval); see reports/validation/README.md",
+            "engines": engines}, sort_keys=True))
     return {"scheme": scheme, "engines": engines,
             "coverage_other_groups": {m: {"share": c, "n": n} for m, (c, n) in coverage.items()}}
 
@@ -332,8 +339,9 @@ def write_readme(out: Path, rows, folds_df, pooled_df, res, schemes, wall, num_s
         "`cpu_seq_overhead_s`, `frontend_latency_s`, `frontend_token_s`), by coordinate search on a fixed "
         f"grid from the same neutral start for every fit ({', '.join(f'{k} {v:g}' for k, v in PRIOR.items())}); "
         "loss = mean |log error| of TTFT + 3 x that of TPOT. Nothing per model, GPU, campaign or "
-        f"concurrency. An engine with fewer than {MIN_FIT_ROWS} rows in a fold's fit set takes the median of "
-        "the engines fitted in that fold (column `engines_not_fitted`).",
+        f"concurrency. An engine with fewer than {MIN_FIT_ROWS} rows in a fold's fit set takes "
+        + ("one set fitted on the other engines' rows together" if FALLBACK_USED[0] == "pooled" else
+           "the median of the other engines' fits") + " (column `engines_not_fitted`).",
         "",
         "**Schemes**: *in-sample*: fitted on every row, scored on every row. *Leave one model / GPU / "
         "campaign out*: for each group, fitted on every other row, the group scored with those values; "

@@ -51,8 +51,12 @@ def test_held_out_group_does_not_leak_and_simulations_are_shared(tmp_path):
     held = res["held_out"]["model"]
     a_row = next(i for i, r in enumerate(rows) if r["model_path"] == "A" and r["backend"] == "vllm")
     assert held[a_row]["pred_ttft_ms"] == 200.0  # scored with B's values: 100 % error, honestly
-    # trtllm has one row (< MIN_FIT_ROWS): median of the fitted engines, said so
-    assert by["A"]["params"]["trtllm"]["source"].startswith("median")
+    # trtllm has one row (< MIN_FIT_ROWS): one set fitted on the other engines' rows together, said so
+    assert by["A"]["params"]["trtllm"]["source"].startswith("pooled")
+    assert by["A"]["params"]["trtllm"]["params"]["frontend_latency_s"] == 0.02
+    med = cv.fit_fold(cache, [i for i, r in enumerate(rows) if r["model_path"] == "B"], ["vllm", "sglang", "trtllm"],
+                      fallback="median")
+    assert med["trtllm"]["source"].startswith("median") and med["trtllm"]["params"]["frontend_latency_s"] == 0.02
     # every (engine, parameter set) simulated once; a second run reads the file back
     n = cache.num_simulated
     assert len(set(calls)) <= len(calls) and n == sum(k for _, k in calls)

@@ -21,9 +21,10 @@ the neutral start :data:`PRIOR` (the same for every engine and fold, not
 taken from any fit), minimising the mean over the engine's fit rows of
 ``|log(pred/meas)|`` of TTFT plus :data:`TPOT_WEIGHT` times that of TPOT.
 An engine with fewer than :data:`MIN_FIT_ROWS` fit rows in a fold is not
-fitted there: its values are the per-parameter median of the engines that
-were (the host overheads of another Python serving engine are the best
-prior there is), or :data:`PRIOR` if none was.
+fitted there (:data:`FALLBACK`): it takes one parameter set fitted on the
+other engines' fit rows together (``pooled``: the host overheads of a
+serving engine in general), or the per-parameter median of their separate
+fits (``median``, the first rule tried), or :data:`PRIOR` if no engine has rows.
 
 Every (engine, parameter set) is simulated once on every row of that engine
 (:class:`PredictionCache`, optionally persisted as JSON lines), so the folds
@@ -170,14 +171,25 @@ def loss(cache: PredictionCache, engine: str, params: dict[str, float], fit_idx:
     return sum(errs) / len(errs) if errs else math.inf
 
 
-def fit_engine(cache: PredictionCache, engine: str, fit_idx: Sequence[int], rounds: int = 1,
+def fit_engine(cache: PredictionCache, engine: str | Sequence[str], fit_idx: Sequence[int], rounds: int = 1,
                grid: dict[str, list[float]] | None = None, start: dict[str, float] | None = None
                ) -> tuple[dict[str, float], float]:
     """Coordinate search (``rounds``, stopping after a round that changes
-    nothing) over ``grid`` from ``start``; (best parameters, their loss)."""
+    nothing) over ``grid`` from ``start``; (best parameters, their loss).
+    ``engine`` a list: one parameter set for all of them (loss over all their
+    ``fit_idx`` rows together)."""
     grid = grid or GRID
+    engines = [engine] if isinstance(engine, str) else list(engine)
+
+    def lo_of(params):
+        errs = []
+        for eng in engines:
+            preds = cache.get(eng, params)
+            errs += [e for i in fit_idx if i in preds and (e := row_error(cache.rows[i], preds[i])) is not None]
+        return sum(errs) / len(errs) if errs else math.inf
+
     best = dict(start or PRIOR)
-    best_loss = loss(cache, engine, best, fit_idx)
+    best_loss = lo_of(best)
     for _ in range(rounds):
         changed = False
         for k, values in grid.items():
@@ -185,7 +197,7 @@ def fit_engine(cache: PredictionCache, engine: str, fit_idx: Sequence[int], roun
                 if v == best[k]:
                     continue
                 trial = dict(best, **{k: v})
-                lo = loss(cache, engine, trial, fit_idx)
+                lo = lo_of(trial)
                 if lo < best_loss - 1e-9:
                     best, best_loss, changed = trial, lo, True
         if not changed:
@@ -193,28 +205,42 @@ def fit_engine(cache: PredictionCache, engine: str, fit_idx: Sequence[int], roun
     return best, best_loss
 
 
-def fit_fold(cache: PredictionCache, fit_idx: Sequence[int], engines: Sequence[str], rounds: int = 1
-             ) -> dict[str, dict[str, Any]]:
-    """engine -> {"params", "loss", "num_fit_rows", "source": fitted | median of others | prior}."""
+#: how an engine without fit rows in a fold gets its values: "pooled" (one set fitted on every
+#: other engine's fit rows together) or "median" (per-parameter median of the other engines' fits)
+FALLBACK = "pooled"
+
+
+def fit_fold(cache: PredictionCache, fit_idx: Sequence[int], engines: Sequence[str], rounds: int = 1,
+             fallback: str | None = None) -> dict[str, dict[str, Any]]:
+    """engine -> {"params", "loss", "num_fit_rows", "source": fitted | pooled ... | median ... | prior}."""
+    fallback = fallback or FALLBACK
     fit_set = set(fit_idx)
     out: dict[str, dict[str, Any]] = {}
+    ok_rows: dict[str, list[int]] = {}
     for eng in engines:
         idx = [i for i in cache.by_engine.get(eng, []) if i in fit_set]
         ok = [i for i in idx if row_error(cache.rows[i], cache.get(eng, PRIOR)[i]) is not None]
+        ok_rows[eng] = ok
         if len(ok) < MIN_FIT_ROWS:
             out[eng] = {"params": None, "loss": math.nan, "num_fit_rows": len(ok), "source": ""}
             continue
         params, lo = fit_engine(cache, eng, ok, rounds)
         out[eng] = {"params": params, "loss": lo, "num_fit_rows": len(ok), "source": "fitted"}
-    fitted = [v["params"] for v in out.values() if v["source"] == "fitted"]
-    for eng, v in out.items():
-        if v["source"]:
-            continue
-        if fitted:
-            v["params"] = {k: statistics.median(p[k] for p in fitted) for k in PRIOR}
-            v["source"] = "median of the engines fitted in this fold"
-        else:
-            v["params"], v["source"] = dict(PRIOR), "prior (no engine had fit rows)"
+    fitted_engines = [e for e, v in out.items() if v["source"] == "fitted"]
+    missing = [e for e, v in out.items() if not v["source"]]
+    if missing and fitted_engines and fallback == "pooled":
+        pooled_idx = [i for e in fitted_engines for i in ok_rows[e]]
+        params, lo = fit_engine(cache, fitted_engines, pooled_idx, rounds)
+        for eng in missing:
+            out[eng].update(params=params, loss=lo,
+                            source=f"pooled fit on the other engines' rows ({', '.join(fitted_engines)})")
+    elif missing and fitted_engines:
+        for eng in missing:
+            out[eng]["params"] = {k: statistics.median(out[e]["params"][k] for e in fitted_engines) for k in PRIOR}
+            out[eng]["source"] = "median of the engines fitted in this fold"
+    for eng in missing:
+        if out[eng]["params"] is None:
+            out[eng]["params"], out[eng]["source"] = dict(PRIOR), "prior (no engine had fit rows)"
     return out
 
 
