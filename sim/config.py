@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, ValidationError, model_validator
 
+from sim.disaggregation import POOL_KEYS, DisaggregationConfig
 from sim.errors import ConfigError, require_file
 from sim.presets import PRESETS, apply_preset, get_preset
 from sim.schema import reject_bool_numbers
@@ -39,7 +41,7 @@ KV_MEMORY_RULES = ("utilization", "free_fraction", "static_fraction")
 POLICIES = ("fcfs", "priority")
 CAPACITY_POLICIES = ("guaranteed_no_evict", "max_utilization")
 ROUTERS = ("round_robin", "least_outstanding_requests", "random", "prefix_aware")
-QUANTIZATIONS = ("fp8", "fp8_block", "int8", "int4_wo", "nvfp4")
+QUANTIZATIONS = ("fp8", "fp8_block", "int8", "int4_wo", "nvfp4", "mxfp4")
 MAX_TIME_KEY_S = 3600.0  # s: the per-step, per-token, per-request and client time keys
 
 
@@ -48,6 +50,10 @@ class SimConfig(BaseModel):
 
     # allow_inf_nan: an infinite overhead or latency would run to empty metrics or a traceback
     model_config = ConfigDict(extra="forbid", validate_assignment=False, protected_namespaces=(), allow_inf_nan=False)
+
+    #: where each key given was set ("FILE", "--set", "--model", "--variants FILE: variant NAME", ...):
+    #: errors found when the deployment is built name it (:func:`locate_error`)
+    _key_sources: dict[str, str] = PrivateAttr(default_factory=dict)
 
     model: str = "llama-3.1-8b"
     hardware: str = "h100_sxm"
@@ -87,13 +93,25 @@ class SimConfig(BaseModel):
 
     # Precision
     dtype: Literal["bfloat16", "float16", "auto"] = "bfloat16"
-    quantization: Literal["fp8", "fp8_block", "int8", "int4_wo", "nvfp4"] | None = None
+    quantization: Literal["fp8", "fp8_block", "int8", "int4_wo", "nvfp4", "mxfp4"] | None = None
     attention_impl: Literal["flash", "naive"] = "flash"
 
     # Parallelism and routing
     tensor_parallel_size: int = Field(default=1, ge=1)
     num_replicas: int = Field(default=1, ge=1, le=1024)  # each holds a block pool: 10^4 would need ~15 GB
     router: Literal["round_robin", "least_outstanding_requests", "random", "prefix_aware"] = "round_robin"
+    # Attention data parallelism and expert parallelism (sim/cost_model/parallel.py). vLLM names;
+    # SGLang: --dp-size + --enable-dp-attention, --ep-size; TensorRT-LLM: enable_attention_dp
+    # (DP = tp_size ranks), moe_expert_parallel_size / moe_tensor_parallel_size (moe_ep_size /
+    # moe_tp_size here, as aiconfigurator's tables name them). On an MoE model each of
+    # ``data_parallel_size`` attention ranks (a TP group of ``tensor_parallel_size`` GPUs) has its
+    # own scheduler, batch and KV cache and the ranks step together (a DP group of dp x tp GPUs;
+    # ``num_replicas`` independent groups). On a dense model DP ranks are independent replicas
+    # (vLLM couples them only for MoE): num_replicas x data_parallel_size replicas.
+    data_parallel_size: int = Field(default=1, ge=1, le=1024)
+    enable_expert_parallel: StrictBool = False  # vLLM: EP size = DP x TP, experts whole on each GPU
+    moe_ep_size: int | None = Field(default=None, ge=1, le=1024)  # explicit EP ranks (x moe_tp_size = dp x tp)
+    moe_tp_size: int | None = Field(default=None, ge=1, le=1024)  # explicit expert tensor-parallel ranks
 
     # The time keys below are at most an hour each: beyond that a run's simulated
     # time drifts toward float64's limits (1e308 s overheads ran to inf/nan times).
@@ -123,6 +141,8 @@ class SimConfig(BaseModel):
     seed: int = 0
     exact_steps: StrictBool = False  # reference mode: one event per engine step, never merged
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
+    # Prefill and decode on separate workers (sim/disaggregation.py); None = aggregated
+    disaggregation: DisaggregationConfig | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -163,6 +183,9 @@ class SimConfig(BaseModel):
                              f"64, 128; TensorRT-LLM 32/64/128; SGLang pages of 1), got {self.block_size}")
         if self.tensor_parallel_size & (self.tensor_parallel_size - 1):
             raise ValueError(f"tensor_parallel_size must be a power of two, got {self.tensor_parallel_size}")
+        if self.disaggregation is not None and "num_replicas" in self.model_fields_set and self.num_replicas != 1:
+            raise ValueError(f"num_replicas = {self.num_replicas} conflicts with disaggregation: the workers are "
+                             "disaggregation.num_prefill_workers and num_decode_workers; drop num_replicas")
         if self.workload.max_concurrency is None:
             for key in ("client_think_time_s", "client_start_spread_s"):
                 if getattr(self, key) > 0:  # no preset sets them: the user did, expecting an effect
@@ -171,6 +194,33 @@ class SimConfig(BaseModel):
                                      "are sent at their arrival times), where it has no effect; set "
                                      f"workload.max_concurrency, or drop {key}")
         return self
+
+
+def pool_config(cfg: SimConfig, pool: str) -> SimConfig:
+    """The engine config of one pool (``prefill`` or ``decode``) of a
+    disaggregated ``cfg``: its top-level engine keys with the pool's overrides
+    (``disaggregation.<pool>``) on top, validated like the top level (errors
+    name ``disaggregation.<pool>``); ``num_replicas`` = the pool's workers,
+    no ``disaggregation``."""
+    d = cfg.disaggregation
+    if d is None:
+        raise ValueError("pool_config: the config is not disaggregated")
+    over = dict(getattr(d, pool))
+    data: dict[str, Any] = {k: getattr(cfg, k) for k in POOL_KEYS if k != "enable_chunked_prefill"}
+    if "enable_chunked_prefill" in over and "scheduler" not in over:
+        data.pop("scheduler")  # the pool's alias picks its mode
+    if cfg.engine is not None:
+        data["engine"] = cfg.engine
+    data.update(over)
+    source = f"disaggregation.{pool}"
+    try:
+        pc = SimConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, source)) from None
+    n = d.num_prefill_workers if pool == "prefill" else d.num_decode_workers
+    upd = {k: getattr(pc, k) for k in POOL_KEYS}
+    upd.update(num_replicas=n, disaggregation=None)
+    return cfg.model_copy(update=upd)
 
 
 def resolve_scheduler_limits(cfg: SimConfig, hbm_bytes: float, hardware_name: str, max_model_len: int,
@@ -440,6 +490,7 @@ def build_config(
         file_relative_paths(file_data, Path(config_file).parent, str(config_file))
         wl = absolute_paths(_workload_mapping(file_data.pop("workload", None), str(config_file)),
                             Path(config_file).parent)
+        file_wl = dict(wl)
         data.update(file_data)
     # who named the workload, for an error in expanding it (an unknown name, a bad workload file)
     name_src = str(config_file) if wl.get("name") is not None else None
@@ -480,7 +531,38 @@ def build_config(
             raise
         raise ConfigError(f"{name_src}: {e}") from None
     try:
-        return SimConfig.model_validate(data)
+        cfg = SimConfig.model_validate(data)
     except ValidationError as e:
         src = str(config_file) if config_file else set_src
         raise ConfigError(format_validation_error(e, src)) from None
+    sources: dict[str, str] = {}
+    if config_file is not None:
+        sources.update({k: str(config_file) for k in file_data})
+        sources.update({f"workload.{k}": str(config_file) for k in file_wl})
+    sources.update({k: set_src for k in flat})  # flat holds the options' keys too: named below
+    sources.update({f"workload.{k}": set_src for k in set_wl})
+    sources.update({k: f"--{k.replace('_', '-')}" for k, v in (overrides or {}).items() if v is not None})
+    cfg._key_sources = sources
+    return cfg
+
+
+_KEY_AT_START = re.compile(r"^([A-Za-z_][\w.]*)\s*[:= ]")
+
+
+def locate_error(cfg: SimConfig, message: str) -> str:
+    """``message`` (an error about one config key, e.g. ``"scheduler: unknown
+    batching mode 'bogus'"``, found when the deployment is built) prefixed with
+    where that key was set -- the config file, ``--set``, an option, a variant --
+    unless the message names it already."""
+    m = _KEY_AT_START.match(message)
+    if not m:
+        return message
+    key = m.group(1)
+    src = cfg._key_sources.get(key)
+    if src is None and "." in key:  # a nested key (disaggregation.decode): where its mapping was set
+        src = cfg._key_sources.get(key.split(".")[0])
+    if src is None and key.startswith("workload"):
+        src = next((v for k, v in cfg._key_sources.items() if k.startswith("workload.")), None)
+    if src is None or message.startswith(src):
+        return message
+    return f"{src}: {message}"

@@ -3,19 +3,24 @@ summarise. The CLI's ``run`` and ``compare`` are thin layers over this."""
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
 from sim import __version__
 from sim.accelerated import AcceleratedStepping
-from sim.config import SimConfig
+from sim.config import SimConfig, locate_error
 from sim.engine.deployment import Deployment, build_deployment
 from sim.engine.simulation import Simulation
+from sim.errors import ConfigError, InfeasibleError
 from sim.results.run_result import RunResult
 from sim.results.metrics import summarize
 from sim.results.intervals import summary_intervals
+from sim.results.pools import pool_summary
 from sim.results.warnings import ground_warnings
 from sim.workload import RequestSpecs, generate_requests
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -37,24 +42,46 @@ def make_simulation(dep: Deployment, specs: RequestSpecs, *, progress=None) -> S
     ``exact_steps``, else with the accelerated stepping (same results; it serves
     only the policies that declare it, :mod:`sim.accelerated.policies`)."""
     cfg = dep.cfg
-    stepping = None if cfg.exact_steps else AcceleratedStepping
+    # disaggregated runs (two pools, KV transfers) and DP groups (attention data parallelism)
+    # use the reference stepping: the accelerated one is not taught either
+    stepping = (None if cfg.exact_steps or dep.disagg is not None or dep.layout.attention_dp
+                else AcceleratedStepping)
     return Simulation(dep, specs, seed=cfg.seed, progress=progress, stepping=stepping)
 
 
 def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, specs: RequestSpecs | None = None,
                    progress=None) -> RunOutput:
     """Raises ConfigError / InfeasibleError before simulating when the config is bad."""
-    dep = build_deployment(cfg)
-    if specs is None:
-        specs = make_specs(dep)
+    try:
+        dep = build_deployment(cfg)
+        if specs is None:
+            specs = make_specs(dep)
+    except (ConfigError, InfeasibleError) as e:
+        raise type(e)(locate_error(cfg, str(e))) from None
     if progress is not None and hasattr(progress, "set_total"):
         progress.set_total(len(specs))  # the bar shows a total and an ETA
+    log.info("simulating %s on %s (%s, TP %d x %d replicas, %d KV blocks): %d requests from %s",
+             cfg.model, cfg.hardware, cfg.scheduler, cfg.tensor_parallel_size, cfg.num_replicas,
+             dep.sizing.num_gpu_blocks, len(specs), specs.source)
     t0 = time.perf_counter()
     result = make_simulation(dep, specs, progress=progress).run()
     wall = time.perf_counter() - t0
+    log.info("simulated %.1f s in %.2f s wall: %d engine steps in %d events", result.sim_time_s, wall,
+             result.num_steps, result.num_events)
     summary = summarize(result.requests, result.steps, result.itl, goodput=goodput,
                         num_gpu_blocks=dep.sizing.num_gpu_blocks,
                         kv_reserved_unused_fraction=result.kv_reserved_unused_fraction)
+    if dep.disagg is not None:
+        pools = dep.disagg
+        summary.update(pool_summary(result.requests, result.steps, duration=summary["duration"],
+                                    num_workers={"prefill": pools.prefill.cfg.num_replicas,
+                                                 "decode": pools.decode.cfg.num_replicas}))
+        tp_p, tp_d = pools.prefill.cfg.tensor_parallel_size, pools.decode.cfg.tensor_parallel_size
+        summary["prefill_tensor_parallel_size"], summary["decode_tensor_parallel_size"] = tp_p, tp_d
+        summary["num_gpus"] = pools.prefill.cfg.num_replicas * tp_p + pools.decode.cfg.num_replicas * tp_d
+        summary["prefill_num_gpu_blocks"] = pools.prefill.sizing.num_gpu_blocks
+        summary["decode_num_gpu_blocks"] = pools.decode.sizing.num_gpu_blocks
+        summary.update(pools.transfer.describe())
     summary["num_engine_steps"] = result.num_steps
     summary["num_events"] = result.num_events
     summary["simulated_time_s"] = result.sim_time_s
@@ -64,6 +91,9 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
     summary["num_skipped_trace_rows"] = specs.num_skipped_rows
     summary["num_out_of_order_trace_rows"] = specs.num_out_of_order_rows
     summary["num_clipped_prompts"] = specs.num_clipped
+    if dep.disagg is None:
+        summary["num_gpus"] = dep.num_gpus  # replicas x DP ranks x TP
+        summary["parallel_layout"] = dep.layout.describe()
     summary["config"] = dep.cfg.model_dump(mode="json")
     wl = summary["config"]["workload"]
     # the named workload's keys, under its name (the expansion consumed workload.name)

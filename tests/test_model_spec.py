@@ -22,6 +22,13 @@ SHARED_CONFIGS = {
     "qwen3-32b": "Qwen--Qwen3-32B_config.json",
     "qwen3-30b-a3b": "Qwen--Qwen3-30B-A3B_config.json",
     "mixtral-8x7b": "mistralai--Mixtral-8x7B-v0.1_config.json",
+    "deepseek-v3": "deepseek-ai--DeepSeek-V3_config.json",
+    "deepseek-r1": "deepseek-ai--DeepSeek-R1_config.json",
+    "gpt-oss-120b": "openai--gpt-oss-120b_config.json",
+    "gpt-oss-20b": "openai--gpt-oss-20b_config.json",
+    "qwen3-235b-a22b": "Qwen--Qwen3-235B-A22B_config.json",
+    "qwen3.5-397b-a17b": "Qwen--Qwen3.5-397B-A17B_config.json",
+    "minimax-m2.5": "MiniMaxAI--MiniMax-M2.5_config.json",
 }
 
 
@@ -47,7 +54,15 @@ def test_mixtral_active_params():
 def test_list_models_has_all_presets():
     assert set(list_models()) == {"llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen3-8b",
                                   "qwen3-32b", "mistral-7b-v0.3", "mixtral-8x7b",
-                                  "qwen3-30b-a3b", "qwen3-0.6b"}
+                                  "qwen3-30b-a3b", "qwen3-0.6b", "deepseek-v3", "deepseek-r1", "gpt-oss-120b",
+                                  "gpt-oss-20b", "qwen3-235b-a22b", "qwen3.5-397b-a17b", "minimax-m2.5"}
+
+
+def test_a_pre_quantized_preset_keeps_its_checkpoints_precision():
+    assert get_model("deepseek-ai/DeepSeek-V3").quantization == "fp8_block"  # the checkpoint is FP8
+    assert get_model("openai/gpt-oss-120b").quantization == "mxfp4"
+    assert get_model("qwen3-235b-a22b").quantization is None
+    assert get_model("Qwen/Qwen3-235B-A22B-FP8").quantization == "fp8_block"
 
 
 @pytest.mark.parametrize("alias,preset", [
@@ -143,10 +158,13 @@ def _cfg(**kw):
 
 
 @pytest.mark.parametrize("extra,match", [
-    ({"kv_lora_rank": 512}, "latent attention"),
-    ({"sliding_window": 1024}, "sliding-window"),
-    ({"layer_types": ["full_attention", "sliding_attention"]}, "hybrid"),
-    ({"num_local_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1}, "shared"),
+    ({"kv_lora_rank": 512}, "latent attention.*qk_nope_head_dim"),
+    ({"layer_types": ["full_attention", "sliding_attention"]}, "layer_types: 2 entries"),
+    ({"layer_types": ["full_attention", "chunked_attention", "full_attention", "full_attention"]},
+     "layer_types='chunked_attention': not modelled"),
+    ({"n_shared_experts": 1}, "shared experts without routed experts"),
+    ({"sliding_window": [128, None, 128, None]}, "a window per layer"),
+    ({"attention_chunk_size": 8192}, "chunked attention"),
     ({"architectures": ["BertModel"]}, "causal"),
 ])
 def test_unsupported_architectures_refused(extra, match):
@@ -155,16 +173,10 @@ def test_unsupported_architectures_refused(extra, match):
 
 
 def test_sliding_window_disabled_or_longer_than_context_is_accepted():
-    ModelSpec.from_hf_config(_cfg(sliding_window=1024, use_sliding_window=False))
-    ModelSpec.from_hf_config(_cfg(sliding_window=4096))
-
-
-def test_deepseek_v3_refused_if_present():
-    path = shared_dir() / "models" / "deepseek-ai--DeepSeek-V3_config.json"
-    if not path.is_file():
-        pytest.skip(f"{path} absent (../shared not beside the checkout)")
-    with pytest.raises(ConfigError, match="MLA"):
-        get_model(str(path))
+    assert ModelSpec.from_hf_config(_cfg(sliding_window=1024, use_sliding_window=False)).is_classic
+    assert ModelSpec.from_hf_config(_cfg(sliding_window=4096)).is_classic
+    m = ModelSpec.from_hf_config(_cfg(sliding_window=1024))  # Mistral-7B-v0.1 style: every layer
+    assert m.layer_types == ("sliding_attention",) * 4 and m.sliding_window == 1024
 
 
 def test_missing_key_and_bad_value():

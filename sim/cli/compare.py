@@ -69,7 +69,7 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
     print_compare_table({n: s for n, (s, _) in results.items()})
     for w in workload_warnings(first):  # every variant saw the same request stream
         print(f"warning: {w}", file=sys.stderr)
-    print(f"report: {report}")
+    print(f"report: {report} (one page with the figures: {report.with_suffix('.html')})")
     return report
 
 

@@ -7,6 +7,7 @@ Errors are printed as one message (exit status 2), never as a traceback.
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -22,6 +23,33 @@ app = typer.Typer(
     rich_markup_mode=None,
     help="servesim: simulate LLM serving (vLLM-style schedulers, paged KV cache, roofline cost model) without a GPU.",
 )
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from sim import __version__
+
+        typer.echo(f"servesim {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Optional[bool] = typer.Option(None, "--version", callback=_print_version, is_eager=True,
+                                           help="Print servesim's version and exit."),
+    log_level: str = typer.Option("warning", "--log-level", envvar="SERVESIM_LOG_LEVEL",
+                                  help=f"Log messages at this level and above to stderr: {', '.join(LOG_LEVELS)} "
+                                       "(before the command: servesim --log-level info run ...)."),
+) -> None:
+    level = log_level.strip().lower()
+    if level not in LOG_LEVELS:
+        raise typer.BadParameter(f"{log_level!r}; valid: {', '.join(LOG_LEVELS)}", param_hint="--log-level")
+    logging.basicConfig(level=getattr(logging, level.upper()), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("sim").setLevel(getattr(logging, level.upper()))
+
 
 SET_HELP = "Override a config key: --set key=value (repeatable; dotted keys for workload.*, e.g. workload.request_rate=4)."
 
@@ -50,6 +78,8 @@ def run(
     goodput: Optional[List[str]] = typer.Option(None, help="SLOs for goodput, as vllm bench serve: 'ttft:MS tpot:MS e2el:MS' (quoted, or repeat --goodput)."),
     out: Path = typer.Option(Path("runs/latest"), help="Output folder for summary.json, requests.csv, steps.csv."),
     exact_steps: bool = typer.Option(False, "--exact-steps", help="Reference mode: one event per engine step."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Also write the engine steps as a Chrome / Perfetto "
+                                         "trace (JSON) to this file: open it in https://ui.perfetto.dev."),
     quiet: bool = typer.Option(False, help="No progress bar."),
 ) -> None:
     """Simulate one deployment and workload; print the vllm-bench-style summary and write results."""
@@ -65,9 +95,14 @@ def run(
     cfg = build_config(config, _overrides(model=model, hardware=hardware, scheduler=scheduler, seed=seed,
                                           exact_steps=exact_steps or None), set_, workload)
     ensure_out_dir(out)
+    _check_trace_path(trace)
     with _progress_bar(quiet) as progress:
         res = run_simulation(cfg, goodput=slos, progress=progress)
     write_results(out, res.summary, res.result)
+    if trace is not None:
+        from sim.results.trace import write_trace
+
+        write_trace(trace, res.result, res.summary)
     print_run_summary(res.summary, res.deployment)
     sm = res.summary
     if "mean_ttft_ms_lo" in sm and "mean_tpot_ms_lo" in sm:
@@ -80,11 +115,26 @@ def run(
         n = len(reasons)
         every = ("every request was" if not res.summary["completed"] else
                  f"{n:,} request was" if n == 1 else f"{n:,} requests were")
-        typer.echo(f"warning: {every} rejected, e.g. request {rid}: {reasons[rid]} "
+        level = "error" if not res.summary["completed"] else "warning"
+        typer.echo(f"{level}: {every} rejected, e.g. request {rid}: {reasons[rid]} "
                    "(requests.csv: status, reason)", err=True)
     for w in workload_warnings(res.summary):
         typer.echo(f"warning: {w}", err=True)
     typer.echo(f"results written to {out}/ (summary.json, requests.csv, steps.csv)")
+    if trace is not None:
+        typer.echo(f"trace written to {trace} (open in https://ui.perfetto.dev)")
+    if reasons and not res.summary["completed"]:
+        raise typer.Exit(1)  # nothing was served: a script must not take this run for a result
+
+
+def _check_trace_path(trace: Optional[Path]) -> None:
+    """A bad ``--trace`` fails before the run, naming it."""
+    if trace is None:
+        return
+    if not str(trace).strip() or trace.is_dir():
+        raise ServesimError(f"--trace {str(trace)!r}: give a file name for the trace, e.g. --trace trace.json")
+    if trace.parent.exists() and not trace.parent.is_dir():
+        raise ServesimError(f"--trace {trace}: {trace.parent} is a file, not a folder")
 
 
 @app.command()
@@ -133,8 +183,14 @@ def kv(
     cfg = build_config(config, _overrides(model=model, hardware=hardware), set_)
     dep = build_deployment(cfg)
     lengths = tuple(length) if length else (1024, 4096, dep.limits.max_model_len)
-    print_kv_report(kv_report(dep.sizing, lengths=lengths, kv_allocation=cfg.kv_allocation,
-                              contiguous_reserve=cfg.contiguous_reserve), dep)
+    from sim.cost_model.parallel import layout_report
+    rep = kv_report(dep.sizing, lengths=lengths, kv_allocation=cfg.kv_allocation,
+                    contiguous_reserve=cfg.contiguous_reserve)
+    if dep.layout.num_gpus > 1 or dep.model.is_moe:  # DP x TP x EP, per-GPU weights
+        rep.update(layout_report(dep.model, dep.layout, dep.cfg.quantization))
+        if dep.layout.attention_dp:  # each attention rank has its own KV cache
+            rep["kv_cache_tokens_per_dp_group"] = rep["kv_cache_tokens"] * dep.layout.data_parallel_size
+    print_kv_report(rep, dep)
 
 
 @app.command()

@@ -43,7 +43,10 @@ def sweep(
     typer.echo(f"{len(df)} points: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "infeasible", "failed")))
     for r in df[df["status"] != "ok"].head(10).itertuples():
         typer.echo(f"  {r.point_id} {r.status}: {r.reason}")
-    typer.echo(f"results: {out}/results.parquet, {out}/results.csv")
+    from sim.sweep.executors import parquet_available
+
+    typer.echo(f"results: {out}/results.parquet, {out}/results.csv" if parquet_available()
+               else f"results: {out}/results.csv")
 
 
 def _split(text: str | None, what: str, conv=str, minimum: int | None = None) -> list:
@@ -145,6 +148,10 @@ def plan(
     cands = make_candidates(hw_list or [base.hardware], tp_list or
                             [base.tensor_parallel_size], sched_list or [base.scheduler], extra)
     check_vary_values(base, cands, extra)
+    if base.disaggregation is not None or any(k.startswith("disaggregation") for k in extra):
+        raise ConfigError("disaggregation: servesim plan sizes aggregated replicas (cost = replicas x TP); "
+                          "it does not plan prefill:decode pools yet; compare agg and disaggregated "
+                          "deployments with servesim compare or servesim sweep")
     reps = _split(replicas, "replicas", int, minimum=1) or None
     if max_replicas < 1:
         raise ConfigError(f"--max-replicas: must be >= 1, got {max_replicas}")
@@ -176,7 +183,7 @@ def plan(
     for r in table[table["status"] != "ok"].itertuples():  # why, on screen too (not only in plan.md)
         typer.echo(f"  {r.candidate} ({r.status}): {r.reason}")
     typer.echo(answer_line(table, settings))
-    typer.echo(f"report: {out}/plan.md")
+    typer.echo(f"report: {out}/plan.md (one page with the figures: {out}/report.html)")
 
 
 def _check_plannable(base) -> None:

@@ -26,11 +26,13 @@ from sim.errors import ConfigError, InfeasibleError, require_file
 class Variant:
     name: str
     overrides: dict[str, Any] = field(default_factory=dict)
+    #: where it was defined (``--variants FILE``, ``--variant``, ``--schedulers``): errors name it
+    source: str = "--variant"
 
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 #: files ``servesim compare`` writes beside the variant folders (sim/compare/report.py, sim/compare/plots.py)
-RESERVED_NAMES = frozenset({"comparison.csv", "report.md", "variants.json", "ttft_cdf.png", "itl_cdf.png",
+RESERVED_NAMES = frozenset({"comparison.csv", "report.md", "report.html", "variants.json", "ttft_cdf.png", "itl_cdf.png",
                             "latency_percentiles.png", "timeline.png", "latency_breakdown.png"})
 
 
@@ -72,17 +74,23 @@ def parse_variant(text: str) -> Variant:
 def load_variants_file(path: str | Path) -> list[Variant]:
     """A YAML mapping ``name: {key: value, ...}`` (dotted or nested keys)."""
     require_file(path, "--variants")
-    data = read_yaml(path)
+    return variants_from_mapping(read_yaml(path), str(path), label=f"--variants {path}")
+
+
+def variants_from_mapping(data, source: str, label: str | None = None) -> list[Variant]:
+    """``{name: {key: value, ...}, ...}`` (dotted or nested keys) → variants;
+    errors name ``source`` (a file, or the Python call); ``label`` is the
+    variants' :attr:`Variant.source` (default ``source``)."""
     out = []
     for name, ov in data.items():
         if not isinstance(ov, dict):
-            raise ConfigError(f"{path}: variant {name!r} must map config keys to values, got {ov!r}")
+            raise ConfigError(f"{source}: variant {name!r} must map config keys to values, got {ov!r}")
         flat: dict[str, Any] = {}
         for k, v in ov.items():
             set_dotted(flat, str(k), v)
-        check_known_keys(flat, f"{path}: variant {name}")
-        _check_variant(str(name), flat, str(path))
-        out.append(Variant(str(name), flat))
+        check_known_keys(flat, f"{source}: variant {name}")
+        _check_variant(str(name), flat, source)
+        out.append(Variant(str(name), flat, label or source))
     return out
 
 
@@ -96,7 +104,7 @@ def variants_from_args(schedulers: str | None, variant_args: list[str] | None,
             raise ConfigError(f"--schedulers {schedulers!r}: an empty entry; give batching modes separated by commas")
         if not names:
             raise ConfigError(f"--schedulers {schedulers!r}: no scheduler named (e.g. static,continuous,chunked)")
-        variants += [Variant(s, {"scheduler": s}) for s in names]
+        variants += [Variant(s, {"scheduler": s}, "--schedulers") for s in names]
     for text in variant_args or []:
         variants.append(parse_variant(text))
     if variants_file:
@@ -105,7 +113,7 @@ def variants_from_args(schedulers: str | None, variant_args: list[str] | None,
             raise ConfigError(f"--variants {variants_file}: the file defines no variant")
         variants.extend(from_file)
     if not variants:
-        variants = [Variant(s, {"scheduler": s}) for s in ("static", "continuous", "chunked")]
+        variants = [Variant(s, {"scheduler": s}, "the default variants") for s in ("static", "continuous", "chunked")]
     names = [v.name for v in variants]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
@@ -121,6 +129,8 @@ def apply_variant(base: SimConfig, v: Variant) -> SimConfig:
     for k, val in v.overrides.items():
         if k == "workload" and isinstance(val, dict):
             data["workload"] = resolve_workload_dict(merge_workload_dicts(data["workload"], val))
+        elif k == "disaggregation" and isinstance(val, dict) and isinstance(data.get(k), dict):
+            data[k] = {**data[k], **val}  # the base's deployment, key by key
         else:
             data[k] = val
     if "scheduler" in v.overrides:
@@ -130,9 +140,14 @@ def apply_variant(base: SimConfig, v: Variant) -> SimConfig:
     from sim.config import format_validation_error
 
     try:
-        return SimConfig.model_validate(data)
+        cfg = SimConfig.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(format_validation_error(e, f"variant {v.name}")) from None
+        raise ConfigError(format_validation_error(e, f"{v.source}: variant {v.name}")) from None
+    flat: dict[str, Any] = {}
+    for k, val in v.overrides.items():
+        flat.update({f"workload.{w}": val for w in val} if k == "workload" and isinstance(val, dict) else {k: val})
+    cfg._key_sources = {**base._key_sources, **{k: f"{v.source}: variant {v.name}" for k in flat}}
+    return cfg
 
 
 def _run_one(name: str, cfg: SimConfig, specs, goodput):
@@ -149,13 +164,19 @@ def run_variants(base: SimConfig, variants: list[Variant], *, goodput=None, work
     from sim.engine.deployment import build_deployment
     from sim.runner import make_specs
 
+    from sim.config import locate_error
+
     cfgs = {v.name: apply_variant(base, v) for v in variants}
+    try:
+        specs = make_specs(build_deployment(base))
+    except (ConfigError, InfeasibleError) as e:  # the base config: named by where its key was set
+        raise type(e)(locate_error(base, str(e))) from None
     for name, c in cfgs.items():  # fail fast on a bad variant
         try:
             build_deployment(c)
         except (ConfigError, InfeasibleError) as e:
-            raise type(e)(f"variant {name}: {e}") from None
-    specs = make_specs(build_deployment(base))
+            msg = locate_error(c, str(e))
+            raise type(e)(msg if msg != str(e) else f"variant {name}: {e}") from None
     workers = min(workers or os.cpu_count() or 1, len(variants))  # never more processes than variants
     results: dict[str, tuple[dict, Any]] = {}
     if workers <= 1 or len(variants) == 1:
