@@ -15,7 +15,9 @@ from sim.engine.simulation import Simulation
 from sim.errors import ConfigError, InfeasibleError
 from sim.results.run_result import RunResult
 from sim.results.metrics import summarize
+from sim.results.intervals import summary_intervals
 from sim.results.pools import pool_summary
+from sim.results.warnings import ground_warnings
 from sim.workload import RequestSpecs, generate_requests
 
 log = logging.getLogger(__name__)
@@ -97,4 +99,7 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
     # the named workload's keys, under its name (the expansion consumed workload.name)
     wl["name"] = wl.pop("expanded_from") or wl["name"]
     summary["servesim_version"] = __version__
+    summary["warnings"] = ground_warnings(dep.cfg, dep.hardware, dep.model, summary)
+    # the nominal 80 % interval of the mean TTFT / TPOT from cross-validated residuals
+    summary.update(summary_intervals(dep.cfg.engine, summary))
     return RunOutput(summary, result, dep, specs, wall)
