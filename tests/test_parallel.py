@@ -284,3 +284,8 @@ def test_layout_keys_from_the_measured_tables_columns():
     assert layout_keys_from_table(4, None, None, None)["moe_tp_size"] == 4
     with pytest.raises(ConfigError, match="attention_dp_size: 3"):
         layout_keys_from_table(4, 3, 1, 8)
+    # vLLM --data-parallel-size 2 without EP, attention_dp_size not recorded: tp 1, experts TP over 2 GPUs
+    assert layout_keys_from_table(1, None, 2, 1) == {"tensor_parallel_size": 1, "data_parallel_size": 2,
+                                                     "moe_ep_size": 1, "moe_tp_size": 2}
+    with pytest.raises(ConfigError, match="moe_ep_size: 1 x moe_tp_size 3 = 3 GPUs, but tp_size is 2"):
+        layout_keys_from_table(2, None, 3, 1)  # 3 GPUs of experts: no whole number of TP-2 ranks

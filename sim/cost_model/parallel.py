@@ -359,9 +359,19 @@ def layout_keys_from_table(tp_size: int, attention_dp_size: int | None = None, m
     - G = tp x dp (vLLM rows: ``tp_size`` is the attention TP of each DP rank);
     - G = tp, dp > 1 (the README's: ``tp_size`` counts the attention ranks too):
       attention TP = tp / dp;
-    - dp = 1: attention TP = tp, experts as given.
+    - dp = 1: attention TP = tp, experts as given;
+    - no ``attention_dp_size`` given and G = k x tp (k > 1): vLLM's
+      ``--data-parallel-size k`` without ``--enable-expert-parallel`` (rows of
+      the ``aic-gap-analysis`` campaign: ``tp1`` with ``moe_tp_size`` 2 or 4),
+      whose experts form one TP group of DP x TP GPUs (vLLM docs,
+      serving/data_parallel_deployment: "expert layers form a tensor parallel
+      group of size DP x TP") -- the only reading that fits the GPU count.
 
     ConfigError (one line) when no reading fits."""
+    if attention_dp_size is None and tp_size:
+        g = int(moe_tp_size or 1) * int(moe_ep_size or 1)
+        if g > int(tp_size) and g % int(tp_size) == 0 and (moe_tp_size or moe_ep_size):
+            attention_dp_size = g // int(tp_size)
     dp = int(attention_dp_size or 1)
     tp = int(tp_size)
     mtp = int(moe_tp_size) if moe_tp_size else None

@@ -239,6 +239,10 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
         "workload.output_len": h.length_spec(osl),
         "workload.arrival": "inf",
     }
+    layout = _row_layout(row, tp)
+    if layout is not None:  # an MoE row's attention DP and expert layout, as deployed
+        ov.update(layout)
+    _check_one_domain(row, ov["tensor_parallel_size"])
     if _cell(row, "backend_version"):
         # the engine release selects its documented behaviour changes (sim/presets/versions.py)
         ov["engine_version"] = _cell(row, "backend_version")
@@ -258,6 +262,50 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
         ov["kv_cache_dtype"] = "fp8"
     ov.update({k: v for k, v in opts.engine_overrides.get(engine, {}).items() if k != PHASE_KEY})
     return ov
+
+
+def _check_one_domain(row: dict, tp: int) -> None:
+    """A row whose attention TP spans more GPUs than one NVLink domain joins
+    (e.g. TP 16 over two 8-GPU B200 nodes) is not simulable: tensor
+    parallelism across nodes is not modelled (:class:`NotSimulable`)."""
+    from sim.hardware.profile import get_hardware
+
+    try:
+        hw = get_hardware(_cell(row, "system"))
+    except ConfigError:
+        return  # named when the deployment is built
+    if tp > hw.interconnect.max_gpus:
+        raise NotSimulable(f"tensor parallelism {tp} spans more than one {hw.name} NVLink domain "
+                           f"({hw.interconnect.max_gpus} GPUs): TP across nodes is not modelled")
+
+
+def _row_layout(row: dict, tp: int) -> dict[str, Any] | None:
+    """Config keys of a row's ``attention_dp_size`` / ``moe_tp_size`` /
+    ``moe_ep_size`` columns (the MoE table's; absent or empty in the dense one):
+    None when the row has none of them, else the attention TP, DP and expert
+    layout (:func:`sim.cost_model.parallel.layout_keys_from_table` reads the
+    table's conventions); ConfigError for cells that are no whole numbers."""
+    from sim.cost_model.parallel import layout_keys_from_table
+
+    cells = {}
+    for col in ("attention_dp_size", "moe_tp_size", "moe_ep_size"):
+        raw = _cell(row, col)
+        if not raw:
+            continue
+        try:
+            x = float(raw)
+        except ValueError:
+            raise ConfigError(f"{col}: must be a number, got {raw!r}") from None
+        if not (math.isfinite(x) and x.is_integer() and x >= 1):
+            raise ConfigError(f"{col}: must be a whole number >= 1, got {raw!r}")
+        cells[col] = int(x)
+    if not cells:
+        return None
+    keys = layout_keys_from_table(tp, cells.get("attention_dp_size"), cells.get("moe_tp_size"),
+                                  cells.get("moe_ep_size"))
+    if keys["data_parallel_size"] == 1 and keys["moe_ep_size"] == 1 and keys["moe_tp_size"] == tp:
+        return None  # plain tensor parallelism: the keys as before
+    return keys
 
 
 def row_phase_spread(row: dict, opts: ValidateOptions) -> float:

@@ -1,0 +1,35 @@
+"""validate reads the MoE table's parallelism columns and simulates each row as deployed."""
+
+import pytest
+
+from sim.validate.disagg_rows import NotSimulable
+from sim.validate.rows import row_overrides
+from sim.validate.run import ValidateOptions
+
+ROW = {"backend": "trtllm", "model_path": "deepseek-ai/DeepSeek-V3", "system": "h200_sxm", "isl": 1024,
+       "osl": 1024, "concurrency": 16, "tp_size": 8, "silicon_ttft_ms": 100.0, "silicon_tpot_ms": 20.0,
+       "campaign": "db-dump/2026-04-27", "mode": "agg"}
+
+
+def test_attention_dp_row_is_simulated_as_dp_ranks():
+    # TensorRT-LLM attention DP 8: tp_size counts the 8 attention ranks, experts EP 8
+    ov = row_overrides({**ROW, "attention_dp_size": 8, "moe_tp_size": 1, "moe_ep_size": 8}, ValidateOptions())
+    assert (ov["tensor_parallel_size"], ov["data_parallel_size"], ov["moe_ep_size"], ov["moe_tp_size"]) == (1, 8, 8, 1)
+
+
+def test_plain_tp_row_keeps_the_keys_it_had():
+    ov = row_overrides({**ROW, "attention_dp_size": 1, "moe_tp_size": 8, "moe_ep_size": 1}, ValidateOptions())
+    assert ov["tensor_parallel_size"] == 8 and "data_parallel_size" not in ov
+
+
+def test_vllm_dp_without_ep_is_read_from_the_gpu_count():
+    ov = row_overrides({**ROW, "backend": "vllm", "tp_size": 1, "moe_tp_size": 4, "moe_ep_size": 1},
+                       ValidateOptions())
+    assert (ov["tensor_parallel_size"], ov["data_parallel_size"], ov["moe_tp_size"]) == (1, 4, 4)
+
+
+def test_tp_across_nodes_is_not_simulable_with_the_reason():
+    with pytest.raises(NotSimulable, match=r"tensor parallelism 16 spans more than one h200_sxm NVLink "
+                                           r"domain \(8 GPUs\)"):
+        row_overrides({**ROW, "tp_size": 16, "attention_dp_size": 1, "moe_tp_size": 4, "moe_ep_size": 4},
+                      ValidateOptions())
