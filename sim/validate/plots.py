@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 
 import numpy as np
@@ -55,8 +57,12 @@ def plot_residuals(df, path: Path) -> Path:
     from sim.validate.rows import group_label
 
     plt = _plt()
-    labels = sorted({group_label(r) for r in df.to_dict("records")},
-                    key=lambda s: (s.split()[2], s.split()[0], s.split()[1], int(s.split()[3][2:])))
+    def order(label: str):  # engine, model, system, then TP numerically ('disagg' groups last)
+        engine_model_system = (label.split()[2], label.split()[0], label.split()[1])
+        last = label.split()[3]
+        return (*engine_model_system, int(last[2:]) if last[2:].isdigit() else math.inf, last)
+
+    labels = sorted({group_label(r) for r in df.to_dict("records")}, key=order)
     fig, axes = plt.subplots(1, 2, figsize=(13, 0.32 * len(labels) + 1.8), sharey=True)
     rng = np.random.default_rng(0)  # vertical jitter of the points only
     recs = df.to_dict("records")
