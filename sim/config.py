@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 from sim.errors import ConfigError, require_file
 from sim.presets import PRESETS, apply_preset, get_preset
 from sim.schema import reject_bool_numbers
+from sim.vocabulary import canonicalize, check_requirements, lookup
 from sim.workload.config import WorkloadConfig
 from sim.yaml_io import safe_load_unique
 
@@ -279,6 +280,31 @@ def set_dotted(d: dict, key: str, value: Any) -> None:
     cur[last] = value
 
 
+def config_keys() -> dict[str, bool]:
+    """The top-level config keys (``workload`` aside) → whether each is a boolean
+    (a command-line flag without a value: ``--enable-prefix-caching``)."""
+    return {k: "bool" in str(f.annotation).lower() for k, f in SimConfig.model_fields.items() if k != "workload"}
+
+
+def canonical_keys(d: dict, source: str, used: list | None = None) -> dict:
+    """A config mapping with every spelling of :mod:`sim.vocabulary` (kebab case,
+    vLLM / ``vllm bench serve`` / SGLang / TensorRT-LLM aliases) as servesim's key,
+    the keys of a nested ``workload:`` mapping in snake case; ConfigError when two
+    spellings of one key disagree. ``used`` collects the aliases given (for
+    :func:`sim.vocabulary.check_requirements`)."""
+    items = []
+    for k, v in d.items():
+        if k == "workload" and isinstance(v, dict):
+            inner, _ = canonicalize([(f"workload.{k2}" if isinstance(k2, str) else k2, v2)
+                                     for k2, v2 in v.items()], source, {})
+            v = {(k2.removeprefix("workload.") if isinstance(k2, str) else k2): v2 for k2, v2 in inner.items()}
+        items.append((k, v))
+    out, aliases = canonicalize(items, source, config_keys())
+    if used is not None:
+        used.extend(aliases)
+    return out
+
+
 def _valid_keys() -> list[str]:
     keys = [k for k in SimConfig.model_fields if k != "workload"]
     keys += [f"workload.{k}" for k in WorkloadConfig.model_fields]
@@ -431,8 +457,10 @@ def build_config(
 
     data: dict = {}
     wl: dict = {}  # raw workload keys, merged in order; names are expanded at the end
+    used: list = []  # the engine aliases given (sim.vocabulary), checked once the config is valid
     if config_file is not None:
-        file_data = _flatten_dotted(read_yaml(config_file), str(config_file))
+        file_data = _flatten_dotted(canonical_keys(read_yaml(config_file), str(config_file), used),
+                                    str(config_file))
         check_known_keys(file_data, str(config_file))
         file_relative_paths(file_data, Path(config_file).parent, str(config_file))
         wl = absolute_paths(_workload_mapping(file_data.pop("workload", None), str(config_file)),
@@ -448,19 +476,31 @@ def build_config(
     for k, v in (overrides or {}).items():
         if v is not None:
             set_dotted(flat, k, v)
+    given_items: list[tuple[str, Any, str]] = []
     for item in set_args or []:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected key=value (e.g. workload.request_rate=4)")
         k, v = item.split("=", 1)
         if not v.strip():
-            raise ConfigError(f"--set {item!r}: no value after '='; give one (e.g. {k.strip()}=4), or leave "
-                              "the key out to keep its default")
-        key, value = k.strip(), parse_value(v.strip())
+            flag = k.strip().startswith("--")
+            raise ConfigError(f"{k.strip() if flag else '--set ' + repr(item)}: no value"
+                              f"{'' if flag else ' after ='}; give one (e.g. {k.strip()}{' ' if flag else '='}4), "
+                              "or leave the key out to keep its default")
+        given_items.append((k.strip(), parse_value(v.strip()), v.strip()))
+    canon, aliases = canonicalize([(k, v) for k, v, _ in given_items], set_src, config_keys())
+    used.extend(aliases)
+    raw_text = {}
+    for k, _, text in given_items:
+        hit = lookup(k, config_keys())
+        raw_text[hit[0] if hit else k] = (k, text)
+    for key, value in canon.items():
+        spelled, text = raw_text.get(key, (key, str(value)))
+        v = text
         if workload is not None and key in ("workload", "workload.name") and value != workload:
-            raise ConfigError(f"--set {key}={v.strip()} conflicts with --workload {workload}; give one of them")
+            raise ConfigError(f"{_spelled(spelled, v)} conflicts with --workload {workload}; give one of them")
         given = (overrides or {}).get(key)
         if given is not None and given != value:  # e.g. --scheduler continuous --set scheduler=mixed
-            raise ConfigError(f"--set {key}={v.strip()} conflicts with --{key.replace('_', '-')} {given}; "
+            raise ConfigError(f"{_spelled(spelled, v)} conflicts with --{key.replace('_', '-')} {given}; "
                               "give one of them")
         set_dotted(flat, key, value)
     check_known_keys(flat, set_src)
@@ -477,7 +517,14 @@ def build_config(
             raise
         raise ConfigError(f"{name_src}: {e}") from None
     try:
-        return SimConfig.model_validate(data)
+        cfg = SimConfig.model_validate(data)
     except ValidationError as e:
         src = str(config_file) if config_file else set_src
         raise ConfigError(format_validation_error(e, src)) from None
+    check_requirements(cfg, used, None)
+    return cfg
+
+
+def _spelled(spelling: str, text: str) -> str:
+    """How the user gave a key: ``--max-num-seqs 64`` (a flag) or ``--set key=64``."""
+    return f"{spelling} {text}" if spelling.startswith("--") else f"--set {spelling}={text}"

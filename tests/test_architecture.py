@@ -19,7 +19,7 @@ SIM = ROOT / "sim"
 #: lowest first; a package (or top-level module) of ``sim`` per entry
 LAYERS = [
     {"__init__", "errors", "paths", "schema", "yaml_io"},
-    {"request", "model_spec", "hardware", "presets"},
+    {"request", "model_spec", "hardware", "presets", "vocabulary"},
     {"workload", "config"},
     {"cost_model", "kv_cache"},
     {"scheduler", "results"},
