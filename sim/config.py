@@ -161,13 +161,20 @@ class SimConfig(BaseModel):
                              f"64, 128; TensorRT-LLM 32/64/128; SGLang pages of 1), got {self.block_size}")
         if self.tensor_parallel_size & (self.tensor_parallel_size - 1):
             raise ValueError(f"tensor_parallel_size must be a power of two, got {self.tensor_parallel_size}")
-        if self.workload.max_concurrency is None:
+        wl = self.workload
+        if wl.max_concurrency is None or not wl.is_infinite_rate():
             for key in ("client_think_time_s", "client_start_spread_s"):
                 if getattr(self, key) > 0:  # no preset sets them: the user did, expecting an effect
+                    if wl.max_concurrency is None:
+                        why = ("this workload is open loop (requests are sent at their arrival times)", 
+                               "set workload.max_concurrency")
+                    else:
+                        why = (f"with workload.request_rate {wl.request_rate:g} the requests arrive at that rate "
+                               "and wait for one of the max_concurrency slots (as vllm bench serve)",
+                               "drop workload.request_rate for a closed loop")
                     raise ValueError(f"{key} = {getattr(self, key)!r} applies to closed-loop clients "
-                                     "(workload.max_concurrency), but this workload is open loop (requests "
-                                     "are sent at their arrival times), where it has no effect; set "
-                                     f"workload.max_concurrency, or drop {key}")
+                                     f"(workload.max_concurrency without a request rate), but {why[0]}, where it "
+                                     f"has no effect; {why[1]}, or drop {key}")
         return self
 
 

@@ -11,8 +11,10 @@ from sim.accelerated import AcceleratedStepping
 from sim.config import SimConfig
 from sim.engine.deployment import Deployment, build_deployment
 from sim.engine.simulation import Simulation
+from sim.model_spec import normalize_quantization
+from sim.results.bench import bench_header
 from sim.results.run_result import RunResult
-from sim.results.metrics import summarize
+from sim.results.metrics import PERCENTILE_METRICS, summarize
 from sim.workload import RequestSpecs, generate_requests
 
 
@@ -40,8 +42,14 @@ def make_simulation(dep: Deployment, specs: RequestSpecs, *, progress=None) -> S
 
 
 def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, specs: RequestSpecs | None = None,
-                   progress=None) -> RunOutput:
-    """Raises ConfigError / InfeasibleError before simulating when the config is bad."""
+                   progress=None, percentiles: tuple[float, ...] = (),
+                   percentile_metrics: tuple[str, ...] = PERCENTILE_METRICS) -> RunOutput:
+    """Raises ConfigError / InfeasibleError before simulating when the config is bad.
+
+    The summary starts with ``vllm bench serve --save-result``'s keys
+    (:func:`sim.results.bench.bench_header`: ``date``, ``backend``, ``model_id``,
+    ``num_prompts``, ``request_rate``, ...); ``percentiles`` (``--metric-percentiles``)
+    add ``p{P}_{metric}_ms`` keys for ``percentile_metrics``."""
     dep = build_deployment(cfg)
     if specs is None:
         specs = make_specs(dep)
@@ -52,7 +60,8 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
     wall = time.perf_counter() - t0
     summary = summarize(result.requests, result.steps, result.itl, goodput=goodput,
                         num_gpu_blocks=dep.sizing.num_gpu_blocks,
-                        kv_reserved_unused_fraction=result.kv_reserved_unused_fraction)
+                        kv_reserved_unused_fraction=result.kv_reserved_unused_fraction,
+                        percentiles=percentiles, percentile_metrics=percentile_metrics)
     summary["num_engine_steps"] = result.num_steps
     summary["num_events"] = result.num_events
     summary["simulated_time_s"] = result.sim_time_s
@@ -66,5 +75,10 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
     wl = summary["config"]["workload"]
     # the named workload's keys, under its name (the expansion consumed workload.name)
     wl["name"] = wl.pop("expanded_from") or wl["name"]
+    # the weights' precision the cost model used: quantization, else the checkpoint's, else dtype
+    summary["weight_precision"] = normalize_quantization(dep.cfg.quantization or dep.model.quantization,
+                                                         dep.model.dtype)
     summary["servesim_version"] = __version__
+    measured = len(specs) - specs.num_warmup
+    summary = {**bench_header(summary["config"], measured), **summary}
     return RunOutput(summary, result, dep, specs, wall)

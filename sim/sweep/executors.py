@@ -33,7 +33,7 @@ from sim.config import SimConfig
 from sim.errors import ConfigError, InfeasibleError
 
 STATUSES = ("ok", "infeasible", "failed")
-WALL_COLUMNS = ("wall_time_s", "sim_requests_per_wall_s", "wall_s")  # differ run to run
+WALL_COLUMNS = ("wall_time_s", "sim_requests_per_wall_s", "wall_s", "date")  # differ run to run
 
 
 @dataclass
