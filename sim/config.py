@@ -523,13 +523,33 @@ def build_config(
         if name_src is None or str(e).startswith(f"{name_src}:"):
             raise
         raise ConfigError(f"{name_src}: {e}") from None
+    _closed_loop_default(wl, data["workload"])
     try:
         cfg = SimConfig.model_validate(data)
     except ValidationError as e:
         src = str(config_file) if config_file else set_src
-        raise ConfigError(format_validation_error(e, src)) from None
+        msg = format_validation_error(e, src)
+        for key, (spelled, text) in raw_text.items():  # a key given as a flag: name the flag
+            if spelled.startswith("-"):
+                msg = msg.replace(f"{set_src}: {key}: ", f"{spelled} {text}: ")
+        raise ConfigError(msg) from None
     check_requirements(cfg, used, None)
     return cfg
+
+
+def _closed_loop_default(given: dict, resolved: Any) -> None:
+    """``max_concurrency`` given without a request rate is a closed loop, as
+    ``vllm bench serve --max-concurrency C`` is with its default ``--request-rate inf``:
+    the rate a built-in workload carries is dropped (set to inf) rather than gating
+    arrivals at it. Given together (``--request-rate 4 --max-concurrency 16``) both
+    apply (:mod:`sim.engine.traffic`). ``given``: the workload keys the user gave
+    (file, ``--set``, flags); ``resolved``: the expanded workload mapping (changed here)."""
+    if (not isinstance(resolved, dict) or given.get("max_concurrency") is None or "request_rate" in given
+            or "arrival" in given or resolved.get("trace") is not None or resolved.get("num_requests") is None):
+        return
+    rate = resolved.get("request_rate")
+    if isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate):
+        resolved["request_rate"] = math.inf
 
 
 def _spelled(spelling: str, text: str) -> str:

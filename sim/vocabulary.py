@@ -64,7 +64,8 @@ class Alias:
     engine's values → servesim's (case-insensitive; a value not listed is an error
     when ``closed``); ``invert``: a boolean meaning the opposite (``disable_…``);
     ``requires``: servesim keys → the values under which the alias means what the
-    engine means; ``note``: the meaning, for the README table."""
+    engine means; ``implies``: keys set with it unless given (vLLM's ``--burstiness``
+    is always a gamma process); ``note``: the meaning, for the README table."""
 
     name: str
     key: str
@@ -76,6 +77,7 @@ class Alias:
     closed: bool = False
     invert: bool = False
     requires: dict[str, tuple] = field(default_factory=dict)
+    implies: dict[str, Any] = field(default_factory=dict)
 
     def flag_names(self) -> tuple[str, ...]:
         return ("--" + kebab(self.name),) + self.flags
@@ -106,7 +108,8 @@ ALIASES: tuple[Alias, ...] = (
           "req/s (inf: all at t = 0); with --max-concurrency both apply: arrivals at the rate, "
           "sent when one of the C slots is free"),
     Alias("burstiness", "workload.burstiness", "vllm bench serve", VLLM_BENCH,
-          "gamma shape of the inter-arrival gaps (1 = Poisson)"),
+          "gamma shape of the inter-arrival gaps (1 = Poisson); sets workload.arrival gamma unless given, "
+          "as vllm bench serve always draws gamma gaps", implies={"workload.arrival": "gamma"}),
     Alias("max_concurrency", "workload.max_concurrency", "vllm bench serve", VLLM_BENCH,
           "client-side cap on requests in flight (vLLM's semaphore)"),
     Alias("num_warmups", "workload.num_warmup_requests", "vllm bench serve", VLLM_BENCH,
@@ -222,6 +225,9 @@ def canonicalize(items: list[tuple[str, Any]], source: str, keys: dict[str, bool
         out[key] = v
         if alias is not None:
             used.append((spelling, alias))
+    for _, alias in used:
+        for k, v in alias.implies.items():
+            out.setdefault(k, v)
     return out, used
 
 
