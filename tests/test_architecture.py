@@ -20,7 +20,7 @@ SIM = ROOT / "sim"
 LAYERS = [
     {"__init__", "errors", "paths", "schema", "yaml_io"},
     {"request", "model_spec", "hardware", "presets", "vocabulary"},
-    {"workload", "config"},
+    {"workload", "config", "launch"},
     {"cost_model", "kv_cache"},
     {"scheduler", "results"},
     {"engine"},

@@ -63,12 +63,25 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
     }
     context = {k: v for k, v in context.items() if v not in (None, "")}
     title = f"Policy comparison: {cfg['model']} on {cfg['hardware']}"
-    report = write_compare_report(out, variants, title=title, context=context)
+    from sim.compare.winners import overall_winner
+    from sim.launch import launch_command, write_launch
+
+    winner = overall_winner(variants)
+    launch = (winner, launch_command(results[winner][0]["config"])) if winner is not None else None
+    if launch is not None:
+        write_launch(out, launch[1])
+    else:
+        for f in ("launch.sh", "extra-llm-api-options.yaml"):
+            (out / f).unlink(missing_ok=True)
+    report = write_compare_report(out, variants, title=title, context=context, launch=launch)
     (out / "variants.json").write_text(json.dumps(json_safe({n: s["config"] for n, (s, _) in results.items()}),
                                                    indent=2) + "\n")
     print_compare_table({n: s for n, (s, _) in results.items()})
     for w in workload_warnings(first):  # every variant saw the same request stream
         print(f"warning: {w}", file=sys.stderr)
+    if launch is not None:
+        print(f"launch command of the winner, {launch[0]} ({launch[1].engine}; {out}/launch.sh):")
+        print(launch[1].text().rstrip("\n"))
     print(f"report: {report}")
     return report
 
