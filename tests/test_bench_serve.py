@@ -26,7 +26,7 @@ VLLM_KEYS = [
     "date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts", "request_rate",
     "burstiness", "max_concurrency", "duration", "completed", "failed", "total_input_tokens",
     "total_output_tokens", "request_throughput", "request_goodput", "output_throughput", "total_token_throughput",
-    "max_output_tokens_per_s", "max_concurrent_requests",
+    "max_output_tokens_per_s", "max_concurrent_requests", "rtfx",
     *[f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl") for s in ("mean", "median", "std", "p99")],
 ]
 SMALL = ["workload.num_requests=120", "workload.input_len=300", "workload.output_len=60"]

@@ -372,6 +372,7 @@ def summarize(req: dict[str, np.ndarray], steps: dict[str, np.ndarray], itl: tup
         for p, v in zip(extra, vals):
             out[f"p{percentile_word(p)}_itl_ms"] = v
     out["max_output_tokens_per_s"], out["max_concurrent_requests"] = _peaks(req, done)
+    out["rtfx"] = 0.0  # vllm bench serve's inverse real-time factor of audio input: none here
     q = lat["queue_s"][done]
     out["mean_queue_ms"] = float(np.mean(q) * 1e3) if q.size else float("nan")
     out["p99_queue_ms"] = float(np.percentile(q, 99) * 1e3) if q.size else float("nan")
