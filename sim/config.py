@@ -490,8 +490,9 @@ def build_config(
         k, v = item.split("=", 1)
         if not v.strip():
             flag = k.strip().startswith("--")
-            raise ConfigError(f"{k.strip() if flag else '--set ' + repr(item)}: no value"
-                              f"{'' if flag else ' after ='}; give one (e.g. {k.strip()}{' ' if flag else '='}4), "
+            where, after, eg = ((k.strip(), "", f"{k.strip()} 4") if flag
+                                else (f"--set {item!r}", " after '='", f"{k.strip()}=4"))
+            raise ConfigError(f"{where}: no value{after}; give one (e.g. {eg}), "
                               "or leave the key out to keep its default")
         given_items.append((k.strip(), parse_value(v.strip()), v.strip()))
     canon, aliases = canonicalize([(k, v) for k, v, _ in given_items], set_src, config_keys())
