@@ -23,6 +23,8 @@ def cfg_for(**kw):
             "max_num_seqs": 8, "workload.arrival": "constant", "workload.request_rate": 1.0,
             "workload.num_requests": 1, "workload.input_len": {"dist": "fixed", "value": 100},
             "workload.output_len": {"dist": "fixed", "value": 5}}
+    if "workload.max_concurrency" in kw and "workload.request_rate" not in kw and "workload.arrival" not in kw:
+        base["workload.arrival"] = "inf"  # closed-loop clients (a request rate with the cap gates arrivals)
     base.update(kw)
     return build_config(overrides=base)
 
