@@ -21,6 +21,22 @@ published tables:
   memory bandwidth elementwise kernels reach.
 - ``nccl_torch.csv``: ``all_reduce`` over 2..N GPUs (torch.distributed, NCCL)
   when several GPUs are present.
+- ``torch_moe.csv`` (the ``*_moe`` table format): one MoE layer's experts as
+  torch's grouped GEMM (``torch._grouped_mm``, bf16, sm_90+): gather the routed
+  tokens by expert (each expert's rows padded to 16, as vLLM's
+  ``moe_align_block_size`` pads to the kernel's block), gate/up GEMM, SiLU-and-
+  mul, down GEMM, weighted scatter-add back; balanced routing fixed per shape
+  (the router's top-k itself is not timed). Shapes of served MoE models, at
+  expert-parallel sizes 1 and 8 (local experts ``num_experts / ep``).
+- ``torch_mla_bmm.csv`` (the ``*_mla_bmm`` format): MLA's absorbed batched
+  matmuls as vLLM runs them with ``torch.bmm`` -- ``mla_gen_pre`` (q_nope x
+  W_UK: per head [tokens, 128] x [128, 512]) and ``mla_gen_post`` (latent
+  output x W_UV: per head [tokens, 512] x [512, 128]).
+- ``torch_generation_mla.csv`` (the ``*_generation_mla`` format): absorbed
+  MLA decode attention as plain SDPA -- ``num_heads`` query heads of 576
+  (512 latent + 64 rope) against one shared latent KV head of 576 / 512, the
+  heads laid out as query rows of one attention (as FlashMLA tiles them) --
+  the math a FlashMLA kernel does, in whatever backend torch picks.
 
 Timing: warm-up calls, then on GPU CUDA-graph replays of several calls timed
 with CUDA events (``Timer``), on CPU ``perf_counter`` per call; the median of
@@ -298,6 +314,137 @@ def bench_copy(device: str, sizes: dict, timer: Timer, cache: float) -> list[lis
     return rows
 
 
+MOE_COLUMNS = ["kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk",
+               "num_experts", "moe_tp_size", "moe_ep_size", "distribution", "latency"]
+#: (hidden_size, moe_intermediate_size, num_experts_per_tok, n_routed_experts) of served MoE models
+MOE_SHAPES = [(7168, 2048, 8, 256),   # DeepSeek-V3/R1
+              (4096, 1536, 8, 128),   # Qwen3-235B-A22B
+              (2048, 768, 8, 128),    # Qwen3-30B-A3B
+              (2880, 2880, 4, 128),   # gpt-oss-120b
+              (3072, 1536, 8, 256),   # MiniMax-M2.5
+              (4096, 14336, 2, 8)]    # Mixtral-8x7B
+MOE_TOKENS = [1, 4, 16, 64, 256, 1024, 4096, 16384]
+
+
+def _balanced_counts(num_tokens: int, topk: int, num_experts: int, num_local: int) -> list[int]:
+    """Tokens routed to each of the first ``num_local`` experts when ``num_tokens``
+    x ``topk`` assignments are spread evenly over ``num_experts``."""
+    total = num_tokens * topk
+    base, extra = divmod(total, num_experts)
+    return [base + (1 if e < extra else 0) for e in range(num_local)]
+
+
+def bench_moe(device: str, dev_name: str, progress, rows: list | None = None,
+              shapes: list | None = None, tokens: list | None = None, eps: tuple = (1, 8),
+              timer: Timer | None = None) -> list[list]:
+    """Rows (kernel_source, moe_dtype, num_tokens, hidden_size, inter_size, topk,
+    num_experts, moe_tp_size, moe_ep_size, distribution, latency ms); nothing
+    when torch has no usable ``_grouped_mm`` here (CPU, pre-Hopper)."""
+    torch = _torch()
+    rows = [] if rows is None else rows
+    if not hasattr(torch, "_grouped_mm"):
+        print("torch has no _grouped_mm: MoE benchmark skipped")
+        return rows
+    timer = timer or Timer(device, 10)
+    gen = torch.Generator(device=device).manual_seed(3)
+    bf = torch.bfloat16
+    align = 16
+    for hidden, inter, topk, num_experts in progress(shapes or MOE_SHAPES, desc="MoE shapes"):
+        for ep in eps:
+            if num_experts % ep:
+                continue
+            local = num_experts // ep
+            w13 = torch.randn(local, 2 * inter, hidden, device=device, dtype=bf, generator=gen) * 0.02
+            w2 = torch.randn(local, hidden, inter, device=device, dtype=bf, generator=gen) * 0.02
+            for t in tokens or MOE_TOKENS:
+                counts = _balanced_counts(t, topk, num_experts, local)
+                padded = [-(-c // align) * align for c in counts]
+                rows_total = sum(padded)
+                if rows_total == 0:
+                    continue
+                # each expert's rows: tokens assigned round-robin (balanced), padding rows -> token 0, weight 0
+                tok, wts, nxt = [], [], 0
+                for c, pc in zip(counts, padded):
+                    for j in range(pc):
+                        if j < c:
+                            tok.append(nxt % t)
+                            wts.append(1.0 / topk)
+                            nxt += 1
+                        else:
+                            tok.append(0)
+                            wts.append(0.0)
+                tok_idx = torch.tensor(tok, device=device, dtype=torch.long)
+                weight = torch.tensor(wts, device=device, dtype=bf).unsqueeze(1)
+                offs = torch.tensor(padded, device=device, dtype=torch.int32).cumsum(0).to(torch.int32)
+                x = torch.randn(t, hidden, device=device, dtype=bf, generator=gen)
+                out = torch.zeros(t, hidden, device=device, dtype=bf)
+                w13t, w2t = w13.transpose(-2, -1), w2.transpose(-2, -1)
+
+                def fn(i, x=x, tok_idx=tok_idx, weight=weight, offs=offs, out=out, w13t=w13t, w2t=w2t, inter=inter):
+                    a = x.index_select(0, tok_idx)
+                    gu = torch._grouped_mm(a, w13t, offs=offs)
+                    h = torch.nn.functional.silu(gu[:, :inter]) * gu[:, inter:]
+                    y = torch._grouped_mm(h, w2t, offs=offs) * weight
+                    out.zero_()
+                    return out.index_add_(0, tok_idx, y)
+                try:
+                    lat = timer(fn)
+                except RuntimeError as e:
+                    print(f"MoE grouped GEMM skipped ({hidden}, {inter}, top{topk}, {local} experts, "
+                          f"{t} tokens): {str(e).splitlines()[0]}")
+                    break
+                rows.append(["torch_grouped_mm", "bfloat16", t, hidden, inter, topk, num_experts, 1, ep,
+                             "balanced", lat * 1e3])
+            del w13, w2
+    return rows
+
+
+MLA_SIZES = {"heads": [128, 64, 32, 16], "batch": [1, 4, 16, 64, 128, 256], "step": [127, 1023, 4095, 16383],
+             "tokens": [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192], "kv_tokens_max": 1 << 22}
+MLA_QUICK = {"heads": [128, 64, 32, 16], "batch": [1, 8, 64], "step": [127, 1023], "tokens": [1, 8, 64, 512],
+             "kv_tokens_max": 1 << 18}
+
+
+def bench_mla(device: str, dev_name: str, progress, bmm_rows: list | None = None,
+              gen_rows: list | None = None, timer: Timer | None = None, quick: bool = False,
+              sizes: dict | None = None) -> tuple[list, list]:
+    """(mla_bmm rows, generation_mla rows) for DeepSeek-V3's MLA dims
+    (kv_lora_rank 512, qk_rope_head_dim 64, qk_nope_head_dim = v_head_dim = 128)
+    at 128 / 64 / 32 / 16 heads (TP 1 / 2 / 4 / 8)."""
+    torch = _torch()
+    timer = timer or Timer(device, 10)
+    bmm_rows = [] if bmm_rows is None else bmm_rows
+    gen_rows = [] if gen_rows is None else gen_rows
+    gen = torch.Generator(device=device).manual_seed(4)
+    bf = torch.bfloat16
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    sizes = sizes or (MLA_QUICK if quick else MLA_SIZES)
+    for h in progress(sizes["heads"], desc="MLA heads"):
+        w_uk = torch.randn(h, 128, 512, device=device, dtype=bf, generator=gen)
+        w_uv = torch.randn(h, 512, 128, device=device, dtype=bf, generator=gen)
+        for t in sizes["tokens"]:
+            q = torch.randn(h, t, 128, device=device, dtype=bf, generator=gen)
+            lat = torch.randn(h, t, 512, device=device, dtype=bf, generator=gen)
+            bmm_rows.append(["mla_gen_pre", t, h, timer(lambda i: torch.bmm(q, w_uk)) * 1e3])
+            bmm_rows.append(["mla_gen_post", t, h, timer(lambda i: torch.bmm(lat, w_uv)) * 1e3])
+        for b in sizes["batch"]:
+            for step in sizes["step"]:
+                if b * (step + 1) > sizes["kv_tokens_max"]:
+                    continue
+                # one latent KV head shared by all query heads: the heads become the query rows
+                # of one attention (as FlashMLA tiles them), so nothing is expanded per head
+                q = torch.randn(b, 1, h, 576, device=device, dtype=bf, generator=gen)
+                kv = torch.randn(b, 1, step + 1, 576, device=device, dtype=bf, generator=gen)
+                v = kv[..., :512]
+                try:
+                    t_ = timer(lambda i: sdpa(q, kv, v, scale=1.0 / (192 ** 0.5)))
+                except RuntimeError as e:
+                    print(f"MLA decode attention skipped: {str(e).splitlines()[0]}")
+                    return bmm_rows, gen_rows
+                gen_rows.append(["bfloat16", h, b, 128 // h, step, t_ * 1e3])
+    return bmm_rows, gen_rows
+
+
 def _all_reduce_worker(rank: int, world: int, sizes: list[int], port: int, out: str) -> None:
     torch = _torch()
     import torch.distributed as dist  # noqa: PLC0415
@@ -360,6 +507,14 @@ def run_microbenchmarks(device: str, out_dir: str | Path, quick: bool = False,
                     _CsvSink(paths["generation_attention"], attn_cols))
     paths["copy"] = _write(out_dir / "copy_bandwidth.csv", ["bytes", "latency"],
                            bench_copy(device, sizes, timer, cache))
+    if device.startswith("cuda"):  # MoE / MLA shapes are GPU-sized: no CPU variant
+        paths["moe"] = out_dir / "torch_moe.csv"
+        bench_moe(device, name, progress, _CsvSink(paths["moe"], MOE_COLUMNS), timer=timer,
+                  tokens=[1, 16, 256, 4096] if quick else None)
+        paths["mla_bmm"], paths["generation_mla"] = out_dir / "torch_mla_bmm.csv", out_dir / "torch_generation_mla.csv"
+        bench_mla(device, name, progress, _CsvSink(paths["mla_bmm"], ["op_name", "num_tokens", "num_heads", "latency"]),
+                  _CsvSink(paths["generation_mla"], ["kv_cache_dtype", "num_heads", "batch_size", "tp_size", "step",
+                                                     "latency"]), timer=timer, quick=quick)
     if timer.graph_failures:
         print(f"{timer.graph_failures} measurement(s) could not be captured in a CUDA graph: "
               "timed as single eager calls")

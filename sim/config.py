@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, ValidationError, model_validator
 
 from sim.errors import ConfigError, require_file
 from sim.presets import PRESETS, apply_preset, get_preset
@@ -49,6 +50,10 @@ class SimConfig(BaseModel):
 
     # allow_inf_nan: an infinite overhead or latency would run to empty metrics or a traceback
     model_config = ConfigDict(extra="forbid", validate_assignment=False, protected_namespaces=(), allow_inf_nan=False)
+
+    #: where each key given was set ("FILE", "--set", "--model", "--variants FILE: variant NAME", ...):
+    #: errors found when the deployment is built name it (:func:`locate_error`)
+    _key_sources: dict[str, str] = PrivateAttr(default_factory=dict)
 
     model: str = "llama-3.1-8b"
     hardware: str = "h100_sxm"
@@ -472,6 +477,7 @@ def build_config(
         file_relative_paths(file_data, Path(config_file).parent, str(config_file))
         wl = absolute_paths(_workload_mapping(file_data.pop("workload", None), str(config_file)),
                             Path(config_file).parent)
+        file_wl = dict(wl)
         data.update(file_data)
     # who named the workload, for an error in expanding it (an unknown name, a bad workload file)
     name_src = str(config_file) if wl.get("name") is not None else None
@@ -535,7 +541,35 @@ def build_config(
                 msg = msg.replace(f"{set_src}: {key}: ", f"{spelled} {text}: ")
         raise ConfigError(msg) from None
     check_requirements(cfg, used, None)
+    sources: dict[str, str] = {}
+    if config_file is not None:
+        sources.update({k: str(config_file) for k in file_data})
+        sources.update({f"workload.{k}": str(config_file) for k in file_wl})
+    sources.update({k: set_src for k in flat})  # flat holds the options' keys too: named below
+    sources.update({f"workload.{k}": set_src for k in set_wl})
+    sources.update({k: f"--{k.replace('_', '-')}" for k, v in (overrides or {}).items() if v is not None})
+    cfg._key_sources = sources
     return cfg
+
+
+_KEY_AT_START = re.compile(r"^([A-Za-z_][\w.]*)\s*[:= ]")
+
+
+def locate_error(cfg: SimConfig, message: str) -> str:
+    """``message`` (an error about one config key, e.g. ``"scheduler: unknown
+    batching mode 'bogus'"``, found when the deployment is built) prefixed with
+    where that key was set -- the config file, ``--set``, an option, a variant --
+    unless the message names it already."""
+    m = _KEY_AT_START.match(message)
+    if not m:
+        return message
+    key = m.group(1)
+    src = cfg._key_sources.get(key)
+    if src is None and key.startswith("workload"):
+        src = next((v for k, v in cfg._key_sources.items() if k.startswith("workload.")), None)
+    if src is None or message.startswith(src):
+        return message
+    return f"{src}: {message}"
 
 
 def _closed_loop_default(given: dict, resolved: Any) -> None:

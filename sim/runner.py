@@ -8,11 +8,12 @@ from dataclasses import dataclass
 
 from sim import __version__
 from sim.accelerated import AcceleratedStepping
-from sim.config import SimConfig
+from sim.config import SimConfig, locate_error
 from sim.engine.deployment import Deployment, build_deployment
 from sim.engine.simulation import Simulation
 from sim.model_spec import normalize_quantization
 from sim.results.bench import bench_header
+from sim.errors import ConfigError, InfeasibleError
 from sim.results.run_result import RunResult
 from sim.results.metrics import PERCENTILE_METRICS, summarize
 from sim.workload import RequestSpecs, generate_requests
@@ -50,9 +51,12 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
     (:func:`sim.results.bench.bench_header`: ``date``, ``backend``, ``model_id``,
     ``num_prompts``, ``request_rate``, ...); ``percentiles`` (``--metric-percentiles``)
     add ``p{P}_{metric}_ms`` keys for ``percentile_metrics``."""
-    dep = build_deployment(cfg)
-    if specs is None:
-        specs = make_specs(dep)
+    try:
+        dep = build_deployment(cfg)
+        if specs is None:
+            specs = make_specs(dep)
+    except (ConfigError, InfeasibleError) as e:
+        raise type(e)(locate_error(cfg, str(e))) from None
     if progress is not None and hasattr(progress, "set_total"):
         progress.set_total(len(specs))  # the bar shows a total and an ETA
     t0 = time.perf_counter()

@@ -72,3 +72,30 @@ def test_cuda_without_a_gpu_is_a_clear_error(tmp_path):
     from sim.errors import ConfigError  # noqa: PLC0415
     with pytest.raises(ConfigError, match="--device cuda: torch sees no CUDA device"):
         calibrate(device="cuda", out=tmp_path / "g.yaml", quick=True, quiet=True)
+
+
+def test_balanced_moe_counts_hand_computed():
+    from calibration.microbench import _balanced_counts  # noqa: PLC0415
+    # 3 tokens x top-2 = 6 assignments over 4 experts: 2, 2, 1, 1; EP 2 keeps the first 2 experts
+    assert _balanced_counts(3, 2, 4, 4) == [2, 2, 1, 1]
+    assert _balanced_counts(3, 2, 4, 2) == [2, 2]
+    assert _balanced_counts(1, 8, 256, 32) == [1] * 8 + [0] * 24  # one token touches top-k experts only
+
+
+def test_moe_and_mla_microbenchmarks_run_on_cpu_in_the_table_format():
+    from calibration.microbench import MOE_COLUMNS, bench_mla, bench_moe  # noqa: PLC0415
+    timer = Timer("cpu", reps=2, warmup=1)
+    rows = bench_moe("cpu", "cpu", lambda it, **kw: it, shapes=[(64, 32, 2, 8)], tokens=[1, 16],
+                     eps=(1, 4, 3), timer=timer)  # EP 3 does not divide 8 experts: skipped
+    if not rows:
+        pytest.skip("this torch has no _grouped_mm on the CPU")
+    assert len(MOE_COLUMNS) == len(rows[0])
+    assert [(r[2], r[8]) for r in rows] == [(1, 1), (16, 1), (1, 4), (16, 4)]
+    assert all(r[-1] > 0 for r in rows)
+    tiny = {"heads": [128, 16], "batch": [1, 2], "step": [15, 63], "tokens": [1, 8], "kv_tokens_max": 64}
+    bmm, gen = bench_mla("cpu", "cpu", lambda it, **kw: it, timer=timer, sizes=tiny)
+    assert {r[0] for r in bmm} == {"mla_gen_pre", "mla_gen_post"} and all(r[-1] > 0 for r in bmm)
+    # tp_size column = 128 / heads, context = step + 1 tokens
+    assert {(r[1], r[3]) for r in gen} == {(128, 1), (16, 8)}
+    assert sorted({(r[2], r[4]) for r in gen}) == [(1, 15), (1, 63), (2, 15)]  # 2 x 64 > 64 KV tokens: skipped
+    assert len(bmm) == 2 * 2 * 2

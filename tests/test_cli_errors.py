@@ -105,7 +105,7 @@ def test_workload_given_by_name_in_a_config_file(tmp_path):
     (("validate", "{d}"), "validate: CSV"),
     (("run", "--workload", "{d}"), "workload file"),
     (("compare", "--variants", "{d}"), "--variants"),
-    (("run", "--set", "workload.trace={d}"), "workload.trace"),
+    (("run", "--set", "workload.trace={d}"), "--set: workload.trace"),
 ])
 def test_a_folder_where_a_file_belongs_is_named_as_such(tmp_path, args, what):
     """It used to say "file not found" for a folder that is there."""

@@ -117,12 +117,39 @@ def test_cli_run_writes_outputs(tmp_path):
     assert s["num_rejected"] == 1 and "warning: 1 request was rejected, e.g. request 23: prompt (4196)" in r.stderr
 
 
-def test_cli_run_warns_when_every_request_is_rejected(tmp_path):
+def test_cli_run_fails_when_every_request_is_rejected(tmp_path):
     r = cli("run", "--quiet", "--out", str(tmp_path / "r"), "--set", "max_model_len=100",
             "--set", "workload.num_requests=5")
-    assert r.returncode == 0, r.stderr
-    assert "warning: every request was rejected, e.g. request 0: prompt (" in r.stderr
+    assert r.returncode == 1, r.stderr  # nothing served: not a result a script may take
+    assert "error: every request was rejected, e.g. request 0: prompt (" in r.stderr
     assert "> max_model_len (100)" in r.stderr
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["num_rejected"] == 5  # still written
+
+
+@pytest.mark.parametrize("how, where", [
+    (["--set", "scheduler=bogus"], "--set: scheduler: "),
+    (["--model", "nosuch"], "--model: model: "),
+    (["CFG"], "c.yaml: hardware: "),
+])
+def test_errors_found_building_the_deployment_name_where_the_key_was_set(tmp_path, how, where):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("hardware: nosuchgpu\n")
+    args = [str(cfg) if a == "CFG" else a for a in how]
+    r = cli("run", "--quiet", "--out", str(tmp_path / "r"), *args)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: ") and where in line and line.index(where) == len("error: ") + (
+        len(str(tmp_path)) + 1 if where.startswith("c.yaml") else 0), line
+
+
+def test_variant_errors_name_the_variants_file(tmp_path):
+    v = tmp_path / "v.yaml"
+    v.write_text("a: {scheduler: bogus}\nb: {scheduler: chunked}\n")
+    r = cli("compare", "--quiet", "--variants", str(v), "--out", str(tmp_path / "c"))
+    assert r.returncode != 0
+    assert f"error: --variants {v}: variant a: scheduler: unknown batching mode 'bogus'" in r.stderr
+    r = cli("compare", "--quiet", "--set", "hardware=nosuch", "--out", str(tmp_path / "c"))
+    assert "error: --set: hardware: unknown hardware 'nosuch'" in r.stderr  # the base config, no variant
 
 
 def test_out_must_name_a_folder(tmp_path):

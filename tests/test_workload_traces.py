@@ -186,6 +186,12 @@ def test_malformed_jsonl(tmp_path):
     q = write(tmp_path / "n.jsonl", mooncake_rows([good, {**good, "output_length": 0}]))
     with pytest.raises(ConfigError, match=r"n\.jsonl:2: field 'output_length' = 0"):
         run(q)
+    # JSON true / lists are no numbers: named with the value as written (was reported 'missing')
+    for bad, shown in ((True, "true"), ([3], r"\[3\]"), ({"n": 1}, r'\{"n": 1\}')):
+        r = write(tmp_path / "t.jsonl", mooncake_rows([good, {**good, "input_length": bad}]))
+        with pytest.raises(ConfigError, match=rf"t\.jsonl:2: field 'input_length' = {shown}: not a number"):
+            run(r)
+    assert len(run(r, skip_bad_rows=True)) == 1
 
 
 # ------------------------------------------------------------------ over-long requests

@@ -116,13 +116,16 @@ def run(
         n = len(reasons)
         every = ("every request was" if not res.summary["completed"] else
                  f"{n:,} request was" if n == 1 else f"{n:,} requests were")
-        typer.echo(f"warning: {every} rejected, e.g. request {rid}: {reasons[rid]} "
+        level = "error" if not res.summary["completed"] else "warning"
+        typer.echo(f"{level}: {every} rejected, e.g. request {rid}: {reasons[rid]} "
                    "(requests.csv: status, reason)", err=True)
     for w in workload_warnings(res.summary):
         typer.echo(f"warning: {w}", err=True)
     typer.echo(f"results written to {out}/ (summary.json, requests.csv, steps.csv)")
     if save_result:
         typer.echo(f"vllm bench serve result JSON: {path}")
+    if reasons and not res.summary["completed"]:
+        raise typer.Exit(1)  # nothing was served: a script must not take this run for a result
 
 
 def result_filename_default(summary: dict) -> str:

@@ -26,6 +26,8 @@ from sim.errors import ConfigError, InfeasibleError, require_file
 class Variant:
     name: str
     overrides: dict[str, Any] = field(default_factory=dict)
+    #: where it was defined (``--variants FILE``, ``--variant``, ``--schedulers``): errors name it
+    source: str = "--variant"
     #: engine aliases it was given with (sim.vocabulary), checked on the variant's config
     aliases: list = field(default_factory=list)
 
@@ -72,7 +74,7 @@ def parse_variant(text: str) -> Variant:
         set_dotted(overrides, k, v)
     check_known_keys(overrides, f"--variant {parts[0]}")
     _check_variant(parts[0], overrides, "--variant")
-    return Variant(parts[0], overrides, used)
+    return Variant(parts[0], overrides, aliases=used)
 
 
 def load_variants_file(path: str | Path) -> list[Variant]:
@@ -89,7 +91,7 @@ def load_variants_file(path: str | Path) -> list[Variant]:
             set_dotted(flat, str(k), v)
         check_known_keys(flat, f"{path}: variant {name}")
         _check_variant(str(name), flat, str(path))
-        out.append(Variant(str(name), flat, used))
+        out.append(Variant(str(name), flat, f"--variants {path}", used))
     return out
 
 
@@ -103,7 +105,7 @@ def variants_from_args(schedulers: str | None, variant_args: list[str] | None,
             raise ConfigError(f"--schedulers {schedulers!r}: an empty entry; give batching modes separated by commas")
         if not names:
             raise ConfigError(f"--schedulers {schedulers!r}: no scheduler named (e.g. static,continuous,chunked)")
-        variants += [Variant(s, {"scheduler": s}) for s in names]
+        variants += [Variant(s, {"scheduler": s}, "--schedulers") for s in names]
     for text in variant_args or []:
         variants.append(parse_variant(text))
     if variants_file:
@@ -112,7 +114,7 @@ def variants_from_args(schedulers: str | None, variant_args: list[str] | None,
             raise ConfigError(f"--variants {variants_file}: the file defines no variant")
         variants.extend(from_file)
     if not variants:
-        variants = [Variant(s, {"scheduler": s}) for s in ("static", "continuous", "chunked")]
+        variants = [Variant(s, {"scheduler": s}, "the default variants") for s in ("static", "continuous", "chunked")]
     names = [v.name for v in variants]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
@@ -141,8 +143,12 @@ def apply_variant(base: SimConfig, v: Variant) -> SimConfig:
     try:
         cfg = SimConfig.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(format_validation_error(e, f"variant {v.name}")) from None
-    check_requirements(cfg, v.aliases, f"variant {v.name}")
+        raise ConfigError(format_validation_error(e, f"{v.source}: variant {v.name}")) from None
+    check_requirements(cfg, v.aliases, f"{v.source}: variant {v.name}")
+    flat: dict[str, Any] = {}
+    for k, val in v.overrides.items():
+        flat.update({f"workload.{w}": val for w in val} if k == "workload" and isinstance(val, dict) else {k: val})
+    cfg._key_sources = {**base._key_sources, **{k: f"{v.source}: variant {v.name}" for k in flat}}
     return cfg
 
 
@@ -160,13 +166,19 @@ def run_variants(base: SimConfig, variants: list[Variant], *, goodput=None, work
     from sim.engine.deployment import build_deployment
     from sim.runner import make_specs
 
+    from sim.config import locate_error
+
     cfgs = {v.name: apply_variant(base, v) for v in variants}
+    try:
+        specs = make_specs(build_deployment(base))
+    except (ConfigError, InfeasibleError) as e:  # the base config: named by where its key was set
+        raise type(e)(locate_error(base, str(e))) from None
     for name, c in cfgs.items():  # fail fast on a bad variant
         try:
             build_deployment(c)
         except (ConfigError, InfeasibleError) as e:
-            raise type(e)(f"variant {name}: {e}") from None
-    specs = make_specs(build_deployment(base))
+            msg = locate_error(c, str(e))
+            raise type(e)(msg if msg != str(e) else f"variant {name}: {e}") from None
     workers = min(workers or os.cpu_count() or 1, len(variants))  # never more processes than variants
     results: dict[str, tuple[dict, Any]] = {}
     if workers <= 1 or len(variants) == 1:

@@ -110,7 +110,12 @@ class HardwareProfile(_Strict):
             if form not in EFFICIENCY_FORMS:
                 raise ValueError(f"efficiency.form={form!r}: unknown form; valid: "
                                  f"{', '.join(EFFICIENCY_FORMS)}")
-            data = {**data, "efficiency": EFFICIENCY_FORMS[form].model_validate(eff)}
+            try:
+                data = {**data, "efficiency": EFFICIENCY_FORMS[form].model_validate(eff)}
+            except ValidationError as e:  # the locations are relative to the form: prefix them
+                raise ValidationError.from_exception_data(e.title, [
+                    {"type": err["type"], "loc": ("efficiency", *err["loc"]), "input": err["input"],
+                     **({"ctx": err["ctx"]} if "ctx" in err else {})} for err in e.errors()]) from None
         return data
 
     @model_validator(mode="after")

@@ -214,6 +214,22 @@ def _need(path: Path, have, cols) -> None:
         raise ConfigError(f"{path}: missing column(s) {missing}; the file has {list(have)}")
 
 
+class _JsonNonNumber:
+    """A JSON true/false, list or object where a number belongs: reported as
+    'not a number' with the value as it was written."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return json.dumps(self.value)[:80]
+
+    def __str__(self) -> str:
+        return repr(self)
+
+
 def _read_jsonl(path: Path, fields: dict[str, str], keys_field: str | None, skip: bool):
     """Rows of a JSON-lines file: raw values per field (None when absent), line numbers,
     optional key tuples, and the number of lines that were not JSON objects."""
@@ -243,7 +259,8 @@ def _read_jsonl(path: Path, fields: dict[str, str], keys_field: str | None, skip
                 raise ConfigError(f"{path}:{lineno}: malformed row: {exc}{_HINT}") from None
             for f, src in fields.items():
                 v = obj.get(src)
-                cols[f].append(None if isinstance(v, (bool, list, dict)) else v)
+                # true/false, lists and objects are no numbers (a numeric string is read as CSV reads it)
+                cols[f].append(_JsonNonNumber(v) if isinstance(v, (bool, list, dict)) else v)
             keys.append(k)
             lines.append(lineno)
     return cols, np.array(lines, dtype=np.int64), keys, num_bad
