@@ -178,14 +178,15 @@ def test_save_result_writes_every_vllm_key(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     files = list(tmp_path.glob("*.json"))
     assert len(files) == 1
-    assert re.fullmatch(r"servesim-4\.0qps-concurrency16-llama-3\.1-8b-\d{8}-\d{6}\.json", files[0].name)
+    assert re.fullmatch(r"servesim-4\.0qps-concurrency16-Llama-3\.1-8B-Instruct-\d{8}-\d{6}\.json", files[0].name)
     d = json.loads(files[0].read_text())
     missing = [k for k in VLLM_KEYS if k not in d]
     assert not missing
     keys = list(d)
     assert keys[:7] == ["date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts"]
     assert keys[7:12] == ["version", "tp", "request_rate", "burstiness", "max_concurrency"]
-    assert (d["backend"], d["label"], d["model_id"], d["num_prompts"]) == ("servesim", None, "llama-3.1-8b", 200)
+    assert (d["backend"], d["label"], d["num_prompts"]) == ("servesim", None, 200)
+    assert d["model_id"] == d["tokenizer_id"] == "meta-llama/Llama-3.1-8B-Instruct"  # the preset's HF id
     assert (d["request_rate"], d["burstiness"], d["max_concurrency"]) == (4.0, 1.0, 16)
     assert d["completed"] + d["failed"] == 200 and d["request_goodput"] is None
     assert 1 <= d["max_concurrent_requests"] <= 16

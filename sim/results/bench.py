@@ -13,7 +13,9 @@ without ``--goodput``), ``max_output_tokens_per_s``, ``max_concurrent_requests``
 
 servesim's summary carries all of these (its own keys beside them). The
 ``backend`` / ``endpoint_type`` is ``servesim`` (no HTTP endpoint was called);
-``failed`` counts the requests rejected as vLLM answers 400 (``errors`` gives
+``model_id`` / ``tokenizer_id`` are the Hugging Face id of the model (a preset's
+Instruct checkpoint, or its pre-quantized one with ``quantization``); ``failed``
+counts the requests rejected as vLLM answers 400 (``errors`` gives
 each one's reason). In the detailed lists ``itls`` is absent (servesim keeps
 per-step ITL samples, not per-request token gaps: ``summary`` has their
 statistics) and ``generated_texts`` are empty strings (no text is generated).
@@ -58,15 +60,19 @@ def bench_header(config: dict[str, Any], num_prompts: int | None, *, label: str 
     """The keys ``vllm bench serve`` writes before the benchmark's result, from a
     run's resolved config (``summary["config"]``), in its order. ``metadata`` keys
     that would replace one of them are a ConfigError."""
+    from sim.launch import model_checkpoint
+
     wl = config.get("workload") or {}
     rate = wl.get("request_rate")
+    # the Hugging Face id vllm bench serve --model would name (a preset's Instruct checkpoint)
+    model_id = model_checkpoint(config["model"], config.get("quantization"))[0] if config.get("model") else None
     head: dict[str, Any] = {
         "date": date or now_date(),
         "endpoint_type": BACKEND,
         "backend": BACKEND,
         "label": label,
-        "model_id": config.get("model"),
-        "tokenizer_id": config.get("model"),
+        "model_id": model_id,
+        "tokenizer_id": model_id,
         "num_prompts": num_prompts,
     }
     for k, v in (metadata or {}).items():
