@@ -35,6 +35,13 @@ def compare_winners(variants: dict[str, VariantData]) -> list[str]:
     return _ranking(variants)[0]
 
 
+def ranked_by_wins(variants: dict[str, VariantData]) -> list[tuple[str, int]]:
+    """(variant, metrics won outright by :func:`compare_winners`), most first; equals
+    keep the comparison's order."""
+    wins = _ranking(variants)[1]
+    return sorted(wins.items(), key=lambda kv: -kv[1])
+
+
 def overall_winner(variants: dict[str, VariantData]) -> str | None:
     """The variant that wins the most metrics of :func:`compare_winners` (the first
     in the comparison's order among equals); the only variant of a one-variant
