@@ -100,8 +100,8 @@ ALIASES: tuple[Alias, ...] = (
     Alias("data_parallel_size", "num_replicas", "vllm", VLLM_ARGS,
           "engine replicas (the router stays `router`, round_robin by default; vLLM's own DP balancer "
           "picks the least loaded: add router least_outstanding_requests)", flags=("-dp",)),
-    Alias("tp", "tensor_parallel_size", "vllm", VLLM_ARGS, "short form of --tensor-parallel-size",
-          flags=("-tp",)),
+    Alias("tp", "tensor_parallel_size", "vllm / sglang", f"{VLLM_ARGS}; {SGLANG_ARGS}",
+          "tensor-parallel GPUs (vLLM's short -tp, SGLang's --tp)", flags=("-tp",)),
     # ---- vllm bench serve (client side: the workload)
     Alias("num_prompts", "workload.num_requests", "vllm bench serve", VLLM_BENCH, "requests measured"),
     Alias("request_rate", "workload.request_rate", "vllm bench serve", VLLM_BENCH,
@@ -141,8 +141,7 @@ ALIASES: tuple[Alias, ...] = (
           flags=("--max_seq_len",)),
     Alias("free_gpu_memory_fraction", "gpu_memory_utilization", "trtllm", TRTLLM_API,
           "fraction of the memory free after weights that goes to KV, under TensorRT-LLM's rule",
-          flags=("--free_gpu_memory_fraction", "--kv_cache_free_gpu_memory_fraction"),
-          requires={"kv_memory_rule": ("free_fraction",)}),
+          flags=("--free_gpu_memory_fraction",), requires={"kv_memory_rule": ("free_fraction",)}),
     Alias("kv_cache_free_gpu_memory_fraction", "gpu_memory_utilization", "trtllm", TRTLLM_SERVE,
           "as free_gpu_memory_fraction", flags=("--kv_cache_free_gpu_memory_fraction",),
           requires={"kv_memory_rule": ("free_fraction",)}),
