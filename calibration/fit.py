@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
 
 from sim.cost_model.fitted import (all_reduce_fitted_s, gemm_fitted_s, uniform_context_s,
                                    uniform_generation_s)
@@ -217,6 +216,8 @@ def fit_family(family: str, rows: pd.DataFrame, dev: Device, *, start: dict | No
             return np.log(np.maximum(pred, 1e-30)) - ly
         return resid
 
+    least_squares = _least_squares()
+
     def solve(resid, x0, nfev, plain_first=True):
         # plain least squares first (a start far off sits where soft-L1 is flat), then
         # the robust loss from there
@@ -270,3 +271,16 @@ def fit_any(family: str, rows: pd.DataFrame, dev: Device, **kw) -> FitResult:
 def ape(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
     """Absolute percentage error, %."""
     return 100.0 * np.abs(pred - meas) / meas
+
+
+def _least_squares():
+    """scipy's least squares, imported when a fit runs: scipy comes with the extra
+    ``servesim[calibration]``, not with servesim itself."""
+    try:
+        from scipy.optimize import least_squares  # noqa: PLC0415
+    except ImportError:
+        from sim.errors import ConfigError  # noqa: PLC0415
+
+        raise ConfigError("fitting a hardware profile needs scipy: pip install 'servesim[calibration]' "
+                          "(or pip install scipy)") from None
+    return least_squares

@@ -85,7 +85,7 @@ def _torch():
     except ImportError:
         from sim.errors import ConfigError  # noqa: PLC0415
 
-        raise ConfigError("live calibration (--device) needs torch: pip install -e '.[calibration]' "
+        raise ConfigError("live calibration (--device) needs torch: pip install 'servesim[calibration]' "
                           "(or pip install torch)") from None
     return torch
 

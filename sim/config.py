@@ -41,7 +41,7 @@ KV_MEMORY_RULES = ("utilization", "free_fraction", "static_fraction")
 POLICIES = ("fcfs", "priority")
 CAPACITY_POLICIES = ("guaranteed_no_evict", "max_utilization")
 ROUTERS = ("round_robin", "least_outstanding_requests", "random", "prefix_aware")
-QUANTIZATIONS = ("fp8", "fp8_block", "int8", "int4_wo", "nvfp4")
+QUANTIZATIONS = ("fp8", "fp8_block", "int8", "int4_wo", "nvfp4", "mxfp4")
 MAX_TIME_KEY_S = 3600.0  # s: the per-step, per-token, per-request and client time keys
 
 
@@ -90,7 +90,7 @@ class SimConfig(BaseModel):
 
     # Precision
     dtype: Literal["bfloat16", "float16", "auto"] = "bfloat16"
-    quantization: Literal["fp8", "fp8_block", "int8", "int4_wo", "nvfp4"] | None = None
+    quantization: Literal["fp8", "fp8_block", "int8", "int4_wo", "nvfp4", "mxfp4"] | None = None
     attention_impl: Literal["flash", "naive"] = "flash"
 
     # Parallelism and routing

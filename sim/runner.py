@@ -3,6 +3,7 @@ summarise. The CLI's ``run`` and ``compare`` are thin layers over this."""
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
@@ -17,6 +18,8 @@ from sim.errors import ConfigError, InfeasibleError
 from sim.results.run_result import RunResult
 from sim.results.metrics import PERCENTILE_METRICS, summarize
 from sim.workload import RequestSpecs, generate_requests
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -59,9 +62,14 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
         raise type(e)(locate_error(cfg, str(e))) from None
     if progress is not None and hasattr(progress, "set_total"):
         progress.set_total(len(specs))  # the bar shows a total and an ETA
+    log.info("simulating %s on %s (%s, TP %d x %d replicas, %d KV blocks): %d requests from %s",
+             cfg.model, cfg.hardware, cfg.scheduler, cfg.tensor_parallel_size, cfg.num_replicas,
+             dep.sizing.num_gpu_blocks, len(specs), specs.source)
     t0 = time.perf_counter()
     result = make_simulation(dep, specs, progress=progress).run()
     wall = time.perf_counter() - t0
+    log.info("simulated %.1f s in %.2f s wall: %d engine steps in %d events", result.sim_time_s, wall,
+             result.num_steps, result.num_events)
     summary = summarize(result.requests, result.steps, result.itl, goodput=goodput,
                         num_gpu_blocks=dep.sizing.num_gpu_blocks,
                         kv_reserved_unused_fraction=result.kv_reserved_unused_fraction,

@@ -3,7 +3,11 @@
 Every ``sim`` module's imports (at module level and deferred into functions)
 may go only to its own layer or a lower one, and the modules import each other
 without a cycle. Only ``sim/engine`` imports simpy; torch only ``calibration``;
-the simulation core never imports pandas, matplotlib or the CLI.
+the simulation core never imports pandas, matplotlib or the CLI. The
+``servesim`` package (the Python facade) is the top layer, above ``sim``: it
+only composes ``sim``'s config, runner and jobs, and nothing in ``sim`` or
+``calibration`` imports it. The optional dependencies (extras) are imported
+only inside the functions that need them.
 """
 
 from __future__ import annotations
@@ -125,6 +129,36 @@ def test_the_simulation_core_stays_off_reporting_libraries():
     bad = [f"{m}: {t}" for m, p in sorted(MODULES.items()) if _part(m) in CORE
            for t, _ in _imports(p) if t.split(".")[0] in heavy]
     assert not bad, "the simulation core imports reporting/CLI libraries:\n" + "\n".join(bad)
+
+
+FACADE = ROOT / "servesim"
+
+
+def test_servesim_facade_is_the_top_layer():
+    """``servesim`` imports ``sim`` (any layer); ``sim`` and ``calibration`` never import ``servesim``."""
+    below = [p for d in (SIM, ROOT / "calibration") for p in d.rglob("*.py")]
+    bad = [f"{p.relative_to(ROOT)}:{line}: imports {t}" for p in below for t, line in _imports(p)
+           if t == "servesim" or t.startswith("servesim.")]
+    assert not bad, "the facade must stay on top:\n" + "\n".join(bad)
+    used = {t.split(".")[0] for p in FACADE.rglob("*.py") for t, _ in _imports(p)}
+    assert "sim" in used and not used & {"simpy", "torch", "scipy", "pyarrow", "ray"}, used
+
+
+@pytest.mark.parametrize("library, extra", [("scipy", "calibration"), ("torch", "calibration"),
+                                            ("pyarrow", "parquet"), ("ray", "ray")])
+def test_optional_dependencies_are_imported_lazily(library, extra):
+    """An extra's library is imported inside a function (never at module level), so
+    servesim runs without it; the command that needs it says which extra to install."""
+    bad = []
+    for d in (SIM, ROOT / "calibration", FACADE):
+        for p in d.rglob("*.py"):
+            tree = ast.parse(p.read_text(), str(p))
+            for node in tree.body:  # module level only
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                if any(n == library or n.startswith(library + ".") for n in names):
+                    bad.append(f"{p.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, f"{library} (extra [{extra}]) imported at module level: {bad}"
 
 
 def test_policies_do_not_know_the_accelerated_stepping():

@@ -176,7 +176,7 @@ def test_live_calibration_without_torch_is_a_clear_error(monkeypatch):
     from sim.errors import ConfigError
 
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
-    with pytest.raises(ConfigError, match=r"needs torch: pip install -e '\.\[calibration\]'"):
+    with pytest.raises(ConfigError, match=r"needs torch: pip install 'servesim\[calibration\]'"):
         _torch()
 
 

@@ -10,7 +10,7 @@ from sim.hardware.profile import (EFFICIENCY_FORMS, EfficiencyBase, get_hardware
                           load_hardware, register_efficiency_form)
 
 TEST_GPU = Path(__file__).parent / "data" / "test_gpu.yaml"
-BUILTIN = ["a100_sxm", "b200_sxm", "gb200", "h100_sxm", "h200_sxm", "l40s", "mi300x"]
+BUILTIN = ["a100_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300", "h100_sxm", "h200_sxm", "l40s", "mi300x"]
 
 
 def test_all_builtin_profiles_load():

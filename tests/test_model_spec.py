@@ -143,10 +143,13 @@ def _cfg(**kw):
 
 
 @pytest.mark.parametrize("extra,match", [
-    ({"kv_lora_rank": 512}, "latent attention"),
-    ({"sliding_window": 1024}, "sliding-window"),
-    ({"layer_types": ["full_attention", "sliding_attention"]}, "hybrid"),
-    ({"num_local_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1}, "shared"),
+    ({"kv_lora_rank": 512}, "latent attention.*qk_nope_head_dim"),
+    ({"layer_types": ["full_attention", "sliding_attention"]}, "layer_types: 2 entries"),
+    ({"layer_types": ["full_attention", "chunked_attention", "full_attention", "full_attention"]},
+     "layer_types='chunked_attention': not modelled"),
+    ({"n_shared_experts": 1}, "shared experts without routed experts"),
+    ({"sliding_window": [128, None, 128, None]}, "a window per layer"),
+    ({"attention_chunk_size": 8192}, "chunked attention"),
     ({"architectures": ["BertModel"]}, "causal"),
 ])
 def test_unsupported_architectures_refused(extra, match):
@@ -155,16 +158,10 @@ def test_unsupported_architectures_refused(extra, match):
 
 
 def test_sliding_window_disabled_or_longer_than_context_is_accepted():
-    ModelSpec.from_hf_config(_cfg(sliding_window=1024, use_sliding_window=False))
-    ModelSpec.from_hf_config(_cfg(sliding_window=4096))
-
-
-def test_deepseek_v3_refused_if_present():
-    path = shared_dir() / "models" / "deepseek-ai--DeepSeek-V3_config.json"
-    if not path.is_file():
-        pytest.skip(f"{path} absent (../shared not beside the checkout)")
-    with pytest.raises(ConfigError, match="MLA"):
-        get_model(str(path))
+    assert ModelSpec.from_hf_config(_cfg(sliding_window=1024, use_sliding_window=False)).is_classic
+    assert ModelSpec.from_hf_config(_cfg(sliding_window=4096)).is_classic
+    m = ModelSpec.from_hf_config(_cfg(sliding_window=1024))  # Mistral-7B-v0.1 style: every layer
+    assert m.layer_types == ("sliding_attention",) * 4 and m.sliding_window == 1024
 
 
 def test_missing_key_and_bad_value():

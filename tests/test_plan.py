@@ -4,7 +4,9 @@ stability, and one small end-to-end plan on the tiny test model."""
 
 from __future__ import annotations
 
+import base64
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -197,6 +199,10 @@ def test_run_plan_tiny_model(tmp_path):
     res = pd.read_csv(tmp_path / "results.csv")
     assert set(res["phase"]) == {"search", "verify"}
     assert "Cheapest for 400 req/s" in (tmp_path / "plan.md").read_text()
+    page = (tmp_path / "report.html").read_text()  # the same, one self-contained page
+    assert "Cheapest for 400 req/s" in page and "<h1>Capacity plan: test</h1>" in page
+    inlined = re.findall(r'<img src="data:image/png;base64,([^"]+)"', page)
+    assert len(inlined) == 3 and base64.b64decode(inlined[0]) == (tmp_path / "pareto.png").read_bytes()
 
 
 def test_cli_plan_positional_slos(tmp_path, monkeypatch):

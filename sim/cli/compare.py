@@ -91,7 +91,7 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
     if launch is not None:
         print(f"launch command of the winner, {launch[0]} ({launch[1].engine}; {out}/launch.sh):")
         print(launch[1].text().rstrip("\n"))
-    print(f"report: {report}")
+    print(f"report: {report} (one page with the figures: {report.with_suffix('.html')})")
     return report
 
 

@@ -7,6 +7,7 @@ Errors are printed as one message (exit status 2), never as a traceback.
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -23,6 +24,33 @@ app = typer.Typer(
     rich_markup_mode=None,
     help="servesim: simulate LLM serving (vLLM-style schedulers, paged KV cache, roofline cost model) without a GPU.",
 )
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from sim import __version__
+
+        typer.echo(f"servesim {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Optional[bool] = typer.Option(None, "--version", callback=_print_version, is_eager=True,
+                                           help="Print servesim's version and exit."),
+    log_level: str = typer.Option("warning", "--log-level", envvar="SERVESIM_LOG_LEVEL",
+                                  help=f"Log messages at this level and above to stderr: {', '.join(LOG_LEVELS)} "
+                                       "(before the command: servesim --log-level info run ...)."),
+) -> None:
+    level = log_level.strip().lower()
+    if level not in LOG_LEVELS:
+        raise typer.BadParameter(f"{log_level!r}; valid: {', '.join(LOG_LEVELS)}", param_hint="--log-level")
+    logging.basicConfig(level=getattr(logging, level.upper()), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("sim").setLevel(getattr(logging, level.upper()))
+
 
 SET_HELP = "Override a config key: --set key=value (repeatable; dotted keys for workload.*, e.g. workload.request_rate=4)."
 
@@ -51,6 +79,8 @@ def run(
     goodput: Optional[List[str]] = typer.Option(None, help="SLOs for goodput, as vllm bench serve: 'ttft:MS tpot:MS e2el:MS' (quoted, or repeat --goodput)."),
     out: Path = typer.Option(Path("runs/latest"), help="Output folder for summary.json, requests.csv, steps.csv."),
     exact_steps: bool = typer.Option(False, "--exact-steps", help="Reference mode: one event per engine step."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Also write the engine steps as a Chrome / Perfetto "
+                                         "trace (JSON) to this file: open it in https://ui.perfetto.dev."),
     quiet: bool = typer.Option(False, help="No progress bar."),
     save_result: bool = typer.Option(False, "--save-result", help="Also write vllm bench serve's result JSON "
                                      "(every key it writes, servesim's beside) to --result-dir / --result-filename."),
@@ -90,6 +120,7 @@ def run(
     cfg = build_config(config, _overrides(model=model, hardware=hardware, scheduler=scheduler, seed=seed,
                                           exact_steps=exact_steps or None), set_, workload)
     ensure_out_dir(out)
+    _check_trace_path(trace)
     if result_dir is not None:
         ensure_out_dir(result_dir, "--result-dir")
     with _progress_bar(quiet) as progress:
@@ -109,6 +140,10 @@ def run(
             doc.update(detailed_lists(res.result.requests, res.result.rejected_reasons))
         path = (result_dir or Path(".")) / (result_filename or result_filename_default(res.summary))
         path.write_text(json.dumps(json_safe(doc), default=str))
+    if trace is not None:
+        from sim.results.trace import write_trace
+
+        write_trace(trace, res.result, res.summary)
     print_run_summary(res.summary, res.deployment)
     reasons = res.result.rejected_reasons
     if reasons:
@@ -124,8 +159,20 @@ def run(
     typer.echo(f"results written to {out}/ (summary.json, requests.csv, steps.csv)")
     if save_result:
         typer.echo(f"vllm bench serve result JSON: {path}")
+    if trace is not None:
+        typer.echo(f"trace written to {trace} (open in https://ui.perfetto.dev)")
     if reasons and not res.summary["completed"]:
         raise typer.Exit(1)  # nothing was served: a script must not take this run for a result
+
+
+def _check_trace_path(trace: Optional[Path]) -> None:
+    """A bad ``--trace`` fails before the run, naming it."""
+    if trace is None:
+        return
+    if not str(trace).strip() or trace.is_dir():
+        raise ServesimError(f"--trace {str(trace)!r}: give a file name for the trace, e.g. --trace trace.json")
+    if trace.parent.exists() and not trace.parent.is_dir():
+        raise ServesimError(f"--trace {trace}: {trace.parent} is a file, not a folder")
 
 
 def result_filename_default(summary: dict) -> str:

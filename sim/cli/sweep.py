@@ -43,7 +43,10 @@ def sweep(
     typer.echo(f"{len(df)} points: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("ok", "infeasible", "failed")))
     for r in df[df["status"] != "ok"].head(10).itertuples():
         typer.echo(f"  {r.point_id} {r.status}: {r.reason}")
-    typer.echo(f"results: {out}/results.parquet, {out}/results.csv")
+    from sim.sweep.executors import parquet_available
+
+    typer.echo(f"results: {out}/results.parquet, {out}/results.csv" if parquet_available()
+               else f"results: {out}/results.csv")
 
 
 def _split(text: str | None, what: str, conv=str, minimum: int | None = None) -> list:
@@ -188,7 +191,7 @@ def plan(
     if launch is not None:
         typer.echo(f"launch command ({launch.engine}; {out}/launch.sh):")
         typer.echo(launch.text().rstrip("\n"))
-    typer.echo(f"report: {out}/plan.md")
+    typer.echo(f"report: {out}/plan.md (one page with the figures: {out}/report.html)")
 
 
 def _check_plannable(base) -> None:

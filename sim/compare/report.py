@@ -184,7 +184,8 @@ def _launch_lines(name: str, launch) -> list[str]:
 
 def write_compare_report(out_dir: str | Path, variants: dict[str, VariantData], *, title: str,
                          context: dict | None = None, launch: tuple[str, object] | None = None) -> Path:
-    """Write ``comparison.csv``, the five PNG figures and ``report.md`` into
+    """Write ``comparison.csv``, the five PNG figures, ``report.md`` and
+    ``report.html`` (the same, figures inlined: one self-contained page) into
     ``out_dir`` (created if needed); returns the path of ``report.md``.
 
     ``context`` keys shown in the context paragraph: ``model``, ``hardware``,
@@ -193,6 +194,7 @@ def write_compare_report(out_dir: str | Path, variants: dict[str, VariantData], 
     hardware default to the first variant's config.
     """
     from sim.compare.plots import FIGURES  # matplotlib only when a report is written
+    from sim.results.html_report import write_html_report
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -215,4 +217,5 @@ def write_compare_report(out_dir: str | Path, variants: dict[str, VariantData], 
         lines += [f"### {head}", "", f"![{head}]({fname})", "", f"*What to look for:* {what}", ""]
     path = out / "report.md"
     path.write_text("\n".join(lines))
+    write_html_report(path, out / "report.html")
     return path

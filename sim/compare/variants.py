@@ -34,7 +34,7 @@ class Variant:
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 #: files ``servesim compare`` writes beside the variant folders (sim/compare/report.py, sim/compare/plots.py)
-RESERVED_NAMES = frozenset({"comparison.csv", "report.md", "variants.json", "ttft_cdf.png", "itl_cdf.png",
+RESERVED_NAMES = frozenset({"comparison.csv", "report.md", "report.html", "variants.json", "ttft_cdf.png", "itl_cdf.png",
                             "latency_percentiles.png", "timeline.png", "latency_breakdown.png"})
 
 
@@ -80,18 +80,24 @@ def parse_variant(text: str) -> Variant:
 def load_variants_file(path: str | Path) -> list[Variant]:
     """A YAML mapping ``name: {key: value, ...}`` (dotted or nested keys)."""
     require_file(path, "--variants")
-    data = read_yaml(path)
+    return variants_from_mapping(read_yaml(path), str(path), label=f"--variants {path}")
+
+
+def variants_from_mapping(data, source: str, label: str | None = None) -> list[Variant]:
+    """``{name: {key: value, ...}, ...}`` (dotted or nested keys) → variants;
+    errors name ``source`` (a file, or the Python call); ``label`` is the
+    variants' :attr:`Variant.source` (default ``source``)."""
     out = []
     for name, ov in data.items():
         if not isinstance(ov, dict):
-            raise ConfigError(f"{path}: variant {name!r} must map config keys to values, got {ov!r}")
+            raise ConfigError(f"{source}: variant {name!r} must map config keys to values, got {ov!r}")
         flat: dict[str, Any] = {}
         used: list = []
         for k, v in canonical_keys({str(k): v for k, v in ov.items()}, f"{path}: variant {name}", used).items():
             set_dotted(flat, str(k), v)
-        check_known_keys(flat, f"{path}: variant {name}")
-        _check_variant(str(name), flat, str(path))
-        out.append(Variant(str(name), flat, f"--variants {path}", used))
+        check_known_keys(flat, f"{source}: variant {name}")
+        _check_variant(str(name), flat, source)
+        out.append(Variant(str(name), flat, label or source, used))
     return out
 
 

@@ -52,9 +52,11 @@ class FittedGemm:
                           if self.w8a8 else 0.0)
         self.launch = p.launch_s
 
-    def time_s(self, m: float, groups: float = 1.0) -> float:
-        """One call with m rows (``groups`` experts share them, each reading its weights)."""
-        mt = groups * (-(-(m / groups) // self.tm)) * self.tm
+    def time_s(self, m: float, groups: float = 1.0, tile_m=None) -> float:
+        """One call with m rows (``groups`` experts share them, each reading its
+        weights; each expert's rows padded to ``tile_m``, default the family's)."""
+        tm = self.tm if tile_m is None else tile_m
+        mt = groups * (-(-(m / groups) // tm)) * tm
         tc = self.c1 * mt + self.c2 * mt ** self.ce
         nbytes = m * self.b_row + groups * self.b_weights
         tb = self.m1 * nbytes + self.m2 * nbytes ** self.me
@@ -69,10 +71,17 @@ class FittedGemm:
             return np.where(m > 0, self.time_s(m) * self.layers, 0.0)
 
 
+#: Rows per expert block of vLLM's fused_moe Triton kernel for small batches
+#: (``fused_moe.get_default_config``: BLOCK_SIZE_M 16 while the token count M <= E;
+#: ``moe_align_block_size`` pads each expert's rows to it).
+MOE_SMALL_BLOCK_M = 16.0
+
+
 class FittedMoe:
     """Router GEMM + grouped expert GEMMs w13 and w2 over all layers: the
     T x top_k routed rows are spread over the expected number of distinct
-    experts hit (uniform routing), each expert's rows rounded up to the tile."""
+    experts hit (uniform routing), each expert's rows padded to the kernel's
+    row block (:data:`MOE_SMALL_BLOCK_M` while T <= E, else the GEMM family's tile)."""
 
     def __init__(self, router: FittedGemm, w13: FittedGemm, w2: FittedGemm, num_experts: int,
                  top_k: int) -> None:
@@ -82,7 +91,8 @@ class FittedMoe:
         E, k = self.E, self.k
         touched = E * (1.0 - (1.0 - k / E) ** T)
         m = T * k
-        experts = self.w13.time_s(m, touched) + self.w2.time_s(m, touched)
+        tile = MOE_SMALL_BLOCK_M if T <= E else None
+        experts = self.w13.time_s(m, touched, tile) + self.w2.time_s(m, touched, tile)
         return self.router(T) + experts * self.w13.layers
 
     def table(self, T: np.ndarray) -> np.ndarray:
@@ -91,7 +101,9 @@ class FittedMoe:
         with np.errstate(invalid="ignore", divide="ignore"):  # T = 0: no expert touched, masked
             touched = E * (1.0 - (1.0 - k / E) ** T)
             m = T * k
-            experts = self.w13.time_s(m, touched) + self.w2.time_s(m, touched)
+            tile = np.where(T <= E, MOE_SMALL_BLOCK_M, self.w13.tm)
+            experts = (self.w13.time_s(m, touched, tile)
+                       + self.w2.time_s(m, touched, np.where(T <= E, MOE_SMALL_BLOCK_M, self.w2.tm)))
             return np.where(T > 0, self.router.table(T) + experts * self.w13.layers, 0.0)
 
 
@@ -251,6 +263,11 @@ class FittedAttention:
         if self.naive:
             total += self._naive_extra(float(C + S))
         return (self.ga.launch_s + total) * self.layers
+
+    def sums_s(self, b, sum_len, tiled, npre, sn, sc, snc, snn, qtiles) -> float:
+        """Seconds over all layers from the batch's sums (:meth:`batch_sums`'s
+        order); callers with their own sums (sliding-window layers) use it."""
+        return self._mixed_s(b, sum_len, tiled, npre, sn, sc, snc, snn, qtiles)
 
     def _mixed_s(self, b: int, sum_len: int, tiled: int, npre: int, sn: int, sc: int, snc: int, snn: int,
                  qtiles: int) -> float:

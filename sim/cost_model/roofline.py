@@ -46,10 +46,18 @@ def gemm_precision(hw: HardwareProfile, quantization: str | None) -> GemmPrecisi
       kernels (Marlin, W8A16): 16-bit peak, no activation quantization.
     - int4_wo: weight-only (W4A16, GPTQ/AWQ Marlin): 16-bit peak.
     - nvfp4: W4A4 at the fp4 peak on Blackwell; weight-only elsewhere.
+    - mxfp4 (gpt-oss experts): on chips with fp4 tensor cores (Blackwell) W4A8,
+      activations quantized to MXFP8 (1 B + one E8M0 scale per 32), at the fp8
+      peak (vLLM's FlashInfer MXFP4 x MXFP8 MoE on SM100); elsewhere weight-only
+      W4A16 at the 16-bit peak (Hopper: triton ``matmul_ogs`` / Marlin MXFP4).
     """
     q = normalize_quantization(quantization)
     peaks = hw.peak_flops_per_s
     wb = WEIGHT_BYTES_PER_PARAM[q]
+    if q == "mxfp4":
+        if peaks.get("fp4") is None or peaks.get("fp8") is None:
+            return GemmPrecision(q, peaks.get("bf16"), wb, 0.0, 1)
+        return GemmPrecision(q, peaks.get("fp8"), wb, 1.0 + 1.0 / 32, 2)
     act_dtype = {"fp8": "fp8", "fp8_block": "fp8", "int8": "int8", "nvfp4": "fp4"}.get(q)
     fast_peak = peaks.get(act_dtype) if act_dtype else None
     if fast_peak is None:
@@ -60,7 +68,7 @@ def gemm_precision(hw: HardwareProfile, quantization: str | None) -> GemmPrecisi
 
 _GEMM_DTYPE_NAMES = {"bfloat16": "bf16", "float16": "fp16", "bf16": "bf16", "fp16": "fp16",
                      "fp8": "fp8", "fp8_block": "fp8_block", "int8": "int8",
-                     "int4_wo": "int4_wo", "nvfp4": "nvfp4"}
+                     "int4_wo": "int4_wo", "nvfp4": "nvfp4", "mxfp4": "mxfp4"}
 
 
 def gemm_dtype(name: str) -> str:

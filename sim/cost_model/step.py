@@ -23,6 +23,8 @@ from sim.cost_model.operators import (ATTENTION_IMPLS, ATTENTION_KERNELS, attent
                                       attention_peak_flops, gemm_cost)
 from sim.cost_model.fitted_step import (FittedAllReduce, FittedAttention, FittedGemm,
                                         FittedMoe)
+from sim.cost_model.layer_kinds import GatedDeltaNet, MlaAttention, SlidingAttention
+from sim.cost_model.moe import expected_experts_touched
 from sim.cost_model.roofline import ACT_BYTES, gemm_precision
 from sim.hardware.efficiency import FittedEfficiency
 from sim.errors import ConfigError
@@ -62,6 +64,41 @@ class _Gemm:
         return max(self.f * m, self.b0 + self.b1 * m) + self.c if m > 0 else 0.0
 
 
+class _GemmSum:
+    """Several GEMM shapes timed as one operator (their times added)."""
+    __slots__ = ("parts",)
+
+    def __init__(self, parts) -> None:
+        self.parts = parts
+
+    def __call__(self, m: float) -> float:
+        t = 0.0
+        for p in self.parts:
+            t += p(m)
+        return t
+
+    def table(self, m: np.ndarray) -> np.ndarray:
+        return sum((p.table(m) for p in self.parts), np.zeros_like(m, dtype=float))
+
+
+def _gemm_sum(parts):
+    """One GEMM as itself (the classic path's floats), several (or none) summed."""
+    return parts[0] if len(parts) == 1 else _GemmSum(parts)
+
+
+def _layer_kinds(model: ModelSpec, hw: HardwareProfile, tp: int, kv_bytes: float, impl: str) -> list:
+    """The layer-kind attention objects of a non-classic model (``layer_kinds.py``)."""
+    counts = model.layer_type_counts()
+    out: list = []
+    if model.is_mla:
+        out.append(MlaAttention(model, hw, tp, kv_bytes, counts.get("full_attention", 0)))
+    if counts.get("sliding_attention"):
+        out.append(SlidingAttention(model, hw, tp, kv_bytes, counts["sliding_attention"], impl))
+    if counts.get("linear_attention"):
+        out.append(GatedDeltaNet(model, hw, tp, counts["linear_attention"]))
+    return out
+
+
 class CostModel:
     """Roofline step-time model of ``model`` on ``hw`` (one replica, TP ranks).
 
@@ -98,51 +135,86 @@ class CostModel:
                 return FittedGemm(eff, n, k, p, bw, layers)
             return _Gemm(n, k, p, p.peak_flops_per_s, bw, ce, me, launch, layers, mats)
 
-        self._qkv = gemm(q_r + 2 * kv_r, h)
-        self._o = gemm(h, q_r)
+        classic = model.is_classic
+        # layers of each kind: full GQA attention timed by the FlashAttention
+        # operators below; MLA, sliding-window and Gated DeltaNet layers by
+        # sim/cost_model/layer_kinds.py (``self._extras``); MoE and dense FFN layers
+        counts = model.layer_type_counts()
+        L_attn = L if classic else (0 if model.is_mla else counts.get("full_attention", 0))
+        L_moe = model.num_moe_layers if model.is_moe else 0
         self._lm = gemm(math.ceil(model.vocab_size / tp), h, p=bf16, layers=1)
+        if classic:
+            self._qkv = gemm(q_r + 2 * kv_r, h)
+            self._o = gemm(h, q_r)
+            self._dense_ffn = None
+        else:
+            def fam_prec(s):
+                # MLA's kv_b_proj runs as the absorbed W_UK / W_UV batched matmuls in 16 bits
+                # (vLLM MLACommonImpl.process_weights_after_loading dequantizes them)
+                if s.name == "kv_b_proj":
+                    return bf16
+                return gemm_precision(hw, model.family_quantization(s.family, quantization))
+            shapes = model.linear_shapes(tp)
+            self._qkv, self._o, self._dense_ffn = (
+                _gemm_sum([gemm(s.n, s.k, p=fam_prec(s), layers=s.layers)
+                           for s in shapes if s.slot == slot]) for slot in ("qkv_proj", "o_proj", "ffn"))
+            if model.is_moe:
+                prec = gemm_precision(hw, model.family_quantization("experts", quantization))
         if model.is_moe:
             im_r = model.moe_intermediate_size // tp
-            self._router = gemm(model.num_experts, h, p=bf16)
+            self._router = gemm(model.num_experts, h, p=bf16, layers=L_moe)
             if self.fitted:
-                self._moe_fitted = FittedMoe(self._router, gemm(2 * im_r, h), gemm(h, im_r),
+                self._moe_fitted = FittedMoe(self._router, gemm(2 * im_r, h, layers=L_moe),
+                                             gemm(h, im_r, layers=L_moe),
                                              model.num_experts, model.num_experts_per_tok)
-            # grouped expert GEMMs w13 (n=2I, k=h) and w2 (n=h, k=I), all layers:
+            # grouped expert GEMMs w13 (n=2I, k=h) and w2 (n=h, k=I), all MoE layers:
             # t = sum over both of max(f.m, a.m + w.touched) + c, m = T x top_k
             # routed token rows, touched = distinct experts hit (gemm_cost terms)
             self._moe = []
             for n, k in ((2 * im_r, h), (h, im_r)):
                 f1, by1 = gemm_cost(1.0, n, k, prec, 0.0)
                 _, w1 = gemm_cost(0.0, n, k, prec, 1.0)
-                self._moe.append((float(f1) / (prec.peak_flops_per_s * ce) * L,
-                                  float(by1) / (bw * me) * L, float(w1) / (bw * me) * L,
-                                  prec.num_kernels * launch * L))
+                self._moe.append((float(f1) / (prec.peak_flops_per_s * ce) * L_moe,
+                                  float(by1) / (bw * me) * L_moe, float(w1) / (bw * me) * L_moe,
+                                  prec.num_kernels * launch * L_moe))
             act_per_tok = model.num_experts_per_tok * 3 * im_r
             moe_kernels = 3  # topk softmax, align/sort, un-permute sum
         else:
             i_r = model.intermediate_size // tp
-            self._up = gemm(2 * i_r, h)
-            self._down = gemm(h, i_r)
+            if classic:
+                self._up = gemm(2 * i_r, h)
+                self._down = gemm(h, i_r)
             act_per_tok, moe_kernels = 3 * i_r, 0
         # norms/elementwise: 2 fused add+RMSNorm (4h each), RoPE on q,k (r+w),
         # Qwen3 q/k RMSNorm (r+w), SiLU-and-mul (read 2I, write I); per step:
         # embedding gather (r+w h) and final norm (3h).
-        per_tok_layer = 8 * h + 2 * (q_r + kv_r) * (2 if model.qk_norm else 1) + act_per_tok
         _, me_e, launch_e = eff.operator_efficiency("elementwise")
-        self._elem_per_tok = ACT_BYTES * (L * per_tok_layer + 5 * h) / (bw * me_e)
-        kernels = L * (4 + (2 if model.qk_norm else 0) + moe_kernels) + 2
+        if classic:
+            per_tok_layer = 8 * h + 2 * (q_r + kv_r) * (2 if model.qk_norm else 1) + act_per_tok
+            self._elem_per_tok = ACT_BYTES * (L * per_tok_layer + 5 * h) / (bw * me_e)
+            kernels = L * (4 + (2 if model.qk_norm else 0) + moe_kernels) + 2
+        else:  # the same terms, per layer kind: RoPE/norm passes over each qkv output,
+            # SiLU-and-mul over each gate_up output (dense, shared) and the routed rows
+            shapes = model.linear_shapes(tp)
+            per_tok = (L * 8 * h + 5 * h
+                       + sum(2 * s.n * s.layers for s in shapes if s.slot == "qkv_proj")
+                       + sum(3 * s.n // 2 * s.layers for s in shapes if s.name.endswith("gate_up_proj"))
+                       + (act_per_tok * L_moe if model.is_moe else 0))
+            self._elem_per_tok = ACT_BYTES * per_tok / (bw * me_e)
+            kernels = L * 4 + L_moe * moe_kernels + 2
         self._elem_const = kernels * launch_e
         # attention: time(layer) = max(flops/peak_eff, bytes/bw_eff) + launches
         ce_a, me_a, launch_a = eff.operator_efficiency("attention")
-        self._attn_f = L / (attention_peak_flops(hw, self.kv_bytes) * ce_a)
-        self._attn_b = L / (bw * me_a)
-        self._attn_c = L * ATTENTION_KERNELS * launch_a
+        self._attn_f = L_attn / (attention_peak_flops(hw, self.kv_bytes) * ce_a)
+        self._attn_b = L_attn / (bw * me_a)
+        self._attn_c = L_attn * ATTENTION_KERNELS * launch_a
+        self._extras = [] if classic else _layer_kinds(model, hw, tp, self.kv_bytes, attention_impl)
         # all-reduces: 2 per layer + 1 (embedding) of T.h activations
         ic = hw.interconnect
         self._ar_count = 2 * L + 1 if tp > 1 else 0
         if self.fitted:
             self._attn_fitted = FittedAttention(eff, hw, self.heads_r, self.kv_heads_r, d,
-                                                self.kv_bytes, L, attention_impl == "naive")
+                                                self.kv_bytes, L_attn, attention_impl == "naive")
             self._ar_fitted = FittedAllReduce(eff, hw, h, tp, self._ar_count)
             self._t_ops = CountTable(self._t_ops_block, self._t_ops_scalar)
             self._lm_rows = CountTable(lambda m: self._lm.table(m).tolist(), self._lm)
@@ -155,16 +227,30 @@ class CostModel:
 
     # -- operators -------------------------------------------------------------
     def _ffn(self, T: float) -> float:
+        if self._dense_ffn is not None:  # dense FFN / shared-expert layers (+ the experts)
+            return self._dense_ffn(T) + (self._routed(T) if self.model.is_moe else 0.0)
         if not self.model.is_moe:
             return self._up(T) + self._down(T)
+        return self._routed(T)
+
+    def _routed(self, T: float) -> float:
+        """Router and routed-expert GEMMs of all MoE layers for T tokens (s)."""
         if self.fitted:
             return self._moe_fitted(T)
         E, k = self.model.num_experts, self.model.num_experts_per_tok
-        touched = E * (1.0 - (1.0 - k / E) ** T)  # expected distinct experts (uniform routing)
+        touched = expected_experts_touched(E, k, T)  # distinct experts hit (uniform routing)
         m = T * k
         t = self._router(T)
         for f, a, w, c in self._moe:
             t += max(f * m, a * m + w * touched) + c
+        return t
+
+    def _extra_s(self, n: np.ndarray, c: np.ndarray, decode_C: int | None = None) -> float:
+        """MLA, sliding-window and Gated DeltaNet layers' attention (s);
+        ``decode_C``: every sequence has one new token and C cached tokens in all."""
+        t = 0.0
+        for kind in self._extras:
+            t += kind.step_s(n, c, decode_C)
         return t
 
     def _attention(self, N, C, X, Q2, maximum):
@@ -189,8 +275,11 @@ class CostModel:
 
     def _t_ops_block(self, T: np.ndarray) -> list[tuple[float, ...]]:
         """:meth:`_t_ops_scalar` at each count of ``T``, vectorised."""
-        ffn = (self._moe_fitted.table(T) if self.model.is_moe
-               else self._up.table(T) + self._down.table(T))
+        if self._dense_ffn is not None:
+            ffn = self._dense_ffn.table(T) + (self._moe_fitted.table(T) if self.model.is_moe else 0.0)
+        else:
+            ffn = (self._moe_fitted.table(T) if self.model.is_moe
+                   else self._up.table(T) + self._down.table(T))
         cols = (self._qkv.table(T), self._o.table(T), ffn, self._elem_per_tok * T + self._elem_const,
                 np.broadcast_to(self._ar_fitted(T), T.shape))
         return list(zip(*(c.tolist() for c in cols)))
@@ -225,6 +314,9 @@ class CostModel:
         before it; equal lengths, else ConfigError.
         ``num_sampled`` (lm_head rows) defaults to the number of sequences: vLLM
         computes logits at every scheduled request's last position."""
+        if self._extras:
+            return self._step_with_extras_s(np.asarray(num_new_tokens), np.asarray(num_context_tokens),
+                                            num_sampled)
         if self.fitted and type(num_new_tokens) is list and len(num_new_tokens) <= _LIST_MAX:
             # The engine's lists, a small batch: plain Python sums, no arrays.
             nl, cl = num_new_tokens, num_context_tokens
@@ -247,6 +339,24 @@ class CostModel:
             attn = self._attention(float(T), float(C), float(X), float(Q2), max)
         return attn + self._linear_s(float(T), float(ns))
 
+    def _attention_all(self, n: np.ndarray, c: np.ndarray, T: int, C: int, X: int, Q2: int) -> float:
+        """Attention of every layer kind for one step (s): full GQA layers, then the extras."""
+        if self.fitted:
+            attn = self._attn_fitted.step_s(n, c, T, C, Q2)
+        else:
+            attn = self._attention(float(T), float(C), float(X), float(Q2), max)
+        if not self._extras:
+            return attn
+        return attn + self._extra_s(n, c, C if T == Q2 == n.shape[0] else None)
+
+    def _step_with_extras_s(self, n: np.ndarray, c: np.ndarray, num_sampled) -> float:
+        """:meth:`step_time_s` of a model with MLA / sliding / linear-attention layers."""
+        T, C, X, Q2 = self._sums(n, c)
+        if T == 0:
+            return 0.0
+        ns = n.shape[0] if num_sampled is None else num_sampled
+        return self._attention_all(n, c, T, C, X, Q2) + self._linear_s(float(T), float(ns))
+
     def step_time(self, num_new_tokens, num_context_tokens, num_sampled: int | None = None) -> StepTime:
         """As :meth:`step_time_s`, with the per-operator breakdown (s)."""
         n = np.asarray(num_new_tokens)
@@ -260,10 +370,7 @@ class CostModel:
             return StepTime(0.0, dict.fromkeys(self.op_names, 0.0))
         ns = n.shape[0] if num_sampled is None else num_sampled
         qkv, o, ffn, norms, lm, ar, ov = self._linear_ops(float(T), float(ns))
-        if self.fitted:
-            attn = self._attn_fitted.step_s(n, c, T, C, Q2)
-        else:
-            attn = self._attention(float(T), float(C), float(X), float(Q2), max)
+        attn = self._attention_all(n, c, T, C, X, Q2)
         total = attn + self._linear_s(float(T), float(ns))
         return StepTime(total, dict(zip(self.op_names, (qkv, attn, o, ffn, norms, lm, ar, ov))))
 
@@ -284,6 +391,15 @@ class CostModel:
             return np.zeros(k)
         g = S if num_growing is None else num_growing
         lin = self._linear_s(float(S), float(S))
+        if self._extras:  # step by step, the same floats as step_time_s (_step_with_extras_s)
+            ones, grow = np.ones(S, dtype=np.int64), np.zeros(S, dtype=np.int64)
+            grow[:g] = 1
+            C0 = int(c.sum())
+            out = []
+            for j in range(k):
+                C = C0 + j * g
+                out.append(self._attention_all(ones, c + j * grow, S, C, C, S) + lin)
+            return np.array(out)
         if self.fitted:
             return self._attn_fitted.decode_run_s(c, k, g) + lin
         C = float(int(c.sum()))
@@ -319,7 +435,7 @@ class CostModel:
     @property
     def decode_clock_joins(self) -> bool:
         """Whether :meth:`decode_clock` times mixed steps (sequences joining a run)."""
-        return self.fitted
+        return self.fitted and not self._extras
 
     def decode_clock(self, num_context_tokens: list[int], lasts: list[int] | None, start: float, cpu_s,
                      overlap: bool = False):
@@ -331,7 +447,7 @@ class CostModel:
         clock of decode steps only. ``cpu_s``: host time (s) per step, or a
         function of the number of sequences."""
         cpu_of = cpu_s if callable(cpu_s) else (lambda _s: cpu_s)
-        if self.fitted:
+        if self.fitted and not self._extras:
             return DecodeClock(self._attn_fitted, self._linear_s, num_context_tokens, lasts, start, cpu_of,
                                overlap)
         return _RunClock(self, num_context_tokens, lasts, start, cpu_of, overlap)
@@ -342,7 +458,7 @@ class CostModel:
         ``leave``: in one Python loop when short, else each part as its own run
         (continuing the same float adds)."""
         cpu_of = cpu_s if callable(cpu_s) else (lambda _s: cpu_s)
-        if self.fitted:  # (always the step-by-step clock: see _run_ends)
+        if self.fitted and not self._extras:  # (always the step-by-step clock: see _run_ends)
             clock = self.decode_clock(ctx, lasts, start, cpu_of, overlap)
             clock.advance(k, until)
             return clock.ends
@@ -367,7 +483,7 @@ class CostModel:
         # for a few per cent of inputs, so a run timed with numpy would not end where
         # single steps (step_time_s) do. The step-by-step clock uses Python's floats,
         # at ~1 us a step, whatever the run's length.
-        if self.fitted and 0 < k and S:
+        if self.fitted and not self._extras and 0 < k and S:
             clock = self.decode_clock(num_context_tokens, None, start, lambda _s: cpu_s, overlap)
             clock.advance(k, until)
             return clock.ends

@@ -18,6 +18,18 @@ That is ``kv_memory_rule="utilization"`` (vLLM). Two other engines' rules
     subtracts total x (1 - f) from the memory free after loading weights);
     activations live in the reserved (1 - f).
 
+Layer kinds (``ModelSpec.kv_bytes_per_token_by_layer_type``): MLA layers hold
+one latent per token (kv_lora_rank + qk_rope_head_dim elements, the same on every
+TP rank); linear-attention (Gated DeltaNet) layers hold no per-token KV but a
+constant state per sequence, reserved here up front for ``max_num_seqs``
+sequences (``state_bytes_reserved``; vLLM instead gives each running request a
+state page from the same pool, its hybrid allocator sizing the attention
+block so pages match: reserving the full concurrency is the conservative
+bound, and says so); sliding-window layers are counted at full length (one
+block pool: vLLM's hybrid KV cache manager frees their blocks outside the
+window, docs.vllm.ai/en/latest/design/hybrid_kv_cache_manager; here capacity
+is understated for sequences longer than the window, never overstated).
+
 Activation/workspace estimate (vLLM profiles a dummy forward pass of
 ``max_num_batched_tokens`` tokens and the sampler on ``max_num_seqs`` rows):
   - persistent: hidden states and residual, 2 x T x hidden x 2 B;
@@ -61,19 +73,34 @@ class KVSizing:
     tensor_parallel_size: int
     memory_bytes: int
     gpu_memory_utilization: float
+    #: one layer of each type present -> KV bytes per token on one rank
+    kv_bytes_per_token_by_layer_type: dict[str, int] | None = None
+    layer_type_counts: dict[str, int] | None = None
+    state_bytes_per_sequence: int = 0     #: linear-attention state of one sequence, one rank
+    state_bytes_reserved: float = 0.0     #: state_bytes_per_sequence x max_num_seqs
+    sliding_window: int | None = None
+    kv_layout: str = "gqa"                #: "gqa" (K and V per KV head) or "mla" (one latent)
+    classic: bool = True                  #: every layer full GQA attention
 
 
 def activation_bytes_estimate(model: ModelSpec, *, tensor_parallel_size: int = 1,
                               max_num_batched_tokens: int = 8192, max_num_seqs: int = 1024) -> float:
     """Peak activation + workspace bytes per rank (see module docstring)."""
     tp, T, h = tensor_parallel_size, max_num_batched_tokens, model.hidden_size
-    q_r = model.num_attention_heads // tp * model.head_dim
-    kv_r = model.kv_heads_per_rank(tp) * model.head_dim
-    attn = q_r + 2 * kv_r + q_r
+    if model.is_classic:
+        q_r = model.num_attention_heads // tp * model.head_dim
+        kv_r = model.kv_heads_per_rank(tp) * model.head_dim
+        attn = q_r + 2 * kv_r + q_r
+    else:  # the widest input projection's output and the attention output
+        shapes = model.linear_shapes(tp)
+        attn = (max(s.n for s in shapes if s.slot == "qkv_proj")
+                + max(s.k for s in shapes if s.slot == "o_proj"))
     if model.is_moe:
         mlp = model.num_experts_per_tok * 3 * (model.moe_intermediate_size // tp)
     else:
         mlp = 3 * (model.intermediate_size // tp)
+    if model.num_dense_mlp_layers and model.is_moe:
+        mlp = max(mlp, 3 * (model.intermediate_size // tp))
     torch_bytes = 2.0 * T * (2 * h + max(attn, mlp))
     sampler = 2.0 * min(max_num_seqs, T) * math.ceil(model.vocab_size / tp) * 4.0
     return torch_bytes + sampler + (NON_TORCH_BYTES_TP1 if tp == 1 else NON_TORCH_BYTES_TP_GT1)
@@ -141,6 +168,17 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
     else:  # static_fraction
         act = NON_TORCH_BYTES_TP1 if tp == 1 else NON_TORCH_BYTES_TP_GT1
         available = usable - weights - act
+    state_seq = model.state_bytes_per_sequence(tp)
+    state = float(state_seq * max_num_seqs)
+    if state:
+        if num_gpu_blocks_override is None and available >= block_bytes > available - state:
+            raise InfeasibleError(
+                f"{model.name} on {hw.name} at TP {tp}: the linear-attention state of max_num_seqs "
+                f"{max_num_seqs:,} sequences ({state_seq / 2**20:,.1f} MiB each per rank, "
+                f"{state / GiB:.2f} GiB) does not fit beside the weights: "
+                f"{available / GiB:.2f} GiB are left for KV cache and state; lower max_num_seqs "
+                f"or raise tensor_parallel_size")
+        available -= state
     if num_gpu_blocks_override is None and available < block_bytes:
         raise InfeasibleError(
             f"{model.name} does not fit on {hw.name} at TP {tp}: weights {weights / GiB:.2f} GiB "
@@ -163,7 +201,35 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
                is not None else "raise gpu_memory_utilization / tensor_parallel_size"))
     return KVSizing(num_blocks, kv_tok, block_bytes, weights, act, num_blocks * block_bytes,
                     max_model_len, num_blocks / blocks_per_seq, block_size, tp,
-                    hw.memory_bytes, float(gpu_memory_utilization))
+                    hw.memory_bytes, float(gpu_memory_utilization),
+                    model.kv_bytes_per_token_by_layer_type(kv_cache_dtype, tp), model.layer_type_counts(),
+                    state_seq, state, model.sliding_window, "mla" if model.is_mla else "gqa",
+                    model.is_classic)
+
+
+def _layer_type_rows(sizing: KVSizing) -> dict:
+    """Per layer type (``servesim kv``): layers, KV bytes per token of one
+    layer and of all of them; the linear-attention state per sequence; the
+    sliding window. Absent for a model of full-attention layers only (whose
+    ``kv_bytes_per_token`` says it all)."""
+    per, counts = sizing.kv_bytes_per_token_by_layer_type or {}, sizing.layer_type_counts or {}
+    if sizing.classic:
+        return {}
+    rows: dict = {"kv_layout": sizing.kv_layout}
+    for t, n in counts.items():
+        rows[f"{t}_layers"] = n
+        rows[f"{t}_kv_bytes_per_token_per_layer"] = per.get(t, 0)
+        rows[f"{t}_kv_bytes_per_token"] = per.get(t, 0) * n
+    if sizing.sliding_window:
+        rows["sliding_window"] = sizing.sliding_window
+        rows["sliding_attention_counted_at"] = "full length (one block pool; conservative)"
+        # what a token past the window costs where sliding layers free their blocks (vLLM hybrid manager)
+        rows["kv_bytes_per_token_beyond_window"] = sum(
+            per.get(t, 0) * n for t, n in counts.items() if t != "sliding_attention")
+    if sizing.state_bytes_per_sequence:
+        rows["linear_attention_state_bytes_per_sequence"] = sizing.state_bytes_per_sequence
+        rows["linear_attention_state_gib_reserved"] = sizing.state_bytes_reserved / GiB
+    return rows
 
 
 def kv_report(sizing: KVSizing, lengths: tuple[int, ...] = (1024, 4096, 32768),
@@ -183,6 +249,7 @@ def kv_report(sizing: KVSizing, lengths: tuple[int, ...] = (1024, 4096, 32768),
     bs = sizing.block_size
     report = {
         "kv_bytes_per_token": sizing.kv_bytes_per_token,
+        **_layer_type_rows(sizing),
         "block_size": bs,
         "block_bytes": sizing.block_bytes,
         "tensor_parallel_size": sizing.tensor_parallel_size,

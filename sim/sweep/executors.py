@@ -12,10 +12,13 @@ Rows are appended to ``DIR/points.jsonl`` (one flushed line per finished point: 
 crash loses at most the line being written) and ``DIR/results.parquet`` /
 ``DIR/results.csv`` are rewritten atomically (temp file + rename) as points
 finish. A re-run reads all three back and skips the points it already has.
+``results.parquet`` needs pyarrow (the extra ``servesim[parquet]``): without it
+only ``results.csv`` is written, with one note on stderr.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -23,6 +26,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass
@@ -31,6 +35,8 @@ from typing import Any, Callable, Iterable
 
 from sim.config import SimConfig
 from sim.errors import ConfigError, InfeasibleError
+
+log = logging.getLogger(__name__)
 
 STATUSES = ("ok", "infeasible", "failed")
 WALL_COLUMNS = ("wall_time_s", "sim_requests_per_wall_s", "wall_s", "date")  # differ run to run
@@ -120,6 +126,32 @@ def evaluate_task(task: PointTask) -> dict:
     return row
 
 
+PARQUET_EXTRA = "pip install 'servesim[parquet]' (or pip install pyarrow)"
+
+
+def parquet_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pyarrow") is not None
+
+
+_noted_no_parquet = False
+
+
+def write_parquet(df, path: Path) -> bool:
+    """``df`` as parquet at ``path`` when pyarrow is installed; else a one-time note
+    on stderr naming the extra, and False (the CSV beside it holds the same table)."""
+    global _noted_no_parquet
+    if not parquet_available():
+        if not _noted_no_parquet:
+            print(f"note: results.parquet not written: parquet output needs pyarrow; {PARQUET_EXTRA} "
+                  f"(results.csv holds the same table)", file=sys.stderr)
+            _noted_no_parquet = True
+        return False
+    df.to_parquet(path, index=False)
+    return True
+
+
 def _one_line(e: BaseException) -> str:
     """An exception's message on one line (pyarrow's span several)."""
     text = " ".join(str(e).split())
@@ -165,7 +197,7 @@ class ResultStore:
 
         pq, csv = self.dir / "results.parquet", self.dir / "results.csv"
         frame = None
-        if pq.is_file():
+        if pq.is_file() and parquet_available():  # without pyarrow, the CSV written beside it
             try:
                 frame = pd.read_parquet(pq)
             except Exception as e:  # pyarrow raises several types for a damaged file
@@ -241,11 +273,11 @@ class ResultStore:
 
     def flush(self, order: Iterable[str] = ()) -> None:
         df = parquet_safe(self.frame(order))
-        for name, write in (("results.parquet", lambda p: df.to_parquet(p, index=False)),
-                            ("results.csv", lambda p: df.to_csv(p, index=False, float_format="%.9g"))):
+        for name, write in (("results.parquet", lambda p: write_parquet(df, p)),
+                            ("results.csv", lambda p: df.to_csv(p, index=False, float_format="%.9g") or True)):
             tmp = self.dir / f".{name}.tmp"
-            write(tmp)
-            os.replace(tmp, self.dir / name)
+            if write(tmp):
+                os.replace(tmp, self.dir / name)
         self._last_flush = time.monotonic()
 
 
@@ -275,45 +307,95 @@ def run_local(tasks: list[PointTask], on_row: Callable[[dict], None], workers: i
             on_row(row)
 
 
+RAY_EXTRA = "pip install 'servesim[ray]' (or pip install 'ray[client]>=2.9')"
+
+
+def _check_ray_address(address: str) -> None:
+    """A ``ray://`` address needs Ray Client (grpcio, in ``ray[client]``): say so in
+    one line rather than let ``ray.init`` fail deep inside."""
+    import importlib.util
+
+    if address.startswith("ray://") and importlib.util.find_spec("grpc") is None:
+        raise ConfigError(f"--ray-address {address}: a ray:// address needs Ray Client (grpcio), which plain "
+                          f"'ray' lacks: {RAY_EXTRA}")
+    # host:port (or ray://host:port): unreachable is one line now, not Ray retrying for minutes
+    hostport = address[len("ray://"):] if address.startswith("ray://") else address
+    host, sep, port = hostport.rpartition(":")
+    if address != "auto" and sep and port.isdigit():
+        import socket
+
+        try:
+            socket.create_connection((host or "127.0.0.1", int(port)), timeout=10).close()
+        except OSError as e:
+            raise ConfigError(f"--ray-address {address}: nothing answers at {host or '127.0.0.1'}:{port} "
+                              f"({e.strerror or e}); is the cluster's head running (ray start --head)?") from None
+
+
 def run_ray(tasks: list[PointTask], on_row: Callable[[dict], None], workers: int | None = None,
             address: str | None = None, fn: Callable[[Any], dict] = evaluate_task) -> None:
-    """Ray tasks, one CPU each. ``address`` joins a running cluster (every node needs
-    servesim installed); without it a local Ray starts (``workers`` CPUs) and stops
-    at the end. Ray is imported here only (extra ``servesim[ray]``)."""
+    """Ray tasks, one CPU each. Without ``address`` a local Ray starts (``workers``
+    CPUs) and stops at the end. ``address`` (``ray://head:10001``, ``head:6379``,
+    ``auto``) joins a running cluster: the job ships this driver's code, the
+    built-in data and every file the tasks name as its runtime environment
+    (:mod:`sim.sweep.ray_ship`), so the nodes need only servesim's dependencies.
+    When Ray is already initialised (by the caller), it is used as it is. Ray is
+    imported here only (extra ``servesim[ray]``)."""
     try:
         import ray
     except ImportError:
-        raise ConfigError("--executor ray needs Ray: pip install 'servesim[ray]' (or pip install 'ray>=2.9')") from None
+        raise ConfigError(f"--executor ray needs Ray: {RAY_EXTRA}") from None
+    if address:
+        _check_ray_address(address)
     started = False
-    if not ray.is_initialized():
-        # WARNING: Ray's "Started a local Ray instance" INFO line is noise in servesim's output
-        kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
-        if address:
-            kw["address"] = address
-        elif workers:
-            kw["num_cpus"] = workers
-        # A local Ray's workers inherit this environment: let them import this checkout's
-        # ``sim`` even when it is not installed (cheaper than a runtime_env).
-        old_path = os.environ.get("PYTHONPATH")
-        root = str(Path(__file__).resolve().parents[1])
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, old_path) if p)
-        try:
-            ray.init(**kw)
-        finally:
-            if old_path is None:
-                os.environ.pop("PYTHONPATH", None)
+    staging = None
+    with contextlib.ExitStack() as stack:
+        if not ray.is_initialized():
+            # WARNING: Ray's "Started a local Ray instance" INFO line is noise in servesim's output
+            kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                  "logging_level": logging.WARNING}
+            old_path = os.environ.get("PYTHONPATH")
+            if address:
+                from sim.sweep.ray_ship import stage
+
+                kw["address"] = address
+                root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="servesim-ray-")))
+                staging, tasks = stage(root, tasks)
+                kw["runtime_env"] = {"working_dir": str(root)}
+                log.info("joining the Ray cluster at %s", address)
             else:
-                os.environ["PYTHONPATH"] = old_path
-        started = True
-    try:
-        remote = ray.remote(num_cpus=1)(fn)
-        pending = [remote.remote(t) for t in tasks]
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            on_row(ray.get(done[0]))
-    finally:
-        if started:
-            ray.shutdown()
+                if workers:
+                    kw["num_cpus"] = workers
+                # A local Ray's workers inherit this environment: let them import this checkout's
+                # ``sim`` even when it is not installed (cheaper than a runtime_env).
+                root_dir = str(Path(__file__).resolve().parents[2])
+                os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root_dir, old_path) if p)
+            try:
+                ray.init(**kw)
+            except Exception as e:  # unreachable head, refused runtime env, version mismatch...
+                raise ConfigError(f"--ray-address {address}: cannot join the Ray cluster ({_one_line(e)})"
+                                  if address else f"--executor ray: Ray did not start ({_one_line(e)})") from None
+            finally:
+                if old_path is None:
+                    os.environ.pop("PYTHONPATH", None)
+                else:
+                    os.environ["PYTHONPATH"] = old_path
+            started = True
+        try:
+            remote = ray.remote(num_cpus=1)(fn)
+            pending = [remote.remote(t) for t in tasks]
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                out = ray.get(done[0])
+                on_row(out if staging is None else _driver_paths(staging, out))
+        finally:
+            if started:
+                ray.shutdown()
+
+
+def _driver_paths(staging, out):
+    from sim.sweep.ray_ship import map_strings
+
+    return map_strings(out, staging.back)
 
 
 def progress_bar(total: int, quiet: bool, desc: str = "sweep"):

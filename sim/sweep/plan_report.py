@@ -204,7 +204,7 @@ def run_plan(base: SimConfig, candidates: list[Candidate], settings: PlanSetting
 
     from sim.errors import ConfigError
     from sim.sweep.plan_plots import plot_latency_vs_load, plot_pareto, slug
-    from sim.sweep.executors import parquet_safe, progress_bar, run_local, run_ray
+    from sim.sweep.executors import parquet_safe, progress_bar, run_local, run_ray, write_parquet
 
     if executor not in ("local", "ray"):
         raise ConfigError(f"--executor: unknown executor {executor!r}; valid: local, ray")
@@ -234,7 +234,7 @@ def run_plan(base: SimConfig, candidates: list[Candidate], settings: PlanSetting
         lead = ["candidate", "phase", "num_replicas", "workload.request_rate", "passed", "status", "slo_violations"]
         rows = rows[lead + [c for c in rows.columns if c not in lead]]
         rows.to_csv(out / "results.csv", index=False, float_format="%.9g")
-        parquet_safe(rows).to_parquet(out / "results.parquet", index=False)
+        write_parquet(parquet_safe(rows), out / "results.parquet")
     figures = []
     lvl = out / "latency_vs_load"
     for old in lvl.glob("*.png") if lvl.is_dir() else ():  # an earlier plan's figures (other candidates)
@@ -256,6 +256,9 @@ def run_plan(base: SimConfig, candidates: list[Candidate], settings: PlanSetting
     if launch is not None:
         write_launch(out, launch)
     (out / "plan.md").write_text(plan_markdown(table, settings, context or {}, figures, warnings, launch))
+    from sim.results.html_report import write_html_report
+
+    write_html_report(out / "plan.md", out / "report.html")
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     _warn_short_runs(plans)

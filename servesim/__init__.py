@@ -1,0 +1,174 @@
+"""servesim from Python: simulate LLM serving without a GPU.
+
+A thin layer over the same config and runner as the ``servesim`` command
+(``sim.config.build_config``, ``sim.runner.run_simulation``,
+``sim.compare.variants.run_variants``): the same keys, the same defaults, the
+same results, bit for bit.
+
+>>> import servesim
+>>> r = servesim.simulate(model="llama-3.1-8b", hardware="h100_sxm", engine="vllm",
+...                       workload={"name": "chat", "request_rate": 4, "num_requests": 200})
+>>> r.summary["median_ttft_ms"]                   # summary.json as a dict
+>>> r.requests.head()                             # requests.csv as a pandas DataFrame
+>>> r.steps["num_batched_tokens"].mean()          # steps.csv as a pandas DataFrame
+>>> c = servesim.compare(["static", "continuous", "chunked"], workload="code")
+>>> c.table[["variant", "p99_ttft_ms", "output_throughput"]]
+
+Config keys are the README's ("Config keys"), given as keyword arguments
+(``max_num_seqs=64``, ``enable_prefix_caching=True``); workload keys go in
+``workload`` as a dict (``{"name": "chat", "request_rate": 8}``) or as dotted
+keys (``**{"workload.request_rate": 8}``); ``workload`` may also be a built-in
+name or a workload YAML path. ``config`` is a YAML config file the keyword
+arguments override. A bad key or value raises :class:`ConfigError` naming it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from sim import __version__
+from sim.errors import ConfigError, InfeasibleError, ServesimError
+
+__all__ = ["simulate", "compare", "Result", "Comparison", "ConfigError", "InfeasibleError", "ServesimError",
+           "__version__"]
+
+
+def _config(config, model, hardware, engine, workload, keys: dict, default_workload: str | None = None):
+    from sim.config import build_config
+
+    overrides = {"model": model, "hardware": hardware, "engine": engine, **keys}
+    wl_name = None
+    if isinstance(workload, Mapping):
+        overrides["workload"] = dict(workload)
+    elif workload is not None:
+        wl_name = str(workload)
+    elif config is None and not any(k == "workload" or k.startswith("workload.") for k in keys):
+        wl_name = default_workload
+    return build_config(config, {k: v for k, v in overrides.items() if v is not None}, None, wl_name)
+
+
+@dataclass
+class Result:
+    """One simulation: ``summary`` is ``summary.json`` (a dict: ``vllm bench serve``'s
+    keys, servesim's, the resolved ``config``); ``requests`` / ``steps`` are
+    ``requests.csv`` / ``steps.csv`` as pandas DataFrames (built on first use)."""
+
+    summary: dict
+    run: Any = field(repr=False)  # sim.runner.RunOutput, or the RunResult of a compare variant
+
+    @property
+    def _result(self):
+        return getattr(self.run, "result", self.run)
+
+    @cached_property
+    def requests(self):
+        from sim.results.output import requests_frame
+
+        return requests_frame(self._result)
+
+    @cached_property
+    def steps(self):
+        from sim.results.output import steps_frame
+
+        return steps_frame(self._result)
+
+    @property
+    def config(self) -> dict:
+        """The resolved config (every key, as ``summary.json``'s ``config``)."""
+        return self.summary["config"]
+
+    def save(self, out: str | Path) -> Path:
+        """Write ``summary.json``, ``requests.csv``, ``steps.csv`` into ``out`` (as ``servesim run``)."""
+        from sim.results.output import write_results
+
+        return write_results(out, self.summary, self._result)
+
+    def save_trace(self, path: str | Path) -> Path:
+        """Write the engine steps as a Chrome / Perfetto trace (as ``servesim run --trace``)."""
+        from sim.results.trace import write_trace
+
+        return write_trace(path, self._result, self.summary)
+
+
+def simulate(model: str | None = None, hardware: str | None = None, engine: str | None = None,
+             workload: str | Mapping[str, Any] | None = None, *, config: str | Path | None = None,
+             goodput: Mapping[str, float] | str | None = None, **keys: Any) -> Result:
+    """Simulate one deployment on one workload (as ``servesim run``).
+
+    ``goodput``: SLOs in ms, ``{"ttft": 500, "tpot": 50}`` or ``"ttft:500 tpot:50"``.
+    Raises :class:`ConfigError` / :class:`InfeasibleError` before simulating when the
+    config is bad or cannot run (e.g. the model does not fit)."""
+    from sim.runner import run_simulation
+
+    cfg = _config(config, model, hardware, engine, workload, keys)
+    run = run_simulation(cfg, goodput=_goodput(goodput))
+    return Result(run.summary, run)
+
+
+@dataclass
+class Comparison:
+    """Several variants on the identical request stream: ``results`` by variant
+    name (each a :class:`Result`), ``table`` (``comparison.csv`` as a DataFrame)."""
+
+    results: dict[str, Result]
+
+    @cached_property
+    def table(self):
+        from sim.compare.report import comparison_frame
+
+        return comparison_frame(self._variant_data())
+
+    def _variant_data(self):
+        from sim.compare.variant_data import VariantData
+
+        return {n: VariantData(n, r.summary, r.requests, r.steps, r._result.itl) for n, r in self.results.items()}
+
+    def report(self, out: str | Path, title: str | None = None) -> Path:
+        """Write ``comparison.csv``, the figures, ``report.md`` and ``report.html``
+        into ``out`` (as ``servesim compare``); returns the path of ``report.md``."""
+        from sim.compare.report import write_compare_report
+
+        first = next(iter(self.results.values())).config
+        return write_compare_report(out, self._variant_data(),
+                                    title=title or f"Policy comparison: {first['model']} on {first['hardware']}")
+
+    def __getitem__(self, name: str) -> Result:
+        return self.results[name]
+
+
+def compare(variants: Iterable[str] | Mapping[str, Mapping[str, Any]] | None = None, *,
+            model: str | None = None, hardware: str | None = None, engine: str | None = None,
+            workload: str | Mapping[str, Any] | None = None, config: str | Path | None = None,
+            goodput: Mapping[str, float] | str | None = None, workers: int | None = 1,
+            **keys: Any) -> Comparison:
+    """Run variants of one base config on the identical request stream (as
+    ``servesim compare``). ``variants``: batching modes (``["static", "chunked"]``)
+    or ``{name: {key: value, ...}}``; default static, continuous and chunked.
+    The base config takes the keyword arguments of :func:`simulate`; without a
+    workload, the built-in ``code`` (as the command). ``workers`` > 1 runs the
+    variants in processes."""
+    from sim.cli.common import DEFAULT_COMPARE_WORKLOAD
+    from sim.compare.variants import run_variants, variants_from_args, variants_from_mapping
+
+    base = _config(config, model, hardware, engine, workload, keys, default_workload=DEFAULT_COMPARE_WORKLOAD)
+    if variants is None:
+        vs = variants_from_args(None, None, None)
+    elif isinstance(variants, Mapping):
+        vs = variants_from_mapping(variants, "compare(variants=...)")
+    elif isinstance(variants, str):
+        vs = variants_from_args(variants, None, None)
+    else:
+        vs = variants_from_args(",".join(variants), None, None)
+    runs = run_variants(base, vs, goodput=_goodput(goodput), workers=workers)
+    return Comparison({name: Result(summary, result) for name, (summary, result) in runs.items()})
+
+
+def _goodput(goodput) -> dict[str, float] | None:
+    from sim.results.metrics import parse_goodput
+
+    if goodput is None or isinstance(goodput, str):
+        return parse_goodput([goodput] if goodput else None)
+    return parse_goodput([" ".join(f"{k}:{v}" for k, v in goodput.items())])
