@@ -93,7 +93,7 @@ def variants_from_mapping(data, source: str, label: str | None = None) -> list[V
             raise ConfigError(f"{source}: variant {name!r} must map config keys to values, got {ov!r}")
         flat: dict[str, Any] = {}
         used: list = []
-        for k, v in canonical_keys({str(k): v for k, v in ov.items()}, f"{path}: variant {name}", used).items():
+        for k, v in canonical_keys({str(k): v for k, v in ov.items()}, f"{source}: variant {name}", used).items():
             set_dotted(flat, str(k), v)
         check_known_keys(flat, f"{source}: variant {name}")
         _check_variant(str(name), flat, source)
