@@ -23,6 +23,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, ValidationError, model_validator
 
+from sim.disaggregation import POOL_KEYS, DisaggregationConfig
 from sim.errors import ConfigError, require_file
 from sim.presets import PRESETS, apply_preset, get_preset
 from sim.schema import reject_bool_numbers
@@ -126,6 +127,8 @@ class SimConfig(BaseModel):
     seed: int = 0
     exact_steps: StrictBool = False  # reference mode: one event per engine step, never merged
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
+    # Prefill and decode on separate workers (sim/disaggregation.py); None = aggregated
+    disaggregation: DisaggregationConfig | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -166,6 +169,9 @@ class SimConfig(BaseModel):
                              f"64, 128; TensorRT-LLM 32/64/128; SGLang pages of 1), got {self.block_size}")
         if self.tensor_parallel_size & (self.tensor_parallel_size - 1):
             raise ValueError(f"tensor_parallel_size must be a power of two, got {self.tensor_parallel_size}")
+        if self.disaggregation is not None and "num_replicas" in self.model_fields_set and self.num_replicas != 1:
+            raise ValueError(f"num_replicas = {self.num_replicas} conflicts with disaggregation: the workers are "
+                             "disaggregation.num_prefill_workers and num_decode_workers; drop num_replicas")
         wl = self.workload
         if wl.max_concurrency is None or not wl.is_infinite_rate():
             for key in ("client_think_time_s", "client_start_spread_s"):
@@ -181,6 +187,33 @@ class SimConfig(BaseModel):
                                      f"(workload.max_concurrency without a request rate), but {why[0]}, where it "
                                      f"has no effect; {why[1]}, or drop {key}")
         return self
+
+
+def pool_config(cfg: SimConfig, pool: str) -> SimConfig:
+    """The engine config of one pool (``prefill`` or ``decode``) of a
+    disaggregated ``cfg``: its top-level engine keys with the pool's overrides
+    (``disaggregation.<pool>``) on top, validated like the top level (errors
+    name ``disaggregation.<pool>``); ``num_replicas`` = the pool's workers,
+    no ``disaggregation``."""
+    d = cfg.disaggregation
+    if d is None:
+        raise ValueError("pool_config: the config is not disaggregated")
+    over = dict(getattr(d, pool))
+    data: dict[str, Any] = {k: getattr(cfg, k) for k in POOL_KEYS if k != "enable_chunked_prefill"}
+    if "enable_chunked_prefill" in over and "scheduler" not in over:
+        data.pop("scheduler")  # the pool's alias picks its mode
+    if cfg.engine is not None:
+        data["engine"] = cfg.engine
+    data.update(over)
+    source = f"disaggregation.{pool}"
+    try:
+        pc = SimConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, source)) from None
+    n = d.num_prefill_workers if pool == "prefill" else d.num_decode_workers
+    upd = {k: getattr(pc, k) for k in POOL_KEYS}
+    upd.update(num_replicas=n, disaggregation=None)
+    return cfg.model_copy(update=upd)
 
 
 def resolve_scheduler_limits(cfg: SimConfig, hbm_bytes: float, hardware_name: str, max_model_len: int,
@@ -565,6 +598,8 @@ def locate_error(cfg: SimConfig, message: str) -> str:
         return message
     key = m.group(1)
     src = cfg._key_sources.get(key)
+    if src is None and "." in key:  # a nested key (disaggregation.decode): where its mapping was set
+        src = cfg._key_sources.get(key.split(".")[0])
     if src is None and key.startswith("workload"):
         src = next((v for k, v in cfg._key_sources.items() if k.startswith("workload.")), None)
     if src is None or message.startswith(src):

@@ -118,6 +118,9 @@ def _common_problems(cfg: dict[str, Any], engine: str, modes: dict) -> list[str]
         out.append(f"num_gpu_blocks_override {cfg['num_gpu_blocks_override']} fixes the KV blocks; "
                    + ("vLLM's --num-gpu-blocks-override is a testing flag" if engine == "vllm" else
                       f"{engine} has no such flag"))
+    if cfg.get("disaggregation"):
+        out.append("disaggregated prefill and decode pools: this is one aggregated engine; launch each pool's "
+                   f"workers with {engine}'s disaggregation (KV connector) setup")
     if cfg.get("kv_allocation") == "contiguous":
         out.append("kv_allocation 'contiguous' is the pre-PagedAttention baseline, not an engine setting")
     if engine != "trtllm" and cfg.get("capacity_scheduler_policy"):

@@ -17,6 +17,7 @@ from sim.results.bench import bench_header
 from sim.errors import ConfigError, InfeasibleError
 from sim.results.run_result import RunResult
 from sim.results.metrics import PERCENTILE_METRICS, summarize
+from sim.results.pools import pool_summary
 from sim.workload import RequestSpecs, generate_requests
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,9 @@ def make_simulation(dep: Deployment, specs: RequestSpecs, *, progress=None) -> S
     ``exact_steps``, else with the accelerated stepping (same results; it serves
     only the policies that declare it, :mod:`sim.accelerated.policies`)."""
     cfg = dep.cfg
-    stepping = None if cfg.exact_steps else AcceleratedStepping
+    # A disaggregated run (two pools, KV transfers) uses the reference stepping: the
+    # accelerated one is not taught the pools' hand-offs.
+    stepping = None if cfg.exact_steps or dep.disagg is not None else AcceleratedStepping
     return Simulation(dep, specs, seed=cfg.seed, progress=progress, stepping=stepping)
 
 
@@ -74,6 +77,17 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
                         num_gpu_blocks=dep.sizing.num_gpu_blocks,
                         kv_reserved_unused_fraction=result.kv_reserved_unused_fraction,
                         percentiles=percentiles, percentile_metrics=percentile_metrics)
+    if dep.disagg is not None:
+        pools = dep.disagg
+        summary.update(pool_summary(result.requests, result.steps, duration=summary["duration"],
+                                    num_workers={"prefill": pools.prefill.cfg.num_replicas,
+                                                 "decode": pools.decode.cfg.num_replicas}))
+        tp_p, tp_d = pools.prefill.cfg.tensor_parallel_size, pools.decode.cfg.tensor_parallel_size
+        summary["prefill_tensor_parallel_size"], summary["decode_tensor_parallel_size"] = tp_p, tp_d
+        summary["num_gpus"] = pools.prefill.cfg.num_replicas * tp_p + pools.decode.cfg.num_replicas * tp_d
+        summary["prefill_num_gpu_blocks"] = pools.prefill.sizing.num_gpu_blocks
+        summary["decode_num_gpu_blocks"] = pools.decode.sizing.num_gpu_blocks
+        summary.update(pools.transfer.describe())
     summary["num_engine_steps"] = result.num_steps
     summary["num_events"] = result.num_events
     summary["simulated_time_s"] = result.sim_time_s

@@ -24,7 +24,7 @@ SIM = ROOT / "sim"
 LAYERS = [
     {"__init__", "errors", "paths", "schema", "yaml_io"},
     {"request", "model_spec", "hardware", "presets", "vocabulary"},
-    {"workload", "config", "launch"},
+    {"workload", "config", "disaggregation", "launch"},
     {"cost_model", "kv_cache"},
     {"scheduler", "results"},
     {"engine"},

@@ -13,7 +13,7 @@ never inherited); any other runs in the reference mode. It reads the
 simulation's traffic (next send times; on the only replica in open loop it
 sends arrivals itself: ``Traffic.send_inline``) and records through its
 :class:`~sim.engine.recording.Recorder`, as the reference mode's steps would.
-``rep`` is a :class:`sim.engine.simulation.Replica`.
+``rep`` is a :class:`sim.engine.replica.Replica`.
 """
 
 from __future__ import annotations

@@ -151,6 +151,10 @@ def plan(
     cands = make_candidates(hw_list or [base.hardware], tp_list or
                             [base.tensor_parallel_size], sched_list or [base.scheduler], extra)
     check_vary_values(base, cands, extra)
+    if base.disaggregation is not None or any(k.startswith("disaggregation") for k in extra):
+        raise ConfigError("disaggregation: servesim plan sizes aggregated replicas (cost = replicas x TP); "
+                          "it does not plan prefill:decode pools yet; compare agg and disaggregated "
+                          "deployments with servesim compare or servesim sweep")
     reps = _split(replicas, "replicas", int, minimum=1) or None
     if max_replicas < 1:
         raise ConfigError(f"--max-replicas: must be >= 1, got {max_replicas}")

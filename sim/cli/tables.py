@@ -22,8 +22,15 @@ def _fmt(v, nd=2) -> str:
 
 def print_run_summary(s: dict, dep) -> None:
     cfg = dep.cfg
-    t = Table(title=f"servesim run: {cfg.model} on {cfg.num_replicas}x{cfg.tensor_parallel_size} {cfg.hardware}, "
-                    f"scheduler={cfg.scheduler}", show_header=False)
+    pools = getattr(dep, "disagg", None)
+    if pools is None:
+        where = f"{cfg.num_replicas}x{cfg.tensor_parallel_size} {cfg.hardware}, scheduler={cfg.scheduler}"
+    else:
+        p, d = pools.prefill.cfg, pools.decode.cfg
+        where = (f"{p.num_replicas}P x TP{p.tensor_parallel_size} {p.hardware} ({p.scheduler}) + "
+                 f"{d.num_replicas}D x TP{d.tensor_parallel_size} {d.hardware} ({d.scheduler}), "
+                 f"KV over {pools.transfer.link}")
+    t = Table(title=f"servesim run: {cfg.model} on {where}", show_header=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
     rows = [
@@ -60,6 +67,16 @@ def print_run_summary(s: dict, dep) -> None:
               f"{_fmt(s['mean_num_running_seqs'], 1)} / {_fmt(s['mean_num_batched_tokens'], 1)}")
     if not math.isnan(s.get("kv_reserved_unused_fraction", math.nan)):
         t.add_row("KV reserved but unused", _fmt(s["kv_reserved_unused_fraction"], 3))
+    if pools is not None:
+        for pool in ("prefill", "decode"):
+            t.add_row(f"{pool.capitalize()} pool: utilisation / KV mean / KV max",
+                      f"{_fmt(s[f'{pool}_utilization'], 3)} / {_fmt(s[f'{pool}_mean_kv_cache_usage'], 3)} / "
+                      f"{_fmt(s[f'{pool}_max_kv_cache_usage'], 3)}")
+        t.add_row("KV transfer mean / p99 (ms)", f"{_fmt(s['mean_kv_transfer_ms'])} / {_fmt(s['p99_kv_transfer_ms'])}")
+        t.add_row("KV link queue mean / p99 (ms)",
+                  f"{_fmt(s['mean_kv_transfer_queue_ms'])} / {_fmt(s['p99_kv_transfer_queue_ms'])}")
+        t.add_row("Decode KV wait mean / p99 (ms)",
+                  f"{_fmt(s['mean_decode_kv_wait_ms'])} / {_fmt(s['p99_decode_kv_wait_ms'])}")
     _console.print(t)
     n = s["completed"] + s["num_rejected"]
     _console.print(

@@ -22,6 +22,15 @@ never the scheduler's name — and names what a serving engineer would:
 5. **long TTFT** — the TTFT tail is long as in 1. but queueing does not dominate
    it: the split of mean TTFT into queueing and prefill (first scheduled → first
    token), e.g. static batching's whole-batch prefills.
+6. **transfer-bound** (disaggregated runs) — the KV transfer between the pools
+   is a large part of a request's hand-off: the prefill workers' links are
+   busy ≥ ``LINK_BUSY_HIGH`` of the run, or waiting for and crossing the link
+   takes ≥ ``TRANSFER_SHARE`` of the time from send to the prompt's KV
+   reaching the decode worker.
+7. **decode-KV-bound** (disaggregated runs) — prefilled prompts wait for
+   decode-side KV blocks (``decode_kv_wait_ms``) while the decode pool's KV
+   peaks above ``KV_HIGH``: the decode pool is too small for the batch the
+   prefill pool feeds it (their prefill blocks stay held meanwhile).
 
 Which variant wins on which metric is :mod:`sim.compare.winners`.
 """
@@ -42,13 +51,17 @@ STALL_FACTOR = 3.0      # a "long" step: > 3× the median decode-only step
 STALL_RATIO = 10.0
 ITL_TAIL_RATIO = 3.0
 KV_HIGH = 0.9
+LINK_BUSY_HIGH = 0.5
+TRANSFER_SHARE = 0.25
+DECODE_KV_WAIT_SHARE = 0.05  # of the transferred requests waited for decode blocks
 SEVERITIES = ("high", "medium", "low")
 
 
 @dataclass(frozen=True)
 class Finding:
     """One symptom with its likely cause. ``kind`` is a stable id
-    (``queueing``, ``prefill_interference``, ``kv_capacity``, ``rejected``, ``long_ttft``);
+    (``queueing``, ``prefill_interference``, ``kv_capacity``, ``rejected``, ``long_ttft``,
+    ``transfer_bound``, ``decode_kv_bound``);
     ``evidence`` is a sentence with the numbers; ``severity`` is one of
     ``high``, ``medium``, ``low``."""
 
@@ -215,6 +228,8 @@ def interference_stats(v: VariantData) -> dict | None:
     (long prefill-carrying steps' share of the time decodes were in flight),
     ``stall_with_decodes_share`` (share of that time in steps that also decoded)."""
     st = v.steps
+    if "pool" in st.columns:  # disaggregated: decodes run (and can stall) on the decode workers only
+        st = st[st["pool"] == "decode"]
     vals, w = v.itl_arrays()
     if len(st) == 0 or w.sum() <= 0:
         return None
@@ -363,9 +378,75 @@ def _long_ttft(v: VariantData) -> Finding | None:
                    evidence + ".", "medium")
 
 
+# ------------------------------------------------------- disaggregated runs
+def _transferred(v: VariantData):
+    """The measured, finished requests whose KV crossed between the pools (None
+    for an aggregated run)."""
+    fin = v.finished_requests()
+    if "kv_transfer_ms" not in fin.columns:
+        return None
+    return fin[np.isfinite(fin["kv_transfer_ms"].to_numpy(float))]
+
+
+def _transfer_bound(v: VariantData) -> Finding | None:
+    tr = _transferred(v)
+    if tr is None or len(tr) == 0:
+        return None
+    x, q = tr["kv_transfer_ms"].to_numpy(float), tr["kv_transfer_queue_ms"].to_numpy(float)
+    arrival = tr["arrival_time_s"].to_numpy(float)
+    start_dec = tr["kv_transfer_end_time_s"].to_numpy(float)
+    span_ms = float(np.mean(start_dec - arrival)) * 1e3  # send -> KV on the decode worker
+    share = float((x + q).mean()) / span_ms if span_ms > 0 else 0.0
+    n_links = int(v.summary.get("num_prefill_workers") or 1)
+    dur = float(v.summary.get("duration") or 0.0)
+    busy = float(x.sum()) / 1e3 / (dur * n_links) if dur > 0 else 0.0
+    p99x, p99q = float(np.percentile(x, 99)), float(np.percentile(q, 99))
+    if not (busy >= LINK_BUSY_HIGH or share >= TRANSFER_SHARE):
+        return None
+    link = v.summary.get("kv_transfer_link_name") or v.summary.get("kv_transfer_link") or "the link"
+    bw = v.summary.get("kv_transfer_bandwidth_bytes_per_s")
+    evidence = (f"{len(tr):,} transfers of {float(tr['kv_transfer_bytes'].mean()) / 2**20:,.0f} MiB on average "
+                f"took {_ms(float(x.mean()))} (p99 {_ms(p99x)}) on {link}"
+                + (f" at {bw / 1e9:,.0f} GB/s per transfer" if isinstance(bw, (int, float)) else "")
+                + f", after {_ms(float(q.mean()))} (p99 {_ms(p99q)}) queued for the link; the prefill workers' links "
+                f"were busy {_pct(busy)} of the run; link queue + transfer is {_pct(share)} of the time from send "
+                "to the KV reaching the decode worker")
+    cause = ("Transfer-bound: moving each prompt's KV from the prefill to the decode pool is slow or queued "
+             "(prompts finishing prefill together wait for the prefill worker's NIC). Placing prefill and decode "
+             "in one NVLink domain, faster NICs, an fp8 KV cache (half the bytes), layer-wise transfer "
+             "(kv_transfer_layerwise) or more prefill workers (more NICs) would cut it.")
+    sev = "high" if busy >= 0.8 or share >= 0.5 else "medium"
+    return Finding("transfer_bound", f"KV transfer between pools dominates the hand-off (link busy {_pct(busy)})",
+                   cause, evidence + ".", sev)
+
+
+def _decode_kv_bound(v: VariantData) -> Finding | None:
+    tr = _transferred(v)
+    if tr is None or len(tr) == 0 or "decode_kv_wait_ms" not in tr.columns:
+        return None
+    w = tr["decode_kv_wait_ms"].to_numpy(float)
+    waited = w > 0
+    peak = float(v.summary.get("decode_max_kv_cache_usage") or 0.0)
+    if not (waited.mean() >= DECODE_KV_WAIT_SHARE and peak >= KV_HIGH):
+        return None
+    evidence = (f"{int(waited.sum()):,} of {len(tr):,} prefilled requests ({_pct(float(waited.mean()))}) waited for "
+                f"decode-side KV blocks, {_ms(float(w[waited].mean()))} on average (p99 {_ms(float(np.percentile(w, 99)))}); "
+                f"the decode pool's KV cache peaked at {_pct(peak)} (time average "
+                f"{_pct(float(v.summary.get('decode_mean_kv_cache_usage') or 0.0))}), the prefill pool's at "
+                f"{_pct(float(v.summary.get('prefill_max_kv_cache_usage') or 0.0))}")
+    cause = ("Decode-KV-bound: the decode pool cannot hold the sequences the prefill pool sends it, so prefilled "
+             "prompts wait for decode blocks (holding their prefill blocks meanwhile). More decode workers "
+             "(a higher decode:prefill ratio), an fp8 KV cache or larger decode tensor parallelism (more KV memory "
+             "per worker) would cut it; more prefill workers would not.")
+    sev = "high" if waited.mean() >= 0.25 else "medium"
+    return Finding("decode_kv_bound", f"Prefilled requests wait for decode-side KV ({_pct(float(waited.mean()))} of them)",
+                   cause, evidence + ".", sev)
+
+
 def diagnose(name: str, v: VariantData) -> list[Finding]:
     """Findings for variant ``name``, most severe first (empty when nothing stands out)."""
-    out = [f for f in (_queueing(v), _interference(v), _kv_capacity(v), _rejected(v)) if f is not None]
+    out = [f for f in (_queueing(v), _interference(v), _kv_capacity(v), _rejected(v), _transfer_bound(v),
+                       _decode_kv_bound(v)) if f is not None]
     if not any(f.kind == "queueing" for f in out):  # ITL spikes do not explain a long TTFT
         extra = _long_ttft(v)
         if extra is not None:

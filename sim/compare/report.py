@@ -95,11 +95,26 @@ def _fmt(v: Any, nd: int | None) -> str:
 
 def _differing_config(variants: dict[str, VariantData]) -> dict[str, str]:
     """Per variant, the config keys whose values differ between variants (``k=v, …``)."""
-    cfgs = {n: {k: v for k, v in (vd.summary.get("config") or {}).items() if _scalar(v)}
-            for n, vd in variants.items()}
+    cfgs = {n: _flat_config(vd.summary.get("config") or {}) for n, vd in variants.items()}
     keys = sorted({k for c in cfgs.values() for k in c})
-    diff = [k for k in keys if len({json.dumps(c.get(k), default=str) for c in cfgs.values()}) > 1]
-    return {n: ", ".join(f"{k}={c.get(k)}" for k in diff) for n, c in cfgs.items()}
+    # (a key only some variants have, e.g. a disaggregated run's, counts where it differs among those)
+    diff = [k for k in keys if len({json.dumps(c[k], default=str) for c in cfgs.values() if k in c}) > 1]
+    return {n: ", ".join(f"{k}={c[k]}" for k in diff if k in c) for n, c in cfgs.items()}
+
+
+def _flat_config(cfg: dict) -> dict:
+    """The scalar config keys; a disaggregated run's ``disaggregation`` keys
+    dotted (``disaggregation.decode.tensor_parallel_size``), without the
+    top-level keys its pools resolve (left unset there)."""
+    dis = cfg.get("disaggregation")
+    out = {k: v for k, v in cfg.items() if _scalar(v) and not (dis and (v is None or k == "num_replicas"))}
+    if isinstance(dis, dict):
+        for k, v in dis.items():
+            if isinstance(v, dict):
+                out.update({f"disaggregation.{k}.{k2}": v2 for k2, v2 in v.items() if _scalar(v2)})
+            elif _scalar(v) and v is not None:
+                out[f"disaggregation.{k}"] = v
+    return out
 
 
 def markdown_table(variants: dict[str, VariantData]) -> str:

@@ -136,6 +136,8 @@ def apply_variant(base: SimConfig, v: Variant) -> SimConfig:
     for k, val in v.overrides.items():
         if k == "workload" and isinstance(val, dict):
             data["workload"] = resolve_workload_dict(merge_workload_dicts(data["workload"], val))
+        elif k == "disaggregation" and isinstance(val, dict) and isinstance(data.get(k), dict):
+            data[k] = {**data[k], **val}  # the base's deployment, key by key
         else:
             data[k] = val
     if "scheduler" in v.overrides:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.config import SimConfig, resolve_scheduler_limits
+from sim.config import SimConfig, pool_config, resolve_scheduler_limits
 from sim.cost_model import CostModel
-from sim.errors import ConfigError
+from sim.disaggregation import DECODE_SCHEDULERS
+from sim.engine.kv_transfer import KVTransferSpec
+from sim.errors import ConfigError, InfeasibleError
 from sim.hardware.profile import HardwareProfile, get_hardware
 from sim.kv_cache import make_kv_cache_manager
 from sim.kv_cache.sizing import KVSizing, compute_kv_sizing
@@ -16,6 +18,15 @@ from sim.model_spec import ModelSpec, get_model
 from sim.presets import get_preset
 from sim.cost_model.overheads import StepOverheads
 from sim.scheduler import SchedulerLimits, get_scheduler_class
+
+
+@dataclass
+class DisaggPools:
+    """A disaggregated deployment's two pools (each a :class:`Deployment` of
+    its engine config, ``num_replicas`` = its workers) and the KV transfer."""
+    prefill: "Deployment"
+    decode: "Deployment"
+    transfer: KVTransferSpec
 
 
 @dataclass
@@ -27,6 +38,9 @@ class Deployment:
     sizing: KVSizing
     limits: SchedulerLimits
     overheads: StepOverheads = StepOverheads()
+    #: set for a disaggregated run (``cfg.disaggregation``); the fields above are then
+    #: the decode pool's, ``cfg`` the whole run's
+    disagg: DisaggPools | None = None
 
     def make_kv_manager(self):
         c = self.cfg
@@ -42,6 +56,69 @@ class Deployment:
 
 def build_deployment(cfg: SimConfig) -> Deployment:
     """Raises ConfigError / InfeasibleError with the reason."""
+    if cfg.disaggregation is not None:
+        return _build_disaggregated(cfg)
+    return _build_one(cfg)
+
+
+def _build_disaggregated(cfg: SimConfig) -> Deployment:
+    """Both pools, each validated as its own engine (errors name the pool), and the link."""
+    pools = {}
+    for pool in ("prefill", "decode"):
+        try:
+            pools[pool] = _build_one(pool_config(cfg, pool))
+        except (ConfigError, InfeasibleError) as e:
+            msg = str(e)
+            if not msg.startswith(f"disaggregation.{pool}"):
+                msg = f"disaggregation.{pool} (the {pool} pool): {msg}"
+            raise type(e)(msg) from None
+    p, dd = pools["prefill"], pools["decode"]
+    if dd.cfg.scheduler not in DECODE_SCHEDULERS:
+        raise ConfigError(f"disaggregation.decode.scheduler: {dd.cfg.scheduler!r} cannot take requests whose "
+                          f"prompt KV arrives computed; a decode pool runs one of {', '.join(DECODE_SCHEDULERS)}")
+    if p.limits.max_model_len != dd.limits.max_model_len:  # pragma: no cover - same model, same key
+        raise ConfigError("max_model_len differs between the pools")
+    transfer = _kv_transfer(cfg, p, dd)
+    # The run's view: the decode pool's pieces, the whole config.
+    return Deployment(cfg, dd.model, dd.hardware, dd.cost_model, dd.sizing, dd.limits, dd.overheads,
+                      disagg=DisaggPools(p, dd, transfer))
+
+
+def _kv_transfer(cfg: SimConfig, p: Deployment, dd: Deployment) -> KVTransferSpec:
+    d = cfg.disaggregation
+    tp_p, tp_d = p.cfg.tensor_parallel_size, dd.cfg.tensor_parallel_size
+    link = d.kv_transfer_link
+    if link == "auto":
+        gpus = d.num_prefill_workers * tp_p + d.num_decode_workers * tp_d
+        same = p.hardware.name == dd.hardware.name
+        link = "nvlink" if same and gpus <= p.hardware.interconnect.max_gpus else "network"
+    sides = []
+    for dep, pool in ((p, "prefill"), (dd, "decode")):
+        hw = dep.hardware
+        if link == "nvlink":
+            sides.append((hw.interconnect.bandwidth_bytes_per_s, hw.interconnect.latency_s, hw.interconnect.name))
+        else:
+            if hw.network is None and (d.kv_transfer_bandwidth_bytes_per_s is None or d.kv_transfer_latency_s is None):
+                raise ConfigError(
+                    f"disaggregation.kv_transfer_link: the KV moves over the network between nodes, but the {pool} "
+                    f"pool's hardware {hw.name!r} has no 'network' section (per-GPU NIC bandwidth and latency); add "
+                    "one to the profile, or set disaggregation.kv_transfer_bandwidth_bytes_per_s and "
+                    "kv_transfer_latency_s")
+            net = hw.network
+            sides.append((net.bandwidth_bytes_per_s if net else 0.0, net.latency_s if net else 0.0,
+                          net.name if net else "network"))
+    if d.kv_transfer_bandwidth_bytes_per_s is not None:
+        sides = [(d.kv_transfer_bandwidth_bytes_per_s, lat, name) for _, lat, name in sides]
+    if d.kv_transfer_latency_s is not None:
+        sides = [(bw, d.kv_transfer_latency_s, name) for bw, _, name in sides]
+    bw = min(tp_p * sides[0][0], tp_d * sides[1][0])
+    latency = max(sides[0][1], sides[1][1])
+    names = sides[0][2] if sides[0][2] == sides[1][2] else f"{sides[0][2]} -> {sides[1][2]}"
+    return KVTransferSpec(link, names, bw, latency, d.kv_transfer_overhead_s, d.kv_transfer_layerwise,
+                          dd.model.num_hidden_layers, dd.sizing.kv_bytes_per_token * tp_d, tp_p, tp_d)
+
+
+def _build_one(cfg: SimConfig) -> Deployment:
     get_scheduler_class(cfg.scheduler)  # unknown mode → ConfigError listing valid ones
     if cfg.enable_prefix_caching and cfg.kv_allocation == "contiguous":
         hint = (f" (the {cfg.engine} engine preset turns prefix caching on: set enable_prefix_caching=false)"

@@ -5,7 +5,7 @@ intervals, and when the frontend has streamed a step's tokens to the clients.
 One :class:`Recorder` per run; the engine and the accelerated stepping both
 record through it, so a new per-request or per-step column is one edit in
 :mod:`sim.results.metrics` (``REQUEST_COLUMNS`` / ``STEP_COLUMNS``) and one
-here. ``rep`` is a :class:`sim.engine.simulation.Replica`."""
+here. ``rep`` is a :class:`sim.engine.replica.Replica`."""
 
 from __future__ import annotations
 

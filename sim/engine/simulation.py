@@ -56,6 +56,8 @@ import simpy
 from simpy.events import NORMAL, URGENT
 
 from sim.engine.deployment import Deployment
+from sim.engine.disagg import DisaggregatedServing
+from sim.engine.replica import Replica
 from sim.engine.recording import Recorder
 from sim.engine.traffic import Traffic
 from sim.errors import InfeasibleError
@@ -105,35 +107,6 @@ class Environment(simpy.Environment):
         return self.timeout_at(self._now + delay, traffic=True)
 
 
-class Replica:
-    """One engine instance: its scheduler and KV-cache manager, and what the
-    event loop and router need to know about it."""
-
-    __slots__ = ("index", "scheduler", "kv", "wake", "outstanding", "unused_integral", "merging", "proc",
-                 "num_recovering", "busy", "pending", "last_step_start", "frontend_done", "run_ends",
-                 "run_joins")
-
-    def __init__(self, index: int, scheduler, kv) -> None:
-        self.index = index
-        self.scheduler = scheduler
-        self.kv = kv
-        self.wake: simpy.Event | None = None
-        self.outstanding = 0
-        self.unused_integral = 0.0
-        # Set by the accelerated stepping while a merged stretch runs (arrivals may cut it).
-        self.merging = False
-        self.run_ends: list[float] = []  # the merged stretch's step end times timed so far
-        self.run_joins: list[float] = []  # when requests joined the waiting queue during it
-        self.num_recovering = 0  # preempted requests not yet back where they were
-        self.proc = None
-        # Overlap scheduling: the next step's batch is formed when a step starts, so
-        # requests arriving while the replica is busy wait one more step ("pending").
-        self.busy = False
-        self.pending: list[tuple[float, Request]] = []  # (arrival at the replica, request)
-        self.last_step_start = 0.0  # start of the last step that ran (of a merged run: its last step)
-        self.frontend_done = 0.0  # when the frontend has streamed every token emitted so far
-
-
 class Simulation:
     """One run: ``Simulation(deployment, specs).run()`` → :class:`RunResult`
     in the reference mode; ``stepping=`` a faster variant (see the module
@@ -151,13 +124,22 @@ class Simulation:
         self.env = Environment()
         self.cost = dep.cost_model
         self.overheads = dep.overheads
-        self.replicas = []
-        for i in range(cfg.num_replicas):
-            kv = dep.make_kv_manager()
-            self.replicas.append(Replica(i, dep.make_scheduler(kv), kv))
         # Reserved-but-unused KV is the contiguous baseline's metric; O(batch) a step.
         self.recorder = Recorder(cfg.frontend_token_s, cfg.kv_allocation == "contiguous")
-        self.traffic = Traffic(self.env, specs, self.replicas, cfg, seed, self.send, self.recorder,
+        self.disagg = None
+        if dep.disagg is None:
+            self.replicas = []
+            for i in range(cfg.num_replicas):
+                kv = dep.make_kv_manager()
+                self.replicas.append(Replica(i, dep.make_scheduler(kv), kv, dep))
+            routed, send = self.replicas, self.send
+        else:  # prefill and decode pools (sim/engine/disagg.py); the router picks a prefill worker
+            if stepping is not None:
+                raise ValueError("a disaggregated run uses the reference stepping (exact_steps)")
+            self.disagg = DisaggregatedServing(self, dep.disagg, seed)
+            self.replicas = self.disagg.replicas
+            routed, send = self.disagg.prefill_replicas, self.disagg.send
+        self.traffic = Traffic(self.env, specs, routed, cfg, seed, send, self.recorder,
                                progress=progress, progress_every=progress_every)
         self.recorder.on_done = self.traffic.on_done
         self.num_events = 0
@@ -202,11 +184,12 @@ class Simulation:
         env = self.env
         sched = rep.scheduler
         kv = rep.kv
-        step_time_s = self.cost.step_time_s
+        step_time_s = rep.cost.step_time_s
         rec = self.recorder
         step_append = rec.step_cols.append
-        overheads = self.overheads
-        lag = self.dep.cfg.overlap_scheduling
+        overheads = rep.overheads
+        lag = rep.lag
+        finish = rep.on_finish if rep.on_finish is not None else rec.finish
         stepping = self.stepping
         while True:
             if not sched.has_unfinished_requests() and not rep.pending:
@@ -239,7 +222,13 @@ class Simulation:
                     # round; the next schedule() goes on without it.
                     rec.preempted(rep, out.preempted, start)
                 elif not flushed:
-                    self._unstick(rep)
+                    if self.disagg is not None and self.disagg.waits_for_kv(rep):
+                        # blocks held for KV transfers come back when they end
+                        rep.wake = env.event()
+                        yield rep.wake
+                        rep.wake = None
+                    else:
+                        self._unstick(rep)
                 continue
             rep.busy = lag
             if out.preempted:
@@ -273,7 +262,7 @@ class Simulation:
             rec.tokens_emitted(emitted, start, now, seen, now)
             if rep.num_recovering:
                 rec.recovered(rep, out.scheduled, now)
-            rec.finish(rep, finished, now, seen)
+            finish(rep, finished, now, seen)
 
     def _unstick(self, rep: Replica) -> None:
         """Nothing could be scheduled although requests are waiting: on an idle
@@ -318,6 +307,9 @@ class Simulation:
         req = rec.req_cols.to_numpy()
         order = np.argsort(req["request_id"], kind="stable")
         req = {k: v[order] for k, v in req.items()}
+        steps = rec.step_cols.to_numpy(copy=False)
+        if self.disagg is not None:
+            req, steps = self.disagg.finish_columns(req, steps)
         self._check_conservation(req)
         num_events = self.num_events + self.traffic.num_events
         num_steps = self.num_steps
@@ -325,7 +317,7 @@ class Simulation:
             num_events += self.stepping.num_events
             num_steps += self.stepping.num_steps
         return RunResult(
-            requests=req, steps=rec.step_cols.to_numpy(copy=False), itl=rec.itl.arrays(copy=False),
+            requests=req, steps=steps, itl=rec.itl.arrays(copy=False),
             rejected_reasons=rec.reasons, num_events=num_events, num_steps=num_steps,
             sim_time_s=env.now, kv_reserved_unused_fraction=(total / busy) if busy > 0 else math.nan,
         )
@@ -334,6 +326,8 @@ class Simulation:
         n = len(self.specs)
         if req["request_id"].size != n:
             raise RuntimeError(f"request conservation violated: {n} sent, {req['request_id'].size} recorded")
+        if self.disagg is not None:
+            self.disagg.check_conservation(req)
         for rep in self.replicas:
             if rep.kv.num_free_blocks != rep.kv.num_usable_blocks:
                 raise RuntimeError(f"replica {rep.index}: KV blocks leaked "

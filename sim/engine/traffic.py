@@ -114,7 +114,7 @@ class Traffic:
                        s.prefix_chunk_tokens, client_id, i < self.num_warmup)
 
     def route(self, req: Request):
-        """The replica for ``req`` by ``router`` (a ``sim.engine.simulation.Replica``)."""
+        """The replica for ``req`` by ``router`` (a ``sim.engine.replica.Replica``)."""
         reps = self.replicas
         if len(reps) == 1:
             return reps[0]

@@ -87,6 +87,17 @@ class Interconnect(_Strict):
     max_gpus: int = Field(default=8, ge=1, le=MAX_UNITS)
 
 
+class Network(_Strict):
+    """The scale-out network between nodes, per GPU: each GPU's own NIC (rail-
+    optimised HGX/DGX nodes have one per GPU, e.g. ConnectX-7 400 Gb/s on DGX
+    H100). Used by disaggregated serving's KV transfer between nodes
+    (``sim/engine/kv_transfer.py``)."""
+    name: str
+    #: per GPU, per direction
+    bandwidth_bytes_per_s: float = Field(ge=LINK_BANDWIDTH_RANGE[0], le=LINK_BANDWIDTH_RANGE[1])
+    latency_s: float = Field(ge=0, le=MAX_FIXED_COST_S)  #: one-way latency of a transfer (RDMA)
+
+
 class HardwareProfile(_Strict):
     """One GPU. ``memory_bytes`` is the device memory CUDA reports as total
     (what vLLM multiplies by ``gpu_memory_utilization``)."""
@@ -97,6 +108,8 @@ class HardwareProfile(_Strict):
     peak_flops_per_s: PeakFlops
     num_sms: int = Field(ge=1, le=MAX_UNITS)  #: SMs (NVIDIA) or CUs (AMD)
     interconnect: Interconnect
+    #: per-GPU NIC to other nodes (optional: needed only by disaggregated serving across nodes)
+    network: Network | None = None
     efficiency: SerializeAsAny[EfficiencyBase]
     price_per_gpu_hour_usd: float = Field(ge=0, le=MAX_PRICE_USD)
     provenance: dict[str, str]
@@ -121,6 +134,8 @@ class HardwareProfile(_Strict):
     @model_validator(mode="after")
     def _check_provenance(self) -> HardwareProfile:
         missing = [k for k in PROVENANCE_KEYS if not self.provenance.get(k)]
+        if self.network is not None and not self.provenance.get("network"):
+            missing.append("network")
         if missing:
             raise ValueError(f"provenance: missing source for {', '.join(missing)}")
         return self

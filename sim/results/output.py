@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.results.run_result import RunResult
-from sim.results.metrics import STATUS_FINISHED, request_latencies
+from sim.results.metrics import REQUEST_COLUMNS, STATUS_FINISHED, request_latencies
 
 REQUEST_CSV_COLUMNS = (
     "request_id", "replica", "arrival_time_s", "first_scheduled_time_s", "first_token_time_s",
@@ -48,6 +48,10 @@ def request_columns(result: RunResult) -> dict[str, np.ndarray]:
     cols["status"] = np.where(done, "finished", "rejected")
     cols["reason"] = np.array([result.rejected_reasons.get(i, "") for i in r["request_id"].tolist()], dtype=object)
     cols["is_warmup"] = r["is_warmup"].astype(bool)
+    for c in r:  # a disaggregated run's own columns (sim/engine/disagg.py), after the standard ones
+        if c not in REQUEST_COLUMNS and c not in cols:
+            v = r[c]
+            cols[c] = v.astype(np.int64) if c.endswith("_worker") and not np.isnan(v).any() else v
     return cols
 
 

@@ -92,6 +92,7 @@ import numpy as np
 from sim.workload.client_phase import CLIENT_PHASE_SPREAD, PHASE_KEY, check_phase_spread, disperse_client_phases
 from sim.errors import ConfigError, InfeasibleError, ServesimError, require_file
 from sim.presets import PRESETS
+from sim.validate.disagg_rows import NotSimulable, disagg_pools, disagg_row_overrides, is_disagg
 
 #: Mean client think time (s): benchmark client processing + localhost round trip.
 CLIENT_THINK_TIME_S = 0.002
@@ -242,12 +243,19 @@ def simulate_row(row: dict, opts: ValidateOptions) -> dict[str, Any]:
     t0 = time.perf_counter()
     out: dict[str, Any] = {"pred_ttft_ms": math.nan, "pred_tpot_ms": math.nan, "status": "ok", "reason": ""}
     try:
-        cfg = build_config(overrides=row_overrides(row, opts))
+        if is_disagg(row):  # its pools as deployed (sim/validate/disagg_rows.py)
+            pools = disagg_pools(row)
+            ov = disagg_row_overrides(row, row_overrides({**row, "tp_size": 1}, opts), pools)
+        else:
+            ov = row_overrides(row, opts)
+        cfg = build_config(overrides=ov)
         dep = build_deployment(cfg)
         specs = generate_requests(cfg.workload, seed=cfg.seed, max_model_len=dep.limits.max_model_len)
         specs = disperse_client_phases(specs, cfg.workload.max_concurrency or 0, row_phase_spread(row, opts),
                                        cfg.seed)
         res = make_simulation(dep, specs).run()
+    except NotSimulable as e:
+        out.update(status="not_simulable", reason=str(e))
     except InfeasibleError as e:
         out.update(status="infeasible", reason=str(e))
     except (ServesimError, ValueError) as e:
@@ -357,4 +365,6 @@ def skipped_row_warnings(csv_path: str | Path, skipped: list[dict[str, Any]]) ->
 def group_label(row) -> str:
     """A measured row's group in reports: model, system, backend and TP."""
     model = str(row["model_path"]).split("/")[-1]
+    if is_disagg(row):
+        return f"{model} {row['system']} {row['backend']} disagg"
     return f"{model} {row['system']} {row['backend']} tp{int(float(row['tp_size']))}"
