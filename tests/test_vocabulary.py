@@ -119,8 +119,13 @@ def test_every_config_key_is_a_kebab_flag(key):
     else:
         want = values.get(key, 0.001)
         args = [flag, str(want)]
+    if key == "disaggregation":  # a mapping: YAML flow style on the command line
+        args = [flag, "{num_prefill_workers: 1, num_decode_workers: 2}"]
     cfg = build_config(set_args=flag_args_to_set(args + extra, {}, bools)[1::2])
-    assert getattr(cfg, key) == want
+    if key == "disaggregation":
+        assert (cfg.disaggregation.num_prefill_workers, cfg.disaggregation.num_decode_workers) == (1, 2)
+    else:
+        assert getattr(cfg, key) == want
 
 
 def test_no_form_of_a_boolean_flag():
