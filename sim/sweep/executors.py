@@ -4,7 +4,7 @@ results store; the ``local`` (process pool) and ``ray`` executors.
 A row holds ``point_id``, the axis values, ``status`` (``ok`` / ``infeasible`` /
 ``failed``), ``reason``, every scalar summary metric (``summary.json`` keys), the
 stability columns of :mod:`sim.results.stability`, the point's whole resolved config as
-``config.<key>`` (scalar keys, as ``comparison.csv``), ``num_gpus`` (TP × replicas),
+``config.<key>`` (scalar keys, as ``comparison.csv``), ``num_gpus`` (TP × DP × replicas),
 ``price_per_gpu_hour_usd``, ``cost_per_hour_usd`` and
 ``usd_per_million_output_tokens`` = cost per hour / (output_throughput · 3600 s) · 1e6.
 
@@ -61,7 +61,7 @@ def cost_columns(cfg: SimConfig | None, output_throughput: float | None) -> dict
            "usd_per_million_output_tokens": math.nan}
     if cfg is None:
         return out
-    out["num_gpus"] = cfg.tensor_parallel_size * cfg.num_replicas
+    out["num_gpus"] = cfg.tensor_parallel_size * cfg.data_parallel_size * cfg.num_replicas
     try:
         from sim.hardware.profile import get_hardware
 
