@@ -142,16 +142,30 @@ def _precision(cfg: dict[str, Any], engine: str, launch: Launch) -> tuple[str, l
     return model, flags
 
 
+def _replicas_note(la: Launch, cfg: dict[str, Any]) -> None:
+    """``num_replicas`` independent copies of the command (each its own GPUs) behind a load balancer."""
+    n = cfg.get("num_replicas", 1)
+    if n > 1:
+        la.notes.append(f"{n} replicas: run this command {n} times (each on its own GPUs) behind a load balancer "
+                        f"(simulated router {cfg.get('router')!r})")
+
+
 def _vllm(cfg: dict[str, Any]) -> Launch:
     la = Launch("vllm", [])
     la.problems = _common_problems(cfg, "vllm", _VLLM_MODES)
     model, qflags = _precision(cfg, "vllm", la)
     a = ["vllm", "serve", model, "--tensor-parallel-size", str(cfg["tensor_parallel_size"])]
-    if cfg.get("num_replicas", 1) > 1:
-        a += ["--data-parallel-size", str(cfg["num_replicas"])]
+    dp, reps = cfg.get("data_parallel_size", 1), cfg.get("num_replicas", 1)
+    if dp > 1:
+        a += ["--data-parallel-size", str(dp)]
+        _replicas_note(la, cfg)
+    elif reps > 1:  # independent replicas: vLLM's data parallelism of whole engines
+        a += ["--data-parallel-size", str(reps)]
         if cfg.get("router") != "least_outstanding_requests":
             la.notes.append(f"simulated router {cfg.get('router')!r}; vLLM's data-parallel balancer sends each "
                             "request to the least loaded engine")
+    if cfg.get("enable_expert_parallel"):
+        a += ["--enable-expert-parallel"]
     a += ["--max-num-seqs", str(cfg["max_num_seqs"]), "--max-num-batched-tokens", str(cfg["max_num_batched_tokens"]),
           "--max-model-len", str(cfg["max_model_len"]),
           "--gpu-memory-utilization", f"{cfg['gpu_memory_utilization']:g}", "--block-size", str(cfg["block_size"])]
@@ -174,8 +188,14 @@ def _sglang(cfg: dict[str, Any]) -> Launch:
     la.problems = _common_problems(cfg, "sglang", _SGLANG_MODES)
     model, qflags = _precision(cfg, "sglang", la)
     a = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp", str(cfg["tensor_parallel_size"])]
-    if cfg.get("num_replicas", 1) > 1:
-        a += ["--dp", str(cfg["num_replicas"])]
+    dp, reps = cfg.get("data_parallel_size", 1), cfg.get("num_replicas", 1)
+    if dp > 1:
+        a += ["--dp", str(dp), "--enable-dp-attention"]
+        _replicas_note(la, cfg)
+    elif reps > 1:
+        a += ["--dp", str(reps)]
+    if cfg.get("moe_ep_size"):
+        a += ["--ep-size", str(cfg["moe_ep_size"])]
     chunk = cfg["max_num_batched_tokens"] if _SGLANG_MODES.get(cfg["scheduler"], True) else -1
     a += ["--max-running-requests", str(cfg["max_num_seqs"]), "--chunked-prefill-size", str(chunk)]
     if cfg.get("max_prefill_tokens"):
@@ -200,9 +220,10 @@ def _trtllm(cfg: dict[str, Any]) -> Launch:
     la = Launch("trtllm", [])
     la.problems = _common_problems(cfg, "trtllm", _TRTLLM_MODES)
     model, _ = _precision(cfg, "trtllm", la)
-    if cfg.get("num_replicas", 1) > 1:
-        la.notes.append(f"{cfg['num_replicas']} replicas: run this command {cfg['num_replicas']} times (one per "
-                        f"{cfg['tensor_parallel_size']} GPU(s)) behind a load balancer ({cfg.get('router')})")
+    _replicas_note(la, cfg)
+    if cfg.get("data_parallel_size", 1) > 1:
+        la.problems.append(f"data_parallel_size {cfg['data_parallel_size']}: TensorRT-LLM's attention DP "
+                           "(enable_attention_dp) runs DP = tp_size ranks; not written here")
     if cfg.get("policy") == "priority":
         la.problems.append("policy 'priority' has no TensorRT-LLM capacity scheduler equivalent")
     a = ["trtllm-serve", model, "--backend", "pytorch", "--tp_size", str(cfg["tensor_parallel_size"]),

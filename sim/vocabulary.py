@@ -97,9 +97,8 @@ ALIASES: tuple[Alias, ...] = (
     Alias("scheduling_policy", "policy", "vllm", VLLM_ARGS, "queue order: fcfs, priority"),
     Alias("async_scheduling", "overlap_scheduling", "vllm", VLLM_ARGS,
           "host scheduling overlapped with the GPU step (the next batch formed when a step starts)"),
-    Alias("data_parallel_size", "num_replicas", "vllm", VLLM_ARGS,
-          "engine replicas (the router stays `router`, round_robin by default; vLLM's own DP balancer "
-          "picks the least loaded: add router least_outstanding_requests)", flags=("-dp",)),
+    Alias("dp", "data_parallel_size", "vllm / sglang", f"{VLLM_ARGS}; {SGLANG_ARGS}",
+          "data-parallel ranks (vLLM's short -dp, SGLang's --dp)", flags=("-dp",)),
     Alias("tp", "tensor_parallel_size", "vllm / sglang", f"{VLLM_ARGS}; {SGLANG_ARGS}",
           "tensor-parallel GPUs (vLLM's short -tp, SGLang's --tp)", flags=("-tp",)),
     # ---- vllm bench serve (client side: the workload)
@@ -131,7 +130,8 @@ ALIASES: tuple[Alias, ...] = (
     Alias("context_length", "max_model_len", "sglang", SGLANG_ARGS, "longest sequence (prompt + output)"),
     Alias("tp_size", "tensor_parallel_size", "sglang / trtllm", f"{SGLANG_ARGS}; {TRTLLM_SERVE}",
           "tensor-parallel GPUs", flags=("--tp_size",)),
-    Alias("dp_size", "num_replicas", "sglang", SGLANG_ARGS, "engine replicas", flags=("--dp",)),
+    Alias("dp_size", "data_parallel_size", "sglang", SGLANG_ARGS, "data-parallel ranks"),
+    Alias("ep_size", "moe_ep_size", "sglang", SGLANG_ARGS, "expert-parallel ranks"),
     # ---- TensorRT-LLM (trtllm-serve flags, LLM API YAML)
     Alias("max_num_tokens", "max_num_batched_tokens", "trtllm", f"{TRTLLM_SERVE}; {TRTLLM_API}",
           "tokens of one iteration", flags=("--max_num_tokens",)),
@@ -145,6 +145,10 @@ ALIASES: tuple[Alias, ...] = (
     Alias("kv_cache_free_gpu_memory_fraction", "gpu_memory_utilization", "trtllm", TRTLLM_SERVE,
           "as free_gpu_memory_fraction", flags=("--kv_cache_free_gpu_memory_fraction",),
           requires={"kv_memory_rule": ("free_fraction",)}),
+    Alias("moe_expert_parallel_size", "moe_ep_size", "trtllm", TRTLLM_API, "expert-parallel ranks",
+          flags=("--moe_expert_parallel_size", "--ep_size")),
+    Alias("moe_tensor_parallel_size", "moe_tp_size", "trtllm", TRTLLM_API, "expert tensor-parallel ranks",
+          flags=("--moe_tensor_parallel_size",)),
     Alias("tokens_per_block", "block_size", "trtllm", TRTLLM_API, "tokens per KV block",
           flags=("--tokens_per_block",)),
     Alias("enable_block_reuse", "enable_prefix_caching", "trtllm", TRTLLM_API, "KV block reuse (prefix caching)",

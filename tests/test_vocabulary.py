@@ -23,7 +23,7 @@ CASES = [
     # vLLM
     ("scheduling_policy", "priority", {}, "policy", "priority"),
     ("async_scheduling", True, {}, "overlap_scheduling", True),
-    ("data_parallel_size", 3, {}, "num_replicas", 3),
+    ("dp", 3, {}, "data_parallel_size", 3),
     ("tp", 2, {}, "tensor_parallel_size", 2),
     # vllm bench serve
     ("num_prompts", 123, {}, "workload.num_requests", 123),
@@ -41,7 +41,10 @@ CASES = [
     ("schedule_policy", "fcfs", {}, "policy", "fcfs"),
     ("context_length", 4096, {}, "max_model_len", 4096),
     ("tp_size", 4, {}, "tensor_parallel_size", 4),
-    ("dp_size", 2, {}, "num_replicas", 2),
+    ("dp_size", 2, {}, "data_parallel_size", 2),
+    ("ep_size", 2, {}, "moe_ep_size", 2),
+    ("moe_expert_parallel_size", 4, {}, "moe_ep_size", 4),
+    ("moe_tensor_parallel_size", 2, {}, "moe_tp_size", 2),
     # TensorRT-LLM
     ("max_num_tokens", 3072, {}, "max_num_batched_tokens", 3072),
     ("max_batch_size", 96, {}, "max_num_seqs", 96),
@@ -107,7 +110,7 @@ def test_every_config_key_is_a_kebab_flag(key):
               "block_size": 32, "tensor_parallel_size": 2, "num_replicas": 3, "max_num_seqs": 7,
               "max_num_batched_tokens": 4096, "max_model_len": 4096, "long_prefill_token_threshold": 64,
               "max_prefill_tokens": 1024, "gpu_memory_utilization": 0.8, "num_gpu_blocks_override": 500,
-              "watermark": 0.01, "seed": 5}
+              "watermark": 0.01, "seed": 5, "data_parallel_size": 2, "moe_ep_size": 2, "moe_tp_size": 1}
     bools = config_keys()
     extra: list[str] = []
     if key in ("client_think_time_s", "client_start_spread_s"):
