@@ -60,6 +60,9 @@ class SimConfig(BaseModel):
     hardware: str = "h100_sxm"
     # A preset of defaults for the keys below (sim/presets/); explicit keys win.
     engine: Literal[tuple(PRESETS)] | None = None  # type: ignore[valid-type]
+    # The engine's release (e.g. "0.12.0"): selects its documented behaviour changes
+    # (sim/presets/versions.py); None = the preset's newest modelled release.
+    engine_version: str | None = Field(default=None, max_length=64)
 
     # Scheduler (vLLM names; ``vllm/config/scheduler.py``)
     scheduler: str = "chunked"

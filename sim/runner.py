@@ -17,7 +17,9 @@ from sim.results.bench import bench_header
 from sim.errors import ConfigError, InfeasibleError
 from sim.results.run_result import RunResult
 from sim.results.metrics import PERCENTILE_METRICS, summarize
+from sim.results.intervals import summary_intervals
 from sim.results.pools import pool_summary
+from sim.results.warnings import ground_warnings
 from sim.workload import RequestSpecs, generate_requests
 
 log = logging.getLogger(__name__)
@@ -109,6 +111,9 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
     summary["weight_precision"] = normalize_quantization(dep.cfg.quantization or dep.model.quantization,
                                                          dep.model.dtype)
     summary["servesim_version"] = __version__
+    summary["warnings"] = ground_warnings(dep.cfg, dep.hardware, dep.model, summary)
+    # the nominal 80 % interval of the mean TTFT / TPOT from cross-validated residuals
+    summary.update(summary_intervals(dep.cfg.engine, summary))
     measured = len(specs) - specs.num_warmup
     summary = {**bench_header(summary["config"], measured), **summary}
     return RunOutput(summary, result, dep, specs, wall)

@@ -145,6 +145,11 @@ def run(
 
         write_trace(trace, res.result, res.summary)
     print_run_summary(res.summary, res.deployment)
+    sm = res.summary
+    if "mean_ttft_ms_lo" in sm and "mean_tpot_ms_lo" in sm:
+        typer.echo(f"80 % interval from cross-validated residuals (reports/validation): mean TTFT "
+                   f"{sm['mean_ttft_ms_lo']:,.1f}-{sm['mean_ttft_ms_hi']:,.1f} ms, mean TPOT "
+                   f"{sm['mean_tpot_ms_lo']:,.2f}-{sm['mean_tpot_ms_hi']:,.2f} ms")
     reasons = res.result.rejected_reasons
     if reasons:
         rid = min(reasons)

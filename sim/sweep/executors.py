@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterable
 
 from sim.config import SimConfig
 from sim.errors import ConfigError, InfeasibleError
+from sim.results.warnings import WARNING_SEP
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,8 @@ def run_point(cfg: SimConfig, goodput: dict[str, float] | None = None) -> tuple[
     else:
         result = res.result
         row.update({k: v for k, v in res.summary.items() if _scalar(v)})
+        # outside the known ground (sim/results/warnings.py::ground_warnings), one cell
+        row["warnings"] = WARNING_SEP.join(res.summary.get("warnings") or [])
         row.update(assess_stability(res.result.requests, res.result.steps))
         # the point's whole deployment, as compare's comparison.csv: not only the swept keys
         row.update({f"config.{k}": v for k, v in res.summary["config"].items() if _scalar(v)})
