@@ -293,6 +293,8 @@ def draw_config(r: random.Random, *, max_requests: int = 200, traces: bool = Tru
                 wl["workload.burstiness"] = r.choice([0.1, 0.3, 0.5, 2.0, 4.0])
             if arrival != "inf" and r.random() < 0.1:  # both: whichever ends first
                 wl["workload.duration_s"] = _r(n / wl["workload.request_rate"] * r.choice([0.5, 2.0]))
+            if arrival != "inf" and r.random() < 0.25:  # the rate gated by a concurrency cap (vllm bench serve)
+                wl["workload.max_concurrency"] = r.choice([1, 2, 4, 8, 16, 64])
         if r.random() < 0.3:
             wl["workload.shared_prefix"] = {"fraction": r.choice([0.3, 0.7, 1.0]),
                                             "num_prefixes": r.randint(1, 4),

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WALL_FIELDS = ("wall_time_s", "sim_requests_per_wall_s")
+WALL_FIELDS = ("wall_time_s", "sim_requests_per_wall_s", "date")
 
 _BASE = {"model": "llama-3.1-8b", "hardware": "h100_sxm", "seed": 3,
          "workload.arrival": "poisson", "workload.request_rate": 8.0, "workload.num_requests": 300,

@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-WALL_FIELDS = ("wall_time_s", "sim_requests_per_wall_s")
+WALL_FIELDS = ("wall_time_s", "sim_requests_per_wall_s", "date")
 
 _BASE = {"model": "llama-3.1-8b", "hardware": "h100_sxm", "seed": 0, "engine": "trtllm", "max_model_len": 6144}
 _LOGN = {"dist": "lognormal", "mean": 600, "sigma": 0.8, "min": 8, "max": 4096}

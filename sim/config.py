@@ -27,6 +27,7 @@ from sim.disaggregation import POOL_KEYS, DisaggregationConfig
 from sim.errors import ConfigError, require_file
 from sim.presets import PRESETS, apply_preset, get_preset
 from sim.schema import reject_bool_numbers
+from sim.vocabulary import canonicalize, check_requirements, lookup
 from sim.workload.config import WorkloadConfig
 from sim.yaml_io import safe_load_unique
 
@@ -186,13 +187,20 @@ class SimConfig(BaseModel):
         if self.disaggregation is not None and "num_replicas" in self.model_fields_set and self.num_replicas != 1:
             raise ValueError(f"num_replicas = {self.num_replicas} conflicts with disaggregation: the workers are "
                              "disaggregation.num_prefill_workers and num_decode_workers; drop num_replicas")
-        if self.workload.max_concurrency is None:
+        wl = self.workload
+        if wl.max_concurrency is None or not wl.is_infinite_rate():
             for key in ("client_think_time_s", "client_start_spread_s"):
                 if getattr(self, key) > 0:  # no preset sets them: the user did, expecting an effect
+                    if wl.max_concurrency is None:
+                        why = ("this workload is open loop (requests are sent at their arrival times)", 
+                               "set workload.max_concurrency")
+                    else:
+                        why = (f"with workload.request_rate {wl.request_rate:g} the requests arrive at that rate "
+                               "and wait for one of the max_concurrency slots (as vllm bench serve)",
+                               "drop workload.request_rate for a closed loop")
                     raise ValueError(f"{key} = {getattr(self, key)!r} applies to closed-loop clients "
-                                     "(workload.max_concurrency), but this workload is open loop (requests "
-                                     "are sent at their arrival times), where it has no effect; set "
-                                     f"workload.max_concurrency, or drop {key}")
+                                     f"(workload.max_concurrency without a request rate), but {why[0]}, where it "
+                                     f"has no effect; {why[1]}, or drop {key}")
         return self
 
 
@@ -330,6 +338,31 @@ def set_dotted(d: dict, key: str, value: Any) -> None:
         cur[last] = merged
         return
     cur[last] = value
+
+
+def config_keys() -> dict[str, bool]:
+    """The top-level config keys (``workload`` aside) → whether each is a boolean
+    (a command-line flag without a value: ``--enable-prefix-caching``)."""
+    return {k: "bool" in str(f.annotation).lower() for k, f in SimConfig.model_fields.items() if k != "workload"}
+
+
+def canonical_keys(d: dict, source: str, used: list | None = None) -> dict:
+    """A config mapping with every spelling of :mod:`sim.vocabulary` (kebab case,
+    vLLM / ``vllm bench serve`` / SGLang / TensorRT-LLM aliases) as servesim's key,
+    the keys of a nested ``workload:`` mapping in snake case; ConfigError when two
+    spellings of one key disagree. ``used`` collects the aliases given (for
+    :func:`sim.vocabulary.check_requirements`)."""
+    items = []
+    for k, v in d.items():
+        if k == "workload" and isinstance(v, dict):
+            inner, _ = canonicalize([(f"workload.{k2}" if isinstance(k2, str) else k2, v2)
+                                     for k2, v2 in v.items()], source, {})
+            v = {(k2.removeprefix("workload.") if isinstance(k2, str) else k2): v2 for k2, v2 in inner.items()}
+        items.append((k, v))
+    out, aliases = canonicalize(items, source, config_keys())
+    if used is not None:
+        used.extend(aliases)
+    return out
 
 
 def _valid_keys() -> list[str]:
@@ -484,8 +517,10 @@ def build_config(
 
     data: dict = {}
     wl: dict = {}  # raw workload keys, merged in order; names are expanded at the end
+    used: list = []  # the engine aliases given (sim.vocabulary), checked once the config is valid
     if config_file is not None:
-        file_data = _flatten_dotted(read_yaml(config_file), str(config_file))
+        file_data = _flatten_dotted(canonical_keys(read_yaml(config_file), str(config_file), used),
+                                    str(config_file))
         check_known_keys(file_data, str(config_file))
         file_relative_paths(file_data, Path(config_file).parent, str(config_file))
         wl = absolute_paths(_workload_mapping(file_data.pop("workload", None), str(config_file)),
@@ -502,19 +537,32 @@ def build_config(
     for k, v in (overrides or {}).items():
         if v is not None:
             set_dotted(flat, k, v)
+    given_items: list[tuple[str, Any, str]] = []
     for item in set_args or []:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected key=value (e.g. workload.request_rate=4)")
         k, v = item.split("=", 1)
         if not v.strip():
-            raise ConfigError(f"--set {item!r}: no value after '='; give one (e.g. {k.strip()}=4), or leave "
-                              "the key out to keep its default")
-        key, value = k.strip(), parse_value(v.strip())
+            flag = k.strip().startswith("--")
+            where, after, eg = ((k.strip(), "", f"{k.strip()} 4") if flag
+                                else (f"--set {item!r}", " after '='", f"{k.strip()}=4"))
+            raise ConfigError(f"{where}: no value{after}; give one (e.g. {eg}), "
+                              "or leave the key out to keep its default")
+        given_items.append((k.strip(), parse_value(v.strip()), v.strip()))
+    canon, aliases = canonicalize([(k, v) for k, v, _ in given_items], set_src, config_keys())
+    used.extend(aliases)
+    raw_text = {}
+    for k, _, text in given_items:
+        hit = lookup(k, config_keys())
+        raw_text[hit[0] if hit else k] = (k, text)
+    for key, value in canon.items():
+        spelled, text = raw_text.get(key, (key, str(value)))
+        v = text
         if workload is not None and key in ("workload", "workload.name") and value != workload:
-            raise ConfigError(f"--set {key}={v.strip()} conflicts with --workload {workload}; give one of them")
+            raise ConfigError(f"{_spelled(spelled, v)} conflicts with --workload {workload}; give one of them")
         given = (overrides or {}).get(key)
         if given is not None and given != value:  # e.g. --scheduler continuous --set scheduler=mixed
-            raise ConfigError(f"--set {key}={v.strip()} conflicts with --{key.replace('_', '-')} {given}; "
+            raise ConfigError(f"{_spelled(spelled, v)} conflicts with --{key.replace('_', '-')} {given}; "
                               "give one of them")
         set_dotted(flat, key, value)
     check_known_keys(flat, set_src)
@@ -530,11 +578,17 @@ def build_config(
         if name_src is None or str(e).startswith(f"{name_src}:"):
             raise
         raise ConfigError(f"{name_src}: {e}") from None
+    _closed_loop_default(wl, data["workload"])
     try:
         cfg = SimConfig.model_validate(data)
     except ValidationError as e:
         src = str(config_file) if config_file else set_src
-        raise ConfigError(format_validation_error(e, src)) from None
+        msg = format_validation_error(e, src)
+        for key, (spelled, text) in raw_text.items():  # a key given as a flag: name the flag
+            if spelled.startswith("-"):
+                msg = msg.replace(f"{set_src}: {key}: ", f"{spelled} {text}: ")
+        raise ConfigError(msg) from None
+    check_requirements(cfg, used, None)
     sources: dict[str, str] = {}
     if config_file is not None:
         sources.update({k: str(config_file) for k in file_data})
@@ -566,3 +620,23 @@ def locate_error(cfg: SimConfig, message: str) -> str:
     if src is None or message.startswith(src):
         return message
     return f"{src}: {message}"
+
+
+def _closed_loop_default(given: dict, resolved: Any) -> None:
+    """``max_concurrency`` given without a request rate is a closed loop, as
+    ``vllm bench serve --max-concurrency C`` is with its default ``--request-rate inf``:
+    the rate a built-in workload carries is dropped (set to inf) rather than gating
+    arrivals at it. Given together (``--request-rate 4 --max-concurrency 16``) both
+    apply (:mod:`sim.engine.traffic`). ``given``: the workload keys the user gave
+    (file, ``--set``, flags); ``resolved``: the expanded workload mapping (changed here)."""
+    if (not isinstance(resolved, dict) or given.get("max_concurrency") is None or "request_rate" in given
+            or "arrival" in given or resolved.get("trace") is not None or resolved.get("num_requests") is None):
+        return
+    rate = resolved.get("request_rate")
+    if isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate):
+        resolved["request_rate"] = math.inf
+
+
+def _spelled(spelling: str, text: str) -> str:
+    """How the user gave a key: ``--max-num-seqs 64`` (a flag) or ``--set key=64``."""
+    return f"{spelling} {text}" if spelling.startswith("--") else f"--set {spelling}={text}"

@@ -12,9 +12,11 @@ from sim.accelerated import AcceleratedStepping
 from sim.config import SimConfig, locate_error
 from sim.engine.deployment import Deployment, build_deployment
 from sim.engine.simulation import Simulation
+from sim.model_spec import normalize_quantization
+from sim.results.bench import bench_header
 from sim.errors import ConfigError, InfeasibleError
 from sim.results.run_result import RunResult
-from sim.results.metrics import summarize
+from sim.results.metrics import PERCENTILE_METRICS, summarize
 from sim.results.intervals import summary_intervals
 from sim.results.pools import pool_summary
 from sim.results.warnings import ground_warnings
@@ -50,8 +52,14 @@ def make_simulation(dep: Deployment, specs: RequestSpecs, *, progress=None) -> S
 
 
 def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, specs: RequestSpecs | None = None,
-                   progress=None) -> RunOutput:
-    """Raises ConfigError / InfeasibleError before simulating when the config is bad."""
+                   progress=None, percentiles: tuple[float, ...] = (),
+                   percentile_metrics: tuple[str, ...] = PERCENTILE_METRICS) -> RunOutput:
+    """Raises ConfigError / InfeasibleError before simulating when the config is bad.
+
+    The summary starts with ``vllm bench serve --save-result``'s keys
+    (:func:`sim.results.bench.bench_header`: ``date``, ``backend``, ``model_id``,
+    ``num_prompts``, ``request_rate``, ...); ``percentiles`` (``--metric-percentiles``)
+    add ``p{P}_{metric}_ms`` keys for ``percentile_metrics``."""
     try:
         dep = build_deployment(cfg)
         if specs is None:
@@ -70,7 +78,8 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
              result.num_steps, result.num_events)
     summary = summarize(result.requests, result.steps, result.itl, goodput=goodput,
                         num_gpu_blocks=dep.sizing.num_gpu_blocks,
-                        kv_reserved_unused_fraction=result.kv_reserved_unused_fraction)
+                        kv_reserved_unused_fraction=result.kv_reserved_unused_fraction,
+                        percentiles=percentiles, percentile_metrics=percentile_metrics)
     if dep.disagg is not None:
         pools = dep.disagg
         summary.update(pool_summary(result.requests, result.steps, duration=summary["duration"],
@@ -98,8 +107,13 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
     wl = summary["config"]["workload"]
     # the named workload's keys, under its name (the expansion consumed workload.name)
     wl["name"] = wl.pop("expanded_from") or wl["name"]
+    # the weights' precision the cost model used: quantization, else the checkpoint's, else dtype
+    summary["weight_precision"] = normalize_quantization(dep.cfg.quantization or dep.model.quantization,
+                                                         dep.model.dtype)
     summary["servesim_version"] = __version__
     summary["warnings"] = ground_warnings(dep.cfg, dep.hardware, dep.model, summary)
     # the nominal 80 % interval of the mean TTFT / TPOT from cross-validated residuals
     summary.update(summary_intervals(dep.cfg.engine, summary))
+    measured = len(specs) - specs.num_warmup
+    summary = {**bench_header(summary["config"], measured), **summary}
     return RunOutput(summary, result, dep, specs, wall)

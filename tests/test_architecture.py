@@ -23,8 +23,8 @@ SIM = ROOT / "sim"
 #: lowest first; a package (or top-level module) of ``sim`` per entry
 LAYERS = [
     {"__init__", "errors", "paths", "schema", "yaml_io"},
-    {"request", "model_spec", "hardware", "presets"},
-    {"workload", "config", "disaggregation"},
+    {"request", "model_spec", "hardware", "presets", "vocabulary"},
+    {"workload", "config", "disaggregation", "launch"},
     {"cost_model", "kv_cache"},
     {"scheduler", "results"},
     {"engine"},

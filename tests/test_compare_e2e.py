@@ -3,6 +3,8 @@ numbers of real engine runs (llama-3.1-8b on h100_sxm)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -120,3 +122,28 @@ def test_compare_into_an_earlier_comparison_removes_its_stale_variants(tmp_path)
     assert not (out / "static").exists()  # only the comparison's own files were there
     assert sorted(p.name for p in (out / "continuous").iterdir()) == ["mine.txt"]  # kept, with a note
     assert (out / "chunked" / "summary.json").is_file()
+
+
+def test_compare_writes_the_winners_launch_command(tmp_path):
+    """launch.sh: the variant winning the most metrics that its engine runs as simulated,
+    in its engine's flags with the simulated values (kebab flags and aliases set the base)."""
+    from typer.testing import CliRunner
+
+    from sim.cli.main import app
+
+    trace = write_trace(tmp_path / "t.csv", [(0.05 * i, 200, 30) for i in range(40)])
+    out = tmp_path / "cmp"
+    r = CliRunner().invoke(app, [
+        "compare", "--model", "llama-3.1-8b", "--hardware", "h100_sxm", "--quiet", "--out", str(out),
+        "--set", f"workload.trace={trace}", "--set", "workload.trace_format=generic",
+        "--set", "workload.columns={arrival: arrival_s, input: input, output: output}",
+        "--max-num-seqs", "48", "--max-model-len", "4096",
+        "--variant", "small max-num-batched-tokens=512", "--variant", "big max_num_tokens=4096"])
+    assert r.exit_code == 0, r.output
+    sh = (out / "launch.sh").read_text()
+    report = (out / "report.md").read_text()
+    winner = re.search(r"## Launch command of the winner \((\w+), vllm\)", report).group(1)
+    tokens = {"small": "512", "big": "4096"}[winner]
+    assert f"--max-num-batched-tokens {tokens}" in sh and "--max-num-seqs 48" in sh and "--max-model-len 4096" in sh
+    assert "vllm serve meta-llama/Llama-3.1-8B-Instruct" in sh and "NOT the simulated" not in sh
+    assert f"launch command of the winner, {winner}" in r.output

@@ -118,7 +118,7 @@ def test_bool_in_a_workload_yaml_is_not_a_number(tmp_path):
 @pytest.mark.parametrize("key", ["client_think_time_s", "client_start_spread_s"])
 def test_client_keys_in_open_loop_are_errors(key):
     with pytest.raises(ConfigError, match=rf"{key} = 2.0 applies to closed-loop clients "
-                                          r"\(workload.max_concurrency\).*no effect"):
+                                          r"\(workload.max_concurrency without a request rate\).*no effect"):
         build_config(set_args=[f"{key}=2"])
     cfg = build_config(set_args=[f"{key}=2", "workload.max_concurrency=4"])
     assert getattr(cfg, key) == 2.0

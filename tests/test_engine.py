@@ -23,6 +23,8 @@ def cfg_for(**kw):
             "max_num_seqs": 8, "workload.arrival": "constant", "workload.request_rate": 1.0,
             "workload.num_requests": 1, "workload.input_len": {"dist": "fixed", "value": 100},
             "workload.output_len": {"dist": "fixed", "value": 5}}
+    if "workload.max_concurrency" in kw and "workload.request_rate" not in kw and "workload.arrival" not in kw:
+        base["workload.arrival"] = "inf"  # closed-loop clients (a request rate with the cap gates arrivals)
     base.update(kw)
     return build_config(overrides=base)
 
@@ -83,7 +85,7 @@ def test_littles_law_from_engine_step_counts():
 
 def test_closed_loop_concurrency_and_throughput():
     C = 4
-    cfg = cfg_for(**{"workload.max_concurrency": C, "workload.num_requests": 200,
+    cfg = cfg_for(**{"workload.max_concurrency": C, "workload.num_requests": 200, "workload.arrival": "inf",
                      "workload.input_len": {"dist": "fixed", "value": 40},
                      "workload.output_len": {"dist": "fixed", "value": 20}})
     sim, res, _ = simulate(cfg)
@@ -213,7 +215,7 @@ def test_closed_loop_clients_rejected_on_the_spot_send_again_without_recursion()
     """Every request is rejected at once (prompt + max_tokens > max_model_len):
     each client sends its next request immediately, 500 times over, in a loop
     (it used to recurse one call deeper per rejection: RecursionError)."""
-    _, res, _ = simulate(cfg_for(**{"workload.max_concurrency": 4, "workload.num_requests": 500,
+    _, res, _ = simulate(cfg_for(**{"workload.max_concurrency": 4, "workload.num_requests": 500, "workload.arrival": "inf",
                                     "max_model_len": 1024, "workload.input_len": {"dist": "fixed", "value": 2000},
                                     "workload.output_len": {"dist": "fixed", "value": 10}}))
     assert res.requests["request_id"].size == 500

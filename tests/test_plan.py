@@ -410,3 +410,31 @@ def test_plan_refuses_an_unknown_model_or_hardware_and_empty_lists(tmp_path):
 
     with pytest.raises(ConfigError, match="a latency cap of 0 can never be met"):
         parse_slos(["p99_ttft_ms=0"])
+
+
+def test_cli_plan_price_override_and_launch_command(tmp_path, monkeypatch):
+    """--price replaces the profile's $/GPU-hour; the answer's launch command is printed
+    and written (launch.sh) with the winner's settings and replica count."""
+    import typer
+    from typer.testing import CliRunner
+
+    from sim.cli.sweep import plan
+
+    monkeypatch.setattr(plan_mod, "simulate", fake_simulate)
+    app = typer.Typer()
+    app.command()(plan)
+    app.command()(lambda: None)
+    r = CliRunner().invoke(app, [
+        "plan", "--model", MODEL, "--hardware", GPU, "--tp", "1", "--slo", "p99_ttft_ms=500",
+        "--target-rate", "10", "--set", "max_model_len=1024", "--price", f"{GPU}=1.5", "--out", str(tmp_path),
+        "--workers", "1", "--quiet"])
+    assert r.exit_code == 0, r.output
+    table = pd.read_csv(tmp_path / "plan.csv")
+    assert list(table["price_per_gpu_hour_usd"]) == [1.5] and list(table["cost_per_hour_usd"]) == [4.5]
+    assert "$4.50/hour" in r.output
+    sh = (tmp_path / "launch.sh").read_text()
+    assert "vllm serve" in sh and "--data-parallel-size 3" in sh and "--max-model-len 1024" in sh
+    assert "launch command (vllm;" in r.output and "## Launch command (vllm)" in (tmp_path / "plan.md").read_text()
+    bad = CliRunner().invoke(app, ["plan", "--model", MODEL, "--hardware", GPU, "--slo", "p99_ttft_ms=500",
+                                   "--price", "h200_sxm=3", "--out", str(tmp_path / "b"), "--quiet"])
+    assert "h200_sxm is not a candidate GPU of this plan" in str(bad.exception)

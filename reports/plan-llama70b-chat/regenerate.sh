@@ -8,7 +8,7 @@ SERVESIM="${SERVESIM:-python -m sim}"
 rm -rf "$OUT/sweep" "$OUT/latency_vs_load"   # start fresh: a re-run would otherwise resume (skip every point)
 $SERVESIM sweep "$OUT/sweep.yaml" --out "$OUT/sweep" --quiet
 $SERVESIM plan --model llama-3.1-70b --workload chat \
-  --hardware h100_sxm,h200_sxm --tp 2,4,8 --scheduler chunked,continuous \
+  --hardware h100_sxm,h200_sxm --tp 2,4,8 --scheduler chunked,mixed \
   --slo p99_ttft_ms=1000 --slo p99_tpot_ms=60 --target-rate 20 \
   --set max_model_len=8192 --set workload.num_requests=800 --set workload.num_warmup_requests=100 \
   --out "$OUT" --quiet

@@ -63,12 +63,34 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
     }
     context = {k: v for k, v in context.items() if v not in (None, "")}
     title = f"Policy comparison: {cfg['model']} on {cfg['hardware']}"
-    report = write_compare_report(out, variants, title=title, context=context)
+    from sim.compare.winners import ranked_by_wins
+    from sim.launch import launch_command, write_launch
+
+    # the variant winning the most metrics that its engine can run as simulated; else the top one,
+    # its launch command saying what does not match
+    ranked = ranked_by_wins(variants)
+    launches = {n: launch_command(results[n][0]["config"]) for n, _ in ranked}
+    wins = dict(ranked)
+    winner = next((n for n, _ in ranked if not launches[n].problems), ranked[0][0] if ranked else None)
+    launch = (winner, launches[winner]) if winner is not None else None
+    more = [n for n, w in ranked if w > wins.get(winner, 0)]
+    if launch is not None and more:
+        launch[1].notes.insert(0, f"{winner} is the variant winning the most metrics that its engine can run as "
+                                  f"simulated; {', '.join(more)} won more but {launches[more[0]].problems[0]}")
+    if launch is not None:
+        write_launch(out, launch[1])
+    else:
+        for f in ("launch.sh", "extra-llm-api-options.yaml"):
+            (out / f).unlink(missing_ok=True)
+    report = write_compare_report(out, variants, title=title, context=context, launch=launch)
     (out / "variants.json").write_text(json.dumps(json_safe({n: s["config"] for n, (s, _) in results.items()}),
                                                    indent=2) + "\n")
     print_compare_table({n: s for n, (s, _) in results.items()})
     for w in workload_warnings(first):  # every variant saw the same request stream
         print(f"warning: {w}", file=sys.stderr)
+    if launch is not None:
+        print(f"launch command of the winner, {launch[0]} ({launch[1].engine}; {out}/launch.sh):")
+        print(launch[1].text().rstrip("\n"))
     print(f"report: {report} (one page with the figures: {report.with_suffix('.html')})")
     return report
 

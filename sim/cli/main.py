@@ -15,6 +15,7 @@ from typing import List, Optional
 import typer
 
 from sim.cli.common import DEFAULT_COMPARE_WORKLOAD, ensure_out_dir
+from sim.cli.vocab import FLAGS_EPILOG, VocabCommand
 from sim.errors import Interrupted, ServesimError
 
 app = typer.Typer(
@@ -66,7 +67,7 @@ def _check_config_arg(config: Optional[Path]) -> None:
                             f"or quote them together, e.g. --goodput 'ttft:500 tpot:50'")
 
 
-@app.command()
+@app.command(cls=VocabCommand, epilog=FLAGS_EPILOG)
 def run(
     config: Optional[Path] = typer.Argument(None, help="YAML config file (flat vLLM-named keys; see README)."),
     model: Optional[str] = typer.Option(None, help="Model preset or HF id (e.g. llama-3.1-8b) or path to config.json."),
@@ -81,6 +82,20 @@ def run(
     trace: Optional[Path] = typer.Option(None, "--trace", help="Also write the engine steps as a Chrome / Perfetto "
                                          "trace (JSON) to this file: open it in https://ui.perfetto.dev."),
     quiet: bool = typer.Option(False, help="No progress bar."),
+    save_result: bool = typer.Option(False, "--save-result", help="Also write vllm bench serve's result JSON "
+                                     "(every key it writes, servesim's beside) to --result-dir / --result-filename."),
+    save_detailed: bool = typer.Option(False, "--save-detailed", help="With --save-result: the per-request lists "
+                                       "(input_lens, output_lens, ttfts, latencies, start_times, errors)."),
+    result_dir: Optional[Path] = typer.Option(None, help="Folder of the --save-result file (default: the current folder, as vllm bench serve)."),
+    result_filename: Optional[str] = typer.Option(None, help="Name of the --save-result file (default: vllm bench "
+                                                  "serve's LABEL-RATEqps[-concurrencyC]-MODEL-DATE.json)."),
+    label: Optional[str] = typer.Option(None, help="The result's label (default: the backend, 'servesim')."),
+    metadata: Optional[List[str]] = typer.Option(None, help="KEY=VALUE pairs written as top-level keys of the result "
+                                                 "JSON (e.g. --metadata version=0.3.3 tp=1)."),
+    metric_percentiles: Optional[str] = typer.Option(None, help="Comma-separated percentiles reported as "
+                                                     "p{P}_{metric}_ms, e.g. 95,99.9 (servesim's p90/p99 are always there)."),
+    percentile_metrics: Optional[str] = typer.Option(None, help="Comma-separated metrics for --metric-percentiles: "
+                                                     "ttft,tpot,itl,e2el (default: all four)."),
 ) -> None:
     """Simulate one deployment and workload; print the vllm-bench-style summary and write results."""
     from sim.config import build_config
@@ -90,15 +105,41 @@ def run(
     from sim.results.warnings import workload_warnings
     from sim.runner import run_simulation
 
+    from sim.results.bench import bench_header, detailed_lists, parse_metadata
+    from sim.results.metrics import parse_percentile_metrics, parse_percentiles
+
     _check_config_arg(config)
     slos = parse_goodput(goodput)
+    pcts, pct_metrics = parse_percentiles(metric_percentiles), parse_percentile_metrics(percentile_metrics)
+    meta = parse_metadata(metadata)
+    if (save_detailed or result_dir or result_filename) and not save_result:
+        opt = "--save-detailed" if save_detailed else "--result-dir" if result_dir else "--result-filename"
+        raise ServesimError(f"{opt} applies to the --save-result file; add --save-result")
+    if result_filename is not None and (not result_filename.strip() or "/" in result_filename):
+        raise ServesimError(f"--result-filename {result_filename!r}: give a file name (the folder is --result-dir)")
     cfg = build_config(config, _overrides(model=model, hardware=hardware, scheduler=scheduler, seed=seed,
                                           exact_steps=exact_steps or None), set_, workload)
     ensure_out_dir(out)
     _check_trace_path(trace)
+    if result_dir is not None:
+        ensure_out_dir(result_dir, "--result-dir")
     with _progress_bar(quiet) as progress:
-        res = run_simulation(cfg, goodput=slos, progress=progress)
+        res = run_simulation(cfg, goodput=slos, progress=progress, percentiles=pcts, percentile_metrics=pct_metrics)
+    if label is not None or meta:  # the header again, with the label and metadata (same date)
+        head = bench_header(res.summary["config"], res.summary["num_prompts"], label=label, metadata=meta,
+                            date=res.summary["date"])
+        res.summary = {**head, **{k: v for k, v in res.summary.items() if k not in head}}
     write_results(out, res.summary, res.result)
+    if save_result:
+        import json
+
+        from sim.results.output import json_safe
+
+        doc = dict(res.summary)
+        if save_detailed:
+            doc.update(detailed_lists(res.result.requests, res.result.rejected_reasons))
+        path = (result_dir or Path(".")) / (result_filename or result_filename_default(res.summary))
+        path.write_text(json.dumps(json_safe(doc), default=str))
     if trace is not None:
         from sim.results.trace import write_trace
 
@@ -121,6 +162,8 @@ def run(
     for w in workload_warnings(res.summary):
         typer.echo(f"warning: {w}", err=True)
     typer.echo(f"results written to {out}/ (summary.json, requests.csv, steps.csv)")
+    if save_result:
+        typer.echo(f"vllm bench serve result JSON: {path}")
     if trace is not None:
         typer.echo(f"trace written to {trace} (open in https://ui.perfetto.dev)")
     if reasons and not res.summary["completed"]:
@@ -137,7 +180,13 @@ def _check_trace_path(trace: Optional[Path]) -> None:
         raise ServesimError(f"--trace {trace}: {trace.parent} is a file, not a folder")
 
 
-@app.command()
+def result_filename_default(summary: dict) -> str:
+    from sim.results.bench import result_filename
+
+    return result_filename(summary)
+
+
+@app.command(cls=VocabCommand, epilog=FLAGS_EPILOG)
 def compare(
     config: Optional[Path] = typer.Argument(None, help="YAML config file with the base config."),
     schedulers: Optional[str] = typer.Option(None, help="Comma-separated batching modes to compare, one variant each "
@@ -166,7 +215,7 @@ def compare(
                 workers=workers, quiet=quiet)
 
 
-@app.command()
+@app.command(cls=VocabCommand, epilog=FLAGS_EPILOG)
 def kv(
     config: Optional[Path] = typer.Argument(None, help="YAML config file."),
     model: Optional[str] = typer.Option(None, help="Model preset, HF id or config.json path."),
@@ -217,8 +266,11 @@ def _register_late_commands() -> None:
     from sim.cli.sweep import plan, sweep
     from sim.cli.validate import validate
 
+    from sim.cli.vocab import flags
+
     app.command()(sweep)
-    app.command()(plan)
+    app.command(cls=VocabCommand, epilog=FLAGS_EPILOG)(plan)
+    app.command()(flags)
     app.command(name="validate")(validate)
     app.command()(calibrate)
 

@@ -93,6 +93,9 @@ def plan(
     target_rate: Optional[float] = typer.Option(None, help="Request rate to serve (req/s): find the cheapest configuration."),
     start_rate: Optional[float] = typer.Option(None, help="First rate tried per replica (default: the workload's request_rate)."),
     rel_tol: float = typer.Option(0.05, help="Bisection stops when the bracket is within this fraction of the rate."),
+    price: Optional[List[str]] = typer.Option(None, help="$/GPU-hour of a GPU, replacing its profile's "
+                                                         "price_per_gpu_hour_usd: GPU=USD (repeatable, or "
+                                                         "comma-separated), e.g. --price h100_sxm=2.49."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
     seed: Optional[int] = typer.Option(None, help="Seed of every run."),
     out: Path = typer.Option(Path("runs/plan"), help="Output folder: plan.md, plan.csv, results.csv, figures."),
@@ -104,7 +107,7 @@ def plan(
     """Find, per candidate, the highest request rate within the SLOs and the cheapest configuration for a target rate."""
     from sim.config import build_config, check_known_keys, parse_value, set_dotted
     from sim.results.metrics import parse_goodput
-    from sim.sweep.plan import PlanSettings, check_vary_values, make_candidates, parse_slos
+    from sim.sweep.plan import PlanSettings, check_vary_values, make_candidates, parse_prices, parse_slos
     from sim.sweep.plan_report import answer_line, run_plan
     from sim.sweep.spec import check_names
 
@@ -160,7 +163,12 @@ def plan(
             raise ConfigError(f"{opt}: must be a finite rate > 0 req/s, got {rate}")
     if reps and min(reps) < 1:
         raise ConfigError(f"--replicas: counts must be >= 1, got {replicas}")
-    settings = PlanSettings(slos, gp, target_rate, reps, max_replicas, start_rate, rel_tol)
+    prices = parse_prices(price)
+    unknown = sorted(set(prices) - {c.overrides["hardware"] for c in cands})
+    if unknown:
+        raise ConfigError(f"--price {unknown[0]}=...: {unknown[0]} is not a candidate GPU of this plan "
+                          f"({', '.join(dict.fromkeys(c.overrides['hardware'] for c in cands))})")
+    settings = PlanSettings(slos, gp, target_rate, reps, max_replicas, start_rate, rel_tol, prices=prices or None)
     wl = base.workload
     n_req = wl.num_requests if wl.num_requests is not None else "the trace's requests"
     trace_desc = f"trace {wl.trace}" + (f" (its lengths; {wl.arrival} arrivals)" if wl.arrival else "")
@@ -183,6 +191,10 @@ def plan(
     for r in table[table["status"] != "ok"].itertuples():  # why, on screen too (not only in plan.md)
         typer.echo(f"  {r.candidate} ({r.status}): {r.reason}")
     typer.echo(answer_line(table, settings))
+    launch = table.attrs.get("launch")
+    if launch is not None:
+        typer.echo(f"launch command ({launch.engine}; {out}/launch.sh):")
+        typer.echo(launch.text().rstrip("\n"))
     typer.echo(f"report: {out}/plan.md (one page with the figures: {out}/report.html)")
 
 

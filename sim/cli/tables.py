@@ -39,12 +39,17 @@ def print_run_summary(s: dict, dep) -> None:
     rows = [
         ("Successful requests", s["completed"]),
         ("Rejected requests", s["num_rejected"]),
+        *((("Maximum request concurrency", s["max_concurrency"]),) if s.get("max_concurrency") is not None else ()),
+        *((("Request rate configured (RPS)", float(s["request_rate"])),)
+          if s.get("request_rate") not in (None, "inf") else ()),
         ("Benchmark duration (s)", s["duration"]),
         ("Total input tokens", s["total_input_tokens"]),
         ("Total generated tokens", s["total_output_tokens"]),
         ("Request throughput (req/s)", s["request_throughput"]),
         ("Request goodput (req/s)", s["request_goodput"]),
         ("Output token throughput (tok/s)", s["output_throughput"]),
+        ("Peak output token throughput (tok/s)", s.get("max_output_tokens_per_s")),
+        ("Peak concurrent requests", s.get("max_concurrent_requests")),
         ("Total token throughput (tok/s)", s["total_token_throughput"]),
     ]
     for r in rows:
@@ -52,6 +57,11 @@ def print_run_summary(s: dict, dep) -> None:
     for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL")):
         t.add_row(f"{label} mean / median / p99 (ms)",
                   " / ".join(_fmt(s[f"{p}_{key}_ms"]) for p in ("mean", "median", "p99")))
+        extra = [k for k in s if k.startswith("p") and k.endswith(f"_{key}_ms")
+                 and k not in (f"p90_{key}_ms", f"p99_{key}_ms")]
+        if extra:  # --metric-percentiles
+            t.add_row(f"{label} " + " / ".join(k.split("_")[0] for k in extra) + " (ms)",
+                      " / ".join(_fmt(s[k]) for k in extra))
     t.add_row("Queue time mean / p99 (ms)", f"{_fmt(s['mean_queue_ms'])} / {_fmt(s['p99_queue_ms'])}")
     t.add_row("Preemptions", _fmt(s["num_preemptions"]))
     t.add_row("Prefix cache hit rate", _fmt(s["prefix_cache_hit_rate"], 3))

@@ -183,8 +183,22 @@ def _diagnosis_section(variants: dict[str, VariantData]) -> list[str]:
     return out
 
 
+def _launch_lines(name: str, launch) -> list[str]:
+    """``report.md``'s launch command of the winner (a :class:`sim.launch.Launch`)."""
+    out = [f"## Launch command of the winner ({name}, {launch.engine})", "",
+           "Every value as simulated (hardware-dependent defaults resolved); also in `launch.sh`"
+           + (" and `extra-llm-api-options.yaml`" if launch.yaml is not None else "") + ".", ""]
+    out += [f"**Not what was simulated**: {p}." for p in launch.problems]
+    out += [f"Note: {n}." for n in launch.notes]
+    if launch.problems or launch.notes:
+        out.append("")
+    if launch.yaml is not None:
+        out += ["```yaml", launch.yaml.rstrip("\n"), "```", ""]
+    return out + ["```bash", launch.shell(), "```", ""]
+
+
 def write_compare_report(out_dir: str | Path, variants: dict[str, VariantData], *, title: str,
-                         context: dict | None = None) -> Path:
+                         context: dict | None = None, launch: tuple[str, object] | None = None) -> Path:
     """Write ``comparison.csv``, the five PNG figures, ``report.md`` and
     ``report.html`` (the same, figures inlined: one self-contained page) into
     ``out_dir`` (created if needed); returns the path of ``report.md``.
@@ -210,6 +224,8 @@ def write_compare_report(out_dir: str | Path, variants: dict[str, VariantData], 
     winners = compare_winners(variants)
     if winners:
         lines += ["## What wins", ""] + [f"- {w}" for w in winners] + [""]
+    if launch is not None:
+        lines += _launch_lines(*launch)
     lines += _diagnosis_section(variants)
     lines += ["## Figures", ""]
     for fname, (head, what) in CAPTIONS.items():

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.config import SimConfig, check_known_keys, parse_value, set_dotted, read_yaml
+from sim.config import SimConfig, canonical_keys, check_known_keys, parse_value, set_dotted, read_yaml
 from sim.errors import ConfigError, InfeasibleError, require_file
 
 
@@ -28,6 +28,8 @@ class Variant:
     overrides: dict[str, Any] = field(default_factory=dict)
     #: where it was defined (``--variants FILE``, ``--variant``, ``--schedulers``): errors name it
     source: str = "--variant"
+    #: engine aliases it was given with (sim.vocabulary), checked on the variant's config
+    aliases: list = field(default_factory=list)
 
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
@@ -60,15 +62,19 @@ def parse_variant(text: str) -> Variant:
     parts = text.split()
     if not parts or "=" in parts[0]:
         raise ConfigError(f"--variant {text!r}: expected 'NAME key=value ...' (the name comes first)")
-    overrides: dict[str, Any] = {}
+    given: dict[str, Any] = {}
     for p in parts[1:]:
         if "=" not in p:
             raise ConfigError(f"--variant {text!r}: {p!r} is not key=value")
         k, v = p.split("=", 1)
-        set_dotted(overrides, k, parse_value(v))
+        given[k] = parse_value(v)
+    used: list = []
+    overrides: dict[str, Any] = {}
+    for k, v in canonical_keys(given, f"--variant {parts[0]}", used).items():  # kebab case and aliases too
+        set_dotted(overrides, k, v)
     check_known_keys(overrides, f"--variant {parts[0]}")
     _check_variant(parts[0], overrides, "--variant")
-    return Variant(parts[0], overrides)
+    return Variant(parts[0], overrides, aliases=used)
 
 
 def load_variants_file(path: str | Path) -> list[Variant]:
@@ -86,11 +92,12 @@ def variants_from_mapping(data, source: str, label: str | None = None) -> list[V
         if not isinstance(ov, dict):
             raise ConfigError(f"{source}: variant {name!r} must map config keys to values, got {ov!r}")
         flat: dict[str, Any] = {}
-        for k, v in ov.items():
+        used: list = []
+        for k, v in canonical_keys({str(k): v for k, v in ov.items()}, f"{source}: variant {name}", used).items():
             set_dotted(flat, str(k), v)
         check_known_keys(flat, f"{source}: variant {name}")
         _check_variant(str(name), flat, source)
-        out.append(Variant(str(name), flat, label or source))
+        out.append(Variant(str(name), flat, label or source, used))
     return out
 
 
@@ -139,10 +146,13 @@ def apply_variant(base: SimConfig, v: Variant) -> SimConfig:
 
     from sim.config import format_validation_error
 
+    from sim.vocabulary import check_requirements
+
     try:
         cfg = SimConfig.model_validate(data)
     except ValidationError as e:
         raise ConfigError(format_validation_error(e, f"{v.source}: variant {v.name}")) from None
+    check_requirements(cfg, v.aliases, f"{v.source}: variant {v.name}")
     flat: dict[str, Any] = {}
     for k, val in v.overrides.items():
         flat.update({f"workload.{w}": val for w in val} if k == "workload" and isinstance(val, dict) else {k: val})

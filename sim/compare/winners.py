@@ -32,8 +32,30 @@ def compare_winners(variants: dict[str, VariantData]) -> list[str]:
     """Sentences, one per metric, naming the winner with its value and how many
     times better it is than each other variant; ties within 2 % are said so;
     then an overall tally. Empty for fewer than two variants."""
+    return _ranking(variants)[0]
+
+
+def ranked_by_wins(variants: dict[str, VariantData]) -> list[tuple[str, int]]:
+    """(variant, metrics won outright by :func:`compare_winners`), most first; equals
+    keep the comparison's order."""
+    wins = _ranking(variants)[1]
+    return sorted(wins.items(), key=lambda kv: -kv[1])
+
+
+def overall_winner(variants: dict[str, VariantData]) -> str | None:
+    """The variant that wins the most metrics of :func:`compare_winners` (the first
+    in the comparison's order among equals); the only variant of a one-variant
+    comparison; None when no variant wins a metric outright."""
+    if len(variants) == 1:
+        return next(iter(variants))
+    wins = _ranking(variants)[1]
+    best = max(wins.values(), default=0)
+    return next((n for n, c in wins.items() if c == best), None) if best > 0 else None
+
+
+def _ranking(variants: dict[str, VariantData]) -> tuple[list[str], dict[str, int]]:
     if len(variants) < 2:
-        return []
+        return [], {n: 0 for n in variants}
     lines, wins = [], {n: 0 for n in variants}
     # Latencies of a variant that rejected many requests cover only the ones it
     # served: it is not ranked on them (throughput still shows the loss).
@@ -72,7 +94,7 @@ def compare_winners(variants: dict[str, VariantData]) -> list[str]:
     tally = sorted(((c, n) for n, c in wins.items() if c), reverse=True)
     if tally:
         lines.append("Overall: " + ", ".join(f"{n} wins {c} of {num_metrics} metrics" for c, n in tally) + ".")
-    return lines
+    return lines, wins
 
 
 def _better_ratio(best: float, other: float, higher: bool) -> float:

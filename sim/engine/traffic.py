@@ -1,5 +1,15 @@
 """The traffic side of a simulation: open-loop arrivals, closed-loop clients,
-the serving frontend's ingress delay and the router. :class:`Traffic` hands
+arrivals gated by a concurrency cap, the serving frontend's ingress delay and the router.
+
+``workload.max_concurrency`` = C is ``vllm bench serve --max-concurrency``: an
+``asyncio.Semaphore(C)`` around each request (``vllm/benchmarks/serve.py::benchmark``,
+``limited_request_func``). With a finite ``request_rate`` both apply (**gated**):
+requests arrive at their arrival times, and each is sent when one of the C slots
+is free (at once, or when an earlier request's client has its last token, in
+arrival order: the semaphore's FIFO wake-up); the send time starts its TTFT, as
+vLLM's ``start_time`` is taken inside the semaphore. With the rate infinite
+(every request arriving at t = 0) that is the **closed loop** of C clients, which
+keeps its own process (client think times and start spread apply there only). :class:`Traffic` hands
 each request to the :class:`~sim.engine.simulation.Simulation` (``send``),
 which owns the replicas and the event loop."""
 
@@ -42,6 +52,11 @@ class Traffic:
         self.frontend_s = cfg.frontend_latency_s
         self.client_start_spread_s = cfg.client_start_spread_s
         self.max_concurrency = cfg.workload.max_concurrency
+        # rate and concurrency cap together (vllm bench serve's semaphore): see the module docstring
+        self.gated = self.max_concurrency is not None and not cfg.workload.is_infinite_rate()
+        self.in_flight = 0  # gated: requests sent and not yet seen done by their client
+        self._backlog: deque[int] = deque()  # gated: arrived, waiting for a slot (arrival order)
+        self._pumping = False
         self.num_warmup = min(cfg.workload.num_warmup_requests or 0, len(specs))
         self.progress = progress
         self.progress_every = progress_every
@@ -60,7 +75,7 @@ class Traffic:
     def start(self) -> None:
         """Start the arrival process (open loop) or the clients (closed loop)."""
         env = self.env
-        if self.max_concurrency is None:
+        if self.max_concurrency is None or self.gated:
             env.process(self._arrivals())
             return
         spread = self.client_start_spread_s
@@ -156,7 +171,11 @@ class Traffic:
                 if self.num_arrived != i:
                     continue
             self.num_arrived = i + 1
-            self._ingress(self._make_request(i, env.now))
+            if self.gated:
+                self._backlog.append(i)
+                self._pump()
+            else:
+                self._ingress(self._make_request(i, env.now))
 
     def send_inline(self, rep, end: float, hold: list | None = None) -> None:
         """Send, without events, the open-loop requests that reach the router at
@@ -200,8 +219,35 @@ class Traffic:
         self.num_done += 1
         if self.progress is not None and self.num_done % self.progress_every == 0:
             self.progress(self.num_done)
-        if self.max_concurrency is not None:
+        if self.gated:
+            if delay > 0.0:  # the slot is free when the client has the last token
+                ev = self.env.traffic_timeout(delay)
+                ev.callbacks.append(self._release)
+            else:
+                self._release()
+        elif self.max_concurrency is not None:
             self._client_turn(req.client_id, delay)
+
+    def _release(self, _ev=None) -> None:
+        """Gated: a slot is free; the longest-waiting arrival takes it."""
+        if _ev is not None:
+            self.num_events += 1
+        self.in_flight -= 1
+        self._pump()
+
+    def _pump(self) -> None:
+        """Gated: send waiting arrivals while slots are free, in a loop rather than by
+        recursion (a send rejected on the spot frees its slot inside ``_ingress``)."""
+        if self._pumping:
+            return
+        self._pumping = True
+        try:
+            while self._backlog and self.in_flight < self.max_concurrency:
+                i = self._backlog.popleft()
+                self.in_flight += 1
+                self._ingress(self._make_request(i, self.env.now))
+        finally:
+            self._pumping = False
 
     def _client_turn(self, client_id: int, delay: float = 0.0) -> None:
         """The client's next send: ``delay`` (its last token still streaming)

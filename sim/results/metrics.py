@@ -212,15 +212,119 @@ def parse_goodput(items: list[str] | None) -> dict[str, float]:
     return slos
 
 
+#: the metrics ``--percentile-metrics`` selects from (``vllm bench serve``'s, for generation)
+PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+def percentile_word(p: float) -> str:
+    """``vllm bench serve``'s key word for a percentile: 99 -> "99", 99.9 -> "99.9"."""
+    return str(int(p)) if int(p) == p else str(p)
+
+
+def parse_percentiles(text: str | None) -> tuple[float, ...]:
+    """``--metric-percentiles 95,99.9`` → (95.0, 99.9); ConfigError naming the value."""
+    from sim.errors import ConfigError
+
+    if text is None:
+        return ()
+    out = []
+    for part in text.replace(" ", ",").split(","):
+        if not part:
+            continue
+        try:
+            p = float(part)
+        except ValueError:
+            raise ConfigError(f"--metric-percentiles: {part!r} is not a number (e.g. 95,99.9)") from None
+        if not 0 <= p <= 100:
+            raise ConfigError(f"--metric-percentiles: {part!r} is not a percentile in [0, 100]")
+        if p not in out:
+            out.append(p)
+    if not out:
+        raise ConfigError(f"--metric-percentiles: {text!r} names no percentile (e.g. 95,99.9)")
+    return tuple(out)
+
+
+def parse_percentile_metrics(text: str | None) -> tuple[str, ...]:
+    """``--percentile-metrics ttft,itl`` → ("ttft", "itl"); ConfigError for others."""
+    from sim.errors import ConfigError
+
+    if text is None:
+        return PERCENTILE_METRICS
+    out = []
+    for part in text.replace(" ", ",").split(","):
+        if not part:
+            continue
+        if part not in PERCENTILE_METRICS:
+            raise ConfigError(f"--percentile-metrics: {part!r} is not one of {', '.join(PERCENTILE_METRICS)} "
+                              "(client_queue_time and e2el_including_client_queue are not reported)")
+        if part not in out:
+            out.append(part)
+    if not out:
+        raise ConfigError(f"--percentile-metrics: {text!r} names no metric")
+    return tuple(out)
+
+
+def _peaks(req: dict[str, np.ndarray], done: np.ndarray) -> tuple[float, int]:
+    """``vllm bench serve``'s ``max_output_tokens_per_s`` and ``max_concurrent_requests``
+    (``calculate_metrics``): output tokens counted in one-second buckets from the
+    first send of a finished request (a token at its arrival time at the client),
+    the largest count; and the most finished requests in flight at once (half-open
+    [send, last token) intervals, a finish before a send at a tie). servesim keeps
+    no per-token times: a request's first token is at ``first_token_time_s`` and its
+    other tokens evenly spaced up to ``finish_time_s`` (its TPOT apart), so the peak
+    is exact when its tokens are evenly spaced and within one or two tokens per
+    request in a bucket otherwise."""
+    if not done.any():
+        return 0.0, 0
+    start = req["arrival_time_s"][done]
+    first = req["first_token_time_s"][done]
+    finish = req["finish_time_s"][done]
+    n = req["num_output_tokens"][done].astype(np.int64)
+    t0 = float(start.min())
+    nb = int(np.ceil(float(finish.max()) - t0)) + 1
+    counts = np.zeros(nb, dtype=np.int64)
+    b_first = np.floor(first - t0).astype(np.int64)
+    np.add.at(counts, np.clip(b_first, 0, nb - 1), 1)
+    multi = n > 1
+    if multi.any():
+        f, e, m = first[multi], finish[multi], n[multi] - 1  # m tokens at f + k * gap, k = 1..m
+        gap = (e - f) / m
+        lo = np.floor(f - t0).astype(np.int64)
+        hi = np.floor(e - t0).astype(np.int64)
+        span = hi - lo + 1
+        # per request and bucket j in [lo, hi]: tokens with time < t0 + j + 1, minus those < t0 + j
+        rows = np.repeat(np.arange(m.size), span)
+        j = lo[rows] + (np.arange(rows.size) - np.repeat(np.cumsum(span) - span, span))
+
+        def below(t: np.ndarray) -> np.ndarray:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                k = np.where(gap[rows] > 0, np.ceil((t - f[rows]) / gap[rows]) - 1,
+                             np.where(t > f[rows], m[rows], 0))
+            return np.clip(k, 0, m[rows])
+
+        per = below(t0 + j + 1.0) - below(t0 + j.astype(np.float64))
+        np.add.at(counts, np.clip(j, 0, nb - 1), per.astype(np.int64))
+    events = np.concatenate([np.stack([start, np.ones(start.size)], 1), np.stack([finish, -np.ones(finish.size)], 1)])
+    events = events[np.lexsort((events[:, 1], events[:, 0]))]
+    peak = int(np.cumsum(events[:, 1]).max())
+    return float(counts.max()), peak
+
+
 def summarize(req: dict[str, np.ndarray], steps: dict[str, np.ndarray], itl: tuple[np.ndarray, np.ndarray],
               *, goodput: dict[str, float] | None = None, num_gpu_blocks: int = 0,
-              kv_reserved_unused_fraction: float = float("nan")) -> dict:
-    """The summary keys of ``summary.json`` (DESIGN "Outputs of a run")."""
+              kv_reserved_unused_fraction: float = float("nan"), percentiles: tuple[float, ...] = (),
+              percentile_metrics: tuple[str, ...] = PERCENTILE_METRICS) -> dict:
+    """The summary keys of ``summary.json`` (DESIGN "Outputs of a run"), with
+    ``vllm bench serve``'s ``failed``, ``max_output_tokens_per_s``,
+    ``max_concurrent_requests``, and ``p{P}_{metric}_ms`` for each of
+    ``percentiles`` (``--metric-percentiles``) of ``percentile_metrics``, beside
+    servesim's mean / median / std / p90 / p99 of every metric."""
     lat = request_latencies(req)
     measured = req["is_warmup"] == 0
     done = measured & (req["status"] == STATUS_FINISHED)
     n_done = int(done.sum())
-    out: dict = {"completed": n_done, "num_rejected": int((measured & (req["status"] == STATUS_REJECTED)).sum())}
+    n_rejected = int((measured & (req["status"] == STATUS_REJECTED)).sum())
+    out: dict = {"completed": n_done, "failed": n_rejected, "num_rejected": n_rejected}
     if n_done:
         t0 = float(req["arrival_time_s"][measured].min())
         t1 = float(req["finish_time_s"][done].max())
@@ -245,16 +349,30 @@ def summarize(req: dict[str, np.ndarray], steps: dict[str, np.ndarray], itl: tup
             v = np.where(np.isnan(v), 0.0, v)
         good &= v <= limit
     out["request_goodput"] = (int(good.sum()) / duration) if slos else None
+    extra = [p for p in percentiles if p not in (90, 99)]
     for key in ("ttft", "tpot", "e2el"):
         vals = lat[f"{key}_s"][done]
         vals = vals[~np.isnan(vals)]
         if key == "tpot" and n_done and not vals.size:
             vals = np.zeros(1)  # every request had one output token: vllm bench serve's np.mean(tpots or 0)
         out.update(_stats(key, vals))
+        if extra and key in percentile_metrics:
+            ms = vals * 1e3
+            for p in extra:
+                out[f"p{percentile_word(p)}_{key}_ms"] = float(np.percentile(ms, p)) if ms.size else float("nan")
     if n_done and itl[1].sum() <= 0:
         out.update(_stats("itl", np.zeros(1)))  # no second token anywhere: np.mean(itls or 0), as vLLM
+        itl_sample = (np.zeros(1), np.ones(1))
     else:
         out.update(_weighted_stats("itl", *itl))
+        itl_sample = itl
+    if extra and "itl" in percentile_metrics:
+        vals = weighted_percentiles(itl_sample[0] * 1e3, itl_sample[1], extra) if itl_sample[1].sum() > 0 \
+            else [float("nan")] * len(extra)
+        for p, v in zip(extra, vals):
+            out[f"p{percentile_word(p)}_itl_ms"] = v
+    out["max_output_tokens_per_s"], out["max_concurrent_requests"] = _peaks(req, done)
+    out["rtfx"] = 0.0  # vllm bench serve's inverse real-time factor of audio input: none here
     q = lat["queue_s"][done]
     out["mean_queue_ms"] = float(np.mean(q) * 1e3) if q.size else float("nan")
     out["p99_queue_ms"] = float(np.percentile(q, 99) * 1e3) if q.size else float("nan")

@@ -40,7 +40,7 @@ from sim.results.warnings import WARNING_SEP
 log = logging.getLogger(__name__)
 
 STATUSES = ("ok", "infeasible", "failed")
-WALL_COLUMNS = ("wall_time_s", "sim_requests_per_wall_s", "wall_s")  # differ run to run
+WALL_COLUMNS = ("wall_time_s", "sim_requests_per_wall_s", "wall_s", "date")  # differ run to run
 
 
 @dataclass

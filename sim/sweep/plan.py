@@ -274,6 +274,34 @@ class PlanSettings:
     start_rate: float | None = None  # default: the workload's request_rate, else 1
     rel_tol: float = 0.05
     verify_tries: int = 3
+    #: ``--price GPU=USD``: $/GPU-hour replacing the hardware profile's ``price_per_gpu_hour_usd``
+    prices: dict[str, float] | None = None
+
+
+def parse_prices(items: list[str] | None) -> dict[str, float]:
+    """``--price h100_sxm=2.49 --price h200_sxm=3.5`` (or comma-separated) → {GPU: $/GPU-hour};
+    ConfigError naming the item for a bad one. The GPU is a hardware profile name
+    (or the path the plan's ``--hardware`` names)."""
+    import math
+
+    from sim.hardware.profile import MAX_PRICE_USD
+
+    out: dict[str, float] = {}
+    for item in items or []:
+        for part in item.replace(",", " ").split():
+            gpu, sep, val = part.partition("=")
+            if not sep or not gpu.strip():
+                raise ConfigError(f"--price {part!r}: expected GPU=USD_PER_GPU_HOUR (e.g. --price h100_sxm=2.49)")
+            try:
+                usd = float(val.strip().lstrip("$").removesuffix("/h"))
+            except ValueError:
+                raise ConfigError(f"--price {part!r}: {val!r} is not a price in $ per GPU-hour") from None
+            if not (math.isfinite(usd) and 0 <= usd <= MAX_PRICE_USD):
+                raise ConfigError(f"--price {part!r}: the price must be in [0, {MAX_PRICE_USD:g}] $ per GPU-hour")
+            if gpu.strip() in out and out[gpu.strip()] != usd:
+                raise ConfigError(f"--price {part!r}: {gpu.strip()} is priced twice")
+            out[gpu.strip()] = usd
+    return out
 
 
 def _allowed_at_least(n: int, s: PlanSettings) -> list[int]:

@@ -33,9 +33,12 @@ def _plan_task(t: PlanTask) -> CandidatePlan:
     return plan_candidate(t.base, t.candidate, t.settings)
 
 
-def _price(c: Candidate) -> float:
+def _price(c: Candidate, prices: dict[str, float] | None = None) -> float:
+    """$/GPU-hour of the candidate's GPU: ``--price`` if given for it, else its profile's."""
     from sim.hardware.profile import get_hardware
 
+    if prices and c.overrides["hardware"] in prices:
+        return float(prices[c.overrides["hardware"]])
     try:
         p = get_hardware(c.overrides["hardware"]).price_per_gpu_hour_usd
     except Exception:
@@ -50,7 +53,7 @@ def plan_table(plans: list[CandidatePlan], s: PlanSettings):
     rows = []
     for p in plans:
         c, tp = p.candidate, int(p.candidate.overrides["tensor_parallel_size"])
-        price = _price(c)
+        price = _price(c, s.prices)
         row = {"candidate": c.name, **c.overrides, "status": p.status,
                "max_rate_per_replica": p.max_rate if p.status != "infeasible" else math.nan,
                "replicas": p.replicas or math.nan, "num_gpus": p.replicas * tp if p.replicas else math.nan,
@@ -161,7 +164,7 @@ def plan_headroom(plans: list[CandidatePlan]) -> list[str]:
 
 
 def plan_markdown(table, s: PlanSettings, context: dict, figures: list[str],
-                  warnings: list[str] | None = None) -> str:
+                  warnings: list[str] | None = None, launch=None) -> str:
     cols = ["rank", "candidate", "max_rate_per_replica", "replicas", "capacity_req_s", "num_gpus",
             "cost_per_hour_usd", "usd_per_million_output_tokens", "p99_ttft_ms", "p99_tpot_ms", "verified"]
     ok = table[table["status"] == "ok"]
@@ -176,8 +179,12 @@ def plan_markdown(table, s: PlanSettings, context: dict, figures: list[str],
             "the run is stable (requests in system and queueing time do not grow from the first to the last third "
             "of the arrivals; ≥ 95 % of sent requests complete) and meets every SLO", "",
             *(f"**Warning**: {w}.\n" for w in warnings or ()),
-            "## Answer", "", answer_line(table, s), "", "## Candidates that serve the load (cheapest first)", "",
-            "Prices are $/GPU-hour from `hardware_profiles/*.yaml`; $ per million output tokens at the served rate.",
+            "## Answer", "", answer_line(table, s), "",
+            *(_launch_section(launch) if launch is not None else []),
+            "## Candidates that serve the load (cheapest first)", "",
+            ("Prices are $/GPU-hour from `hardware_profiles/*.yaml`"
+             + (", except " + ", ".join(f"{g} ${p:g}" for g, p in s.prices.items()) + " (`--price`)"
+                if s.prices else "") + "; $ per million output tokens at the served rate."),
             "", _md_table(ok[cols]) if len(ok) else "(none)", ""]
     if len(bad):
         out += ["## Candidates that cannot serve it", ""]
@@ -185,6 +192,38 @@ def plan_markdown(table, s: PlanSettings, context: dict, figures: list[str],
     if figures:
         out += ["## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures] + [""]
     return "\n".join(out)
+
+
+def _launch_section(launch) -> list[str]:
+    out = [f"## Launch command ({launch.engine})", "",
+           "Every value as simulated (hardware-dependent defaults resolved); also in `launch.sh`"
+           + (" and `extra-llm-api-options.yaml`" if launch.yaml is not None else "") + ".", ""]
+    out += [f"**Not what was simulated**: {p}." for p in launch.problems]
+    out += [f"Note: {n}." for n in launch.notes]
+    if launch.problems or launch.notes:
+        out.append("")
+    if launch.yaml is not None:
+        out += ["```yaml", launch.yaml.rstrip("\n"), "```", ""]
+    return out + ["```bash", launch.shell(), "```", ""]
+
+
+def winner_launch(base: SimConfig, table):
+    """The launch command of the plan's answer (rank 1): the base config with the
+    candidate's settings and replica count, its hardware-dependent defaults resolved
+    (:func:`sim.launch.launch_command`); None when no candidate serves the load."""
+    from sim.engine.deployment import build_deployment
+    from sim.launch import launch_command
+
+    ok = table[table["status"] == "ok"] if len(table) else table
+    if not len(ok):
+        return None
+    b = ok.iloc[0]
+    keys = [k for k in SimConfig.model_fields if k in b.index and k != "workload"]
+    upd = {k: (int(b[k]) if k == "tensor_parallel_size" else b[k]) for k in keys
+           if not (isinstance(b[k], float) and math.isnan(b[k]))}
+    upd["num_replicas"] = int(b["replicas"])
+    cfg = SimConfig.model_validate({**base.model_dump(exclude={"workload"}), "workload": base.workload, **upd})
+    return launch_command(build_deployment(cfg).cfg.model_dump(mode="json"))
 
 
 def run_plan(base: SimConfig, candidates: list[Candidate], settings: PlanSettings, out_dir: str | Path, *,
@@ -241,13 +280,19 @@ def run_plan(base: SimConfig, candidates: list[Candidate], settings: PlanSetting
         plot_pareto(plans, settings, out / "pareto.png")
         figures.insert(0, "pareto.png")
     warnings = plan_workload_warnings(plans)
-    (out / "plan.md").write_text(plan_markdown(table, settings, context or {}, figures, warnings))
+    from sim.launch import write_launch
+
+    launch = winner_launch(base, table)
+    if launch is not None:
+        write_launch(out, launch)
+    (out / "plan.md").write_text(plan_markdown(table, settings, context or {}, figures, warnings, launch))
     from sim.results.html_report import write_html_report
 
     write_html_report(out / "plan.md", out / "report.html")
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     _warn_short_runs(plans)
+    table.attrs["launch"] = launch  # the answer's launch command (sim.launch.Launch), or None
     return table, plans
 
 

@@ -35,7 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.config import SimConfig, build_config, check_known_keys, file_relative_paths, read_yaml, set_dotted
+from sim.config import (SimConfig, build_config, canonical_keys, check_known_keys, config_keys, file_relative_paths,
+                        read_yaml, set_dotted)
+from sim.vocabulary import lookup, translate
 from sim.errors import ConfigError
 
 TOP_KEYS = ("base", "axes", "zip", "goodput", "description")
@@ -176,12 +178,27 @@ def _flat_base(base: dict, source: str) -> tuple[Path | None, str | None, dict[s
             flat.update({f"workload.{wk}": wv for wk, wv in v.items()})
         else:
             flat[k] = v
+    used: list = []
+    flat = canonical_keys(flat, f"{source}: base", used)  # kebab case and engine aliases (sim.vocabulary)
+    _no_rule_dependent_aliases(used, f"{source}: base")
     nested: dict = {}
     for k, v in flat.items():
         set_dotted(nested, k, v)
     check_known_keys(nested, f"{source}: base")
     file_relative_paths(flat, Path(source).parent, f"{source}: base")
     return cfg_file, workload, flat
+
+
+def _no_rule_dependent_aliases(used: list, source: str) -> None:
+    """An alias whose meaning depends on the engine's rules (``mem_fraction_static``,
+    ``chunked_prefill_size``, ...: :attr:`sim.vocabulary.Alias.requires`) is refused
+    in a sweep, whose points may change those rules: write servesim's key."""
+    for spelling, alias in used:
+        if alias.requires:
+            raise ConfigError(f"{source}: {spelling}: {alias.engine}'s {alias.name} means {alias.key} only under "
+                              f"{', '.join(alias.requires)} {' or '.join(map(str, next(iter(alias.requires.values()))))}"
+                              f"; in a sweep write {alias.key} (with engine / kv_memory_rule / scheduler as the "
+                              "points need)")
 
 
 def parse_sweep(data: dict, source: str) -> SweepSpec:
@@ -210,10 +227,19 @@ def parse_sweep(data: dict, source: str) -> SweepSpec:
                 raise ConfigError(f"{source}: axes.{key} is given twice")
             if key == "config" or key == "workload":
                 raise ConfigError(f"{source}: axes.{key}: not a config key (use workload.name for workloads)")
+            hit = lookup(key, config_keys())
+            alias = hit[1] if hit else None
+            if hit is not None:
+                _no_rule_dependent_aliases([(key, alias)] if alias else [], f"{source}: axes")
+                key = hit[0]
+                if key in axes:
+                    raise ConfigError(f"{source}: axes.{key} is given twice")
             nested: dict = {}
             set_dotted(nested, key, None)
             check_known_keys(nested, f"{source}: axes")
             axes[key] = expand_axis(key, spec, source)
+            if alias is not None:
+                axes[key] = [translate(str(k), alias, x, f"{source}: axes") for x in axes[key]]
             if key in ("model", "hardware"):  # paths relative to the sweep file, as in base
                 axes[key] = [file_relative_paths({key: v}, Path(source).parent, f"{source}: axes")[key]
                              for v in axes[key]]

@@ -1,0 +1,61 @@
+"""Engine flags on the command line: every config key as vLLM's kebab-case flag
+(``--max-num-seqs 256``, ``--enable-prefix-caching`` / ``--no-enable-prefix-caching``)
+and the aliases of :mod:`sim.vocabulary` (``--num-prompts``, ``--max-running-requests``,
+``--max_batch_size``, ``-tp``), on ``run``, ``compare``, ``plan`` and ``kv``.
+
+:class:`VocabCommand` (a typer command class) rewrites those flags as ``--set
+--FLAG=VALUE`` before click parses the arguments, so they merge, conflict and
+fail exactly as ``--set`` does, with the flag named in the message."""
+
+from __future__ import annotations
+
+import typer
+import typer.core
+
+
+FLAGS_EPILOG = ("Engine flags: every config key also as a flag in vLLM's kebab case (--max-num-seqs 256, "
+                "--max-num-batched-tokens 2048, --enable-prefix-caching / --no-enable-prefix-caching, "
+                "--tensor-parallel-size/-tp, --scheduling-policy, --async-scheduling, --data-parallel-size), "
+                "vllm bench serve's --num-prompts, --request-rate, --burstiness, --max-concurrency, and the "
+                "SGLang / TensorRT-LLM names (--max-running-requests, --mem-fraction-static, --max_batch_size, "
+                "...): `servesim flags` lists them all.")
+
+
+def native_options(command) -> dict[str, bool]:
+    """A click command's own option names → whether each takes a value."""
+    out: dict[str, bool] = {}
+    for p in command.params:
+        if getattr(p, "param_type_name", None) == "option":  # (typer may vendor its own click)
+            for o in (*p.opts, *p.secondary_opts):
+                out[o] = not p.is_flag and not p.count
+    return out
+
+
+class VocabCommand(typer.core.TyperCommand):
+    """A typer command that also takes the engine vocabulary's flags."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        from sim.config import config_keys
+        from sim.vocabulary import flag_args_to_set
+
+        if "--help" not in args:  # (a bad flag value raises ConfigError: main prints it as one line)
+            args = flag_args_to_set(list(args), native_options(self), config_keys())
+        return super().parse_args(ctx, args)
+
+
+def flags() -> None:
+    """List every engine flag and alias: servesim's keys in kebab case, and the vLLM,
+    vllm bench serve, SGLang and TensorRT-LLM names (with the key each sets)."""
+    from sim.config import config_keys
+    from sim.vocabulary import ALIASES, kebab
+
+    typer_echo = typer.echo
+    typer_echo("servesim's keys (YAML: snake or kebab case; flags: --KEY VALUE, booleans --KEY / --no-KEY):")
+    for k, is_bool in config_keys().items():
+        flag = f"--{kebab(k)}" + (f" / --no-{kebab(k)}" if is_bool else " VALUE")
+        typer_echo(f"  {flag:<44} {k}")
+    typer_echo("\naliases (an alias never changes the meaning: see `requires`):")
+    for a in ALIASES:
+        names = ", ".join(dict.fromkeys(a.flag_names()))
+        req = "; ".join(f"only where {k} is {' or '.join(map(str, v))}" for k, v in a.requires.items())
+        typer_echo(f"  {names:<44} {a.key:<28} {a.engine}: {a.note}" + (f" ({req})" if req else ""))

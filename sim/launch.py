@@ -1,0 +1,260 @@
+"""The launch command of a simulated configuration on its engine: what to run to
+serve what servesim simulated (``plan`` and ``compare`` print and write it for
+the winner).
+
+- ``vllm`` (also a config without ``engine``, which has vLLM's behaviour):
+  ``vllm serve MODEL --tensor-parallel-size … --max-num-seqs … --max-num-batched-tokens …``
+  (flags from ``vllm/engine/arg_utils.py``; ``num_replicas`` → ``--data-parallel-size``);
+- ``sglang``: ``python -m sglang.launch_server --model-path MODEL --tp … --max-running-requests …
+  --chunked-prefill-size … --mem-fraction-static …`` (``server_args.py``; replicas → ``--dp``);
+- ``trtllm``: ``trtllm-serve MODEL --backend pytorch --tp_size … --max_batch_size …
+  --max_num_tokens … --extra_llm_api_options extra-llm-api-options.yaml``, the YAML holding
+  ``kv_cache_config`` (``free_gpu_memory_fraction``, ``enable_block_reuse``,
+  ``tokens_per_block``), ``scheduler_config.capacity_scheduler_policy`` and
+  ``enable_chunked_prefill``.
+
+Every value is the resolved one the simulation ran with (hardware-dependent
+defaults filled in), so the engine runs what was simulated rather than its own
+defaults. A configuration that the engine has no setting for is said so
+(:attr:`Launch.problems`), never silently approximated: ``scheduler: continuous``
+is vLLM v0's iteration-level batching (prefill-only or decode-only steps), which
+vLLM V1 removed; ``static`` is request-level batching, which none of the three
+offers; a memory fraction under another engine's rule means another amount of
+KV memory.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+#: scheduler → the engine's setting (None: the engine has no such mode)
+_VLLM_MODES = {"chunked": True, "mixed": False}  # --enable-chunked-prefill / --no-enable-chunked-prefill
+_SGLANG_MODES = {"prefill_first": True, "prefill_first_whole": False}  # chunked_prefill_size -1 = off
+_TRTLLM_MODES = {"mixed": False, "chunked": True}  # enable_chunked_prefill
+_RULE = {"vllm": "utilization", "sglang": "static_fraction", "trtllm": "free_fraction"}
+_NO_MODE = {
+    "continuous": "scheduler 'continuous' (prefill-only or decode-only steps) is vLLM v0's scheduler, which vLLM V1 "
+                  "removed: no current vLLM setting runs it (the nearest are 'chunked', vLLM's default, and "
+                  "'mixed', --no-enable-chunked-prefill)",
+    "static": "scheduler 'static' (request-level batching) is not offered by vLLM, SGLang or TensorRT-LLM",
+}
+EXTRA_YAML = "extra-llm-api-options.yaml"
+
+
+@dataclass
+class Launch:
+    """``argv`` of the launch command; ``yaml`` the TensorRT-LLM extra options file
+    (``EXTRA_YAML``), else None; ``problems``: why the command does not run what
+    was simulated (empty when it does)."""
+
+    engine: str
+    argv: list[str]
+    yaml: str | None = None
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def shell(self) -> str:
+        """The command as a shell line wrapped at each flag (``\\`` continuations)."""
+        parts, cur = [], []
+        for a in self.argv:
+            if a.startswith("--") and cur:
+                parts.append(shlex.join(cur))
+                cur = []
+            cur.append(a)
+        parts.append(shlex.join(cur))
+        return " \\\n    ".join(parts)
+
+    def text(self) -> str:
+        """The command with its notes and problems as ``#`` comments (a shell script body)."""
+        lines = [f"# {p}" for p in (*(f"NOT the simulated configuration: {p}" for p in self.problems),
+                                     *self.notes)]
+        if self.yaml is not None:
+            lines += [f"cat > {EXTRA_YAML} <<'EOF'", self.yaml.rstrip("\n"), "EOF"]
+        lines.append(self.shell())
+        return "\n".join(lines) + "\n"
+
+
+def model_checkpoint(model: str, quantization: str | None) -> tuple[str, bool]:
+    """The Hugging Face id to serve for servesim's ``model`` (a preset name → its
+    Instruct id; an id or path as given) and whether it is a checkpoint already in
+    ``quantization`` (a pre-quantized id of the preset)."""
+    from sim.model_spec import _alias_index, _presets  # noqa: PLC0415 (the preset table get_model reads)
+
+    hit = _alias_index().get(str(model).lower())
+    if hit is None:
+        return str(model), False
+    key, q = hit
+    entry = _presets()[key]
+    if quantization:
+        for hf_id, qq in (entry.get("quantized_ids") or {}).items():
+            if qq == quantization:
+                return hf_id, True
+    if q is not None:  # the user named a pre-quantized id
+        return str(model), q == quantization
+    if str(model).lower() != key.lower():
+        return str(model), False
+    ids = entry.get("hf_ids") or [key]
+    return next((i for i in ids if i.endswith("-Instruct")), ids[0]), False
+
+
+def launch_command(cfg: dict[str, Any]) -> Launch:
+    """The launch command of a resolved config (``summary.json``'s ``config``)."""
+    engine = cfg.get("engine") or "vllm"
+    return {"vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm}[engine](cfg)
+
+
+def _common_problems(cfg: dict[str, Any], engine: str, modes: dict) -> list[str]:
+    out = []
+    sched = cfg["scheduler"]
+    if sched not in modes:
+        out.append(_NO_MODE.get(sched, f"scheduler {sched!r} has no {engine} setting (its modes here: "
+                                       f"{', '.join(modes)})"))
+    if cfg.get("kv_memory_rule") != _RULE[engine]:
+        out.append(f"kv_memory_rule {cfg.get('kv_memory_rule')!r} is not {engine}'s ({_RULE[engine]}): its "
+                   "gpu_memory_utilization would size another amount of KV memory")
+    if cfg.get("num_gpu_blocks_override"):
+        out.append(f"num_gpu_blocks_override {cfg['num_gpu_blocks_override']} fixes the KV blocks; "
+                   + ("vLLM's --num-gpu-blocks-override is a testing flag" if engine == "vllm" else
+                      f"{engine} has no such flag"))
+    if cfg.get("disaggregation"):
+        out.append("disaggregated prefill and decode pools: this is one aggregated engine; launch each pool's "
+                   f"workers with {engine}'s disaggregation (KV connector) setup")
+    if cfg.get("kv_allocation") == "contiguous":
+        out.append("kv_allocation 'contiguous' is the pre-PagedAttention baseline, not an engine setting")
+    if engine != "trtllm" and cfg.get("capacity_scheduler_policy"):
+        out.append(f"capacity_scheduler_policy {cfg['capacity_scheduler_policy']!r} is TensorRT-LLM's admission")
+    return out
+
+
+def _precision(cfg: dict[str, Any], engine: str, launch: Launch) -> tuple[str, list[str]]:
+    """The checkpoint to serve and the quantization flags."""
+    q = cfg.get("quantization")
+    model, prequant = model_checkpoint(cfg["model"], q)
+    flags: list[str] = []
+    if q and not prequant:
+        if q == "fp8" and engine in ("vllm", "sglang"):
+            flags = ["--quantization", "fp8"]  # online dynamic FP8 of a 16-bit checkpoint
+        else:
+            launch.notes.append(f"weights in {q}: serve a {q} checkpoint of {model} (servesim's quantization "
+                                f"{q!r}; {engine} reads the precision from the checkpoint)")
+    return model, flags
+
+
+def _replicas_note(la: Launch, cfg: dict[str, Any]) -> None:
+    """``num_replicas`` independent copies of the command (each its own GPUs) behind a load balancer."""
+    n = cfg.get("num_replicas", 1)
+    if n > 1:
+        la.notes.append(f"{n} replicas: run this command {n} times (each on its own GPUs) behind a load balancer "
+                        f"(simulated router {cfg.get('router')!r})")
+
+
+def _vllm(cfg: dict[str, Any]) -> Launch:
+    la = Launch("vllm", [])
+    la.problems = _common_problems(cfg, "vllm", _VLLM_MODES)
+    model, qflags = _precision(cfg, "vllm", la)
+    a = ["vllm", "serve", model, "--tensor-parallel-size", str(cfg["tensor_parallel_size"])]
+    dp, reps = cfg.get("data_parallel_size", 1), cfg.get("num_replicas", 1)
+    if dp > 1:
+        a += ["--data-parallel-size", str(dp)]
+        _replicas_note(la, cfg)
+    elif reps > 1:  # independent replicas: vLLM's data parallelism of whole engines
+        a += ["--data-parallel-size", str(reps)]
+        if cfg.get("router") != "least_outstanding_requests":
+            la.notes.append(f"simulated router {cfg.get('router')!r}; vLLM's data-parallel balancer sends each "
+                            "request to the least loaded engine")
+    if cfg.get("enable_expert_parallel"):
+        a += ["--enable-expert-parallel"]
+    a += ["--max-num-seqs", str(cfg["max_num_seqs"]), "--max-num-batched-tokens", str(cfg["max_num_batched_tokens"]),
+          "--max-model-len", str(cfg["max_model_len"]),
+          "--gpu-memory-utilization", f"{cfg['gpu_memory_utilization']:g}", "--block-size", str(cfg["block_size"])]
+    a += ["--enable-prefix-caching" if cfg.get("enable_prefix_caching") else "--no-enable-prefix-caching"]
+    if cfg["scheduler"] in _VLLM_MODES:
+        a += ["--enable-chunked-prefill" if _VLLM_MODES[cfg["scheduler"]] else "--no-enable-chunked-prefill"]
+    if cfg.get("long_prefill_token_threshold"):
+        a += ["--long-prefill-token-threshold", str(cfg["long_prefill_token_threshold"])]
+    a += ["--scheduling-policy", cfg.get("policy", "fcfs")]
+    a += ["--async-scheduling" if cfg.get("overlap_scheduling") else "--no-async-scheduling"]
+    a += ["--dtype", cfg.get("dtype", "bfloat16")] + qflags
+    if cfg.get("kv_cache_dtype", "auto") != "auto":
+        a += ["--kv-cache-dtype", cfg["kv_cache_dtype"]]
+    la.argv = a
+    return la
+
+
+def _sglang(cfg: dict[str, Any]) -> Launch:
+    la = Launch("sglang", [])
+    la.problems = _common_problems(cfg, "sglang", _SGLANG_MODES)
+    model, qflags = _precision(cfg, "sglang", la)
+    a = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp", str(cfg["tensor_parallel_size"])]
+    dp, reps = cfg.get("data_parallel_size", 1), cfg.get("num_replicas", 1)
+    if dp > 1:
+        a += ["--dp", str(dp), "--enable-dp-attention"]
+        _replicas_note(la, cfg)
+    elif reps > 1:
+        a += ["--dp", str(reps)]
+    if cfg.get("moe_ep_size"):
+        a += ["--ep-size", str(cfg["moe_ep_size"])]
+    chunk = cfg["max_num_batched_tokens"] if _SGLANG_MODES.get(cfg["scheduler"], True) else -1
+    a += ["--max-running-requests", str(cfg["max_num_seqs"]), "--chunked-prefill-size", str(chunk)]
+    if cfg.get("max_prefill_tokens"):
+        a += ["--max-prefill-tokens", str(cfg["max_prefill_tokens"])]
+    a += ["--mem-fraction-static", f"{cfg['gpu_memory_utilization']:g}", "--page-size", str(cfg["block_size"]),
+          "--context-length", str(cfg["max_model_len"]), "--schedule-policy", "fcfs"]
+    if cfg.get("policy") == "priority":
+        la.problems.append("policy 'priority' has no SGLang --schedule-policy equivalent here")
+    if not cfg.get("enable_prefix_caching"):
+        a += ["--disable-radix-cache"]
+    if not cfg.get("overlap_scheduling"):
+        a += ["--disable-overlap-schedule"]
+    a += ["--dtype", cfg.get("dtype", "bfloat16")] + qflags
+    if cfg.get("kv_cache_dtype", "auto") != "auto":
+        kd = cfg["kv_cache_dtype"]
+        a += ["--kv-cache-dtype", "fp8_e4m3" if kd == "fp8" else kd]
+    la.argv = a
+    return la
+
+
+def _trtllm(cfg: dict[str, Any]) -> Launch:
+    la = Launch("trtllm", [])
+    la.problems = _common_problems(cfg, "trtllm", _TRTLLM_MODES)
+    model, _ = _precision(cfg, "trtllm", la)
+    _replicas_note(la, cfg)
+    if cfg.get("data_parallel_size", 1) > 1:
+        la.problems.append(f"data_parallel_size {cfg['data_parallel_size']}: TensorRT-LLM's attention DP "
+                           "(enable_attention_dp) runs DP = tp_size ranks; not written here")
+    if cfg.get("policy") == "priority":
+        la.problems.append("policy 'priority' has no TensorRT-LLM capacity scheduler equivalent")
+    a = ["trtllm-serve", model, "--backend", "pytorch", "--tp_size", str(cfg["tensor_parallel_size"]),
+         "--max_batch_size", str(cfg["max_num_seqs"]), "--max_num_tokens", str(cfg["max_num_batched_tokens"]),
+         "--max_seq_len", str(cfg["max_model_len"]),
+         "--kv_cache_free_gpu_memory_fraction", f"{cfg['gpu_memory_utilization']:g}",
+         "--extra_llm_api_options", EXTRA_YAML]
+    kv = [f"  free_gpu_memory_fraction: {cfg['gpu_memory_utilization']:g}",
+          f"  enable_block_reuse: {'true' if cfg.get('enable_prefix_caching') else 'false'}",
+          f"  tokens_per_block: {cfg['block_size']}"]
+    if cfg.get("kv_cache_dtype", "auto") != "auto":
+        kv.append("  dtype: fp8")
+    policy = (cfg.get("capacity_scheduler_policy") or "guaranteed_no_evict").upper()
+    y = ["kv_cache_config:", *kv, "scheduler_config:", f"  capacity_scheduler_policy: {policy}",
+         f"enable_chunked_prefill: {'true' if _TRTLLM_MODES.get(cfg['scheduler']) else 'false'}",
+         f"disable_overlap_scheduler: {'false' if cfg.get('overlap_scheduling') else 'true'}"]
+    la.argv, la.yaml = a, "\n".join(y) + "\n"
+    return la
+
+
+def write_launch(out_dir, launch: Launch, name: str = "launch.sh") -> list:
+    """Write ``launch.sh`` (a script: notes as comments, the YAML as a here-document)
+    and, for TensorRT-LLM, ``extra-llm-api-options.yaml``; returns the paths."""
+    from pathlib import Path
+
+    out = Path(out_dir)
+    paths = [out / name]
+    (out / name).write_text("#!/usr/bin/env bash\n" + launch.text())
+    if launch.yaml is not None:
+        (out / EXTRA_YAML).write_text(launch.yaml)
+        paths.append(out / EXTRA_YAML)
+    else:
+        (out / EXTRA_YAML).unlink(missing_ok=True)
+    return paths
