@@ -163,6 +163,12 @@ class SimConfig(BaseModel):
     def _engine_preset(cls, data: Any) -> Any:
         """Fill the keys the caller did not set from ``engine``'s preset."""
         if isinstance(data, dict) and isinstance(data.get("engine"), str) and data["engine"] in PRESETS:
+            ecp, sched = data.get("enable_chunked_prefill"), data.get("scheduler")
+            if isinstance(ecp, bool) and isinstance(sched, str):  # both given: the preset must not hide it
+                alias = "chunked" if ecp else "continuous"
+                if sched != alias and (ecp or sched == "chunked"):
+                    raise ValueError(f"scheduler {sched!r} conflicts with enable_chunked_prefill="
+                                     f"{str(ecp).lower()} (vLLM's alias for scheduler {alias!r}); set one of them")
             return apply_preset(data)
         return data
 

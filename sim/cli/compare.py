@@ -92,6 +92,11 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
         print(f"launch command of the winner, {launch[0]} ({launch[1].engine}; {out}/launch.sh):")
         print(launch[1].text().rstrip("\n"))
     print(f"report: {report} (one page with the figures: {report.with_suffix('.html')})")
+    if all(not s["completed"] for s, _ in results.values()):  # nothing served in any variant
+        from sim.errors import InfeasibleError
+
+        raise InfeasibleError("every request was rejected in every variant (each variant's requests.csv: "
+                              "status, reason); the report above compares nothing")
     return report
 
 

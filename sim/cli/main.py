@@ -178,6 +178,12 @@ def _check_trace_path(trace: Optional[Path]) -> None:
         raise ServesimError(f"--trace {str(trace)!r}: give a file name for the trace, e.g. --trace trace.json")
     if trace.parent.exists() and not trace.parent.is_dir():
         raise ServesimError(f"--trace {trace}: {trace.parent} is a file, not a folder")
+    from sim.results.trace import check_trace_path
+
+    try:
+        check_trace_path(trace)
+    except ServesimError as e:
+        raise ServesimError(f"--{e}") from None
 
 
 def result_filename_default(summary: dict) -> str:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sim.errors import ConfigError
+
 from sim.results.output import json_safe
 from sim.results.run_result import RunResult
 
@@ -67,8 +69,29 @@ def trace_events(result: RunResult, title: str = "servesim") -> list[dict]:
     return events
 
 
+def check_trace_path(path: str | Path) -> Path:
+    """``path`` as a place for a trace, or ConfigError naming it: a folder, or
+    an existing file that is not a trace servesim wrote (never overwritten:
+    ``--trace /etc/passwd`` must not replace a system file)."""
+    p = Path(path)
+    if not str(path).strip() or p.is_dir():
+        raise ConfigError(f"trace {str(path)!r}: give a file name for the trace, e.g. trace.json")
+    if p.exists():
+        try:
+            with open(p, "rb") as f:
+                head = f.read(16)
+        except OSError as e:
+            raise ConfigError(f"trace {p}: cannot read the existing file ({e.strerror or e})") from None
+        if not head.startswith(b'{"traceEvents"'):
+            raise ConfigError(f"trace {p}: an existing file that is not a servesim trace; it is not "
+                              "overwritten: give a new file name")
+    return p
+
+
 def write_trace(path: str | Path, result: RunResult, summary: dict | None = None) -> Path:
-    """Write the trace JSON to ``path`` (its folder created); returns the path."""
+    """Write the trace JSON to ``path`` (its folder created; an existing file only
+    if it is an earlier trace, :func:`check_trace_path`); returns the path."""
+    check_trace_path(path)
     title = "servesim"
     meta: dict = {}
     if summary is not None and isinstance(summary.get("config"), dict):

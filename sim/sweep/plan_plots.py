@@ -141,7 +141,7 @@ def plot_pareto(plans: list[CandidatePlan], s: PlanSettings, path: Path) -> None
             ci = colors[f"{o['hardware']} tp{o['tensor_parallel_size']}"]
             mi = markers[" ".join(f"{v}" for k, v in o.items() if k not in ("hardware", "tensor_parallel_size"))]
             rows = [r for r in p.rows if r["phase"] == "search" and r["status"] == "ok" and r.get("stable", True)]
-            tp = o["tensor_parallel_size"]
+            tp = o["tensor_parallel_size"] * (o.get("data_parallel_size") or 1)  # GPUs of one replica
             pts = [(r[f"p99_{metric}_ms"], r["output_throughput"] / tp, r["passed"]) for r in rows]
             pts = [q for q in pts if math.isfinite(q[0]) and math.isfinite(q[1])]
             allpts += [(x, y) for x, y, _ in pts]

@@ -52,7 +52,9 @@ def plan_table(plans: list[CandidatePlan], s: PlanSettings):
 
     rows = []
     for p in plans:
-        c, tp = p.candidate, int(p.candidate.overrides["tensor_parallel_size"])
+        # GPUs of one replica: TP x attention-DP ranks (a DP group, or DP replicas of a dense model)
+        c = p.candidate
+        tp = int(c.overrides["tensor_parallel_size"]) * int(c.overrides.get("data_parallel_size") or 1)
         price = _price(c, s.prices)
         row = {"candidate": c.name, **c.overrides, "status": p.status,
                "max_rate_per_replica": p.max_rate if p.status != "infeasible" else math.nan,

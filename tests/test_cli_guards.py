@@ -1,0 +1,57 @@
+"""Guards a fresh user ran into: an existing non-trace file is never overwritten by --trace,
+compare fails when nothing was served, an engine preset does not hide a scheduler conflict,
+plan counts the GPUs of attention-DP ranks."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sim.config import build_config
+from sim.errors import ConfigError
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "sim", *args], capture_output=True, text=True)
+
+
+def test_trace_never_overwrites_a_file_that_is_not_a_trace(tmp_path):
+    victim = tmp_path / "passwd"
+    victim.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    r = cli("run", "--quiet", "--out", str(tmp_path / "r"), "--trace", str(victim), "--set", "workload.num_requests=5")
+    assert r.returncode == 2 and "not a servesim trace; it is not overwritten" in r.stderr
+    assert victim.read_text() == "root:x:0:0:root:/root:/bin/bash\n"
+    t = tmp_path / "t.json"
+    for _ in range(2):  # an earlier trace is replaced
+        r = cli("run", "--quiet", "--out", str(tmp_path / "r"), "--trace", str(t), "--set", "workload.num_requests=5")
+        assert r.returncode == 0, r.stderr
+    assert "traceEvents" in json.loads(t.read_text())
+
+
+def test_compare_fails_when_every_variant_rejected_every_request(tmp_path):
+    r = cli("compare", "--quiet", "--out", str(tmp_path / "c"), "--set", "max_model_len=10",
+            "--set", "workload.num_requests=5")
+    assert r.returncode == 2 and "every request was rejected in every variant" in r.stderr
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_an_engine_preset_does_not_hide_a_scheduler_conflict(engine):
+    with pytest.raises(ConfigError, match="scheduler 'static' conflicts with enable_chunked_prefill=true"):
+        build_config(overrides={"engine": engine, "scheduler": "static", "enable_chunked_prefill": True})
+
+
+def test_plan_counts_attention_dp_gpus():
+    from sim.sweep.plan_report import plan_table
+
+    class C:  # the fields plan_table reads
+        name, overrides = "x", {"hardware": "h100_sxm", "tensor_parallel_size": 2, "data_parallel_size": 4}
+
+    class P:
+        candidate, status, max_rate, replicas, rows, target_row, reason = C(), "infeasible", 1.0, 3, [], None, ""
+
+    class S:
+        prices, target_rate = {}, None
+
+    row = plan_table([P()], S()).iloc[0]
+    assert row["num_gpus"] == 3 * 2 * 4
