@@ -56,7 +56,8 @@ def plot_residuals(df, path: Path) -> Path:
 
     plt = _plt()
     labels = sorted({group_label(r) for r in df.to_dict("records")},
-                    key=lambda s: (s.split()[2], s.split()[0], s.split()[1], int(s.split()[3][2:])))
+                    key=lambda s: (s.split()[2], s.split()[0], s.split()[1],  # "tpN", or "disagg" last
+                                   int(s.split()[3][2:]) if s.split()[3].startswith("tp") else 1 << 30))
     fig, axes = plt.subplots(1, 2, figsize=(13, 0.32 * len(labels) + 1.8), sharey=True)
     rng = np.random.default_rng(0)  # vertical jitter of the points only
     recs = df.to_dict("records")

@@ -109,7 +109,8 @@ REQUIRED_COLUMNS = ("backend", "model_path", "system", "isl", "osl", "concurrenc
 NUMERIC_COLUMNS = ("isl", "osl", "concurrency", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms")
 GROUP_KEYS = ("model_path", "system", "backend", "tp_size")
 ENGINES = tuple(PRESETS)  # the backends a measured row may name: the engine presets
-_QUANT = {"": None, "bf16": None, "bfloat16": None, "fp16": None, "fp8": "fp8", "fp8_block": "fp8_block"}
+_QUANT = {"": None, "bf16": None, "bfloat16": None, "fp16": None, "fp8": "fp8", "fp8_block": "fp8_block",
+          "nvfp4": "nvfp4"}
 
 
 @dataclass
