@@ -162,7 +162,8 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
             f"{_str(row, 'decode_tp_size')} at concurrency {_str(row, 'concurrency')}")
     if not found:
         raise NotSimulable(f"worker counts not recorded and no recipe of the nightly harness "
-                           f"(InferenceX nvidia-master.yaml) matches {what} measured {_str(row, 'measured')}: "
+                           f"(InferenceX nvidia-master.yaml) matches {what}"
+                           f"{' measured ' + _str(row, 'measured') if _str(row, 'measured') else ''}: "
                            "not simulated rather than guessed")
     kinds = {_deployment(r): r for r in found}
     if len(kinds) > 1:
