@@ -100,7 +100,8 @@ def test_an_srt_slurm_recipe_file_supplies_sglang_engine_arguments():
         "prefill": {"tensor-parallel-size": 1, "max-running-requests": 512, "chunked-prefill-size": 8192,
                     "mem-fraction-static": 0.95, "kv-cache-dtype": "fp8_e4m3"},
         "decode": {"tensor-parallel-size": 4, "chunked-prefill-size": 8192}}}}
-    r = _recipe(framework="dynamo-sglang", d=(2, 4, 1, False), dsettings=["CONFIG_FILE=recipes/a.yaml"])
+    # InferenceX lists CONFIG_FILE under the prefill pool only; it holds both pools' arguments
+    r = _recipe(framework="dynamo-sglang", d=(2, 4, 1, False), dsettings=[])
     r["prefill"]["additional-settings"] = ["CONFIG_FILE=recipes/a.yaml"]
     pools = recipe_pools(_row(image="", backend="sglang"), [r], srt)
     assert pools["prefill"] == {"n": 1, "tp": 1, "batch": 512, "recipe": ["https://recipe/1", "https://srt/a"],
@@ -108,6 +109,7 @@ def test_an_srt_slurm_recipe_file_supplies_sglang_engine_arguments():
                                          "kv_cache_dtype": "fp8"}}
     # the decode pool's recipe sets no max-running-requests: SGLang's own default, as it ran
     assert pools["decode"]["n"] == 2 and pools["decode"]["batch"] is None
+    assert pools["decode"]["keys"] == {"max_num_batched_tokens": 8192}
     srt["recipes"]["recipes/a.yaml"]["decode_workers"] = 3
     with pytest.raises(NotSimulable, match=r"disagree on the decode pool's workers or TP"):
         recipe_pools(_row(image="", backend="sglang"), [r], srt)

@@ -183,15 +183,17 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
                   ("attention data parallelism (dp-attn)" if r[p]["dp-attn"] else "")
             raise NotSimulable(f"the recipe's {p} pool runs {why}, not modelled: {url}")
     pools: dict[str, dict[str, Any]] = {}
+    # a CONFIG_FILE (listed under either pool) holds both pools' engine arguments
+    config_file = next((_settings(r, p)["CONFIG_FILE"] for p in POOLS if "CONFIG_FILE" in _settings(r, p)), None)
     for p in POOLS:
         st = _settings(r, p)
         keys: dict[str, Any] = {}
         urls = [url]
-        if "CONFIG_FILE" in st:
+        if config_file is not None:
             srt_all = (_load(SRT_FILE) if srt is None else srt)["recipes"]
-            f = srt_all.get(st["CONFIG_FILE"])
+            f = srt_all.get(config_file)
             if f is None:
-                raise NotSimulable(f"the recipe's engine arguments are in {st['CONFIG_FILE']} (srt-slurm), not "
+                raise NotSimulable(f"the recipe's engine arguments are in {config_file} (srt-slurm), not "
                                    f"transcribed in {SRT_FILE.name}: {url}")
             args = f[p]
             if int(args.get("tensor-parallel-size", r[p]["tp"])) != r[p]["tp"] or \
