@@ -155,3 +155,22 @@ def test_cli_plan_disagg_options_are_one_line_errors(tmp_path, args, match):
     r = CliRunner().invoke(app, ["plan", "--model", MODEL, "--hardware", GPU, "--slo", "p99_tpot_ms=50", *args,
                                  "--out", str(tmp_path), "--quiet"])
     assert r.exit_code != 0 and match in str(r.exception) and "\n" not in str(r.exception)
+
+
+def test_a_base_config_disaggregation_is_kept_pool_by_pool_and_replicas_multiply_workers():
+    """The base's link settings and pool overrides reach every xPyD candidate (key by
+    key inside each pool); 3 replicas of 1P2D are 3 prefill and 6 decode workers;
+    an agg candidate drops the base's disaggregation."""
+    from sim.compare.variants import apply_variant
+    from sim.sweep.plan import _variant
+
+    base = build_config(overrides={"model": MODEL, "hardware": GPU, "max_model_len": 1024, "disaggregation": {
+        "num_prefill_workers": 1, "num_decode_workers": 1, "kv_transfer_latency_s": 0.002,
+        "decode": {"max_num_seqs": 16, "tensor_parallel_size": 4}}})
+    c = make_disagg_candidates([GPU], [(1, 2)], [1], [2])[0]
+    cfg = apply_variant(base, _variant(c, 3, base))
+    d = cfg.disaggregation
+    assert (d.num_prefill_workers, d.num_decode_workers, d.kv_transfer_latency_s) == (3, 6, 0.002)
+    assert d.decode == {"max_num_seqs": 16, "tensor_parallel_size": 2} and d.prefill == {"tensor_parallel_size": 1}
+    agg = apply_variant(base, _variant(make_candidates([GPU], [2])[0], 3, base))
+    assert agg.disaggregation is None and agg.num_replicas == 3 and agg.tensor_parallel_size == 2
