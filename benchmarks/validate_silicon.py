@@ -1,28 +1,30 @@
-"""Fit the engine-level overheads on half of the silicon rows, score on the other half.
+"""Cross-validated accuracy on the measured tables: the official score.
 
-    python benchmarks/validate_silicon.py              # fit, then score; writes reports/validation/
-    python benchmarks/validate_silicon.py --skip-fit   # score with the values in sim/presets/<engine>.py
+    python benchmarks/validate_silicon.py                 # every scheme, writes reports/validation/
+    python benchmarks/validate_silicon.py --schemes model  # one scheme
 
-Data: ``../shared/silicon/dense_agg_dev.csv`` (580 closed-loop benchmark rows).
-Split: a seeded random half of the rows (``numpy.random.default_rng(SPLIT_SEED)``
-permutation, first half) is the *fit* half, the rest the *scored* half.
+Data: every table of ``../shared/silicon/`` that ``servesim validate`` takes
+(``--tables``; default the aggregated ones: ``dense_agg_dev.csv`` and
+``moe_agg_dev.csv``; rows the simulator refuses are counted and listed with
+their reason, never dropped silently). Each row runs under its benchmark
+harness (``sim/validate/harness.py``: the row's ``campaign`` mapped to a
+named harness; rows without one under ``aic``, the protocol of the dense table).
 
-Fitted parameters: four per engine, all engine-level and physical
-(``sim/presets/<engine>.py``, ``sim/cost_model/overheads.py``, ``sim/engine/simulation.py``), nothing per row,
-group or concurrency:
+Fitted: per engine, the four host/frontend overheads of
+``EnginePreset.fitted`` (``sim/presets/<engine>.py``), nothing per model,
+GPU, campaign or concurrency. Scored (``sim/validate/crossval.py``):
 
-- ``cpu_step_overhead_s``: host time per engine step;
-- ``cpu_seq_overhead_s``: host time per scheduled sequence per step;
-- ``frontend_latency_s``: send → scheduler latency of a request;
-- ``frontend_token_s``: the frontend's time to stream one output token;
-- ``client_phase_spread``: how far apart the closed-loop clients start, as a
-  fraction of one request (``sim/workload/client_phase.py``; 0 = all together).
+- ``in_sample``: fitted on every row, scored on every row;
+- ``model`` / ``system`` / ``campaign``: leave one group out: fitted without
+  the group, the group scored with those values; pooled = every row scored
+  by the fold that held it out;
+- ``shipped``: the values in ``sim/presets/<engine>.py`` (fitted on a random
+  half of the dense table), every row.
 
-Whether the host work overlaps the GPU (``overlap_scheduling``) is not fitted:
-it is each engine's documented default. The fit is a coordinate search on a
-fixed grid (two rounds), minimising the mean absolute log error of TTFT plus
-three times that of TPOT (each error in units of its target: 30 % and 10 %) over the engine's fit-half rows, simulated with ``--fit-requests-per-client``
-(4) measured requests per client; the score uses the full protocol (10).
+Every (engine, parameter set) simulation is cached in ``--cache`` (JSON
+lines; delete it after changing the simulator). Writes ``README.md``,
+``cv_folds.csv``, ``cv_pooled.csv``, ``predictions.csv``,
+``fitted_params.json``, ``summary.json`` and held-out scatter plots to ``--out``.
 """
 
 from __future__ import annotations
@@ -35,258 +37,388 @@ import time
 from datetime import date
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-SPLIT_SEED = 0
-NOTES = ""  # the closing notes of the README (filled below the code)
-GRID = {
-    "cpu_step_overhead_s": [0.0, 0.5e-3, 1e-3, 2e-3, 4e-3, 8e-3],
-    "cpu_seq_overhead_s": [0.0, 5e-6, 10e-6, 20e-6, 40e-6, 60e-6, 80e-6],
-    "frontend_latency_s": [0.0, 5e-3, 10e-3, 20e-3, 40e-3, 80e-3],
-    "frontend_token_s": [0.0, 10e-6, 20e-6, 30e-6, 40e-6, 50e-6, 60e-6, 80e-6, 120e-6],
-    "client_phase_spread": [0.0, 0.02, 0.05, 0.1, 0.2, 0.4, 1.0],
-}
-# Each metric's log error in units of its MAPE target (TTFT 30 %, TPOT 10 %): TPOT weighs 3x.
-TPOT_WEIGHT = 3.0
-ENGINES = ("vllm", "sglang", "trtllm")
+DEFAULT_TABLES = ("dense_agg_dev.csv", "moe_agg_dev.csv")
+FALLBACK_USED = ["pooled"]
+SCHEME_TITLES = {"in_sample": "in-sample (fit on all rows)", "model": "leave one model out",
+                 "system": "leave one GPU out", "campaign": "leave one campaign out",
+                 "shipped": "shipped preset values"}
+#: fewer held-out rows of an engine than this: its interval pools every engine's residuals
+MIN_INTERVAL_ROWS = 20
+#: the analysis appended to the generated README (numbers in it are from when it was written)
+NOTES_FILE = Path(__file__).with_name("validation_notes.md")
 
 
-def split(df) -> np.ndarray:
-    """Boolean mask of the fit half (seeded permutation, first half)."""
-    perm = np.random.default_rng(SPLIT_SEED).permutation(len(df))
-    fit = np.zeros(len(df), dtype=bool)
-    fit[perm[: len(df) // 2]] = True
-    return fit
+def load_rows(silicon: Path, tables: list[str]) -> tuple[list[dict], list[str]]:
+    from sim.validate.rows import read_rows, skipped_row_warnings
 
-
-def loss(rows: list[dict], preds: list[dict]) -> float:
-    errs = []
-    for r, p in zip(rows, preds):
-        if p["status"] != "ok":
-            continue
-        errs.append(abs(math.log(p["pred_ttft_ms"] / r["silicon_ttft_ms"]))
-                    + TPOT_WEIGHT * abs(math.log(p["pred_tpot_ms"] / r["silicon_tpot_ms"])))
-    return float(np.mean(errs)) if errs else math.inf
-
-
-def fit_engine(engine: str, rows: list[dict], rpc: int, workers: int | None, rounds: int = 2,
-               params: tuple[str, ...] = tuple(GRID), start: dict | None = None, protocol: str = "aic") -> dict:
-    """Coordinate search over ``GRID[k]`` for each k in ``params``, from ``start``
-    (default: every parameter 0); the other parameters stay at their start value."""
-    from sim.validate.rows import ValidateOptions, predict_rows
-
-    cache: dict[tuple, float] = {}
-
-    def evaluate(params: dict) -> float:
-        key = tuple(sorted(params.items()))
-        if key not in cache:
-            opts = ValidateOptions(protocol=protocol, requests_per_client=rpc, workers=workers,
-                                   engine_overrides={engine: params})
-            t0 = time.perf_counter()
-            cache[key] = loss(rows, predict_rows(rows, opts))
-            print(f"  {engine} {params} -> loss {cache[key]:.4f} ({time.perf_counter() - t0:.0f} s)", flush=True)
-        return cache[key]
-
-    best = {k: 0.0 for k in GRID}
-    best.update({k: v for k, v in (start or {}).items() if k in GRID})
-    best_loss = evaluate(best)
-    for _ in range(rounds):
-        changed = False
-        for k in params:
-            for v in GRID[k]:
-                trial = dict(best, **{k: v})
-                lo = evaluate(trial)
-                if lo < best_loss - 1e-9:
-                    best, best_loss, changed = trial, lo, True
-        if not changed:
-            break
-    return {"params": best, "fit_loss": best_loss, "num_evaluations": len(cache)}
+    rows, warns = [], []
+    for t in tables:
+        df, skipped = read_rows(silicon / t)
+        warns += skipped_row_warnings(silicon / t, skipped)
+        for r in df.to_dict("records"):
+            r["table"] = t.removesuffix(".csv")
+            r["row_key"] = f"{r['table']}:{r.get('id', len(rows))}"
+            rows.append(r)
+    return rows, warns
 
 
 def main() -> None:
+    from sim.validate import crossval as cv
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--csv", default=str(ROOT.parent / "shared" / "silicon" / "dense_agg_dev.csv"))
+    ap.add_argument("--silicon", default=str(ROOT.parent / "shared" / "silicon"))
+    ap.add_argument("--tables", default=",".join(DEFAULT_TABLES))
     ap.add_argument("--out", default=str(ROOT / "reports" / "validation"))
-    ap.add_argument("--skip-fit", action="store_true", help="score with the fitted values in sim/presets/<engine>.py")
-    ap.add_argument("--protocol", default="aic", choices=("aic", "steady"),
-                    help="benchmark protocol (sim/validate/rows.py): aic = aiconfigurator's deployment and "
-                         "client (cold start, all 10·C requests measured); steady = the earlier one")
-    ap.add_argument("--fit-requests-per-client", type=int, default=None,
-                    help="requests per client while fitting (default: aic 10, as the mean covers the "
-                         "initial burst at weight 1/rpc; steady 4)")
-    ap.add_argument("--requests-per-client", type=int, default=10)
-    ap.add_argument("--engines", default=",".join(ENGINES), help="engines to fit (default: all)")
+    ap.add_argument("--schemes", default=",".join(cv.SCHEMES), help="leave-one-group-out schemes")
+    ap.add_argument("--rounds", type=int, default=1, help="coordinate-search rounds per fit")
+    ap.add_argument("--fallback", default=cv.FALLBACK, choices=("pooled", "median"),
+                    help="values of an engine without fit rows in a fold: one set fitted on the other engines' "
+                         "rows together (pooled), or the median of their separate fits")
+    ap.add_argument("--requests-per-client", type=int, default=None,
+                    help="override every harness's measured requests per client (default: the harness's)")
     ap.add_argument("--workers", type=int, default=None)
-    ap.add_argument("--fit-params", default=",".join(GRID),
-                    help="parameters to fit (default: all); with a subset, the others stay at their "
-                         "current fitted values and the search starts there")
-    ap.add_argument("--rounds", type=int, default=2, help="coordinate-search rounds")
+    ap.add_argument("--cache", default=str(ROOT / "runs" / "validation_cache.jsonl"))
+    ap.add_argument("--max-row-tokens", type=float, default=2e7,
+                    help="skip (and list) rows whose simulation would process more tokens than this: "
+                         "10·C requests x (isl + osl); every dense row is under 7e6, MoE rows at thousands "
+                         "of clients with 8k outputs reach 7e8 and would take hours each in the fit loop")
     args = ap.parse_args()
-    if args.fit_requests_per_client is None:
-        args.fit_requests_per_client = args.requests_per_client if args.protocol == "aic" else 4
-    fit_params = tuple(p for p in args.fit_params.split(",") if p)
-    unknown = [p for p in fit_params if p not in GRID]
-    if unknown:
-        ap.error(f"--fit-params: unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(GRID)}")
+    schemes = [s for s in args.schemes.split(",") if s]
+    bad = [s for s in schemes if s not in cv.SCHEMES]
+    if bad:
+        ap.error(f"--schemes: unknown {', '.join(bad)}; valid: {', '.join(cv.SCHEMES)}")
 
-    from sim.workload.client_phase import CLIENT_PHASE_SPREAD, PHASE_KEY
     from sim.presets import FITTED
-    from sim.validate.rows import read_rows, skipped_row_warnings
+    from sim.validate.rows import ValidateOptions, predict_rows
 
-    df, skipped = read_rows(args.csv)
-    for w in skipped_row_warnings(args.csv, skipped):
+    rows, warns = load_rows(Path(args.silicon), [t for t in args.tables.split(",") if t])
+    for w in warns:
         print(f"warning: {w}", file=sys.stderr)
-    fit_mask = split(df)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    fitted = {e: dict(FITTED[e], **{PHASE_KEY: CLIENT_PHASE_SPREAD[e]}) for e in ENGINES}
-    fit_info: dict = {}
-    if not args.skip_fit:
-        fit_rows = df[fit_mask]
-        for eng in args.engines.split(","):
-            rows = fit_rows[fit_rows["backend"] == eng].to_dict("records")
-            print(f"fitting {eng} on {len(rows)} fit-half rows", flush=True)
-            t0 = time.perf_counter()
-            subset = set(fit_params) != set(GRID)
-            res = fit_engine(eng, rows, args.fit_requests_per_client, args.workers, rounds=args.rounds,
-                             params=fit_params, start=fitted[eng] if subset else None,
-                             protocol=args.protocol)
-            res["wall_s"] = time.perf_counter() - t0
-            fitted[eng] = dict(res["params"])
-            fit_info[eng] = res
-            print(f"  best {eng}: {res['params']} loss {res['fit_loss']:.4f}", flush=True)
-        (out / "fitted_params.json").write_text(json.dumps(
-            {"date": date.today().isoformat(), "split_seed": SPLIT_SEED, "protocol": args.protocol,
-             "fit_requests_per_client": args.fit_requests_per_client, "fit_params": list(fit_params),
-             "fitted": fitted, "fit": fit_info},
-            indent=2) + "\n")
-    score(df, fit_mask, fitted, args, out)
+    t_start = time.perf_counter()
+
+    def row_tokens(r: dict) -> float:
+        try:
+            return 10 * float(r["concurrency"]) * (float(r["isl"]) + float(r["osl"]))
+        except (TypeError, ValueError):
+            return 0.0
+
+    def predict(sub: list[dict], engine: str, params: dict) -> list[dict]:
+        t0 = time.perf_counter()
+        opts = ValidateOptions(workers=args.workers, engine_overrides={engine: params},
+                               requests_per_client=args.requests_per_client)
+        big = [row_tokens(r) > args.max_row_tokens for r in sub]
+        got = iter(predict_rows([r for r, b in zip(sub, big) if not b], opts))
+        out = [{"status": "skipped", "reason": f"not simulated here: about {row_tokens(r):.1e} tokens to simulate "
+                f"(--max-row-tokens {args.max_row_tokens:.0e})"} if b else next(got) for r, b in zip(sub, big)]
+        print(f"  simulated {len(sub)} {engine} rows with {params} in {time.perf_counter() - t0:.0f} s",
+              flush=True)
+        return out
+
+    cv.FALLBACK = FALLBACK_USED[0] = args.fallback
+    cache = cv.PredictionCache(rows, predict, args.cache)
+    res = cv.cross_validate(cache, schemes, rounds=args.rounds, log=lambda s: print(s, flush=True))
+    shipped = [{} for _ in rows]
+    for eng in cache.by_engine:
+        for i, p in cache.get(eng, {k: FITTED[eng][k] for k in cv.PRIOR}).items():
+            shipped[i] = p
+    wall = time.perf_counter() - t_start
+    write_report(Path(args.out), rows, res, shipped, schemes, args, wall, cache.num_simulated)
 
 
-def score(df, fit_mask, fitted: dict, args, out: Path) -> None:
+def _row_scores(rows, preds, idx=None):
+    from sim.validate.crossval import scores
+
+    idx = range(len(rows)) if idx is None else idx
+    return scores([rows[i] for i in idx], [preds[i] for i in idx])
+
+
+def _f(v) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.1f}"
+
+
+def write_report(out: Path, rows, res, shipped, schemes, args, wall: float, num_sim: int) -> None:
     import pandas as pd
 
-    from sim.validate.rows import ValidateOptions, predict_rows
-    from sim.validate.report import summarize_predictions, write_validation
+    from sim.validate.crossval import MIN_FIT_ROWS, PRIOR, TPOT_WEIGHT, campaign_of
+    from sim.validate.harness import harness_for_row
 
-    opts = ValidateOptions(protocol=args.protocol, requests_per_client=args.requests_per_client,
-                           workers=args.workers, engine_overrides=fitted)
-    t0 = time.perf_counter()
-    preds = predict_rows(df.to_dict("records"), opts)
-    wall = time.perf_counter() - t0
-    full = pd.concat([df, pd.DataFrame(preds, index=df.index)], axis=1)
-    full["half"] = np.where(fit_mask, "fit", "scored")
-    scored = summarize_predictions(full[~fit_mask])
-    fit_s = summarize_predictions(full[fit_mask])
-    everything = summarize_predictions(full)
-    scored["wall_time_s_all_rows"] = wall
-    summary = {"scored_half": scored, "fit_half": fit_s, "all_rows": everything, "fitted": fitted,
-               "protocol": args.protocol, "requests_per_client": args.requests_per_client,
-               "split_seed": SPLIT_SEED, "workers": args.workers}
-    # Files and figures of the scored half; then predictions.csv of every row (with its half).
-    write_validation(full[~fit_mask], scored, out, title="Validation on the scored half")
-    full.to_csv(out / "predictions.csv", index=False)
+    out.mkdir(parents=True, exist_ok=True)
+    ins = res["in_sample"]["preds"]
+    preds_by = {"in_sample": ins, "shipped": shipped, **res["held_out"]}
+
+    # per-fold table
+    fold_rows = []
+    for f in res["folds"]:
+        h = _row_scores(rows, res["held_out"][f["scheme"]], f["rows"])
+        i = _row_scores(rows, ins, f["rows"])
+        srcs = {e: v["source"] for e, v in f["params"].items()
+                if any(rows[k]["backend"] == e for k in f["rows"])}
+        fold_rows.append({
+            "scheme": f["scheme"], "held_out_group": f["group"], "n": h["n"], "n_simulated": h["n_ok"],
+            "ttft_mape": h["ttft_mape"], "ttft_mdape": h["ttft_mdape"],
+            "tpot_mape": h["tpot_mape"], "tpot_mdape": h["tpot_mdape"],
+            "in_sample_ttft_mape": i["ttft_mape"], "in_sample_ttft_mdape": i["ttft_mdape"],
+            "in_sample_tpot_mape": i["tpot_mape"], "in_sample_tpot_mdape": i["tpot_mdape"],
+            "engines_not_fitted": "; ".join(f"{e}: {s}" for e, s in sorted(srcs.items()) if s != "fitted"),
+        })
+    folds_df = pd.DataFrame(fold_rows)
+    folds_df.to_csv(out / "cv_folds.csv", index=False, float_format="%.2f")
+
+    # pooled: per scheme, overall / per table / per engine
+    pooled = []
+    tables = sorted({r["table"] for r in rows})
+    engines = sorted({r["backend"] for r in rows})
+    for scheme in ["in_sample", *schemes, "shipped"]:
+        p = preds_by[scheme]
+        for label, idx in ([("all", None)] + [(f"table {t}", [i for i, r in enumerate(rows) if r["table"] == t])
+                                              for t in tables]
+                           + [(f"engine {e}", [i for i, r in enumerate(rows) if r["backend"] == e])
+                              for e in engines]):
+            s = _row_scores(rows, p, idx)
+            pooled.append({"scheme": scheme, "rows": label, **s})
+    # held-out rows whose engine was fitted in their fold (on other models / GPUs / campaigns) vs not
+    # (no fit rows of that engine left: --fallback)
+    for scheme in schemes:
+        fitted_idx, unfitted_idx = [], []
+        for f in res["folds"]:
+            if f["scheme"] != scheme:
+                continue
+            for i in f["rows"]:
+                src = (f["params"].get(rows[i]["backend"]) or {}).get("source", "")
+                (fitted_idx if src == "fitted" else unfitted_idx).append(i)
+        for label, idx in (("engine fitted in the fold", fitted_idx), ("engine not fitted in the fold", unfitted_idx)):
+            s = _row_scores(rows, preds_by[scheme], idx)
+            if s["n_ok"]:
+                pooled.append({"scheme": scheme, "rows": label, **s})
+    pooled_df = pd.DataFrame(pooled)
+    pooled_df.to_csv(out / "cv_pooled.csv", index=False, float_format="%.2f")
+
+    # every row with every prediction
+    recs = []
+    for i, r in enumerate(rows):
+        rec = {k: r.get(k) for k in ("table", "id", "campaign", "backend", "backend_version", "model_path",
+                                     "system", "gemm_quant_mode", "isl", "osl", "concurrency", "tp_size",
+                                     "silicon_ttft_ms", "silicon_tpot_ms")}
+        rec["campaign_group"] = campaign_of(r)
+        rec["harness"] = harness_for_row(r).name
+        for scheme, p in preds_by.items():
+            rec[f"{scheme}_ttft_ms"] = p[i].get("pred_ttft_ms")
+            rec[f"{scheme}_tpot_ms"] = p[i].get("pred_tpot_ms")
+        rec["status"] = ins[i].get("status")
+        rec["reason"] = ins[i].get("reason")
+        recs.append(rec)
+    pred_df = pd.DataFrame(recs)
+    pred_df.to_csv(out / "predictions.csv", index=False)
+
+    params = {"date": date.today().isoformat(), "prior": PRIOR, "tpot_weight": TPOT_WEIGHT,
+              "min_fit_rows": MIN_FIT_ROWS, "rounds": args.rounds,
+              "in_sample": res["in_sample"]["params"],
+              "folds": [{"scheme": f["scheme"], "group": f["group"], "params": f["params"]} for f in res["folds"]]}
+    (out / "fitted_params.json").write_text(json.dumps(_safe(params), indent=2) + "\n")
+    summary = {"pooled": pooled, "folds": fold_rows, "num_rows": len(rows),
+               "num_simulated_in_sample": sum(1 for p in ins if p.get("status") == "ok"),
+               "wall_s": wall, "num_simulations": num_sim, "tables": tables, "schemes": schemes}
     (out / "summary.json").write_text(json.dumps(_safe(summary), indent=2) + "\n")
-    write_readme(out, summary, wall, len(df))
-    for name, s in (("fit half", fit_s), ("scored half", scored), ("all rows", everything)):
-        o = s["overall"]
-        print(f"{name:12s} n={o['n']:3d}  TTFT MAPE {o['ttft_mape']:.1f}%  MdAPE {o['ttft_mdape']:.1f}%  |  "
-              f"TPOT MAPE {o['tpot_mape']:.1f}%  MdAPE {o['tpot_mdape']:.1f}%")
-    print(f"simulated all {len(df)} rows in {wall:.0f} s; report in {out}")
+    _plots(out, pred_df, schemes)
+    iv = write_intervals(rows, res, schemes,
+                         write=out.resolve() == (ROOT / "reports" / "validation").resolve())
+    summary["intervals"] = iv
+    (out / "summary.json").write_text(json.dumps(_safe(summary), indent=2) + "\n")
+    write_readme(out, rows, folds_df, pooled_df, res, schemes, wall, num_sim, iv)
+    print(pooled_df[pooled_df["rows"] == "all"].to_string(index=False))
+    print(f"report in {out} ({wall:.0f} s, {num_sim} row simulations)")
 
 
-def _table(s: dict) -> list[str]:
-    from sim.validate.report import _fmt
+def write_intervals(rows, res, schemes, write: bool = True) -> dict:
+    """Per engine and metric, the 10th / 90th percentiles of log(measured / predicted)
+    over the leave-one-model-out held-out rows -> sim/data/prediction_intervals.yaml;
+    and their coverage on each model group when the percentiles come from the
+    other groups only (split conformal, one level further out)."""
+    import yaml
 
-    lines = ["| group | n | TTFT MAPE % | TTFT median APE % | TTFT over-predicted | TPOT MAPE % | "
-             "TPOT median APE % | TPOT over-predicted |", "|---|---|---|---|---|---|---|---|"]
+    from sim.results.intervals import INTERVALS_FILE, residual_quantiles
+    from sim.validate.crossval import folds
 
-    def line(name, g):
-        return (f"| {name} | {g['n']} | {_fmt(g['ttft_mape'])} | {_fmt(g['ttft_mdape'])} | "
-                f"{_fmt(100 * g['ttft_over_share'])} % | {_fmt(g['tpot_mape'])} | {_fmt(g['tpot_mdape'])} | "
-                f"{_fmt(100 * g['tpot_over_share'])} % |")
+    scheme = "model" if "model" in schemes else schemes[0]
+    held = res["held_out"][scheme]
+    # rows held out of a fold in which their engine was fitted (on other models): the residuals of
+    # a prediction for a new model with the engine's fitted values, as run/compare/plan make them
+    fitted_in_fold = set()
+    for f in res["folds"]:
+        if f["scheme"] == scheme:
+            fitted_in_fold |= {i for i in f["rows"]
+                               if (f["params"].get(rows[i]["backend"]) or {}).get("source") == "fitted"}
+    ok = [i for i, p in enumerate(held) if p.get("status") == "ok" and i in fitted_in_fold]
 
-    lines.append(line("**all**", s["overall"]))
-    lines += [line(f"**{k}**", g) for k, g in s["by_engine"].items()]
-    lines += [line(k, g) for k, g in s["by_group"].items()]
+    def quantiles(idx, m):
+        return residual_quantiles([float(rows[i][f"silicon_{m}_ms"]) for i in idx],
+                                  [held[i][f"pred_{m}_ms"] for i in idx])
+
+    engines: dict = {}
+    all_engines = sorted({rows[i]["backend"] for i, p in enumerate(held) if p.get("status") == "ok"})
+    for eng in all_engines:
+        idx = [i for i in ok if rows[i]["backend"] == eng]
+        for m in ("ttft", "tpot"):
+            q = quantiles(idx, m) if len(idx) >= MIN_INTERVAL_ROWS else None
+            if q is None:  # too few held-out rows of its own: every engine's together
+                q = quantiles(ok, m)
+                if q:
+                    q["pooled_over_engines"] = True
+            if q:
+                engines.setdefault(eng, {})[m] = q
+    # coverage on each group from the other groups' residuals
+    cover = {m: [0, 0] for m in ("ttft", "tpot")}
+    okset = set(ok)
+    for group, gidx in folds(rows, scheme).items():
+        gset = set(gidx)
+        calib_all = [i for i in ok if i not in gset]
+        for eng in engines:
+            test = [i for i in gidx if i in okset and rows[i]["backend"] == eng]
+            calib = [i for i in calib_all if rows[i]["backend"] == eng]
+            for m in cover:
+                q = quantiles(calib, m) if len(calib) >= MIN_INTERVAL_ROWS else quantiles(calib_all, m)
+                if not q:
+                    continue
+                for i in test:
+                    r = math.log(float(rows[i][f"silicon_{m}_ms"]) / held[i][f"pred_{m}_ms"])
+                    cover[m][0] += int(q["lo"] <= r <= q["hi"])
+                    cover[m][1] += 1
+    coverage = {m: (c / n if n else None, n) for m, (c, n) in cover.items()}
+    if write:  # the package's file comes from the committed report's run only
+        INTERVALS_FILE.write_text(yaml.safe_dump({
+            "source": f"benchmarks/validate_silicon.py {date.today().isoformat()}: 10th / 90th percentiles of "
+                      f"log(measured / predicted) over the leave-one-{scheme}-out held-out rows of the measured "
+                      "tables (nominal 80 % interval); see reports/validation/README.md",
+            "engines": engines}, sort_keys=True))
+    return {"scheme": scheme, "engines": engines,
+            "coverage_other_groups": {m: {"share": c, "n": n} for m, (c, n) in coverage.items()}}
+
+
+def _plots(out: Path, df, schemes) -> None:
+    from sim.validate.plots import plot_scatter
+
+    ok = df[df["status"] == "ok"]
+    scheme = "model" if "model" in schemes else (schemes[0] if schemes else "in_sample")
+    for m in ("ttft", "tpot"):
+        sub = ok[[f"silicon_{m}_ms", f"{scheme}_{m}_ms", "backend"]].dropna()
+        if len(sub):
+            plot_scatter(sub, f"silicon_{m}_ms", f"{scheme}_{m}_ms", f"{m.upper()} ({scheme} held out)",
+                         out / f"scatter_{m}.png")
+
+
+def _md_table(df, cols, heads) -> list[str]:
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for r in df.to_dict("records"):
+        lines.append("| " + " | ".join(_f(r[c]) if isinstance(r[c], float) else str(r[c]) for c in cols) + " |")
     return lines
 
 
-def write_readme(out: Path, summary: dict, wall: float, num_rows: int) -> None:
-    """reports/validation/README.md: numbers from this run, then the notes."""
-    sc, fi, al = summary["scored_half"], summary["fit_half"], summary["all_rows"]
-    fitted = summary["fitted"]
+def write_readme(out: Path, rows, folds_df, pooled_df, res, schemes, wall, num_sim, iv=None) -> None:
+    from sim.validate.crossval import GRID, MIN_FIT_ROWS, PRIOR
+
+    n_ok = sum(1 for p in res["in_sample"]["preds"] if p.get("status") == "ok")
+    tables = sorted({r["table"] for r in rows})
     lines = [
-        "# Validation against measured serving benchmarks",
+        "# Validation against measured serving benchmarks (cross-validated)",
         "",
-        "Regenerate this report from the fitted values in `sim/presets/<engine>.py` (exactly these numbers; "
-        "about 1-2 min on 2 cores):",
+        "Regenerate (every figure below, the CSVs and plots; simulations are cached in "
+        "`runs/validation_cache.jsonl`, delete it after changing the simulator):",
         "",
-        "    python benchmarks/validate_silicon.py --skip-fit",
+        "    python benchmarks/validate_silicon.py",
         "",
-        "Refit (coordinate search on the fit half, then score; 2-10 min per engine on 2 cores). The "
-        "values in `sim/presets/<engine>.py` came from this command, which starts at the previous values and "
-        "stops after a round that changes nothing (at most two rounds); a search from zero can stop "
-        "elsewhere where the loss is flat. It writes `fitted_params.json`; copy the values into "
-        "each engine's `fitted` in `sim/presets/<engine>.py`, then regenerate:",
+        f"Tables: {', '.join(f'`../shared/silicon/{t}.csv`' for t in tables)}; {len(rows)} rows, "
+        f"{n_ok} simulated, the rest refused by the simulator (reasons in `predictions.csv`, "
+        "summary below). Each row runs under its benchmark harness (`sim/validate/harness.py`; column "
+        f"`harness` of `predictions.csv`). This run simulated {num_sim:,} rows (the others came from the cache); "
+        "a cold run is about 40 min on 2 shared cores (~59,000 row simulations).",
         "",
-        "    python benchmarks/validate_silicon.py --fit-params cpu_step_overhead_s,cpu_seq_overhead_s,"
-        "frontend_latency_s,frontend_token_s --rounds 2",
+        "**What is fitted**: per engine, the four host/frontend overheads (`cpu_step_overhead_s`, "
+        "`cpu_seq_overhead_s`, `frontend_latency_s`, `frontend_token_s`), by coordinate search on a fixed "
+        f"grid from the same neutral start for every fit ({', '.join(f'{k} {v:g}' for k, v in PRIOR.items())}); "
+        "loss = mean |log error| of TTFT + 3 x that of TPOT. Nothing per model, GPU, campaign or "
+        f"concurrency. An engine with fewer than {MIN_FIT_ROWS} rows in a fold's fit set takes "
+        + ("one set fitted on the other engines' rows together" if FALLBACK_USED[0] == "pooled" else
+           "the median of the other engines' fits") + " (column `engines_not_fitted`).",
         "",
-        f"Data: `../shared/silicon/dense_agg_dev.csv`, {num_rows} rows. Fit half / scored half: a "
-        f"`numpy.random.default_rng({SPLIT_SEED})` permutation of the rows, first half fitted. Protocol per row "
-        + (f"(`sim/validate/rows.py`, protocol `aic`, as aiconfigurator measured these rows): the deployment "
-           f"aiconfigurator's generator writes for batch size C (token budget C + isl + 1500, max batch C; "
-           f"SGLang `max_prefill_tokens` isl + 1500 with `enable_mixed_chunk`), C closed-loop clients from a "
-           f"cold start, "
-           f"{summary['requests_per_client']}·C requests, every one measured (the first burst of C "
-           f"included); isl in, exactly osl out. "
-           if summary.get("protocol", "aic") == "aic" else
-           f"(`sim/validate/rows.py`, protocol `steady`): C closed-loop clients, 2·C warm-up requests, "
-           f"{summary['requests_per_client']}·C measured; isl in, exactly osl out. ")
-        + f"All {num_rows} rows "
-        f"simulated in {wall:.0f} s ({summary.get('workers') or 'all'} worker processes).",
+        "**Schemes**: *in-sample*: fitted on every row, scored on every row. *Leave one model / GPU / "
+        "campaign out*: for each group, fitted on every other row, the group scored with those values; "
+        "*pooled* = every row scored by the fold that held it out. The dense table records no campaign: "
+        "there a row's campaign is its engine and version (one container run per release); "
+        "`moe_agg_dev` rows carry their `campaign`.",
         "",
-        "## Scores on the scored half",
-        "",
-        "Targets: TPOT MAPE ≤ 10 %, TTFT median APE ≤ 20 %, TTFT MAPE ≤ 30 %.",
+        "## Pooled (every row scored once per scheme)",
         "",
     ]
-    lines += _table(sc)
-    lines += ["", "Fit half, for comparison:", ""] + _table(fi)[:2 + 1 + len(fi["by_engine"])]
-    lines += ["", "All rows:", ""] + _table(al)[:2 + 1 + len(al["by_engine"])]
-    lines += ["", "## Fitted engine parameters", "",
-              "| engine | cpu_step_overhead_s | cpu_seq_overhead_s | frontend_latency_s | frontend_token_s "
-              "| client_phase_spread |",
-              "|---|---|---|---|---|---|"]
-    for eng, p in fitted.items():
-        lines.append(f"| {eng} | {p.get('cpu_step_overhead_s', 0) * 1e3:g} ms | "
-                     f"{p.get('cpu_seq_overhead_s', 0) * 1e6:g} µs | {p.get('frontend_latency_s', 0) * 1e3:g} ms | "
-                     f"{p.get('frontend_token_s', 0) * 1e6:g} µs | {p.get('client_phase_spread', 0):g} |")
-    lines += ["", "Figures: `scatter_ttft.png`, `scatter_tpot.png` (scored half, one colour per engine, "
-              "y = x and ±30 %), `residuals_by_group.png` (scored half, signed log2 error by group). "
-              "`predictions.csv` has every row with its half and the prediction.", ""]
-    lines.append(NOTES)
+    lines += _md_table(pooled_df.assign(scheme=pooled_df["scheme"].map(lambda s: SCHEME_TITLES.get(s, s))),
+                       ["scheme", "rows", "n", "n_ok", "ttft_mape", "ttft_mdape", "tpot_mape", "tpot_mdape"],
+                       ["scheme", "rows", "n", "simulated", "TTFT MAPE %", "TTFT MdAPE %", "TPOT MAPE %",
+                        "TPOT MdAPE %"])
+    lines += ["", "## Every fold (held out vs in-sample on the same rows)", ""]
+    lines += _md_table(folds_df, ["scheme", "held_out_group", "n", "n_simulated", "ttft_mape", "ttft_mdape",
+                                  "tpot_mape", "tpot_mdape", "in_sample_ttft_mape", "in_sample_tpot_mape",
+                                  "engines_not_fitted"],
+                       ["scheme", "held out", "n", "simulated", "TTFT MAPE %", "TTFT MdAPE %", "TPOT MAPE %",
+                        "TPOT MdAPE %", "in-sample TTFT MAPE %", "in-sample TPOT MAPE %", "not fitted"])
+    lines += ["", "## Fitted values", "", "| fit | engine | rows | step | per seq | frontend latency | "
+              "per streamed token | source |", "|---|---|---|---|---|---|---|---|"]
+
+    def prow(name, eng, v):
+        p = v["params"]
+        return (f"| {name} | {eng} | {v['num_fit_rows']} | {p['cpu_step_overhead_s'] * 1e3:g} ms | "
+                f"{p['cpu_seq_overhead_s'] * 1e6:g} µs | {p['frontend_latency_s'] * 1e3:g} ms | "
+                f"{p['frontend_token_s'] * 1e6:g} µs | {v['source']} |")
+
+    for eng, v in res["in_sample"]["params"].items():
+        lines.append(prow("in-sample", eng, v))
+    for f in res["folds"]:
+        for eng, v in f["params"].items():
+            lines.append(prow(f"without {f['scheme']} {f['group']}", eng, v))
+    lines += ["", "Grid: " + "; ".join(f"`{k}` {', '.join(f'{x:g}' for x in g)}" for k, g in GRID.items()), ""]
+    if iv and iv["engines"]:
+        lines += ["## Prediction intervals (nominal 80 %)", "",
+                  f"From the leave-one-{iv['scheme']}-out residuals of rows whose engine was fitted on the other "
+                  "models, per engine: a prediction p carries "
+                  "[p·exp(lo), p·exp(hi)] (`sim/data/prediction_intervals.yaml`, used by `validate`'s "
+                  "`pred_*_ms_lo/_hi` and `summary.json`'s `mean_*_ms_lo/_hi`).", "",
+                  "| engine | metric | rows | lo factor | hi factor |", "|---|---|---|---|---|"]
+        for eng, ms in iv["engines"].items():
+            for m, q in ms.items():
+                lines.append(f"| {eng} | {m.upper()} | {q['n']}{' (all engines)' if q.get('pooled_over_engines') else ''}"
+                             f" | {math.exp(q['lo']):.2f} | {math.exp(q['hi']):.2f} |")
+        cov = iv["coverage_other_groups"]
+        lines += ["", "Coverage on each held-out group when the percentiles come from the other groups only: "
+                  + "; ".join(f"{m.upper()} {100 * c['share']:.0f} % of {c['n']} rows" for m, c in cov.items()
+                              if c["share"] is not None) + " (target 75-85 %).", ""]
+    refused: dict[str, int] = {}
+    for p in res["in_sample"]["preds"]:
+        if p.get("status") != "ok":
+            reason = str(p.get("reason", ""))
+            key = reason.split(";")[0][:110]
+            refused[key] = refused.get(key, 0) + 1
+    if refused:
+        lines += ["## Rows refused", "", "| rows | reason |", "|---|---|"]
+        lines += [f"| {n} | {k.replace('|', '/')} |" for k, n in sorted(refused.items(), key=lambda x: -x[1])]
+        lines.append("")
+    lines += ["Files: `cv_folds.csv` (every fold), `cv_pooled.csv` (pooled by scheme, table and engine), "
+              "`predictions.csv` (every row: measured, in-sample, each scheme's held-out and the shipped "
+              "prediction), `fitted_params.json`, `summary.json`, `scatter_ttft.png` / `scatter_tpot.png` "
+              "(leave-one-model-out predictions).", ""]
+    if NOTES_FILE.exists():
+        lines.append(NOTES_FILE.read_text().rstrip("\n"))
     (out / "README.md").write_text("\n".join(lines) + "\n")
 
 
 def _safe(x):
     if isinstance(x, dict):
         return {str(k): _safe(v) for k, v in x.items()}
-    if isinstance(x, list):
+    if isinstance(x, (list, tuple)):
         return [_safe(v) for v in x]
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
-
-
-
-#: The analysis appended to the generated README (edit the markdown file; numbers
-#: in it are the ones measured when it was written, the tables above it are regenerated).
-NOTES = (Path(__file__).with_name("validation_notes.md")).read_text().rstrip("\n")
 
 
 if __name__ == "__main__":

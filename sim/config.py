@@ -59,6 +59,9 @@ class SimConfig(BaseModel):
     hardware: str = "h100_sxm"
     # A preset of defaults for the keys below (sim/presets/); explicit keys win.
     engine: Literal[tuple(PRESETS)] | None = None  # type: ignore[valid-type]
+    # The engine's release (e.g. "0.12.0"): selects its documented behaviour changes
+    # (sim/presets/versions.py); None = the preset's newest modelled release.
+    engine_version: str | None = Field(default=None, max_length=64)
 
     # Scheduler (vLLM names; ``vllm/config/scheduler.py``)
     scheduler: str = "chunked"
@@ -97,6 +100,18 @@ class SimConfig(BaseModel):
     tensor_parallel_size: int = Field(default=1, ge=1)
     num_replicas: int = Field(default=1, ge=1, le=1024)  # each holds a block pool: 10^4 would need ~15 GB
     router: Literal["round_robin", "least_outstanding_requests", "random", "prefix_aware"] = "round_robin"
+    # Attention data parallelism and expert parallelism (sim/cost_model/parallel.py). vLLM names;
+    # SGLang: --dp-size + --enable-dp-attention, --ep-size; TensorRT-LLM: enable_attention_dp
+    # (DP = tp_size ranks), moe_expert_parallel_size / moe_tensor_parallel_size (moe_ep_size /
+    # moe_tp_size here, as aiconfigurator's tables name them). On an MoE model each of
+    # ``data_parallel_size`` attention ranks (a TP group of ``tensor_parallel_size`` GPUs) has its
+    # own scheduler, batch and KV cache and the ranks step together (a DP group of dp x tp GPUs;
+    # ``num_replicas`` independent groups). On a dense model DP ranks are independent replicas
+    # (vLLM couples them only for MoE): num_replicas x data_parallel_size replicas.
+    data_parallel_size: int = Field(default=1, ge=1, le=1024)
+    enable_expert_parallel: StrictBool = False  # vLLM: EP size = DP x TP, experts whole on each GPU
+    moe_ep_size: int | None = Field(default=None, ge=1, le=1024)  # explicit EP ranks (x moe_tp_size = dp x tp)
+    moe_tp_size: int | None = Field(default=None, ge=1, le=1024)  # explicit expert tensor-parallel ranks
 
     # The time keys below are at most an hour each: beyond that a run's simulated
     # time drifts toward float64's limits (1e308 s overheads ran to inf/nan times).

@@ -669,8 +669,9 @@ def get_model(name_or_path: str | Path) -> ModelSpec:
     hit = _alias_index().get(text.lower())
     if hit is not None:
         key, quant = hit
-        return replace(_preset_spec(key), name=text if text.lower() != key else key,
-                       quantization=quant)
+        spec = _preset_spec(key)  # a pre-quantized checkpoint's own precision unless the id names one
+        return replace(spec, name=text if text.lower() != key else key,
+                       quantization=quant if quant is not None else spec.quantization)
     path = Path(text)
     if path.is_dir():
         path = path / "config.json"

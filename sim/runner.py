@@ -15,7 +15,9 @@ from sim.engine.simulation import Simulation
 from sim.errors import ConfigError, InfeasibleError
 from sim.results.run_result import RunResult
 from sim.results.metrics import summarize
+from sim.results.intervals import summary_intervals
 from sim.results.pools import pool_summary
+from sim.results.warnings import ground_warnings
 from sim.workload import RequestSpecs, generate_requests
 
 log = logging.getLogger(__name__)
@@ -40,9 +42,10 @@ def make_simulation(dep: Deployment, specs: RequestSpecs, *, progress=None) -> S
     ``exact_steps``, else with the accelerated stepping (same results; it serves
     only the policies that declare it, :mod:`sim.accelerated.policies`)."""
     cfg = dep.cfg
-    # A disaggregated run (two pools, KV transfers) uses the reference stepping: the
-    # accelerated one is not taught the pools' hand-offs.
-    stepping = None if cfg.exact_steps or dep.disagg is not None else AcceleratedStepping
+    # disaggregated runs (two pools, KV transfers) and DP groups (attention data parallelism)
+    # use the reference stepping: the accelerated one is not taught either
+    stepping = (None if cfg.exact_steps or dep.disagg is not None or dep.layout.attention_dp
+                else AcceleratedStepping)
     return Simulation(dep, specs, seed=cfg.seed, progress=progress, stepping=stepping)
 
 
@@ -88,9 +91,15 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
     summary["num_skipped_trace_rows"] = specs.num_skipped_rows
     summary["num_out_of_order_trace_rows"] = specs.num_out_of_order_rows
     summary["num_clipped_prompts"] = specs.num_clipped
+    if dep.disagg is None:
+        summary["num_gpus"] = dep.num_gpus  # replicas x DP ranks x TP
+        summary["parallel_layout"] = dep.layout.describe()
     summary["config"] = dep.cfg.model_dump(mode="json")
     wl = summary["config"]["workload"]
     # the named workload's keys, under its name (the expansion consumed workload.name)
     wl["name"] = wl.pop("expanded_from") or wl["name"]
     summary["servesim_version"] = __version__
+    summary["warnings"] = ground_warnings(dep.cfg, dep.hardware, dep.model, summary)
+    # the nominal 80 % interval of the mean TTFT / TPOT from cross-validated residuals
+    summary.update(summary_intervals(dep.cfg.engine, summary))
     return RunOutput(summary, result, dep, specs, wall)

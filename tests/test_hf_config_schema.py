@@ -208,6 +208,14 @@ PRESETS = {
     "qwen3-30b-a3b": (98304, 61064245248, 30532122624),
     "qwen3-32b": (262144, 65524246528, 32762123264),
     "qwen3-8b": (147456, 16381470720, 8190735360),
+    # checkpoints' own precision: DeepSeek and MiniMax fp8 block-scaled, gpt-oss MXFP4 experts
+    "deepseek-r1": (70272, 675197365936, 671026404352),  # 671.0 B parameters (the MTP layer not counted)
+    "deepseek-v3": (70272, 675197365936, 671026404352),
+    "gpt-oss-120b": (73728, 65168972928, 116789235264),  # 116.8 B
+    "gpt-oss-20b": (49152, 13747853952, 20908051776),  # 20.9 B
+    "minimax-m2.5": (253952, 230023160832, 228689304576),  # 228.7 B
+    "qwen3-235b-a22b": (192512, 470187269120, 235093634560),  # 235.1 B
+    "qwen3.5-397b-a17b": (30720, 792692209152, 396346104576),  # 396.3 B; 15 full-attention layers hold KV
 }
 
 

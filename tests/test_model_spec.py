@@ -22,6 +22,13 @@ SHARED_CONFIGS = {
     "qwen3-32b": "Qwen--Qwen3-32B_config.json",
     "qwen3-30b-a3b": "Qwen--Qwen3-30B-A3B_config.json",
     "mixtral-8x7b": "mistralai--Mixtral-8x7B-v0.1_config.json",
+    "deepseek-v3": "deepseek-ai--DeepSeek-V3_config.json",
+    "deepseek-r1": "deepseek-ai--DeepSeek-R1_config.json",
+    "gpt-oss-120b": "openai--gpt-oss-120b_config.json",
+    "gpt-oss-20b": "openai--gpt-oss-20b_config.json",
+    "qwen3-235b-a22b": "Qwen--Qwen3-235B-A22B_config.json",
+    "qwen3.5-397b-a17b": "Qwen--Qwen3.5-397B-A17B_config.json",
+    "minimax-m2.5": "MiniMaxAI--MiniMax-M2.5_config.json",
 }
 
 
@@ -47,7 +54,15 @@ def test_mixtral_active_params():
 def test_list_models_has_all_presets():
     assert set(list_models()) == {"llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen3-8b",
                                   "qwen3-32b", "mistral-7b-v0.3", "mixtral-8x7b",
-                                  "qwen3-30b-a3b", "qwen3-0.6b"}
+                                  "qwen3-30b-a3b", "qwen3-0.6b", "deepseek-v3", "deepseek-r1", "gpt-oss-120b",
+                                  "gpt-oss-20b", "qwen3-235b-a22b", "qwen3.5-397b-a17b", "minimax-m2.5"}
+
+
+def test_a_pre_quantized_preset_keeps_its_checkpoints_precision():
+    assert get_model("deepseek-ai/DeepSeek-V3").quantization == "fp8_block"  # the checkpoint is FP8
+    assert get_model("openai/gpt-oss-120b").quantization == "mxfp4"
+    assert get_model("qwen3-235b-a22b").quantization is None
+    assert get_model("Qwen/Qwen3-235B-A22B-FP8").quantization == "fp8_block"
 
 
 @pytest.mark.parametrize("alias,preset", [

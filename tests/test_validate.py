@@ -39,7 +39,9 @@ def test_closed_loop_benchmark_matches_hand_schedule():
     opts = ValidateOptions(protocol="steady", requests_per_client=1, warmup_per_client=1, think_time_s=0.0,
                            engine_overrides={"vllm": {"max_num_batched_tokens": 128, "cpu_step_overhead_s": 1e-3,
                                                       "cpu_seq_overhead_s": 1e-4, "frontend_latency_s": 0.0,
-                                                      "frontend_token_s": 0.0}})
+                                                      "frontend_token_s": 0.0,
+                                                      # serial host (vLLM before 0.14; the preset is 0.24's)
+                                                      "overlap_scheduling": False}})
     cm = build_deployment(build_config(overrides=row_overrides(ROW, opts))).cost_model
 
     def t(new, ctx):

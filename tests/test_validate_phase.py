@@ -16,7 +16,8 @@ from tests.test_validate import GPU, MODEL
 ROW = {"backend": "vllm", "model_path": MODEL, "system": GPU, "precision": "", "gemm_quant_mode": "",
        "isl": 16, "osl": 4, "concurrency": 2, "tp_size": 1, "silicon_ttft_ms": 1.0, "silicon_tpot_ms": 1.0}
 ENGINE = {"max_num_batched_tokens": 128, "cpu_step_overhead_s": 1e-3, "cpu_seq_overhead_s": 1e-4,
-          "frontend_latency_s": 0.0, "frontend_token_s": 0.0}
+          "frontend_latency_s": 0.0, "frontend_token_s": 0.0,
+          "overlap_scheduling": False}  # serial host: vLLM before 0.14 (the preset is 0.24's)
 
 
 def _opts(spread: float) -> ValidateOptions:

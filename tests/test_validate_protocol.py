@@ -56,7 +56,7 @@ def test_aic_cold_burst_hand_schedule():
     from sim.engine.deployment import build_deployment
 
     eng = {"cpu_step_overhead_s": 1e-3, "cpu_seq_overhead_s": 1e-4, "frontend_latency_s": 0.0,
-           "frontend_token_s": 0.0}
+           "frontend_token_s": 0.0, "overlap_scheduling": False}  # serial host: vLLM before 0.14
     opts = ValidateOptions(requests_per_client=1, think_time_s=0.0, engine_overrides={"vllm": eng})
     cm = build_deployment(build_config(overrides=row_overrides(ROW, opts))).cost_model
 

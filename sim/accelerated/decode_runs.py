@@ -51,6 +51,13 @@ class DecodeRuns:
     (:mod:`sim.accelerated.policies`)."""
 
     spans_finishes = True  # a run may go on past finishes (see plan_decode_span)
+    span_class = DecodeSpan  # a free-running span's class
+    #: With prefix caching and requests waiting, a merged decode run is exact when
+    #: no member's growth hashes a block: the policy's waiting pass, blocked at
+    #: step 1, can then only find admission harder before a finish (decode growth
+    #: takes free blocks, and may evict cached ones a waiting request would hit,
+    #: leaving the same budget, seats and TensorRT-LLM headroom). False: no such run.
+    waiting_blocked_by_hashes_only = False
 
     def __init__(self, sched) -> None:
         self.sched = sched
@@ -78,11 +85,13 @@ class DecodeRuns:
         sched = out.scheduled
         if out.preempted or out.num_prefill_tokens or not sched or len(sched) != len(policy.running):
             return 1
-        if policy.waiting and getattr(policy.kv, "enable_prefix_caching", False):
-            # Blocks are hashed as they fill; a waiting request could start to hit them.
+        kv = policy.kv
+        # Blocks are hashed as they fill; a waiting request could start to hit them
+        # (checked below for the run's length, where the policy's admission allows).
+        hashed_hits = bool(policy.waiting) and getattr(kv, "enable_prefix_caching", False)
+        if hashed_hits and not self.waiting_blocked_by_hashes_only:
             return 1
         k = policy.limits.max_model_len
-        kv = policy.kv
         skip = getattr(kv, "decode_skips_allocation", False)  # kv_capacity is kept up to date
         held = kv.num_held_blocks
         bs = policy.limits.block_size
@@ -97,7 +106,15 @@ class DecodeRuns:
             rooms.append((r.kv_capacity if skip else held(r) * bs) - r.num_computed_tokens)
         if k <= 1:
             return 1
-        free = kv.num_free_blocks
+        k = self._decode_run_blocks(k, rooms, bs, kv.num_free_blocks)
+        if hashed_hits and k > 1 and any(kv.hashes_when_grown(r, r.num_computed_tokens + k - 1) for r in sched):
+            return 1
+        return k
+
+    @staticmethod
+    def _decode_run_blocks(k: int, rooms: list[int], bs: int, free: int) -> int:
+        """The largest k' <= k whose decode steps' new blocks fit in ``free``
+        (``rooms``: each request's free slots after step 1)."""
         # Blocks each request needs to write tokens c+1 .. c+k (c = context before step 1).
         extra = 0
         needs = []
@@ -117,7 +134,8 @@ class DecodeRuns:
                 hi = mid - 1
         return lo
 
-    def plan_decode_span(self, out: SchedulerOutput, queued: bool = False) -> DecodeSpan | None:
+    def plan_decode_span(self, out: SchedulerOutput, queued: bool = False,
+                         blocked: bool = False) -> DecodeSpan | None:
         """A merged decode run that goes on past finishes and may take in
         whole-prompt admissions (:class:`~sim.accelerated.decode_span.DecodeSpan`),
         or None. Exactly what the reference mode does while nothing else changes
@@ -144,7 +162,10 @@ class DecodeRuns:
         caching = kv.enable_prefix_caching
         # (a queued span may preempt, and a resumed request hits its own cached blocks)
         gated = queued and not caching and self.spans_admit()
-        if policy.waiting and not gated:
+        # ``blocked``: a free-running span may start with requests waiting, its engine
+        # side admitting them as the policy's waiting pass would (``span_admissions_blocked``)
+        free_with_queue = blocked and self.spans_join()
+        if policy.waiting and not gated and not free_with_queue:
             return None
         bs = policy.limits.block_size
         lasts = []
@@ -165,8 +186,8 @@ class DecodeRuns:
         free = kv.num_free_blocks
         if k <= 1:
             return None
-        if not policy.waiting and need <= free:
-            return DecodeSpan(self, out, lasts, free - need)
+        if (not policy.waiting or free_with_queue) and need <= free:
+            return self.span_class(self, out, lasts, free - need)
         return QueuedSpan(self, out, lasts) if gated else None
 
     def spans_admit(self) -> bool:
@@ -174,8 +195,13 @@ class DecodeRuns:
         start with requests waiting)? The base class answers False."""
         return False
 
-    def span_admissions(self, num_running: int, budget: int,
-                        free_blocks: int | None = None) -> tuple[list[Request], int] | None:
+    def spans_join(self) -> bool:
+        """Can a free-running decode span take in this scheduler's whole-prompt
+        admissions? The base class answers False."""
+        return False
+
+    def span_admissions(self, num_running: int, budget: int, free_blocks: int | None = None,
+                        headroom: int | None = None) -> tuple[list[Request], int] | None:
         """What the next step's waiting pass admits into a decode span (see
         ``ChunkedPrefillScheduler.span_admissions``). The base class answers
         None (a span cannot represent it)."""

@@ -65,6 +65,9 @@ class DecodeSpan:
     requests whose prefill completed at ``step``; ``slack`` as the module says."""
 
     queued = False
+    #: a join's prompt blocks show in the rows from its step on (0: prefilled in
+    #: that step), or from the next (1: prefilled in a step of its own after it)
+    prompt_blocks_after = 0
 
     def __init__(self, runs, out: SchedulerOutput, lasts: list[int], slack: int = 0) -> None:
         self.runs = runs  # the policy's merged-run rules (sim.accelerated.policies)
@@ -77,6 +80,31 @@ class DecodeSpan:
         self.free0 = sched.kv.num_free_blocks  # after step 1's allocations
         self.joins: list[list] = []
         self.preempted: list[tuple[int, int, Request]] = []  # (last step it decoded, member id, request)
+        self.wait_marks: list[tuple[int, int]] = []  # (step, requests waiting from its row on): lag spans
+        self.no_evict_h0: int | None = None  # TensorRT-LLM's admission headroom after step 1
+        self._no_evict: list | None = None  # (no_evict_headroom's running count)
+
+    def no_evict_headroom(self, step: int) -> int:
+        """``guaranteed_no_evict`` headroom (free blocks − every running
+        request's remaining blocks to completion) at ``step``'s waiting pass:
+        a member's growth takes as many free blocks as it lowers its remaining
+        ones, so only finishes (+ its blocks to completion) and joins (−) move it."""
+        ne = self._no_evict
+        if ne is None:  # [headroom, first last step not yet counted, last step -> blocks returned]
+            leave: dict[int, int] = {}
+            for r, f in zip(self.scheduled, self.lasts):
+                leave[f] = leave.get(f, 0) + self._blocks_to_completion(r)
+            ne = self._no_evict = [self.no_evict_h0, 1, leave]
+        h, f, leave = ne
+        while f < step:  # members whose last step came before ``step`` have finished
+            h += leave.pop(f, 0)
+            f += 1
+        ne[0], ne[1] = h, f
+        return h
+
+    def _blocks_to_completion(self, r: Request) -> int:
+        lim = self.sched.limits
+        return -(-min(r.num_prompt_tokens + r.max_tokens, lim.max_model_len) // lim.block_size)
 
     def join(self, step: int, reqs: list[Request]) -> list[int] | None:
         """Admit ``reqs`` (new requests the scheduler admits whole) at ``step``
@@ -96,6 +124,11 @@ class DecodeSpan:
             last = step + r.num_output_tokens_target - 1
             self.joins.append([step, r, last, r.num_prompt_tokens, 0])
             lasts.append(last)
+            if self._no_evict is not None:  # it holds its blocks to completion until its last step
+                t = self._blocks_to_completion(r)
+                self._no_evict[0] -= t
+                leave = self._no_evict[2]
+                leave[last] = leave.get(last, 0) + t
             if last > self.k:
                 self.k = last
         return lasts
@@ -128,10 +161,11 @@ class DecodeSpan:
         for r, f in zip(self.scheduled, self.lasts):
             # after step 1: kv_capacity slots held, c computed; step i writes slot c + i − 2
             add(r.kv_capacity - r.num_computed_tokens + 2, f, r.kv_capacity // bs)
+        after = self.prompt_blocks_after
         for step, _, f, n0, _ in self.joins:
-            if step <= j:
-                held = -(-n0 // bs)  # its prompt's blocks, taken at ``step``
-                once_at.append(step)
+            if step + after <= j:
+                held = -(-n0 // bs)  # its prompt's blocks, taken at ``step`` (after it: the next step's row)
+                once_at.append(step + after)
                 once_n.append(held)
                 # after its prefill at ``step``: step i writes slot p + i − step − 1
                 add(held * bs - n0 + step + 1, f, held)

@@ -20,7 +20,15 @@ Per policy (:func:`decode_runs_for`):
 - :class:`PrefillFirstRuns` — ``prefill_first`` / ``prefill_first_whole``
   (SGLang): an arrival may form a prefill batch unless the running set is at
   ``max_running_requests``; decode steps decay ``new_token_ratio``, so merged
-  runs need an empty queue (or the seat limit binding).
+  runs need an empty queue (or the seat limit binding). On an
+  overlap-scheduled replica (the SGLang preset) its spans take arrivals in
+  through prefill-only steps (:meth:`PrefillFirstRuns.pause_admissions`,
+  :mod:`sim.accelerated.prefill_span`).
+
+On an overlap-scheduled replica, the only one in open loop, ``ChunkedRuns``
+spans also take arrivals in a step late and may go on with a blocked waiting
+queue (:meth:`ChunkedRuns.span_admissions_blocked`, TensorRT-LLM's
+``guaranteed_no_evict`` and ``mixed`` included).
 """
 
 from __future__ import annotations
@@ -31,7 +39,9 @@ from sim.request import Request, RequestStatus
 from sim.scheduler.chunked import ChunkedPrefillScheduler
 from sim.scheduler.continuous import ContinuousBatchingScheduler
 from sim.scheduler.mixed import MixedBatchingScheduler
-from sim.scheduler.prefill_first import PrefillFirstScheduler, WholePrefillFirstScheduler
+from sim.accelerated.prefill_span import PrefillFirstSpan
+from sim.scheduler.prefill_first import (CLIP_MAX_NEW_TOKENS, MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY,
+                                         PrefillFirstScheduler, WholePrefillFirstScheduler)
 from sim.scheduler.static import StaticBatchingScheduler
 from sim.scheduler.types import SchedulerOutput
 
@@ -39,6 +49,8 @@ from sim.scheduler.types import SchedulerOutput
 class ChunkedRuns(DecodeRuns):
     """Merged runs and spans of :class:`ChunkedPrefillScheduler` (and the
     modes sharing its queues)."""
+
+    waiting_blocked_by_hashes_only = True  # (``_schedule_waiting``; see DecodeRuns)
 
     def arrival_may_change_schedule(self) -> bool:
         w = self.sched.waiting
@@ -60,8 +72,25 @@ class ChunkedRuns(DecodeRuns):
                 and sched.chunked_prefill and not sched.waiting.priority and not sched.waiting.reordered
                 and not lim.long_prefill_token_threshold and not lim.capacity_scheduler_policy)
 
-    def span_admissions(self, num_running: int, budget: int,
-                        free_blocks: int | None = None) -> tuple[list[Request], int] | None:
+    def spans_join(self) -> bool:
+        """Can a free-running decode span take in this scheduler's whole-prompt
+        admissions (``span_admissions`` without ``free_blocks``)? As
+        :meth:`spans_admit`, and also without chunked prefill (``mixed``: a
+        prompt that the budget would cut stops the pass, and a span refuses to
+        cut it) and with TensorRT-LLM's ``guaranteed_no_evict`` (the span keeps
+        its headroom: ``DecodeSpan.no_evict_headroom``)."""
+        sched = self.sched
+        cls = type(sched)
+        lim = sched.limits
+        return (cls._schedule is ChunkedPrefillScheduler._schedule
+                and cls._schedule_waiting is ChunkedPrefillScheduler._schedule_waiting
+                and cls._schedule_running is ChunkedPrefillScheduler._schedule_running
+                and not sched.waiting.priority and not sched.waiting.reordered
+                and not lim.long_prefill_token_threshold
+                and lim.capacity_scheduler_policy in (None, "guaranteed_no_evict"))
+
+    def span_admissions(self, num_running: int, budget: int, free_blocks: int | None = None,
+                        headroom: int | None = None) -> tuple[list[Request], int] | None:
         """The WAITING pass inside a decode span (:meth:`spans_admit`), after a
         running pass that left ``num_running`` requests running and ``budget``
         tokens: ``(admitted, n)``, the requests it admits in order, the last of
@@ -74,7 +103,10 @@ class ChunkedRuns(DecodeRuns):
         blocks itself), every waiting request must be admitted whole, and with
         prefix caching be one that can hit nothing and whose blocks get no
         hash (no shareable prefix: its lookup finds 0 tokens whatever the
-        cache holds), else None."""
+        cache holds), else None. With ``headroom`` (``guaranteed_no_evict``:
+        free blocks less every running request's remaining blocks to
+        completion), each admission also needs its own blocks to completion
+        within what is left."""
         sched = self.sched
         lim = sched.limits
         room = lim.max_num_seqs - num_running
@@ -95,6 +127,11 @@ class ChunkedRuns(DecodeRuns):
                 free_blocks -= -(-n // bs)
             elif n < req.num_tokens:
                 return None
+            if headroom is not None:
+                need = sched._remaining_blocks_to_completion(req)
+                if need > headroom:
+                    break
+                headroom -= need
             out.append(req)
             last = n
             budget -= n
@@ -106,6 +143,50 @@ class ChunkedRuns(DecodeRuns):
                 kv.hashes_when_grown(r, r.num_tokens + r.num_output_tokens_target) for r in out):
             return None
         return out, last
+
+    def span_admissions_blocked(self, num_running: int, budget: int, slack: int,
+                                headroom: int | None = None) -> list[Request] | None:
+        """The WAITING pass inside a free-running decode span whose queue may
+        stay blocked (``spans_join``): the requests it admits whole, in order,
+        when the first one left waiting (if any) is stopped by something the
+        span knows exactly — the budget (``budget <= 0``, or a prompt larger
+        than it without chunked prefill), ``max_num_seqs``, or the
+        ``guaranteed_no_evict`` ``headroom`` — and the admitted ones' blocks to
+        their finish fit in ``slack``; else None (the span cannot tell: a
+        chunk cut by the budget, blocks beyond the slack, or with prefix
+        caching a request whose blocks would get a hash)."""
+        sched = self.sched
+        lim = sched.limits
+        room = lim.max_num_seqs - num_running
+        bs = lim.block_size
+        chunked = sched.chunked_prefill
+        kv = sched.kv
+        caching = kv.enable_prefix_caching
+        out = []
+        for req in sched.waiting:
+            if budget <= 0 or room <= 0:
+                break
+            n = req.num_tokens
+            if n > budget:
+                if chunked:
+                    return None
+                break
+            if n > lim.max_model_len - 1:
+                return None
+            if headroom is not None:
+                need = sched._remaining_blocks_to_completion(req)
+                if need > headroom:
+                    break
+                headroom -= need
+            if req.num_output_tokens or (caching and kv.hashes_when_grown(req, n + req.num_output_tokens_target)):
+                return None
+            slack -= -(-(n + req.num_output_tokens_target - 1) // bs)
+            if slack < 0:
+                return None
+            out.append(req)
+            budget -= n
+            room -= 1
+        return out
 
     def admit_to_span(self, req: Request, num_tokens: int) -> None:
         """Admit the waiting queue's head with ``num_tokens`` scheduled, as the
@@ -126,6 +207,8 @@ class ChunkedRuns(DecodeRuns):
 class StaticRuns(ChunkedRuns):
     """Merged runs of :class:`StaticBatchingScheduler`."""
 
+    waiting_blocked_by_hashes_only = False  # (its own batch forming: not argued)
+
     def arrival_may_change_schedule(self) -> bool:
         return not self.sched.batch  # nobody joins a batch in flight
 
@@ -137,7 +220,9 @@ class PrefillFirstRuns(DecodeRuns):
     span's free blocks cover every member's growth to its finish, so no step
     of it retracts, and with nobody waiting the step after a finish decodes
     the others (no prefill batch can form). An arrival ends the span (the
-    next step may be a prefill batch): spans take no joins here."""
+    next step may be a prefill batch), except on an overlap-scheduled replica
+    (``AcceleratedStepping._lag_span_run``), where the prefill batch is a
+    step of the span (:meth:`pause_admissions`)."""
 
     def arrival_may_change_schedule(self) -> bool:
         # An arrival may form a prefill batch at the next step, unless requests
@@ -157,8 +242,84 @@ class PrefillFirstRuns(DecodeRuns):
             return 1
         return super().max_decode_run(out)
 
+    span_class = PrefillFirstSpan
+
     def steps_applied(self, j: int) -> None:
         self.sched._ratio_steps += j - 1  # step 1 was counted by schedule()
+
+    def pause_admissions(self, span: PrefillFirstSpan, d: int) -> tuple[list[Request], int, int] | None:
+        """The prefill batch ``_schedule_prefill`` forms after decode step ``d``
+        of ``span`` (its step 1 scheduled by ``schedule()``), if it takes the
+        whole waiting queue, every prompt whole, each request emitting more
+        than one token, and their blocks to completion fit in the span's
+        slack: the requests, and the free blocks and running requests after
+        their admission; else None. The same admission rule, with the same
+        float operations in the same order (``new_token_ratio`` after ``d − 1``
+        more decode steps; the reservation summed over the running list)."""
+        sched = self.sched
+        if sched.chunked_req is not None:
+            return None
+        lim = sched.limits
+        bs = lim.block_size
+        alive = span.running_after(d)
+        num_running = len(alive)
+        free = span.free_at(d)
+        avail = free * bs
+        ratio = max(sched._ratio_base - (sched._ratio_steps + d - 1) * NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
+        offset = 0.0
+        for _, r, base in alive:  # outputs after step d: base + d
+            left = r.max_tokens - base - d
+            offset += (left if left < CLIP_MAX_NEW_TOKENS else CLIP_MAX_NEW_TOKENS) * ratio
+        cur_offset = 0
+        rem_chunk = lim.max_num_batched_tokens if sched.chunked_prefill else None
+        rem_input = lim.max_prefill_tokens or lim.max_num_batched_tokens
+        kv = sched.kv
+        caching = kv.enable_prefix_caching
+        out: list[Request] = []
+        need = 0
+        for req in sched.waiting:
+            if num_running >= lim.max_num_seqs:
+                return None
+            if (avail - offset <= 0 or avail - cur_offset <= 0 or rem_input <= 0
+                    or (rem_chunk is not None and rem_chunk <= 0)):
+                return None
+            n = req.num_tokens
+            clipped = min(req.max_tokens - req.num_output_tokens, CLIP_MAX_NEW_TOKENS)
+            if n + clipped >= avail - offset:
+                return None
+            if n >= rem_input and out:
+                return None
+            if rem_chunk is not None and n > rem_chunk:
+                return None  # cut: a chunked request
+            if req.num_output_tokens or req.num_output_tokens_target < 2:
+                return None
+            if caching and kv.hashes_when_grown(req, n + req.num_output_tokens_target):
+                return None
+            blocks = -(-n // bs)
+            if blocks > free:
+                return None  # allocate_slots fails
+            free -= blocks
+            need += -(-(n + req.num_output_tokens_target - 1) // bs)
+            out.append(req)
+            num_running += 1
+            offset += n + clipped
+            cur_offset += n
+            rem_input -= n
+            if rem_chunk is not None:
+                rem_chunk -= n
+        if not out or need > span.slack:
+            return None
+        return out, free, num_running
+
+    def admit_to_span(self, req: Request, num_tokens: int) -> None:
+        """Admit the waiting queue's head whole, as ``_schedule_prefill`` does,
+        holding no KV blocks yet (the span allocates them when it is applied)."""
+        sched = self.sched
+        if sched.waiting.pop() is not req:
+            raise RuntimeError(f"request {req.request_id}: not at the head of the waiting queue")
+        req.status = RequestStatus.RUNNING
+        sched.running.append(req)
+        req.num_computed_tokens = num_tokens
 
 
 #: built-in policy class (exact) -> its merged-run rules

@@ -14,10 +14,19 @@ simulation's traffic (next send times; on the only replica in open loop it
 sends arrivals itself: ``Traffic.send_inline``) and records through its
 :class:`~sim.engine.recording.Recorder`, as the reference mode's steps would.
 ``rep`` is a :class:`sim.engine.replica.Replica`.
+
+With overlap scheduling on the only replica in open loop (the engine presets'
+default), spans see each arrival a step late, as the reference mode does
+(:meth:`AcceleratedStepping._lag_span_run`): chunked-family policies admit it
+in a mixed step or leave it queued behind a blocked head (``mixed``,
+``guaranteed_no_evict``), and SGLang's prefill-first policy prefills it in a
+step of its own between two decode steps of the span
+(:mod:`sim.accelerated.prefill_span`).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_left, bisect_right
 from operator import sub
@@ -58,6 +67,11 @@ class AcceleratedStepping:
         # reach the clients at its end (no frontend streaming).
         self.joins = self.span and not lag and not self.rec.track_unused and self.cost.decode_clock_joins
         self.queued = self.joins and self.rec.frontend_tok_s <= 0.0
+        # Overlap scheduling on the only replica in open loop: spans see each arrival a
+        # step late, as the reference mode does (``_lag_span_run``), joins included.
+        self.lag = self.span and lag and self.traffic.inline
+        self.lag_joins = self.lag and not self.rec.track_unused and self.cost.decode_clock_joins
+        self._lag_spans: set[int] = set()  # replicas inside a lag span (arrivals do not cut it)
 
     # ------------------------------------------------------------------ engine hooks
     def merged(self, rep, out, ctx: list[int], start: float):
@@ -67,10 +81,15 @@ class AcceleratedStepping:
         runs = self.runs[rep.index]
         if runs is None or not self.fast:
             return None
-        plan = runs.plan_decode_span(out, self.queued) if self.span else None
+        plan = runs.plan_decode_span(out, self.queued, self.lag_joins) if self.span else None
         if plan is not None:
-            return (self._queued_span_run(rep, plan, start) if plan.queued
-                    else self._span_run(rep, plan, start, self.joins))
+            if plan.queued:
+                return self._queued_span_run(rep, plan, start)
+            if rep.scheduler.waiting and not self.lag:  # (planned for a lag span only)
+                raise RuntimeError("free-running span planned with requests waiting")
+            if self.lag:
+                return self._lag_span_run(rep, plan, start)
+            return self._span_run(rep, plan, start, self.joins)
         k = runs.max_decode_run(out)
         return self._decode_run(rep, out, ctx, k, start) if k > 1 else None
 
@@ -85,6 +104,8 @@ class AcceleratedStepping:
         arrival may change the schedule, or if it will be rejected (a rejection
         is not deferred past the next step's start: it frees a client in closed
         loop and lowers the load a router sees)."""
+        if rep.index in self._lag_spans:  # the span takes it from rep.pending itself
+            return
         rep.run_joins.append(self.env.now)
         if (self.runs[rep.index].arrival_may_change_schedule()
                 or rep.scheduler.rejection(req) is not None):
@@ -233,6 +254,218 @@ class AcceleratedStepping:
         self._run_ends(rep, ends, j, start)
         self._span_done(rep, span, ends, j, start)
 
+    def _lag_span_run(self, rep, span, start: float):
+        """A decode span on an overlap-scheduled replica, the only one in open
+        loop. The reference mode forms step s + 1's batch when step s starts:
+        a request landing in step s (reaching the router after step s − 1's end,
+        at or before step s's end) is queued after step s + 1's ``schedule()``
+        (counted waiting in that step's row) and seen by step s + 2's. The span
+        takes the sends itself (``Traffic.send_inline``; one still in the
+        frontend when the span began comes through ``Simulation.send`` into
+        ``rep.pending`` while the span waits for that step's end), holds them
+        for a step and queues them; then the step after either takes them in
+        whole (``_join_span``, where the policy's admissions allow:
+        ``spans_join``) or the span ends before it, with the requests that
+        landed in its last step left in ``rep.pending`` for the engine loop,
+        exactly where the reference mode has them."""
+        env = self.env
+        ov = self.overheads
+        traffic = self.traffic
+        sched = rep.scheduler
+        runs = self.runs[rep.index]
+        clock = self.cost.decode_clock(span.contexts, span.lasts, start, ov.cpu_s, ov.overlap)
+        pausing = self.lag_joins and span.prompt_blocks_after == 1  # prefill-only steps take arrivals in
+        joins = self.lag_joins and not pausing and runs.spans_join()
+        if joins and sched.limits.capacity_scheduler_policy == "guaranteed_no_evict":
+            span.no_evict_h0 = sched._no_evict_available_blocks()
+        ends = clock.ends
+        held: list = []  # (send time, request) landed in the last step timed, not queued yet
+        marks = span.wait_marks  # (decode step, requests waiting in its row from there on)
+        marks.append((1, len(sched.waiting)))
+        lasts = list(span.lasts)  # members' last steps (a heap): where a blocked queue is looked at again
+        heapq.heapify(lasts)
+        self._lag_spans.add(rep.index)
+        clock.advance(1)
+        if rep.num_recovering:  # back where they were when preempted, by step 1's end
+            self.rec.recovered(rep, span.scheduled, ends[0])
+        self._run_begins(rep, ends)
+        try:
+            while True:
+                s = len(ends)  # decode steps timed; the next step is decided at the end of the last one
+                end = clock.end if pausing else ends[-1]  # (of a pause after step s, if any)
+                if traffic.next_send_s() <= end:  # sends landing in step s
+                    if traffic.num_arrived == traffic.num_sent:
+                        traffic.send_inline(rep, end, held)
+                    else:  # one was in the frontend already: its event sends it
+                        yield env.timeout_at(end)
+                        self.num_events += 1
+                        held += rep.pending
+                        rep.pending = []
+                        continue  # (later sends of step s may be taken inline now)
+                pause = None
+                if sched.waiting:  # queued: step s + 1 admits them (whole), leaves them blocked, or the span ends
+                    if pausing:
+                        pause = self._pause_span(rep, span, clock, s)
+                        if pause is None:
+                            break
+                    else:
+                        if not joins or s >= span.k:
+                            break
+                        num_decoding = clock.batch_at_next()
+                        headroom = span.no_evict_headroom(s + 1) if span.no_evict_h0 is not None else None
+                        reqs = runs.span_admissions_blocked(
+                            num_decoding, sched.limits.max_num_batched_tokens - num_decoding, span.slack, headroom)
+                        if reqs is None:
+                            break
+                        if reqs:
+                            if not self._join_span(rep, span, clock, s, reqs):
+                                break
+                            for jn in span.joins[-len(reqs):]:
+                                heapq.heappush(lasts, jn[2])
+                        elif held:
+                            clock.advance(1)
+                        else:  # blocked until a finish: plain decode steps up to the next one (or send)
+                            while lasts and lasts[0] <= s:
+                                heapq.heappop(lasts)
+                            clock.advance((lasts[0] if lasts else span.k) - s, traffic.next_send_s())
+                elif s < span.k:
+                    if held:
+                        clock.advance(1)
+                    else:  # nobody waits: plain decode steps up to the one the next send lands in
+                        clock.advance(span.k - s, traffic.next_send_s())
+                else:
+                    break
+                if held:  # queued after step s + 1's schedule
+                    n = 0
+                    for _, req in held:
+                        if sched.add_request(req):
+                            n += 1
+                        else:
+                            self.rec.rejected(rep, req)
+                    held = []
+                if pause is not None:
+                    pause[6] = len(sched.waiting)
+                elif len(sched.waiting) != marks[-1][1]:
+                    marks.append((s + 1, len(sched.waiting)))
+            j = len(ends)
+            if held:  # landed in the span's last step: the engine loop queues them after the next schedule()
+                rep.pending += held
+            end = clock.end if pausing else ends[-1]
+            if end > env.now:
+                yield env.timeout_at(end)
+        finally:
+            self._lag_spans.discard(rep.index)
+        self._run_ends(rep, ends, j, start)
+        if pausing:
+            pauses = span.pauses
+            self.num_steps += len(pauses)
+            if pauses and pauses[-1][0] == j:  # the span's last step was a pause
+                rep.last_step_start = pauses[-1][1]
+            self._pause_span_done(rep, span, ends, j, start)
+        else:
+            self._span_done(rep, span, ends, j, start)
+
+    def _pause_span(self, rep, span, clock, d: int) -> list | None:
+        """SGLang's prefill-only step after decode step ``d`` of ``span`` (a
+        ``PrefillFirstSpan``), if its prefill batch takes the whole waiting
+        queue in (``PrefillFirstRuns.pause_admissions``): admits them, times
+        the step as the engine does and returns its record (``span.pauses``);
+        else None, nothing changed."""
+        runs = self.runs[rep.index]
+        got = runs.pause_admissions(span, d)
+        if got is None:
+            return None
+        reqs, free, running = got
+        if span.join(d, reqs) is None:
+            return None
+        p_start = clock.end
+        new = [r.num_prompt_tokens for r in reqs]
+        dt = self.overheads.apply(self.cost.step_time_s(new, [0] * len(new)), len(new), True)
+        clock.pause(dt, [(p, jn[2]) for p, jn in zip(new, span.joins[-len(reqs):])])
+        for req in reqs:
+            req.first_scheduled_time = p_start
+        n = sum(new)
+        usage = rep.kv.usage_at(free)
+        pause = [d, p_start, clock.end, reqs, n, running, 0, usage]  # (after the admissions)
+        span.pauses.append(pause)
+        return pause
+
+    def _pause_span_done(self, rep, span, ends: list[float], j: int, start: float) -> None:
+        """Record a ``PrefillFirstSpan`` (its first ``j`` decode steps ending at
+        ``ends``, and its pauses) as the reference mode's single steps would:
+        the frontend streams every step's tokens in step order, pauses
+        included; a pause's requests get their first token at its end and
+        their first ITL gap from there; rows per part of decode steps (as
+        ``_span_done``) and one per pause."""
+        rec = self.rec
+        scheduled = span.scheduled
+        pauses = span.pauses
+        usage = span.usages(j)
+        parts = span.apply(j)
+        steps = np.array(parts.steps, dtype=np.int64)
+        counts = np.diff(steps, prepend=0)
+        tok = rec.frontend_tok_s
+        if tok > 0.0:  # Recorder.deliver's float operations, inlined (one per step)
+            f = rep.frontend_done
+            seen, pseen = [], []
+            pi, np_ = 0, len(pauses)
+            nxt = pauses[0][0] if pauses else 0
+            i = 0
+            for e, b in zip(ends, np.repeat(parts.batch, counts).tolist()):
+                f = (e if e > f else f) + tok * b
+                seen.append(f)
+                i += 1
+                while i == nxt:
+                    p = pauses[pi]
+                    e = p[2]
+                    f = (e if e > f else f) + tok * len(p[3])
+                    pseen.append(f)
+                    pi += 1
+                    nxt = pauses[pi][0] if pi < np_ else 0
+            rep.frontend_done = f
+        else:
+            seen, pseen = ends, [p[2] for p in pauses]
+        last = ends[j - 1]
+        rec.tokens_emitted(scheduled, start, ends[0], seen[0], last)
+        itl_add = rec.itl.add
+        for p, ps in zip(pauses, pseen):
+            d, reqs = p[0], p[3]
+            for req in reqs:
+                req.first_token_time = ps
+                req.last_token_time = last if d < j else p[2]
+            if d < j:  # their first gap: from the pause's end to decode step d + 1's
+                itl_add(ends[d] - p[2], float(len(reqs)))
+        e = np.array(ends[:j])
+        dts = np.diff(e, prepend=start)
+        if j > 1:
+            w = np.repeat(np.array(parts.pooled, dtype=np.float64), counts)[1:]
+            keep = w > 0
+            rec.itl.extend_arrays(dts[1:][keep], w[keep])
+        rstart = np.concatenate(([start], e[:-1]))  # each decode step's start: after the pauses before it
+        for p in pauses:
+            if p[0] < j:
+                rstart[p[0]] = p[2]
+        dts = e - rstart
+        end_t = e[steps - 1]
+        lo = steps - counts
+        start_t = rstart[lo]
+        span_t = end_t - start_t
+        first_u, last_u = usage[lo], usage[steps - 1]
+        mean_u = np.where(first_u == last_u, first_u, np.add.reduceat(usage * dts, lo) / span_t)
+        waits = _marked_waits(span.wait_marks, j)
+        first_w, last_w = waits[lo], waits[steps - 1]
+        mean_w = np.where(first_w == last_w, first_w, np.add.reduceat(waits * dts, lo) / span_t)
+        decode = np.array(parts.decode, dtype=np.float64)
+        rows = np.column_stack((np.full(len(steps), float(rep.index)), start_t, counts, span_t,
+                                parts.batch, last_w, decode * counts, np.zeros(len(steps)), decode * counts,
+                                last_u, np.zeros(len(steps)), mean_u, mean_w))
+        rec.step_cols.extend_rows(rows)
+        for d, p_start, p_end, reqs, n, running, waiting, u in pauses:
+            rec.step_cols.append((rep.index, p_start, 1, p_end - p_start, running, waiting, n, n, 0, u, 0,
+                                  u, waiting))
+        for step, fin in parts.finished:
+            rec.finish(rep, fin, ends[step - 1], seen[step - 1])
+
     def _queued_span_run(self, rep, span, start: float):
         """A queued decode span (requests waiting): each step is gated by the
         span (``QueuedSpan.gate``: exact free blocks, admissions, chunked
@@ -296,16 +529,26 @@ class AcceleratedStepping:
         self._run_ends(rep, ends, j, start)
         self._span_done(rep, span, ends, j, start)
 
-    def _join_span(self, rep, span, clock, m: int) -> bool:
+    def _join_span(self, rep, span, clock, m: int, reqs: list | None = None) -> bool:
         """Admit the waiting arrivals into the span at step m + 1 and time that
         step, if the scheduler would admit them all whole there and their blocks
-        fit (else False, nothing changed)."""
+        fit (else False, nothing changed); ``reqs``: those admitted, as the
+        caller found (the queue's head)."""
         sched = rep.scheduler
         num_decoding = clock.batch_at_next()
-        got = self.runs[rep.index].span_admissions(num_decoding, sched.limits.max_num_batched_tokens - num_decoding)
+        if reqs is not None:
+            return self._join_reqs(span, clock, m, num_decoding, reqs)
+        runs = self.runs[rep.index]
+        headroom = None
+        if span.no_evict_h0 is not None:  # TensorRT-LLM's admission headroom at step m + 1
+            headroom = span.no_evict_headroom(m + 1)
+        got = runs.span_admissions(num_decoding, sched.limits.max_num_batched_tokens - num_decoding,
+                                   headroom=headroom)
         if not got or not got[0]:
             return False
-        reqs = got[0]
+        return self._join_reqs(span, clock, m, num_decoding, got[0])
+
+    def _join_reqs(self, span, clock, m: int, num_decoding: int, reqs: list) -> bool:
         lasts = span.join(m + 1, reqs)
         if lasts is None:
             return False
@@ -369,9 +612,15 @@ class AcceleratedStepping:
         parts = span.apply(j)
         steps = np.array(parts.steps, dtype=np.int64)
         counts = np.diff(steps, prepend=0)  # steps per part
-        if self.rec.frontend_tok_s > 0.0:  # the frontend streams each step's tokens in turn
-            deliver = self.rec.deliver
-            seen = [deliver(rep, e, b) for e, b in zip(ends, np.repeat(parts.batch, counts).tolist())]
+        tok = self.rec.frontend_tok_s
+        if tok > 0.0:  # the frontend streams each step's tokens in turn (Recorder.deliver, inlined)
+            f = rep.frontend_done
+            seen = []
+            append = seen.append
+            for e, b in zip(ends, np.repeat(parts.batch, counts).tolist()):
+                f = (e if e > f else f) + tok * b
+                append(f)
+            rep.frontend_done = f
         else:
             seen = ends
         last = ends[j - 1]
@@ -400,6 +649,10 @@ class AcceleratedStepping:
             waits = np.array(span.waits[:j], dtype=np.float64)
             first_w, last_w = waits[lo], waits[steps - 1]
             mean_w = np.where(first_w == last_w, first_w, np.add.reduceat(waits * dts, lo) / span_t)
+        elif span.wait_marks:  # a lag span: requests queued (overlap scheduling)
+            waits = _marked_waits(span.wait_marks, j)
+            first_w, last_w = waits[lo], waits[steps - 1]
+            mean_w = np.where(first_w == last_w, first_w, np.add.reduceat(waits * dts, lo) / span_t)
         else:
             last_w = mean_w = np.zeros(len(steps))
         decode = np.array(parts.decode, dtype=np.float64)
@@ -410,6 +663,18 @@ class AcceleratedStepping:
         self.rec.step_cols.extend_rows(rows)
         for step, fin in parts.finished:
             self.rec.finish(rep, fin, ends[step - 1], seen[step - 1])
+
+def _marked_waits(marks: list[tuple[int, int]], j: int) -> np.ndarray:
+    """Requests waiting in each of a span's first ``j`` step rows, from its
+    marks (step, count from that step on), float64."""
+    waits = np.zeros(j, dtype=np.float64)
+    for i, (step, n) in enumerate(marks):
+        if step > j:
+            break
+        stop = marks[i + 1][0] if i + 1 < len(marks) else j + 1
+        waits[step - 1:min(stop, j + 1) - 1] = n
+    return waits
+
 
 def _waiting_per_step(first: int, joins: list[float], ends: list[float], j: int, start: float) -> list[int]:
     """Requests waiting at each of a merged run's ``j`` steps (``num_waiting_reqs``

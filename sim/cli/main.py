@@ -104,6 +104,11 @@ def run(
 
         write_trace(trace, res.result, res.summary)
     print_run_summary(res.summary, res.deployment)
+    sm = res.summary
+    if "mean_ttft_ms_lo" in sm and "mean_tpot_ms_lo" in sm:
+        typer.echo(f"80 % interval from cross-validated residuals (reports/validation): mean TTFT "
+                   f"{sm['mean_ttft_ms_lo']:,.1f}-{sm['mean_ttft_ms_hi']:,.1f} ms, mean TPOT "
+                   f"{sm['mean_tpot_ms_lo']:,.2f}-{sm['mean_tpot_ms_hi']:,.2f} ms")
     reasons = res.result.rejected_reasons
     if reasons:
         rid = min(reasons)
@@ -178,8 +183,14 @@ def kv(
     cfg = build_config(config, _overrides(model=model, hardware=hardware), set_)
     dep = build_deployment(cfg)
     lengths = tuple(length) if length else (1024, 4096, dep.limits.max_model_len)
-    print_kv_report(kv_report(dep.sizing, lengths=lengths, kv_allocation=cfg.kv_allocation,
-                              contiguous_reserve=cfg.contiguous_reserve), dep)
+    from sim.cost_model.parallel import layout_report
+    rep = kv_report(dep.sizing, lengths=lengths, kv_allocation=cfg.kv_allocation,
+                    contiguous_reserve=cfg.contiguous_reserve)
+    if dep.layout.num_gpus > 1 or dep.model.is_moe:  # DP x TP x EP, per-GPU weights
+        rep.update(layout_report(dep.model, dep.layout, dep.cfg.quantization))
+        if dep.layout.attention_dp:  # each attention rank has its own KV cache
+            rep["kv_cache_tokens_per_dp_group"] = rep["kv_cache_tokens"] * dep.layout.data_parallel_size
+    print_kv_report(rep, dep)
 
 
 @app.command()

@@ -23,8 +23,11 @@ def _fmt(v, nd=2) -> str:
 def print_run_summary(s: dict, dep) -> None:
     cfg = dep.cfg
     pools = getattr(dep, "disagg", None)
+    lay = getattr(dep, "layout", None)
     if pools is None:
-        where = f"{cfg.num_replicas}x{cfg.tensor_parallel_size} {cfg.hardware}, scheduler={cfg.scheduler}"
+        shape = (f"{cfg.num_replicas}x({lay.describe()})" if lay is not None
+                 and lay.num_gpus != cfg.tensor_parallel_size else f"{cfg.num_replicas}x{cfg.tensor_parallel_size}")
+        where = f"{shape} {cfg.hardware}, scheduler={cfg.scheduler}"
     else:
         p, d = pools.prefill.cfg, pools.decode.cfg
         where = (f"{p.num_replicas}P x TP{p.tensor_parallel_size} {p.hardware} ({p.scheduler}) + "
@@ -79,7 +82,9 @@ def print_run_summary(s: dict, dep) -> None:
 
 def print_kv_report(rep: dict, dep) -> None:
     cfg = dep.cfg
-    t = Table(title=f"KV cache: {cfg.model} on {cfg.hardware}, TP={cfg.tensor_parallel_size}, "
+    lay = getattr(dep, "layout", None)
+    tp = lay.describe() if lay is not None and lay.num_gpus != cfg.tensor_parallel_size else f"TP={cfg.tensor_parallel_size}"
+    t = Table(title=f"KV cache: {cfg.model} on {cfg.hardware}, {tp}, "
                     f"kv_cache_dtype={cfg.kv_cache_dtype}, block_size={cfg.block_size} "
                     f"(bytes, GiB and blocks per GPU rank)", show_header=False)
     t.add_column("quantity")

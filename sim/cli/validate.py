@@ -15,12 +15,16 @@ import typer
 def validate(
     csv: Path = typer.Argument(..., help="CSV of measured benchmark rows (layout of ../shared/silicon/dense_agg_dev.csv)."),
     out: Path = typer.Option(Path("runs/validate"), help="Output folder: predictions.csv, summary.json, summary.md, plots."),
-    protocol: str = typer.Option("aic", help="Benchmark protocol: aic (aiconfigurator's deployment and client, "
-                                 "cold start, every request measured) or steady (engine defaults, warm-up excluded)."),
-    requests_per_client: int = typer.Option(10, help="Measured requests per client."),
+    harness: Optional[str] = typer.Option(None, help="Benchmark harness of every row: aic, vllm-bench-serve, "
+                                          "inferencemax, genai-perf, steady, or a harness YAML file (default: per "
+                                          "row, from its harness or campaign column, else aic)."),
+    campaign_harness: Optional[Path] = typer.Option(None, help="YAML mapping campaign (glob) -> harness name or "
+                                                    "YAML file, replacing the built-in map."),
+    protocol: Optional[str] = typer.Option(None, help="Earlier name of --harness (a harness name)."),
+    requests_per_client: Optional[int] = typer.Option(None, help="Measured requests per client (default: the harness's)."),
     warmup_per_client: Optional[int] = typer.Option(None, help="Warm-up requests per client, excluded from the "
-                                                    "scores (default: the protocol's, aic 0, steady 2)."),
-    think_time_ms: Optional[float] = typer.Option(None, help="Mean client think time between a response and the next send, ms (default: 2)."),
+                                                    "scores (default: the harness's, aic 0, inferencemax 2)."),
+    think_time_ms: Optional[float] = typer.Option(None, help="Mean client think time between a response and the next send, ms (default: the harness's, 2)."),
     workers: Optional[int] = typer.Option(None, help="Parallel processes (default: one per CPU)."),
     seed: int = typer.Option(0, help="Seed of every row's simulation."),
     quiet: bool = typer.Option(False, help="No progress bar."),
@@ -28,22 +32,26 @@ def validate(
     """Simulate every row of a measured benchmark table and score the predicted TTFT and TPOT."""
     from sim.config import MAX_TIME_KEY_S
     from sim.errors import ConfigError
-    from sim.validate.rows import (CLIENT_THINK_TIME_S, ValidateOptions, check_protocol, read_rows,
-                              skipped_row_warnings)
+    from sim.validate.harness import load_campaign_map, load_harness
+    from sim.validate.rows import ValidateOptions, check_protocol, read_rows, skipped_row_warnings
     from sim.validate.run import run_validation
 
-    check_protocol(protocol)
-    if requests_per_client < 1 or (warmup_per_client is not None and warmup_per_client < 0):
+    if protocol is not None:
+        check_protocol(protocol)
+    h = load_harness(harness) if harness is not None else None
+    cmap = load_campaign_map(campaign_harness) if campaign_harness is not None else None
+    if (requests_per_client is not None and requests_per_client < 1) or (
+            warmup_per_client is not None and warmup_per_client < 0):
         raise ConfigError(f"--requests-per-client must be >= 1 and --warmup-per-client >= 0; got "
                           f"{requests_per_client}, {warmup_per_client}")
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
-    think = CLIENT_THINK_TIME_S if think_time_ms is None else think_time_ms / 1e3
-    if not (0 <= think <= MAX_TIME_KEY_S):  # NaN and inf fail too
+    think = None if think_time_ms is None else think_time_ms / 1e3
+    if think is not None and not (0 <= think <= MAX_TIME_KEY_S):  # NaN and inf fail too
         raise ConfigError(f"--think-time-ms must be a number from 0 to {MAX_TIME_KEY_S * 1e3:,.0f} (an hour), "
                           f"got {think_time_ms}")
-    opts = ValidateOptions(protocol=protocol, requests_per_client=requests_per_client, warmup_per_client=warmup_per_client,
-                           think_time_s=think, seed=seed, workers=workers)
+    opts = ValidateOptions(protocol=protocol, harness=h, campaign_harness=cmap, requests_per_client=requests_per_client,
+                           warmup_per_client=warmup_per_client, think_time_s=think, seed=seed, workers=workers)
     n = len(read_rows(csv)[0])
     from sim.cli.common import ensure_out_dir
 
@@ -66,7 +74,7 @@ def validate(
         if bar is not None:
             bar.close()
     o = summary["overall"]
-    for w in skipped_row_warnings(csv, summary["skipped_rows"]):
+    for w in skipped_row_warnings(csv, summary["skipped_rows"]) + summary.get("warnings", []):
         typer.echo(f"warning: {w}", err=True)
     typer.echo(f"{summary['num_ok']} of {summary['num_rows']} rows simulated in {summary['wall_time_s']:.0f} s"
                + (f" ({summary['num_skipped_rows']} skipped)" if summary["num_skipped_rows"] else ""))

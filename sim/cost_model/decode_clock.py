@@ -202,6 +202,29 @@ class DecodeClock:
         gpu = a._mixed_s(*sums) + self.linear_s(float(S + sum(new)), float(S + len(chunks)))
         self._mixed_done(j, gpu, cpu, joins)
 
+    def pause(self, dt: float, joins) -> None:
+        """A step outside the clock, of ``dt`` seconds (a prefill-only step
+        between two decode steps, timed by the caller as the engine times it),
+        after which ``joins`` (context, last step) decode from the next step
+        on, as :meth:`_mixed_done`'s joins of the last step timed: the next
+        step's index is unchanged, and the decoding sequences' contexts with it."""
+        self.end += dt
+        j = len(self.ends) - 1
+        t, cr, leave = self.tile, self.crossings, self.leave
+        n = 0
+        for c, f in joins:
+            if f > j + 1:
+                x = c - j - 1
+                self.X += x
+                self.tiles += (c - 1 + t) // t
+                cr[x % t] += 1
+                leave.setdefault(f, []).append(x)
+                n += 1
+        if n:
+            self.S += n
+            self._batch()
+        self.tiles_then = -1
+
     def _mixed_done(self, j: int, gpu: float, cpu: float, joins) -> None:
         """Mixed step j (0-based) lasts ``gpu`` + host ``cpu`` (s); then the
         sequences whose prefill it completed, ``joins`` (context, last step),

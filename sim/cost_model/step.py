@@ -102,6 +102,10 @@ def _layer_kinds(model: ModelSpec, hw: HardwareProfile, tp: int, kv_bytes: float
 class CostModel:
     """Roofline step-time model of ``model`` on ``hw`` (one replica, TP ranks).
 
+    ``routed_experts`` (optional): replaces the router and routed-expert
+    GEMMs of an MoE model by that callable of the step's tokens (expert
+    parallelism, :class:`~sim.cost_model.parallel.ParallelMoe`).
+
     ``quantization`` (None = the checkpoint's, else bf16/fp16/fp8/fp8_block/
     int8/int4_wo/nvfp4) sets weight bytes and GEMM peak; ``kv_cache_dtype``
     (auto, fp8, ...) sets KV bytes; ``attention_impl`` is flash or naive.
@@ -109,8 +113,12 @@ class CostModel:
 
     def __init__(self, model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_size: int = 1,
                  quantization: str | None = None, kv_cache_dtype: str = "auto",
-                 attention_impl: str = "flash") -> None:
+                 attention_impl: str = "flash", routed_experts=None) -> None:
         model.check_tensor_parallel_size(tensor_parallel_size)
+        # expert / attention-data parallelism: the routed part (router + experts +
+        # dispatch) as a callable of T with ``table`` (sim/cost_model/parallel.py ParallelMoe);
+        # None = experts tensor-sharded over the TP ranks as below
+        self._routed_override = routed_experts
         if attention_impl not in ATTENTION_IMPLS:
             raise ConfigError(f"attention_impl: unknown value {attention_impl!r}; "
                               f"valid: {', '.join(ATTENTION_IMPLS)}")
@@ -167,6 +175,8 @@ class CostModel:
                 self._moe_fitted = FittedMoe(self._router, gemm(2 * im_r, h, layers=L_moe),
                                              gemm(h, im_r, layers=L_moe),
                                              model.num_experts, model.num_experts_per_tok)
+                if routed_experts is not None:
+                    self._moe_fitted = routed_experts
             # grouped expert GEMMs w13 (n=2I, k=h) and w2 (n=h, k=I), all MoE layers:
             # t = sum over both of max(f.m, a.m + w.touched) + c, m = T x top_k
             # routed token rows, touched = distinct experts hit (gemm_cost terms)
@@ -235,6 +245,8 @@ class CostModel:
 
     def _routed(self, T: float) -> float:
         """Router and routed-expert GEMMs of all MoE layers for T tokens (s)."""
+        if self._routed_override is not None:
+            return self._routed_override(T)
         if self.fitted:
             return self._moe_fitted(T)
         E, k = self.model.num_experts, self.model.num_experts_per_tok
@@ -308,6 +320,26 @@ class CostModel:
         return int(n.sum()), int(c.sum()), int(n @ c), int(n @ n)
 
     # -- public API --------------------------------------------------------------
+    def attention_s(self, num_new_tokens, num_context_tokens) -> float:
+        """Attention of every layer kind for one batch (s): the part of a step
+        that depends on each sequence (a DP rank's own batch)."""
+        n, c = np.asarray(num_new_tokens), np.asarray(num_context_tokens)
+        T, C, X, Q2 = self._sums(n, c)
+        return self._attention_all(n, c, T, C, X, Q2) if T else 0.0
+
+    def dp_group_step_s(self, batches) -> float:
+        """Step time (s) of a DP group's ranks stepping together (attention
+        data parallelism, ``sim/cost_model/parallel.py``): ``batches`` = one
+        ``(num_new_tokens, num_context_tokens)`` per rank with work. Every rank
+        runs its dense layers and expert dispatch on the largest rank's token
+        count (vLLM pads to the max across DP ranks); the step lasts as long as
+        the slowest rank: max over ranks of its own attention + the linear part
+        at the padded count with its own sampled rows."""
+        T_pad = max((sum(int(x) for x in n) for n, _ in batches), default=0)
+        if T_pad == 0:
+            return 0.0
+        return max(self.attention_s(n, c) + self._linear_s(float(T_pad), float(len(n))) for n, c in batches)
+
     def step_time_s(self, num_new_tokens, num_context_tokens, num_sampled: int | None = None) -> float:
         """Total step time in s. Arrays or lists of ints (one entry per
         sequence): tokens computed this step and tokens already in the KV cache

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from sim.config import SimConfig, pool_config, resolve_scheduler_limits
 from sim.cost_model import CostModel
+from sim.cost_model.parallel import ParallelLayout, ParallelMoe, resolve_layout, weight_bytes_per_gpu
 from sim.disaggregation import DECODE_SCHEDULERS
 from sim.engine.kv_transfer import KVTransferSpec
 from sim.errors import ConfigError, InfeasibleError
@@ -41,6 +42,14 @@ class Deployment:
     #: set for a disaggregated run (``cfg.disaggregation``); the fields above are then
     #: the decode pool's, ``cfg`` the whole run's
     disagg: DisaggPools | None = None
+    #: DP x TP x EP of one replica (a DP group when ``layout.attention_dp``: its
+    #: ``data_parallel_size`` ranks step together, sim/engine/dp_group.py)
+    layout: ParallelLayout = ParallelLayout()
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs of the whole deployment: replicas x DP ranks x TP."""
+        return self.cfg.num_replicas * self.layout.num_gpus
 
     def make_kv_manager(self):
         c = self.cfg
@@ -73,6 +82,10 @@ def _build_disaggregated(cfg: SimConfig) -> Deployment:
                 msg = f"disaggregation.{pool} (the {pool} pool): {msg}"
             raise type(e)(msg) from None
     p, dd = pools["prefill"], pools["decode"]
+    for pool, dep in pools.items():
+        if dep.layout.attention_dp:  # the disaggregated engine steps single replicas
+            raise ConfigError(f"disaggregation.{pool}.data_parallel_size: {dep.layout.data_parallel_size} "
+                              "(attention data parallelism) is not modelled in a disaggregated pool yet")
     if dd.cfg.scheduler not in DECODE_SCHEDULERS:
         raise ConfigError(f"disaggregation.decode.scheduler: {dd.cfg.scheduler!r} cannot take requests whose "
                           f"prompt KV arrives computed; a decode pool runs one of {', '.join(DECODE_SCHEDULERS)}")
@@ -132,6 +145,18 @@ def _build_one(cfg: SimConfig) -> Deployment:
             f"tensor_parallel_size {cfg.tensor_parallel_size}: more GPUs than one {hw.name} node's "
             f"{hw.interconnect.name} joins ({hw.interconnect.max_gpus}); tensor parallelism across nodes is "
             "not modelled: use more replicas, or a profile whose interconnect.max_gpus covers it")
+    layout = resolve_layout(model, hw, tensor_parallel_size=cfg.tensor_parallel_size,
+                            data_parallel_size=cfg.data_parallel_size,
+                            enable_expert_parallel=cfg.enable_expert_parallel, moe_ep_size=cfg.moe_ep_size,
+                            moe_tp_size=cfg.moe_tp_size)
+    if cfg.data_parallel_size > 1 and not layout.attention_dp:
+        # a dense model: vLLM couples DP ranks only for MoE layers; its DP ranks are
+        # independent engines, i.e. replicas (routed by ``router``)
+        cfg = cfg.model_copy(update={"num_replicas": cfg.num_replicas * cfg.data_parallel_size,
+                                     "data_parallel_size": 1})
+        layout = ParallelLayout(cfg.tensor_parallel_size, 1, 1, cfg.tensor_parallel_size, False)
+    expert_parallel = model.is_moe and (layout.data_parallel_size > 1 or layout.moe_ep_size > 1
+                                        or layout.moe_tp_size != cfg.tensor_parallel_size)
     max_model_len = cfg.max_model_len or model.max_position_embeddings
     cfg = resolve_scheduler_limits(cfg, hw.memory_bytes, hw.name, max_model_len,
                                    chunked_prefill=get_scheduler_class(cfg.scheduler).chunked_prefill)
@@ -142,7 +167,7 @@ def _build_one(cfg: SimConfig) -> Deployment:
         max_num_batched_tokens=cfg.max_num_batched_tokens, max_model_len=max_model_len,
         num_gpu_blocks_override=cfg.num_gpu_blocks_override, max_num_seqs=cfg.max_num_seqs or 2048,
         kv_memory_rule=cfg.kv_memory_rule,
-    )
+    ) if not expert_parallel else _sizing_per_gpu(model, hw, cfg, max_model_len, layout)
     if cfg.max_num_seqs is None:  # SGLang: the request pool, sized from the KV pool
         kv_tokens = (sizing.num_gpu_blocks - 1) * cfg.block_size
         from_kv = get_preset(cfg.engine or "vllm").max_num_seqs_from_kv
@@ -150,6 +175,7 @@ def _build_one(cfg: SimConfig) -> Deployment:
     cost = CostModel(
         model, hw, tensor_parallel_size=cfg.tensor_parallel_size, quantization=cfg.quantization,
         kv_cache_dtype=cfg.kv_cache_dtype, attention_impl=cfg.attention_impl,
+        routed_experts=ParallelMoe(model, hw, layout, cfg.quantization) if expert_parallel else None,
     )
     limits = SchedulerLimits(
         max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
@@ -159,4 +185,20 @@ def _build_one(cfg: SimConfig) -> Deployment:
     )
     overheads = StepOverheads(cfg.cpu_step_overhead_s, cfg.cpu_seq_overhead_s, cfg.overlap_scheduling,
                               cfg.eager_step_overhead_s)
-    return Deployment(cfg, model, hw, cost, sizing, limits, overheads)
+    return Deployment(cfg, model, hw, cost, sizing, limits, overheads, layout=layout)
+
+
+def _sizing_per_gpu(model, hw, cfg, max_model_len, layout):
+    """KV sizing of one attention rank's GPU under expert parallelism (its share
+    of the experts, the attention weights of its TP shard); an infeasible
+    layout says which."""
+    try:
+        return compute_kv_sizing(
+            model, hw, tensor_parallel_size=cfg.tensor_parallel_size,
+            gpu_memory_utilization=cfg.gpu_memory_utilization, block_size=cfg.block_size,
+            kv_cache_dtype=cfg.kv_cache_dtype, quantization=cfg.quantization,
+            max_num_batched_tokens=cfg.max_num_batched_tokens, max_model_len=max_model_len,
+            num_gpu_blocks_override=cfg.num_gpu_blocks_override, max_num_seqs=cfg.max_num_seqs or 2048,
+            kv_memory_rule=cfg.kv_memory_rule, weight_bytes=weight_bytes_per_gpu(model, layout, cfg.quantization))
+    except InfeasibleError as e:
+        raise InfeasibleError(f"{layout.describe()}: {e}") from None

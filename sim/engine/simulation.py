@@ -57,6 +57,7 @@ from simpy.events import NORMAL, URGENT
 
 from sim.engine.deployment import Deployment
 from sim.engine.disagg import DisaggregatedServing
+from sim.engine.dp_group import DPGroup, dp_group_loop, route_dp
 from sim.engine.replica import Replica
 from sim.engine.recording import Recorder
 from sim.engine.traffic import Traffic
@@ -127,11 +128,17 @@ class Simulation:
         # Reserved-but-unused KV is the contiguous baseline's metric; O(batch) a step.
         self.recorder = Recorder(cfg.frontend_token_s, cfg.kv_allocation == "contiguous")
         self.disagg = None
+        self.dp_groups: list[DPGroup] = []
+        self._dp_rr = [0]
         if dep.disagg is None:
             self.replicas = []
-            for i in range(cfg.num_replicas):
+            # attention data parallelism: each replica is a DP group of D ranks (sim/engine/dp_group.py)
+            D = dep.layout.data_parallel_size if dep.layout.attention_dp else 1
+            for i in range(cfg.num_replicas * D):
                 kv = dep.make_kv_manager()
                 self.replicas.append(Replica(i, dep.make_scheduler(kv), kv, dep))
+            if D > 1:
+                self.dp_groups = [DPGroup(g, self.replicas[g * D:(g + 1) * D]) for g in range(cfg.num_replicas)]
             routed, send = self.replicas, self.send
         else:  # prefill and decode pools (sim/engine/disagg.py); the router picks a prefill worker
             if stepping is not None:
@@ -144,7 +151,8 @@ class Simulation:
         self.recorder.on_done = self.traffic.on_done
         self.num_events = 0
         self.num_steps = 0
-        self.stepping = stepping(self) if stepping is not None else None
+        # a DP group steps in the reference mode only (sim/engine/dp_group.py)
+        self.stepping = stepping(self) if stepping is not None and not self.dp_groups else None
 
     # ------------------------------------------------------------------ requests
     def send(self, req: Request) -> None:
@@ -153,7 +161,8 @@ class Simulation:
         the next)."""
         traffic = self.traffic
         traffic.num_sent += 1
-        rep = traffic.route(req)
+        rep = (route_dp(self.dp_groups, traffic.router, self._dp_rr, traffic.router_rng) if self.dp_groups
+               else traffic.route(req))
         req.replica = rep.index
         # In flight from the router's view from now on (load-aware routers count it),
         # also while it waits for an overlap-scheduled replica's next batch.
@@ -282,8 +291,14 @@ class Simulation:
     # ------------------------------------------------------------------ run
     def run(self) -> RunResult:
         env = self.env
-        for rep in self.replicas:
-            rep.proc = env.process(self._replica_loop(rep))
+        if self.dp_groups:
+            for g in self.dp_groups:
+                proc = env.process(dp_group_loop(self, g))
+                for rep in g.ranks:
+                    rep.proc = proc
+        else:
+            for rep in self.replicas:
+                rep.proc = env.process(self._replica_loop(rep))
         self.traffic.start()
         # The run allocates many short-lived objects and no reference cycles worth
         # collecting; the cyclic GC would repeatedly scan the KV pool's large

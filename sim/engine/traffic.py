@@ -158,11 +158,13 @@ class Traffic:
             self.num_arrived = i + 1
             self._ingress(self._make_request(i, env.now))
 
-    def send_inline(self, rep, end: float) -> None:
+    def send_inline(self, rep, end: float, hold: list | None = None) -> None:
         """Send, without events, the open-loop requests that reach the router at
         or before ``end`` (s): a decode span on the only replica, timed up to
         there, takes them as ``_arrivals`` and ``send`` would (no other process
-        acts before then; see ``AcceleratedStepping.span_run``). Each is queued or rejected."""
+        acts before then; see ``AcceleratedStepping.span_run``). Each is queued or rejected;
+        with ``hold``, appended there instead as (send time, request), for the
+        span to queue later (an overlap-scheduled replica sees it a step later)."""
         times, send_at = self._cols[0], self._send_at
         sched = rep.scheduler
         while send_at[self.num_sent] <= end:
@@ -171,7 +173,9 @@ class Traffic:
             req = self._make_request(i, times[i])
             req.replica = rep.index
             rep.outstanding += 1
-            if not sched.add_request(req):
+            if hold is not None:
+                hold.append((send_at[i], req))
+            elif not sched.add_request(req):
                 self.recorder.rejected(rep, req)
 
     def _client_next(self, client_id: int) -> None:

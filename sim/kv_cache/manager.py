@@ -294,6 +294,17 @@ class KVCacheManager(PrefixCacheStats):
         st.capacity = request.kv_capacity = st.capacity + self.block_size
         return True
 
+    def grow_decode_blocks(self, requests: list) -> None:
+        """:meth:`grow_decode_block` for each request in order, with one pool
+        call (the same block ids); the caller has checked that that many blocks
+        are free. Only when :attr:`grows_decode_in_bulk`."""
+        new = self.pool.get_new_blocks(len(requests))
+        bs, states = self.block_size, self._states
+        for r, b in zip(requests, new):
+            st = states[r.request_id]
+            st.blocks.append(b)
+            st.capacity = r.kv_capacity = st.capacity + bs
+
     def allocate_prompt(self, request, num_tokens: int) -> bool:
         """Blocks for ``num_tokens`` slots of a request holding none, when
         :attr:`grows_decode_in_bulk` (no cache to look up, no watermark), or with

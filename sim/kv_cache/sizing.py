@@ -116,7 +116,8 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
                       kv_cache_dtype: str = "auto", quantization: str | None = None,
                       max_num_batched_tokens: int = 8192, max_model_len: int | None = None,
                       num_gpu_blocks_override: int | None = None,
-                      max_num_seqs: int = 1024, kv_memory_rule: str = "utilization") -> KVSizing:
+                      max_num_seqs: int = 1024, kv_memory_rule: str = "utilization",
+                      weight_bytes: float | None = None) -> KVSizing:
     """Number of KV blocks per rank (defaults: vLLM 0.24 serve on a large GPU).
 
     Raises InfeasibleError when the weights (plus the activation estimate) do
@@ -153,7 +154,9 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
             f"{num_gpu_blocks_override} blocks of {block_bytes} bytes = "
             f"{num_gpu_blocks_override * block_bytes / GiB:,.1f} GiB of KV cache per rank, more than "
             f"{hw.name}'s {hw.memory_bytes / GiB:.1f} GiB")
-    weights = model.weight_bytes(quantization, tp)
+    # ``weight_bytes``: per GPU when it is not the TP shard (expert parallelism:
+    # sim/cost_model/parallel.py weight_bytes_per_gpu)
+    weights = model.weight_bytes(quantization, tp) if weight_bytes is None else weight_bytes
     act = activation_bytes_estimate(model, tensor_parallel_size=tp,
                                     max_num_batched_tokens=max_num_batched_tokens,
                                     max_num_seqs=max_num_seqs)

@@ -3,7 +3,9 @@ engine (:mod:`sim.presets.vllm`, :mod:`sim.presets.sglang`,
 :mod:`sim.presets.trtllm`), each with every default, rule and fitted value of
 its engine and their sources; :class:`~sim.presets.types.EnginePreset` says
 what a preset holds. A new engine is one new module and one line in
-:data:`PRESETS`.
+:data:`PRESETS`. ``engine_version`` selects the documented behaviour changes
+of older releases (:mod:`sim.presets.versions`); without it a preset is its
+newest modelled release.
 
 A preset is a bundle of defaults for the other config keys: what differs
 between the engines and matters for timing. Keys given explicitly (YAML,
@@ -34,9 +36,11 @@ from typing import Any
 
 from sim.presets import sglang, trtllm, vllm
 from sim.presets.types import FIT_PROVENANCE, OVERHEAD_KEYS, Default, EnginePreset
+from sim.presets.versions import MODELLED, VERSION_CHANGES, version_defaults, version_warning
 
 __all__ = ["PRESETS", "FITTED", "CLIENT_PHASE_SPREAD", "Default", "EnginePreset", "FIT_PROVENANCE",
-           "OVERHEAD_KEYS", "get_preset", "preset_defaults", "apply_preset", "preset_table"]
+           "OVERHEAD_KEYS", "get_preset", "preset_defaults", "apply_preset", "preset_table", "MODELLED",
+           "VERSION_CHANGES", "version_defaults", "version_warning"]
 
 PRESETS: dict[str, EnginePreset] = {p.name: p for p in (vllm.PRESET, trtllm.PRESET, sglang.PRESET)}
 #: engine -> its fitted values (benchmarks/validate_silicon.py reads and rewrites these)
@@ -73,6 +77,9 @@ def apply_preset(data: dict[str, Any]) -> dict[str, Any]:
     ecp = out.get("enable_chunked_prefill")
     if ecp is not None and "scheduler" not in out:
         out["scheduler"] = p.chunked_alias[bool(ecp)]
+    version = out.get("engine_version")
+    for k, v in version_defaults(name, version if isinstance(version, str) else None).items():
+        out.setdefault(k, v)
     for k, v in preset_defaults(name).items():
         out.setdefault(k, v)
     return out
@@ -89,4 +96,7 @@ def preset_table() -> list[dict[str, str]]:
             rows.append({"engine": p.name, "key": k, "value": repr(v), "source": FIT_PROVENANCE})
         for k, rule in p.resolved.items():
             rows.append({"engine": p.name, "key": k, "value": "(hardware-dependent)", "source": rule})
+        for ch in VERSION_CHANGES.get(p.name, ()):
+            rows.append({"engine": p.name, "key": ch.key, "value": f"{ch.value!r} before {ch.before}",
+                         "source": ch.source})
     return rows

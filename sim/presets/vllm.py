@@ -1,7 +1,8 @@
 """vLLM (``vllm serve``): the preset ``engine: vllm``.
 
-Versions: vLLM 0.12 (the validation data's; 0.24 where the project's reference
-differs and it does not matter here). Sources in each default.
+Versions: vLLM 0.24, the project's reference (``engine_version`` selects the
+older releases' documented differences, e.g. the validation data's 0.12:
+``sim/presets/versions.py``). Sources in each default.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def hardware_defaults(cfg: Any, memory_bytes: float, hardware_name: str) -> dict
 
 PRESET = EnginePreset(
     name="vllm",
-    versions="vLLM 0.12 (validation data); 0.24 semantics where noted",
+    versions="vLLM 0.24 (older releases through engine_version)",
     defaults={
         "scheduler": Default("chunked", "V1 scheduler, chunked prefill on for generative models "
                                         "(vllm/config/scheduler.py; ENGINE_SEMANTICS §1.1)"),
@@ -41,8 +42,8 @@ PRESET = EnginePreset(
         "capacity_scheduler_policy": Default(None, "vLLM allocates blocks on demand and preempts by "
                                                    "recompute (docs/configuration/optimization.md)"),
         "eager_step_overhead_s": EAGER_DEFAULT,
-        "overlap_scheduling": Default(False, "async_scheduling defaults off before 0.14 (on from 0.14, "
-                                             "vllm/config/vllm.py); the data is 0.12"),
+        "overlap_scheduling": Default(True, "async_scheduling on by default from 0.14 (vllm/config/vllm.py "
+                                            "in 0.24; off before: engine_version < 0.14, sim/presets/versions.py)"),
     },
     chunked_alias={True: "chunked", False: "mixed"},
     hardware_defaults=hardware_defaults,

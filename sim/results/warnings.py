@@ -1,12 +1,25 @@
-"""Warnings read from a run's summary: what its workload silently changed."""
+"""Warnings read from a run's summary: what its workload silently changed, and where the
+run is outside the ground servesim was checked on."""
 
 from __future__ import annotations
+
+#: how a table cell joins a run's warnings (sweep and plan rows)
+WARNING_SEP = " | "
+
+
+def run_warning_list(s: dict) -> list[str]:
+    """``s["warnings"]``: a list (summary.json) or a joined cell (a sweep row)."""
+    w = s.get("warnings")
+    if isinstance(w, str):
+        return [x for x in w.split(WARNING_SEP) if x]
+    return [x for x in (w or []) if isinstance(x, str)]
 
 
 def workload_warnings(s: dict) -> list[str]:
     """What a run's workload silently changed (skipped or reordered trace rows,
-    clipped prompts), from its summary; printed by run, compare and plan, and in
-    compare's report.md and plan's plan.md."""
+    clipped prompts), from its summary, then where the run is outside the known
+    ground (``summary["warnings"]``, :func:`ground_warnings`); printed by run,
+    compare and plan, and in compare's report.md and plan's plan.md."""
     out = []
     if s.get("num_skipped_trace_rows"):
         out.append(f"{s['num_skipped_trace_rows']:,} malformed trace row(s) skipped (workload.skip_bad_rows): "
@@ -23,4 +36,50 @@ def workload_warnings(s: dict) -> list[str]:
             and wl.get("max_concurrency") is None and str(s.get("workload_source", "")).endswith("arrivals inf")):
         out.append("the trace has no timestamps and no workload.request_rate was given: every request was sent "
                    "at t = 0 (arrival inf); set workload.request_rate or workload.max_concurrency to pace them")
+    out += run_warning_list(s)
+    return out
+
+
+#: GEMM peak of each ``quantization`` (weights and activations in that format); else bf16
+_PEAK_DTYPE = {"fp8": "fp8", "fp8_block": "fp8", "int8": "int8", "nvfp4": "fp4"}
+
+
+def compute_bound_tokens_per_s(cfg, hardware, model) -> float:
+    """An upper bound on the tokens (prompt + output) per second any schedule can
+    process: every token passes every linear layer (2 FLOPs per active weight),
+    at most at the GEMM peak of all the deployment's GPUs."""
+    peak = hardware.peak_flops_per_s.get(_PEAK_DTYPE.get(cfg.quantization or "", "bf16"))
+    if not peak:
+        peak = hardware.peak_flops_per_s.get("bf16") or 0.0
+    flops_per_token = 2.0 * model.quantizable_params(active_only=True)
+    gpus = cfg.tensor_parallel_size * cfg.num_replicas
+    return peak * gpus / flops_per_token if flops_per_token > 0 else float("inf")
+
+
+def ground_warnings(cfg, hardware, model, summary: dict) -> list[str]:
+    """Where a run is outside the ground servesim was checked on: a hardware
+    profile whose kernel efficiencies were transferred from another GPU rather
+    than fitted on this one (its ``provenance.efficiency_source``), an engine
+    version outside the modelled releases (``sim/presets/versions.py``), a
+    predicted throughput above the compute bound of the hardware
+    (:func:`compute_bound_tokens_per_s`: a sign of an optimistic profile or a
+    bug). Recorded in ``summary.json`` (``warnings``) and printed by run,
+    compare and plan."""
+    from sim.presets import version_warning
+
+    out = []
+    src = str((hardware.provenance or {}).get("efficiency_source", ""))
+    if src.lower().startswith("transferred"):
+        out.append(f"hardware profile {hardware.name}: its kernel efficiencies were {src}, not fitted on "
+                   f"{hardware.name} measurements: predictions there are less certain than on a calibrated GPU "
+                   "(calibrate on the GPU: calibration/run_on_gpu.sh)")
+    vw = version_warning(cfg.engine, cfg.engine_version)
+    if vw:
+        out.append(vw)
+    bound = compute_bound_tokens_per_s(cfg, hardware, model)
+    tput = summary.get("total_token_throughput")
+    if isinstance(tput, (int, float)) and tput > bound:
+        out.append(f"predicted throughput {tput:,.0f} tokens/s exceeds the compute bound of "
+                   f"{cfg.tensor_parallel_size * cfg.num_replicas} x {hardware.name} ({bound:,.0f} tokens/s at "
+                   "the GEMM peak): the prediction is not physical; check the hardware profile")
     return out

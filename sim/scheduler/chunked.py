@@ -58,8 +58,9 @@ class ChunkedPrefillScheduler(Scheduler):
         alloc = self.kv.allocate_slots
         skip_alloc = getattr(self.kv, "decode_skips_allocation", False)
         # a plain decode at a block boundary takes one block: allocate_slots(req, 1)
-        grow1 = (self.kv.grow_decode_block if getattr(self.kv, "grows_decode_in_bulk", False)
-                 else lambda r: alloc(r, 1) is not None)
+        bulk = getattr(self.kv, "grows_decode_in_bulk", False)
+        grow1 = lambda r: alloc(r, 1) is not None  # noqa: E731
+        growing = []
         running = self.running
         cap_policy = self.limits.capacity_scheduler_policy
         thr = self.limits.long_prefill_token_threshold
@@ -75,18 +76,27 @@ class ChunkedPrefillScheduler(Scheduler):
             # counts are added once after the stretch. A failed allocation (no side
             # effects) ends the stretch and the general path below preempts.
             n0 = len(sched_c)
+            room = self.kv.num_free_blocks if bulk else 0  # blocks for the decodes starting one
             for req in running[i:i + budget]:
                 c = req.num_computed_tokens
                 o = req.num_output_tokens
                 if req.num_prompt_tokens + o - c != 1 or not o or c >= last_pos:
                     break
                 if skip_alloc:
-                    if c >= req.kv_capacity and not grow1(req):
-                        break
+                    if c >= req.kv_capacity:
+                        if bulk:  # one more block each, taken together after the stretch (same ids)
+                            if len(growing) >= room:
+                                break
+                            growing.append(req)
+                        elif not grow1(req):
+                            break
                 elif alloc(req, 1) is None:
                     break
                 c_append(c)
                 req.num_computed_tokens = c + 1
+            if growing:
+                self.kv.grow_decode_blocks(growing)
+                growing = []
             m = len(sched_c) - n0
             if m:
                 sched_reqs += running[i:i + m]  # the stretch is contiguous

@@ -4,7 +4,7 @@ results store; the ``local`` (process pool) and ``ray`` executors.
 A row holds ``point_id``, the axis values, ``status`` (``ok`` / ``infeasible`` /
 ``failed``), ``reason``, every scalar summary metric (``summary.json`` keys), the
 stability columns of :mod:`sim.results.stability`, the point's whole resolved config as
-``config.<key>`` (scalar keys, as ``comparison.csv``), ``num_gpus`` (TP × replicas),
+``config.<key>`` (scalar keys, as ``comparison.csv``), ``num_gpus`` (TP × DP × replicas),
 ``price_per_gpu_hour_usd``, ``cost_per_hour_usd`` and
 ``usd_per_million_output_tokens`` = cost per hour / (output_throughput · 3600 s) · 1e6.
 
@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterable
 
 from sim.config import SimConfig
 from sim.errors import ConfigError, InfeasibleError
+from sim.results.warnings import WARNING_SEP
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +73,15 @@ def cost_columns(cfg: SimConfig | None, output_throughput: float | None) -> dict
             return out
     else:
         pools = [cfg]
-    out["num_gpus"] = sum(p.tensor_parallel_size * p.num_replicas for p in pools)
+    gpus = [p.tensor_parallel_size * p.data_parallel_size * p.num_replicas for p in pools]
+    out["num_gpus"] = sum(gpus)
     try:
         prices = [get_hardware(p.hardware).price_per_gpu_hour_usd for p in pools]
     except ConfigError:
         return out
     if any(p is None for p in prices):
         return out
-    cost = sum(p.tensor_parallel_size * p.num_replicas * float(pr) for p, pr in zip(pools, prices))
+    cost = sum(g * float(pr) for g, pr in zip(gpus, prices))
     out["price_per_gpu_hour_usd"] = cost / out["num_gpus"]
     out["cost_per_hour_usd"] = cost
     if output_throughput and output_throughput > 0 and math.isfinite(output_throughput):
@@ -115,6 +117,8 @@ def run_point(cfg: SimConfig, goodput: dict[str, float] | None = None) -> tuple[
     else:
         result = res.result
         row.update({k: v for k, v in res.summary.items() if _scalar(v)})
+        # outside the known ground (sim/results/warnings.py::ground_warnings), one cell
+        row["warnings"] = WARNING_SEP.join(res.summary.get("warnings") or [])
         row.update(assess_stability(res.result.requests, res.result.steps))
         # the point's whole deployment, as compare's comparison.csv: not only the swept keys
         row.update({f"config.{k}": v for k, v in res.summary["config"].items() if _scalar(v)})

@@ -162,7 +162,37 @@ def plan_workload_warnings(plans: list[CandidatePlan]) -> list[str]:
     # the first run stands for all: every candidate's search replays the same workload
     # at the same seed and requests per replica
     first = next((r for p in plans for r in p.rows if r.get("status") == "ok"), {})
-    return workload_warnings(first)
+    out = workload_warnings(first)
+    # the candidates' own (a transferred GPU profile, an engine version): once each
+    from sim.results.warnings import run_warning_list
+
+    for p in plans:
+        for r in p.rows:
+            if r.get("status") == "ok":
+                out += [w for w in run_warning_list(r) if w not in out]
+    out += plan_headroom(plans)
+    return out
+
+
+def plan_headroom(plans: list[CandidatePlan]) -> list[str]:
+    """Per candidate with a rate found and a cross-validated interval
+    (``sim/results/intervals.py``, engine presets only): the mean TTFT / TPOT at
+    that rate and their nominal 80 % interval, i.e. how far the measured value
+    may land from the prediction the rate was chosen on."""
+    out = []
+    for p in plans:
+        if p.max_rate <= 0:
+            continue
+        r = max((r for r in p.rows if r.get("passed") and r.get("workload.request_rate") == p.max_rate),
+                key=lambda r: r.get("num_replicas") or 0, default=None)
+        if not r or "mean_ttft_ms_hi" not in r or "mean_tpot_ms_hi" not in r:
+            continue
+        out.append(f"headroom: {p.candidate.name} at {p.max_rate:,.3g} req/s predicts mean TTFT "
+                   f"{r['mean_ttft_ms']:,.0f} ms (80 % interval {r['mean_ttft_ms_lo']:,.0f}-"
+                   f"{r['mean_ttft_ms_hi']:,.0f} ms) and mean TPOT {r['mean_tpot_ms']:,.1f} ms "
+                   f"({r['mean_tpot_ms_lo']:,.1f}-{r['mean_tpot_ms_hi']:,.1f} ms), from cross-validated "
+                   "residuals (reports/validation): an SLO near the upper end may not hold on the real system")
+    return out
 
 
 def plan_markdown(table, s: PlanSettings, context: dict, figures: list[str],

@@ -77,6 +77,8 @@ def summary_markdown(summary: dict[str, Any], title: str = "servesim validate") 
         for r in summary["not_simulated"]:
             lines.append(f"| {r['row'] + 2} | {r['id']} | {r['status']} | {r['reason'].replace('|', '/')} |")
         lines.append("")
+    if summary.get("warnings"):
+        lines += ["## Warnings", ""] + [f"- {w}" for w in summary["warnings"]] + [""]
     if summary.get("skipped_rows"):
         lines += ["## Rows skipped (a cell is not a number)", "", "| line in the CSV | column | value |",
                   "|---|---|---|"]

@@ -12,9 +12,13 @@ Each row is simulated as it was run (:func:`row_overrides`):
   overheads); ``model``, ``hardware``, ``tensor_parallel_size`` from the row;
   ``quantization`` from ``gemm_quant_mode`` (else ``precision``): empty → the
   checkpoint's bf16, ``fp8`` → per-tensor FP8, ``fp8_block`` → block-scaled FP8.
-- Protocol (:data:`PROTOCOLS`, default ``aic``): how the rows were measured.
-  ``aic`` reproduces aiconfigurator's own serving evaluation, which produced
-  these rows (``silicon_data_source``: the ``aic-auto-gap-analysis`` data;
+- Harness (``sim/validate/harness.py``): how the row was measured, an input
+  (never fitted): ``--harness`` for every row, else the row's ``harness``
+  cell, else its ``campaign`` through the campaign map (``2026-*`` and
+  ``db-dump/*``: ``inferencemax``; ``*-gap-analysis``: ``aic``), else ``aic``.
+  The engine release (``backend_version``) is passed as ``engine_version``
+  (``sim/presets/versions.py``). ``aic`` reproduces aiconfigurator's own
+  serving evaluation, which produced the dense table (``silicon_data_source``: the ``aic-auto-gap-analysis`` data;
   ``batch_size`` = ``concurrency`` in every row):
 
   * the deployment is the one aiconfigurator's config generator writes for an
@@ -91,15 +95,17 @@ import numpy as np
 
 from sim.workload.client_phase import CLIENT_PHASE_SPREAD, PHASE_KEY, check_phase_spread, disperse_client_phases
 from sim.errors import ConfigError, InfeasibleError, ServesimError, require_file
-from sim.presets import PRESETS
+from sim.presets import PRESETS, version_warning
+from sim.results.intervals import interval
 from sim.validate.disagg_rows import NotSimulable, disagg_pools, disagg_row_overrides, is_disagg
+from sim.validate.harness import HARNESSES, Harness, harness_for_row
 
 #: Mean client think time (s): benchmark client processing + localhost round trip.
 CLIENT_THINK_TIME_S = 0.002
 #: Block size (tokens) used for SGLang rows instead of its page size 1 (speed).
 SGLANG_BLOCK_TOKENS = 16
-#: Validation protocols (module docstring): ``aic`` (default) and ``steady``.
-PROTOCOLS = ("aic", "steady")
+#: Validation protocols: the named harnesses (``sim/validate/harness.py``; default ``aic``).
+PROTOCOLS = tuple(HARNESSES)
 #: aiconfigurator generator: extra tokens of an agg worker's token budget over isl (+ C).
 AIC_BUDGET_EXTRA_TOKENS = 1500
 #: aiconfigurator generator: TensorRT-LLM ``tokens_per_block`` (max_num_tokens is a multiple).
@@ -115,13 +121,22 @@ _QUANT = {"": None, "bf16": None, "bfloat16": None, "fp16": None, "fp8": "fp8", 
 
 @dataclass
 class ValidateOptions:
-    """How rows are simulated. ``engine_overrides`` maps an engine name to
-    config keys set for its rows (the fitting benchmark uses it)."""
-    protocol: str = "aic"
-    requests_per_client: int = 10
-    #: warm-up requests per client; None = the protocol's (aic 0, steady 2)
+    """How rows are simulated. ``harness``: every row's benchmark harness (a
+    name of :data:`~sim.validate.harness.HARNESSES`, a harness YAML path or a
+    :class:`~sim.validate.harness.Harness`); None = per row
+    (:func:`~sim.validate.harness.harness_for_row`: its ``harness`` cell, its
+    ``campaign`` through ``campaign_harness`` (None = the built-in map), else
+    ``aic``). ``protocol``: the earlier name of ``harness`` (a harness name).
+    ``requests_per_client``, ``warmup_per_client``, ``think_time_s``: None =
+    the harness's. ``engine_overrides`` maps an engine name to config keys set
+    for its rows (the fitting benchmark uses it)."""
+    protocol: str | None = None
+    requests_per_client: int | None = None
+    #: warm-up requests per client; None = the harness's (aic 0, steady 2)
     warmup_per_client: int | None = None
-    think_time_s: float = CLIENT_THINK_TIME_S
+    think_time_s: float | None = None
+    harness: Any = None
+    campaign_harness: dict[str, str] | None = None
     seed: int = 0
     workers: int | None = None
     engine_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -145,16 +160,25 @@ def row_quantization(row: dict) -> str | None:
 
 
 def check_protocol(protocol: str) -> str:
-    if protocol not in PROTOCOLS:
-        raise ConfigError(f"protocol: unknown {protocol!r}; valid: {', '.join(PROTOCOLS)}")
+    if protocol not in HARNESSES:
+        raise ConfigError(f"protocol: unknown {protocol!r}; valid: {', '.join(HARNESSES)}")
     return protocol
 
 
-def warmup_per_client(opts: ValidateOptions) -> int:
-    """Warm-up requests per client: the option if set, else the protocol's."""
+def row_harness(row: dict, opts: ValidateOptions) -> Harness:
+    """The benchmark harness a row is simulated under (:class:`ValidateOptions`)."""
+    default = opts.harness
+    if default is None and opts.protocol is not None:
+        default = check_protocol(opts.protocol)
+    return harness_for_row(row, default, opts.campaign_harness)
+
+
+def warmup_per_client(opts: ValidateOptions, harness: Harness | None = None) -> int:
+    """Warm-up requests per client: the option if set, else the harness's
+    (``harness``, else the options' own harness or the default ``aic``)."""
     if opts.warmup_per_client is not None:
         return opts.warmup_per_client
-    return 0 if check_protocol(opts.protocol) == "aic" else 2
+    return (harness or row_harness({}, opts)).warmup_per_client
 
 
 def aic_deploy_overrides(engine: str, isl: int, concurrency: int) -> dict[str, Any]:
@@ -200,22 +224,36 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
             x = math.nan
         if not (math.isfinite(x) and x > 0):
             raise ConfigError(f"{col}: the measurement must be a positive number of ms, got {row[col]!r}")
+    h = row_harness(row, opts)
+    n_req = opts.requests_per_client * conc if opts.requests_per_client is not None else h.num_requests(conc)
     ov: dict[str, Any] = {
         "engine": engine, "model": _cell(row, "model_path"), "hardware": _cell(row, "system"),
         "tensor_parallel_size": tp, "quantization": row_quantization(row),
-        "max_model_len": isl + osl, "enable_prefix_caching": False,
-        "client_think_time_s": opts.think_time_s, "seed": opts.seed, "exact_steps": opts.exact_steps,
+        "max_model_len": h.max_length(isl) + h.max_length(osl), "enable_prefix_caching": False,
+        "client_think_time_s": h.think_time_s if opts.think_time_s is None else opts.think_time_s,
+        "seed": opts.seed, "exact_steps": opts.exact_steps,
         "workload.max_concurrency": conc,
-        "workload.num_requests": opts.requests_per_client * conc,
-        "workload.num_warmup_requests": warmup_per_client(opts) * conc,
-        "workload.input_len": {"dist": "fixed", "value": isl},
-        "workload.output_len": {"dist": "fixed", "value": osl},
+        "workload.num_requests": n_req,
+        "workload.num_warmup_requests": warmup_per_client(opts, h) * conc,
+        "workload.input_len": h.length_spec(isl),
+        "workload.output_len": h.length_spec(osl),
         "workload.arrival": "inf",
     }
+    if _cell(row, "backend_version"):
+        # the engine release selects its documented behaviour changes (sim/presets/versions.py)
+        ov["engine_version"] = _cell(row, "backend_version")
     if engine == "sglang":
         ov["block_size"] = SGLANG_BLOCK_TOKENS
-    if check_protocol(opts.protocol) == "aic":
+    if h.deployment == "aic_generator":
         ov.update(aic_deploy_overrides(engine, isl, conc))
+    if h.max_num_seqs_from:
+        try:
+            b = float(row.get(h.max_num_seqs_from))
+        except (TypeError, ValueError):
+            b = math.nan
+        if math.isfinite(b) and b >= 1:
+            ov["max_num_seqs"] = int(b)
+    ov.update(h.engine_args.get(engine, {}))
     if engine == "trtllm" and ov["quantization"] in ("fp8", "fp8_block"):
         ov["kv_cache_dtype"] = "fp8"
     ov.update({k: v for k, v in opts.engine_overrides.get(engine, {}).items() if k != PHASE_KEY})
@@ -225,8 +263,9 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
 def row_phase_spread(row: dict, opts: ValidateOptions) -> float:
     """``client_phase_spread`` of a row's engine (``sim/workload/client_phase.py``): its
     engine override if given, else the fitted value; ConfigError if not in [0, 1].
-    0 under the ``aic`` protocol (cold start, the burst is measured)."""
-    if check_protocol(opts.protocol) == "aic":
+    0 unless the row's harness is the legacy ``steady`` (the others start cold
+    or warm up, and are not fitted)."""
+    if not row_harness(row, opts).fitted_phase_spread:
         return 0.0
     engine = _cell(row, "backend").lower()
     value = opts.engine_overrides.get(engine, {}).get(PHASE_KEY, CLIENT_PHASE_SPREAD.get(engine, 0.0))
@@ -242,7 +281,9 @@ def simulate_row(row: dict, opts: ValidateOptions) -> dict[str, Any]:
     from sim.workload import generate_requests
 
     t0 = time.perf_counter()
-    out: dict[str, Any] = {"pred_ttft_ms": math.nan, "pred_tpot_ms": math.nan, "status": "ok", "reason": ""}
+    out: dict[str, Any] = {"pred_ttft_ms": math.nan, "pred_tpot_ms": math.nan, "status": "ok", "reason": "",
+                           "warning": version_warning(_cell(row, "backend").lower(), _cell(row, "backend_version"))
+                           or ""}
     try:
         if is_disagg(row):  # its pools as deployed (sim/validate/disagg_rows.py)
             pools = disagg_pools(row)
@@ -272,6 +313,9 @@ def simulate_row(row: dict, opts: ValidateOptions) -> dict[str, Any]:
             out["pred_ttft_ms"] = float(np.mean(lat["ttft_s"][done]) * 1e3)
             out["pred_tpot_ms"] = float(np.nanmean(lat["tpot_s"][done]) * 1e3)
             out["pred_queue_ms"] = float(np.mean(lat["queue_s"][done]) * 1e3)
+            for m in ("ttft", "tpot"):  # the nominal 80 % interval (sim/results/intervals.py)
+                iv = interval(cfg.engine, m, out[f"pred_{m}_ms"])
+                out[f"pred_{m}_ms_lo"], out[f"pred_{m}_ms_hi"] = iv if iv else (math.nan, math.nan)
             out["num_preemptions"] = int(req["num_preemptions"][done].sum())
             out["num_rejected"] = int((req["status"] != STATUS_FINISHED).sum())
             out["num_gpu_blocks"] = int(dep.sizing.num_gpu_blocks)

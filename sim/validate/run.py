@@ -8,8 +8,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from sim.errors import ConfigError
 from sim.validate.report import summarize_predictions, write_validation
-from sim.validate.rows import ValidateOptions, predict_rows, read_rows, warmup_per_client
+from sim.validate.rows import ValidateOptions, predict_rows, read_rows, row_harness
 
 
 def run_validation(csv_path: str | Path, out_dir: str | Path | None = None, opts: ValidateOptions | None = None,
@@ -30,8 +31,22 @@ def run_validation(csv_path: str | Path, out_dir: str | Path | None = None, opts
     summary["wall_time_s"] = wall
     summary["num_skipped_rows"] = len(skipped)
     summary["skipped_rows"] = skipped
-    summary["options"] = {"protocol": opts.protocol, "requests_per_client": opts.requests_per_client,
-                          "warmup_per_client": warmup_per_client(opts),
+    harnesses = set()
+    for r in df.to_dict("records"):
+        try:
+            harnesses.add(row_harness(r, opts).name)
+        except ConfigError:  # the row's own error says why
+            pass
+    harnesses = sorted(harnesses)
+    # engine versions outside the modelled releases (sim/presets/versions.py), once each with a count
+    counts: dict[str, int] = {}
+    for w in full.get("warning", pd.Series(dtype=str)).fillna(""):
+        if w:
+            counts[w] = counts.get(w, 0) + 1
+    summary["warnings"] = [f"{w} ({n} row{'s' if n > 1 else ''})" for w, n in sorted(counts.items())]
+    summary["options"] = {"harness": getattr(opts.harness, "name", opts.harness) or opts.protocol,
+                          "harnesses": harnesses, "requests_per_client": opts.requests_per_client,
+                          "warmup_per_client": opts.warmup_per_client,
                           "client_think_time_s": opts.think_time_s, "seed": opts.seed,
                           "workers": opts.workers or os.cpu_count(),
                           "engine_overrides": opts.engine_overrides}

@@ -1,0 +1,385 @@
+"""Attention data parallelism (DP) and expert parallelism (EP) of MoE models:
+the layout of a DP group, its per-GPU weights, and the routed-expert part of
+its step time (expert GEMMs on the most loaded GPU + dispatch/combine).
+
+Layout (vLLM ``--data-parallel-size D --tensor-parallel-size T
+--enable-expert-parallel``; SGLang ``--dp-size D --enable-dp-attention
+--ep-size``; TensorRT-LLM ``enable_attention_dp`` with ``moe_expert_parallel_size``):
+a DP group is D attention ranks of T GPUs each (G = D x T GPUs). Each attention
+rank has its own scheduler, batch and KV cache; attention and the dense layers
+run data-parallel over the ranks (tensor-parallel over each rank's T GPUs). The
+routed experts run over all G GPUs: expert-parallel over ``moe_ep_size`` ranks
+(each GPU holds E / ep experts whole) times tensor-parallel over
+``moe_tp_size`` (each expert's intermediate columns split), ep x moe_tp = G.
+vLLM: with ``enable_expert_parallel`` ep = D x T and moe_tp = 1, without it
+moe_tp = D x T (``FusedMoEParallelConfig.make``: "EP size = DP x TP").
+
+The ranks step together: vLLM pads every rank's token count to the largest
+across the DP group before each forward (``num_tokens_across_dp`` in the
+forward context's ``DPMetadata``; ``coordinate_batch_across_dp`` in
+``vllm/v1/worker/dp_utils.py`` all-reduces the per-rank counts and pads to the
+max), and idle ranks run dummy forwards while any rank has work ("empty dummy
+forward passes", vLLM docs ``serving/data_parallel_deployment.md``). So every
+rank's dense GEMMs and expert dispatch run on the padded count, and the step
+lasts as long as the slowest rank (:meth:`CostModel.dp_group_step_s`).
+
+Routed-expert time per GPU for T (padded) tokens per attention rank, N = D x T
+tokens in the group, each routed to k of E experts (uniform routing):
+
+- rows on one EP rank: hypergeometric per token (k distinct experts of E, E/ep
+  of them on the rank): mean k/ep, variance k (1/ep)(1 - 1/ep)(E - k)/(E - 1);
+  over N independent tokens mean mu = N k / ep and sigma = sqrt(N var). The
+  step waits for the most loaded EP rank: E[max of ep ranks] ~ mu + sigma x
+  z(ep), z(ep) = the expected maximum of ep independent standard normals
+  (1.42 at 8, 2.04 at 32; normal approximation of the counts, ranks treated as
+  independent -- slightly high, since their counts sum to N k), capped at
+  N x min(k, E/ep);
+- local experts touched: E/ep x (1 - (1 - k/E)^N) (each expert hit with that
+  probability);
+- expert GEMMs w13 (n = 2 I / moe_tp, k = h) and w2 (n = h, k = I / moe_tp)
+  over those rows and experts, with the same roofline / fitted GEMM terms as
+  the tensor-sharded experts of :class:`~sim.cost_model.step.CostModel`;
+- communication per MoE layer (D > 1): with EP, DeepEP-style dispatch and
+  combine: each GPU sends its T / T_attn tokens (the attention TP ranks split
+  their rank's tokens) to the (ep - 1)(1 - q) other EP ranks holding at least
+  one of a token's experts (q = P(an EP rank holds none of the k) =
+  C(E - E/ep, k) / C(E, k)), hidden x 2 B each way, over NVLink inside one
+  NVLink domain and over the NIC for the destinations beyond it, plus the
+  link's latency per call. Without EP (experts tensor-sharded over the group):
+  all-gather of the D ranks' T tokens before the experts and reduce-scatter
+  after ((D - 1) T hidden x 2 B each). With D = 1 the experts see the rank's
+  tokens without any dispatch and their outputs join the TP all-reduce the
+  step already counts.
+
+Expert weights per GPU at rest: E / ep experts of I / moe_tp columns; the
+attention, dense and shared-expert weights are replicated over the D ranks
+(split over each rank's T GPUs).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.cost_model.fitted_step import MOE_SMALL_BLOCK_M, FittedGemm
+from sim.cost_model.operators import gemm_cost
+from sim.cost_model.roofline import ACT_BYTES, gemm_precision
+from sim.errors import ConfigError
+from sim.hardware.efficiency import FittedEfficiency
+from sim.hardware.profile import HardwareProfile
+from sim.model_spec import WEIGHT_BYTES_PER_PARAM, ModelSpec
+
+#: Between nodes (an EP group larger than one NVLink domain): one 400 Gb/s
+#: ConnectX-7 NIC per GPU (the HGX H100/H200 reference design; DeepEP's
+#: internode kernels use RDMA over these), per direction, and its latency.
+NIC_BANDWIDTH_BYTES_PER_S = 50e9
+NIC_LATENCY_S = 5e-6
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """One DP group: ``data_parallel_size`` attention ranks of
+    ``tensor_parallel_size`` GPUs; experts over ``moe_ep_size`` x ``moe_tp_size``
+    = all its GPUs. ``attention_dp``: the ranks step together (an MoE model
+    with D > 1); a dense model's DP ranks are independent replicas."""
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    moe_ep_size: int = 1
+    moe_tp_size: int = 1
+    attention_dp: bool = False
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs of one group (one replica)."""
+        return self.tensor_parallel_size * self.data_parallel_size
+
+    def describe(self) -> str:
+        tp, dp = self.tensor_parallel_size, self.data_parallel_size
+        s = f"attention DP {dp} x TP {tp}"
+        if self.moe_ep_size > 1 or self.moe_tp_size != tp or dp > 1:
+            s += f", experts EP {self.moe_ep_size} x TP {self.moe_tp_size}"
+        return s + f" = {self.num_gpus} GPUs"
+
+
+def resolve_layout(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_size: int = 1,
+                   data_parallel_size: int = 1, enable_expert_parallel: bool = False,
+                   moe_ep_size: int | None = None, moe_tp_size: int | None = None) -> ParallelLayout:
+    """The layout of the config keys, or ConfigError naming the key and value.
+
+    A dense model's ``data_parallel_size`` is returned with ``attention_dp``
+    False (the caller runs that many independent replicas); EP keys on a dense
+    model are refused."""
+    tp, dp = tensor_parallel_size, data_parallel_size
+    G = tp * dp
+    if tp > hw.interconnect.max_gpus:
+        raise ConfigError(
+            f"tensor_parallel_size {tp}: more GPUs than one {hw.name} NVLink domain "
+            f"({hw.interconnect.name}) joins ({hw.interconnect.max_gpus}); tensor parallelism across "
+            "domains is not modelled: use data_parallel_size with expert parallelism, or more replicas")
+    if not model.is_moe:
+        for key, val in (("enable_expert_parallel", enable_expert_parallel), ("moe_ep_size", moe_ep_size),
+                         ("moe_tp_size", moe_tp_size)):
+            if val is True or (val is not None and val is not False and val != 1):
+                raise ConfigError(f"{key}: {val!r} applies to MoE models; {model.name} has no routed experts")
+        return ParallelLayout(tp, dp, 1, tp, False)
+    E = model.num_experts
+    if moe_ep_size is not None or moe_tp_size is not None:
+        ep = moe_ep_size if moe_ep_size is not None else G // (moe_tp_size or 1)
+        mtp = moe_tp_size if moe_tp_size is not None else G // ep
+        if ep > G:
+            raise ConfigError(f"moe_ep_size: {ep} is more than the {G} GPUs of one DP group "
+                              f"(tensor_parallel_size {tp} x data_parallel_size {dp})")
+        if ep * mtp != G:
+            raise ConfigError(f"moe_ep_size: {ep} x moe_tp_size {mtp} must equal the group's GPUs "
+                              f"tensor_parallel_size {tp} x data_parallel_size {dp} = {G}")
+        if enable_expert_parallel and ep == 1 and G > 1:
+            raise ConfigError("enable_expert_parallel: true conflicts with moe_ep_size 1; set one of them")
+    elif enable_expert_parallel:
+        ep, mtp = G, 1
+    else:
+        ep, mtp = 1, G
+    if E % ep:
+        raise ConfigError(f"moe_ep_size: {ep} does not divide {model.name}'s {E} routed experts "
+                          "(each EP rank holds E / ep experts whole)")
+    if model.moe_intermediate_size % mtp:
+        raise ConfigError(f"moe_tp_size: {mtp} does not divide {model.name}'s moe_intermediate_size "
+                          f"{model.moe_intermediate_size}")
+    return ParallelLayout(tp, dp, ep, mtp, dp > 1)
+
+
+_Z_CACHE: dict[int, float] = {}
+
+
+def expected_max_std_normal(n: int) -> float:
+    """E[max of n independent standard normals] (0 at n = 1, 1/sqrt(pi) at 2,
+    1.4236 at 8), by numerical integration of n x phi(x) Phi(x)^(n-1)."""
+    if n <= 1:
+        return 0.0
+    z = _Z_CACHE.get(n)
+    if z is None:
+        x = np.linspace(-10.0, 10.0, 40001)
+        phi = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+        Phi = 0.5 * (1.0 + np.array([math.erf(v / math.sqrt(2.0)) for v in x]))
+        f = x * n * phi * Phi ** (n - 1)
+        z = _Z_CACHE[n] = float(np.sum((f[1:] + f[:-1]) * 0.5 * (x[1] - x[0])))
+    return z
+
+
+def ep_rank_rows_max(num_tokens, num_experts: int, top_k: int, ep: int):
+    """Expected expert rows (token x expert pairs) on the most loaded of ``ep``
+    EP ranks for ``num_tokens`` tokens routed uniformly (module docstring)."""
+    N = np.asarray(num_tokens, dtype=float)
+    E, k = num_experts, top_k
+    if ep == 1:
+        return N * k
+    p = 1.0 / ep
+    var = k * p * (1.0 - p) * (E - k) / (E - 1) if E > 1 else 0.0
+    cap = N * min(k, E // ep)
+    return np.minimum(N * k * p + np.sqrt(N * var) * expected_max_std_normal(ep), cap)
+
+
+def remote_ranks_per_token(num_experts: int, top_k: int, ep: int) -> float:
+    """Expected number of other EP ranks a token is dispatched to:
+    (ep - 1)(1 - q), q = C(E - E/ep, k) / C(E, k)."""
+    if ep <= 1:
+        return 0.0
+    E, k, El = num_experts, top_k, num_experts // ep
+    q = 1.0
+    for i in range(k):
+        q *= max(E - El - i, 0) / (E - i)
+    return (ep - 1) * (1.0 - q)
+
+
+def routed_expert_params_per_gpu(model: ModelSpec, layout: ParallelLayout) -> float:
+    """Routed-expert parameters one GPU holds (all MoE layers)."""
+    w13, w2 = model.expert_shapes(layout.moe_tp_size)
+    return model.num_experts // layout.moe_ep_size * (w13.n * w13.k + w2.n * w2.k) * model.num_moe_layers
+
+
+def weight_bytes_per_gpu(model: ModelSpec, layout: ParallelLayout, quantization: str | None = None) -> float:
+    """Weight bytes on one GPU: the model at the attention TP size with its
+    tensor-sharded experts replaced by this GPU's share of the experts."""
+    tp = layout.tensor_parallel_size
+    total = model.weight_bytes(quantization, tp)
+    if not model.is_moe:
+        return total
+    wb = WEIGHT_BYTES_PER_PARAM[model.family_quantization("experts", quantization)]
+    w13, w2 = model.expert_shapes(tp)
+    sharded = model.num_experts * (w13.n * w13.k + w2.n * w2.k) * model.num_moe_layers * wb
+    return total - sharded + routed_expert_params_per_gpu(model, layout) * wb
+
+
+def expert_weight_bytes_read_per_gpu(model: ModelSpec, layout: ParallelLayout, tokens_per_rank,
+                                     quantization: str | None = None):
+    """Mean routed-expert weight bytes one GPU reads in one step (all MoE
+    layers) when each of the D attention ranks carries ``tokens_per_rank``
+    tokens: local experts touched x one expert's shard."""
+    N = np.asarray(tokens_per_rank, dtype=float) * layout.data_parallel_size
+    E, k = model.num_experts, model.num_experts_per_tok
+    w13, w2 = model.expert_shapes(layout.moe_tp_size)
+    wb = WEIGHT_BYTES_PER_PARAM[model.family_quantization("experts", quantization)]
+    touched = E / layout.moe_ep_size * (1.0 - (1.0 - k / E) ** N)
+    return touched * (w13.n * w13.k + w2.n * w2.k) * wb * model.num_moe_layers
+
+
+def all_to_all_s(hw: HardwareProfile, num_bytes, num_gpus: int) -> float:
+    """One dispatch (or combine) call sending ``num_bytes`` from each GPU to the
+    others of a ``num_gpus`` group, spread evenly: the NVLink share at the
+    link's per-GPU bandwidth, the share beyond one NVLink domain at the NIC's;
+    the slower share plus the link latency.
+
+    The link's peak unless the profile's efficiency carries an ``all_to_all``
+    entry (``latency_s``: fixed cost of one call, replacing the link latency;
+    ``bandwidth_efficiency``: achieved fraction of the link) -- the hook for a
+    fit to the DeepEP tables (``../shared/kernels/h100_sxm/*_moe_a2a``), which
+    the peak undershoots 2-30x (``tests/test_parallel.py``)."""
+    ic = hw.interconnect
+    if num_gpus <= 1:
+        return 0.0
+    fit = getattr(hw.efficiency, "all_to_all", None)
+    lat = ic.latency_s if fit is None else fit.latency_s
+    eff = 1.0 if fit is None else fit.bandwidth_efficiency
+    local = min(num_gpus, ic.max_gpus)
+    f_nvl = (local - 1) / (num_gpus - 1)
+    t_nvl = num_bytes * f_nvl / (ic.bandwidth_bytes_per_s * eff)
+    if f_nvl >= 1.0:
+        return lat + t_nvl
+    t_nic = num_bytes * (1.0 - f_nvl) / (NIC_BANDWIDTH_BYTES_PER_S * eff)
+    return lat + NIC_LATENCY_S + np.maximum(t_nvl, t_nic)
+
+
+class ParallelMoe:
+    """Router + routed experts + their communication over all MoE layers, per
+    GPU, for T tokens on every attention rank of the group (the padded count):
+    ``moe(T)`` s, ``moe.table(T_array)``. Plugs into
+    :class:`~sim.cost_model.step.CostModel` as ``routed_experts``."""
+
+    def __init__(self, model: ModelSpec, hw: HardwareProfile, layout: ParallelLayout,
+                 quantization: str | None = None) -> None:
+        self.model, self.hw, self.layout = model, hw, layout
+        L = model.num_moe_layers
+        h = model.hidden_size
+        self.E, self.k, self.L, self.h = model.num_experts, model.num_experts_per_tok, L, h
+        self.ep, self.D, self.tp = layout.moe_ep_size, layout.data_parallel_size, layout.tensor_parallel_size
+        self.El = self.E // self.ep
+        im = model.moe_intermediate_size // layout.moe_tp_size
+        prec = gemm_precision(hw, model.family_quantization("experts", quantization))
+        bf16 = gemm_precision(hw, "bf16")
+        eff = hw.efficiency
+        bw = hw.hbm_bandwidth_bytes_per_s
+        self.fitted = isinstance(eff, FittedEfficiency)
+        if self.fitted:
+            self._router = FittedGemm(eff, self.E, h, bf16, bw, L)
+            self._w = [FittedGemm(eff, 2 * im, h, prec, bw, L), FittedGemm(eff, h, im, prec, bw, L)]
+        else:
+            ce, me, launch = eff.operator_efficiency("gemm")
+            f1, by1 = gemm_cost(1.0, self.E, h, bf16)
+            _, by0 = gemm_cost(0.0, self.E, h, bf16)
+            self._router_terms = (float(f1) / (bf16.peak_flops_per_s * ce) * L, float(by0) / (bw * me) * L,
+                                  float(by1 - by0) / (bw * me) * L, bf16.num_kernels * launch * L)
+            self._w = []
+            for n, kk in ((2 * im, h), (h, im)):
+                f1, by1 = gemm_cost(1.0, n, kk, prec, 0.0)
+                _, w1 = gemm_cost(0.0, n, kk, prec, 1.0)
+                self._w.append((float(f1) / (prec.peak_flops_per_s * ce) * L, float(by1) / (bw * me) * L,
+                                float(w1) / (bw * me) * L, prec.num_kernels * launch * L))
+        self.remote = remote_ranks_per_token(self.E, self.k, self.ep)
+
+    def rows_and_touched(self, T):
+        """(rows on the most loaded EP rank, local experts touched) for T tokens per rank."""
+        N = np.asarray(T, dtype=float) * self.D
+        rows = ep_rank_rows_max(N, self.E, self.k, self.ep)
+        touched = self.El * (1.0 - (1.0 - self.k / self.E) ** N)
+        return rows, touched
+
+    def comm_s(self, T):
+        """Dispatch + combine (EP) or all-gather + reduce-scatter (experts
+        tensor-sharded) of all MoE layers, s (0 without attention DP)."""
+        T = np.asarray(T, dtype=float)
+        if self.D <= 1:
+            return np.zeros_like(T) if T.ndim else 0.0
+        G = self.layout.num_gpus
+        if self.ep > 1:
+            nbytes = T / self.tp * self.remote * self.h * ACT_BYTES  # sent by one GPU per call
+            per_call = all_to_all_s(self.hw, nbytes, G)
+        else:
+            nbytes = (self.D - 1) * T * self.h * ACT_BYTES
+            per_call = all_to_all_s(self.hw, nbytes, self.D)
+        return 2.0 * self.L * per_call
+
+    def experts_s(self, T):
+        """Router (on the rank's T tokens) + expert GEMMs of the most loaded GPU, s."""
+        rows, touched = self.rows_and_touched(T)
+        T = np.asarray(T, dtype=float)
+        if self.fitted:
+            tile = np.where(T * self.D <= self.E, MOE_SMALL_BLOCK_M, self._w[0].tm)
+            t = self._router.time_s(T) * self.L
+            for g in self._w:
+                t = t + g.time_s(rows, touched, tile) * self.L
+            return t
+        f, b0, b1, c = self._router_terms
+        t = np.maximum(f * T, b0 + b1 * T) + c
+        for f, a, w, c in self._w:
+            t = t + np.maximum(f * rows, a * rows + w * touched) + c
+        return t
+
+    def __call__(self, T: float) -> float:
+        if T <= 0:
+            return 0.0
+        return float(self.experts_s(T) + self.comm_s(T))
+
+    def table(self, T: np.ndarray) -> np.ndarray:
+        T = np.asarray(T, dtype=float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(T > 0, self.experts_s(np.maximum(T, 1.0)) + self.comm_s(T), 0.0)
+
+
+def layout_report(model: ModelSpec, layout: ParallelLayout, quantization: str | None = None) -> dict:
+    """The parallel layout's rows for ``servesim kv`` / ``run`` (per GPU; GiB = 2**30 B)."""
+    out: dict = {"parallel_layout": layout.describe(), "data_parallel_size": layout.data_parallel_size,
+                 "attention_data_parallel": "yes" if layout.attention_dp else "no", "num_gpus_per_replica": layout.num_gpus}
+    if model.is_moe:
+        wb = WEIGHT_BYTES_PER_PARAM[model.family_quantization("experts", quantization)]
+        out.update({"moe_ep_size": layout.moe_ep_size, "moe_tp_size": layout.moe_tp_size,
+                    "routed_experts_per_gpu": model.num_experts // layout.moe_ep_size,
+                    "routed_expert_gib_per_gpu": routed_expert_params_per_gpu(model, layout) * wb / 2**30})
+    out["weight_gib_per_gpu"] = weight_bytes_per_gpu(model, layout, quantization) / 2**30
+    return out
+
+
+def layout_keys_from_table(tp_size: int, attention_dp_size: int | None = None, moe_tp_size: int | None = None,
+                           moe_ep_size: int | None = None) -> dict:
+    """Config keys for a measured row's parallelism columns (``../shared/silicon``
+    MoE table: ``tp_size``, ``attention_dp_size``, ``moe_tp_size``,
+    ``moe_ep_size``; empty = None). The table mixes conventions, told apart by
+    the experts' GPU count ep x moe_tp = the worker's GPUs G:
+
+    - G = tp x dp (vLLM rows: ``tp_size`` is the attention TP of each DP rank);
+    - G = tp, dp > 1 (the README's: ``tp_size`` counts the attention ranks too):
+      attention TP = tp / dp;
+    - dp = 1: attention TP = tp, experts as given.
+
+    ConfigError (one line) when no reading fits."""
+    dp = int(attention_dp_size or 1)
+    tp = int(tp_size)
+    mtp = int(moe_tp_size) if moe_tp_size else None
+    mep = int(moe_ep_size) if moe_ep_size else None
+    if mtp is None and mep is None:
+        mtp, mep = tp * dp, 1
+    mtp = mtp or 1
+    mep = mep or 1
+    G = mtp * mep
+    if dp == 1:
+        if G != tp:
+            raise ConfigError(f"moe_ep_size: {mep} x moe_tp_size {mtp} = {G} GPUs, but tp_size is {tp}")
+        attn_tp = tp
+    elif G == tp * dp:
+        attn_tp = tp
+    elif G == tp and tp % dp == 0:
+        attn_tp = tp // dp
+    else:
+        raise ConfigError(f"attention_dp_size: {dp} with tp_size {tp} and moe_ep_size {mep} x moe_tp_size {mtp}: "
+                          "no GPU count fits all three")
+    return {"tensor_parallel_size": attn_tp, "data_parallel_size": dp, "moe_ep_size": mep, "moe_tp_size": mtp}

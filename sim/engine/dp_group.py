@@ -1,0 +1,146 @@
+"""Attention data-parallel groups: D ranks that step together.
+
+A DP group (an MoE model with ``data_parallel_size`` D > 1; layout and cost in
+``sim/cost_model/parallel.py``) is D attention ranks, each an ordinary
+:class:`~sim.engine.simulation.Replica` (its own scheduler, KV-cache manager,
+waiting queue), driven by ONE SimPy process: every step, each rank with work
+runs ``schedule()``; the step lasts the group's time
+(:meth:`CostModel.dp_group_step_s`: the slowest rank, every rank padded to the
+largest token count as vLLM's ``coordinate_batch_across_dp`` does), plus the
+CPU overheads of the rank that takes longest; then every rank that ran takes
+its outputs. Ranks with nothing scheduled run vLLM's dummy forward passes in
+the meantime (they cost no extra time: the group's step is the slowest rank's);
+they record no row. The group sleeps only when no rank has work.
+
+Routing: a request goes to a group by ``router`` (across ``num_replicas``
+groups; load = requests in flight), then to the rank with the lowest
+``4 x waiting + running`` (vLLM's DP load balancer, ``DPLBAsyncMPClient`` in
+``vllm/v1/engine/core_client.py``: ``score = waiting * 4 + running``; it reads
+counts the coordinator publishes every 100 ms and bumps its own waiting count
+per request -- here the counts are exact; ties go to the lowest rank).
+
+Records: ``steps.csv`` has one row per rank that ran in a step (``replica`` =
+the rank's global index, group x D + rank; ``step_time_s`` the group's step);
+``requests.csv``'s ``replica`` is the rank too. This is the reference stepping
+only: the runner never gives a DP group the accelerated stepping.
+"""
+
+from __future__ import annotations
+
+
+class DPGroup:
+    """D ranks (``Replica`` objects, global indices ``index*D ..``) stepping together."""
+
+    __slots__ = ("index", "ranks", "wake")
+
+    def __init__(self, index: int, ranks: list) -> None:
+        self.index = index
+        self.ranks = ranks
+        self.wake = None
+
+    @property
+    def outstanding(self) -> int:
+        return sum(r.outstanding for r in self.ranks)
+
+    def pick_rank(self):
+        """vLLM's DP load balancer: min 4 x waiting + running (ties: lowest rank)."""
+        return min(self.ranks, key=lambda r: (4 * (r.scheduler.num_waiting + len(r.pending))
+                                              + r.scheduler.num_running, r.index))
+
+    def has_work(self) -> bool:
+        return any(r.scheduler.has_unfinished_requests() or r.pending for r in self.ranks)
+
+
+def route_dp(groups: list[DPGroup], router: str, counter: list[int], rng):
+    """The rank for a request: a group by ``router`` (round_robin, random, else
+    least outstanding), then vLLM's DP load balancer inside it."""
+    if len(groups) == 1:
+        g = groups[0]
+    elif router == "round_robin":
+        g = groups[counter[0] % len(groups)]
+        counter[0] += 1
+    elif router == "random":
+        g = groups[int(rng.integers(len(groups)))]
+    else:
+        g = min(groups, key=lambda x: (x.outstanding, x.index))
+    return g.pick_rank()
+
+
+def dp_group_loop(sim, group: DPGroup):
+    """The SimPy process of one DP group (the reference stepping of
+    ``Simulation._replica_loop``, for D ranks at once)."""
+    env = sim.env
+    cost = sim.cost
+    rec = sim.recorder
+    step_append = rec.step_cols.append
+    overheads = sim.overheads
+    lag = sim.dep.cfg.overlap_scheduling
+    ranks = group.ranks
+    while True:
+        if not group.has_work():
+            for rep in ranks:
+                rep.busy = False
+            group.wake = env.event()
+            for rep in ranks:
+                rep.wake = group.wake
+            yield group.wake
+            group.wake = None
+            for rep in ranks:
+                rep.wake = None
+            continue
+        start = env.now
+        ran = []  # (rep, out, new, ctx)
+        for rep in ranks:
+            sched = rep.scheduler
+            if not sched.has_unfinished_requests() and not rep.pending:
+                continue
+            flushed = False
+            out = sched.schedule()
+            if rep.pending:  # arrived during the last step: visible from the next schedule()
+                pending, rep.pending = rep.pending, []
+                for _, req in pending:
+                    sim.admit_to(rep, req)
+                flushed = True
+            if out.is_empty:
+                if out.preempted:
+                    rec.preempted(rep, out.preempted, start)
+                elif not flushed:
+                    sim._unstick(rep)
+                continue
+            if out.preempted:
+                rec.preempted(rep, out.preempted, start)
+            for req in out.admitted:
+                if req.first_scheduled_time < 0:
+                    req.first_scheduled_time = start
+            if out.padding_contexts:
+                new, ctx = out.new_tokens, out.context_lens
+            else:
+                new, ctx = out.num_scheduled_tokens, out.num_computed_before
+            ran.append((rep, out, new, ctx))
+        if not ran:
+            continue
+        for rep in ranks:  # ranks without work this step (dummy passes) take arrivals at once
+            rep.busy = False
+        gpu = cost.dp_group_step_s([(new, ctx) for _, _, new, ctx in ran])
+        dt = max(overheads.apply(gpu, len(new), out.num_prefill_tokens > 0) for _, out, new, _ in ran)
+        for rep, out, _, _ in ran:
+            rep.busy = lag
+            rep.last_step_start = start
+            sched, kv = rep.scheduler, rep.kv
+            usage = kv.usage
+            step_append((rep.index, start, 1, dt, sched.num_running, sched.num_waiting,
+                         out.num_batched_tokens, out.num_prefill_tokens, out.num_decode_tokens,
+                         usage, len(out.preempted), usage, sched.num_waiting))
+            if rec.track_unused:
+                rep.unused_integral += kv.reserved_unused_fraction * dt
+        yield env.timeout(dt)
+        sim.num_events += 1
+        sim.num_steps += 1
+        now = env.now
+        for rep, out, _, _ in ran:
+            emitted, finished = rep.scheduler.update_from_output(out)
+            seen = rec.deliver(rep, now, len(emitted))
+            rec.tokens_emitted(emitted, start, now, seen, now)
+            if rep.num_recovering:
+                rec.recovered(rep, out.scheduled, now)
+            rec.finish(rep, finished, now, seen)

@@ -1,0 +1,134 @@
+"""Engine versions: the documented behaviour changes that matter for timing.
+
+``engine: vllm`` (or ``sglang``, ``trtllm``) alone keeps the preset's
+behaviour, the latest modelled release. ``engine_version: X`` selects, for
+every :class:`VersionChange` of that engine whose ``before`` is newer than X,
+the older value of its key (the user's explicit keys still win). A version
+outside the modelled range (:data:`MODELLED`), or one that cannot be read,
+gets a warning naming the nearest modelled version (:func:`version_warning`).
+
+Data and pure functions only (imports nothing from sim).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class VersionChange:
+    """``key`` was ``value`` in releases before ``before`` (and is the preset's since)."""
+    key: str
+    before: str
+    value: Any
+    source: str
+
+
+#: engine -> behaviour changes, each with its source
+VERSION_CHANGES: dict[str, tuple[VersionChange, ...]] = {
+    "vllm": (
+        VersionChange("scheduler", "0.8.0", "prefill_first_whole",
+                      "V1 engine default from 0.8.0 (release notes; VLLM_USE_V1). The V0 scheduler without "
+                      "chunked prefill (its default below 32k context) runs waiting prompts whole in "
+                      "prefill-only steps before decodes (vllm/core/scheduler.py::_schedule_default)"),
+        VersionChange("max_num_seqs", "0.8.0", 256,
+                      "V0 SchedulerConfig max_num_seqs 256 (vllm/config.py, 0.7)"),
+        VersionChange("overlap_scheduling", "0.14.0", False,
+                      "async_scheduling off in 0.11, on by default from 0.14 (release notes; "
+                      "vllm/config/vllm.py in 0.24; ENGINE_SEMANTICS 1.1)"),
+        VersionChange("gpu_memory_utilization", "0.24.0", 0.9,
+                      "vllm/config/cache.py gpu_memory_utilization 0.9 in 0.11, 0.92 in 0.24 (ENGINE_SEMANTICS "
+                      "sources); the release in between that changed it was not read: modelled from 0.24"),
+    ),
+    "sglang": (
+        VersionChange("overlap_scheduling", "0.4.0", False,
+                      "zero-overhead (overlap) batch scheduler on by default from v0.4 (lmsys.org blog "
+                      "2024-12-04 sglang-v0-4; server_args.py --disable-overlap-schedule)"),
+    ),
+    "trtllm": (
+        VersionChange("overlap_scheduling", "0.19.0", False,
+                      "PyTorch backend: PyTorchConfig enable_overlap_scheduler=False in the 0.18.2 docs "
+                      "(torch.html); 'Enabled by default, disable_overlap_scheduler' in the 1.0 docs "
+                      "(features/overlap_scheduler.md); the switch is modelled at 0.19.0"),
+    ),
+}
+
+#: engine -> the releases whose behaviour the preset and its changes were read from
+MODELLED: dict[str, tuple[str, ...]] = {
+    "vllm": ("0.7.3", "0.11.0", "0.12.0", "0.14.0", "0.24.0"),
+    "sglang": ("0.3.6", "0.4.0", "0.5.1", "0.5.6", "0.5.8"),
+    "trtllm": ("0.18.2", "1.0.0", "1.2.0"),
+}
+
+_NUM = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(.*)$")
+
+
+def parse_version(v: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of ``0.5.1.post1``, ``1.0.0rc3``, ``v0.8``; None if unreadable.
+    Pre-release and post tags are ignored (1.0.0rc3 counts as 1.0.0)."""
+    m = _NUM.match(str(v).strip())
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2) or 0), int(m.group(3) or 0)
+
+
+def version_defaults(engine: str, version: str | None) -> dict[str, Any]:
+    """Config keys whose value in ``engine`` ``version`` differs from the preset's."""
+    pv = parse_version(version) if version else None
+    if pv is None:
+        return {}
+    out: dict[str, Any] = {}
+    for ch in VERSION_CHANGES.get(engine, ()):
+        before = parse_version(ch.before)
+        if before is not None and pv < before:
+            out[ch.key] = ch.value
+    return out
+
+
+def version_sources(engine: str, version: str | None) -> dict[str, str]:
+    """key -> source of each change :func:`version_defaults` applies."""
+    pv = parse_version(version) if version else None
+    if pv is None:
+        return {}
+    return {ch.key: ch.source for ch in VERSION_CHANGES.get(engine, ())
+            if (b := parse_version(ch.before)) is not None and pv < b}
+
+
+def nearest_modelled(engine: str, version: str) -> str | None:
+    pv = parse_version(version)
+    known = MODELLED.get(engine, ())
+    if not known:
+        return None
+    if pv is None:
+        return known[-1]
+
+    def dist(k: str) -> tuple:
+        a = parse_version(k) or (0, 0, 0)
+        return tuple(abs(x - y) for x, y in zip(a, pv))
+
+    return min(known, key=dist)
+
+
+def version_warning(engine: str | None, version: str | None) -> str | None:
+    """A warning if ``version`` of ``engine`` is unreadable or outside the
+    modelled releases (older than the oldest, or of a later minor series than
+    the newest)."""
+    if not engine or not version:
+        return None
+    known = MODELLED.get(engine)
+    if not known:
+        return None
+    pv = parse_version(version)
+    lo, hi = parse_version(known[0]), parse_version(known[-1])
+    if pv is None:
+        return (f"engine_version {version!r} of {engine} is not a version number; the preset's behaviour "
+                f"(its newest modelled release, {known[-1]}) is used")
+    # newer: a later minor series than the newest modelled (0.5.9 is still SGLang 0.5's behaviour)
+    if pv < lo or pv[:2] > hi[:2]:  # type: ignore[operator,index]
+        near = nearest_modelled(engine, version)
+        side = "older" if pv < lo else "newer"  # type: ignore[operator]
+        return (f"{engine} {version} is {side} than every modelled release ({', '.join(known)}); its timing "
+                f"is simulated as {near}'s, the nearest modelled version")
+    return None

@@ -1,0 +1,307 @@
+"""Leave-one-group-out cross-validation of the engine-level fitted parameters.
+
+What servesim fits (and nothing else): per engine, the four host/frontend
+overheads of :data:`sim.presets.types.OVERHEAD_KEYS` that
+``EnginePreset.fitted`` holds (``cpu_step_overhead_s``,
+``cpu_seq_overhead_s``, ``frontend_latency_s``, ``frontend_token_s``).
+Everything else (roofline, kernel efficiency curves, engine rules, the
+benchmark harness) is fixed before any measured row is seen.
+
+A *scheme* partitions the measured rows into groups (:data:`SCHEMES`): by
+model, by GPU (``system``) or by measurement campaign
+(:func:`campaign_of`). For each group (a *fold*) the parameters are fitted
+on every other row and the group is scored with them, so no held-out row
+influenced the values it is scored with. ``in_sample`` is the single fit on
+every row, scored on every row: the figure the held-out ones are compared
+with.
+
+The fit (:func:`fit_engine`) is a coordinate search (one round by default:
+every parameter once, in :data:`GRID`'s order) over :data:`GRID` from
+the neutral start :data:`PRIOR` (the same for every engine and fold, not
+taken from any fit), minimising the mean over the engine's fit rows of
+``|log(pred/meas)|`` of TTFT plus :data:`TPOT_WEIGHT` times that of TPOT.
+An engine with fewer than :data:`MIN_FIT_ROWS` fit rows in a fold is not
+fitted there (:data:`FALLBACK`): it takes one parameter set fitted on the
+other engines' fit rows together (``pooled``: the host overheads of a
+serving engine in general), or the per-parameter median of their separate
+fits (``median``, the first rule tried), or :data:`PRIOR` if no engine has rows.
+
+Every (engine, parameter set) is simulated once on every row of that engine
+(:class:`PredictionCache`, optionally persisted as JSON lines), so the folds
+share simulations: the loss of a fold is a sum over a subset of cached rows.
+
+This module holds the logic only; ``benchmarks/validate_silicon.py`` runs it
+on ``../shared/silicon/`` and writes ``reports/validation/``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+#: The fitted parameters and the grid each is searched on (s).
+GRID: dict[str, list[float]] = {
+    "cpu_step_overhead_s": [0.0, 0.5e-3, 1e-3, 2e-3],
+    "cpu_seq_overhead_s": [0.0, 20e-6, 40e-6, 60e-6, 80e-6],
+    "frontend_latency_s": [0.0, 10e-3, 20e-3, 40e-3, 80e-3],
+    "frontend_token_s": [0.0, 20e-6, 40e-6, 60e-6, 80e-6],
+}
+#: Neutral start of every search: mid-grid physical values, not any fit's result.
+PRIOR: dict[str, float] = {"cpu_step_overhead_s": 1e-3, "cpu_seq_overhead_s": 20e-6,
+                           "frontend_latency_s": 10e-3, "frontend_token_s": 40e-6}
+#: TPOT's log error weighs 3x TTFT's (their MAPE targets, 30 % and 10 %).
+TPOT_WEIGHT = 3.0
+#: Fewer fit rows than this: the engine is not fitted in that fold (median of the others).
+MIN_FIT_ROWS = 10
+#: scheme -> the row column (or function) whose value is a row's group.
+SCHEMES: dict[str, str] = {"model": "model_path", "system": "system", "campaign": "campaign"}
+
+Pred = dict[str, Any]
+PredictFn = Callable[[list[dict], str, dict[str, float]], list[Pred]]
+
+
+def campaign_of(row: dict) -> str:
+    """A row's measurement campaign: its ``campaign`` cell, else (tables that do
+    not record one, e.g. the dense table) its engine and version, the nearest
+    recorded thing: rows of one engine release were measured in one container
+    run."""
+    c = row.get("campaign")
+    if isinstance(c, str) and c.strip():
+        return c.strip()
+    v = row.get("backend_version")
+    v = str(v).strip() if v is not None and not (isinstance(v, float) and math.isnan(v)) else "?"
+    return f"{row.get('backend', '?')} {v}"
+
+
+def group_of(row: dict, scheme: str) -> str:
+    if scheme not in SCHEMES:
+        raise KeyError(f"unknown scheme {scheme!r}; valid: {', '.join(SCHEMES)}")
+    if scheme == "campaign":
+        return campaign_of(row)
+    return str(row.get(SCHEMES[scheme]))
+
+
+def folds(rows: Sequence[dict], scheme: str) -> dict[str, list[int]]:
+    """group -> indices of its rows (the held-out set of that fold), groups sorted."""
+    out: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        out.setdefault(group_of(r, scheme), []).append(i)
+    return dict(sorted(out.items()))
+
+
+def _key(params: dict[str, float]) -> str:
+    return json.dumps({k: float(params[k]) for k in sorted(params)}, sort_keys=True)
+
+
+class PredictionCache:
+    """Predictions of every row of one engine under one parameter set,
+    simulated on first use (``predict_fn(rows, engine, params)``), kept in
+    memory and, with ``path``, appended to a JSON-lines file that a later run
+    reads back (rows are keyed by ``row_key``)."""
+
+    def __init__(self, rows: Sequence[dict], predict_fn: PredictFn, path: str | Path | None = None,
+                 log: Callable[[str], None] | None = None):
+        self.rows = list(rows)
+        self.predict_fn = predict_fn
+        self.path = Path(path) if path else None
+        self.log = log or (lambda s: None)
+        self.by_engine: dict[str, list[int]] = {}
+        for i, r in enumerate(self.rows):
+            self.by_engine.setdefault(str(r["backend"]), []).append(i)
+        self._disk: dict[tuple[str, str], Pred] = {}
+        self._mem: dict[tuple[str, str], dict[int, Pred]] = {}
+        self.num_simulated = 0
+        if self.path and self.path.exists():
+            for line in self.path.read_text().splitlines():
+                try:
+                    d = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                self._disk[(d["params"], d["row_key"])] = d["pred"]
+
+    def get(self, engine: str, params: dict[str, float]) -> dict[int, Pred]:
+        """row index -> prediction, for every row of ``engine``."""
+        pk = _key(params)
+        if (engine, pk) in self._mem:
+            return self._mem[(engine, pk)]
+        idx = self.by_engine.get(engine, [])
+        out: dict[int, Pred] = {}
+        todo = []
+        for i in idx:
+            hit = self._disk.get((f"{engine} {pk}", self.rows[i]["row_key"]))
+            if hit is not None:
+                out[i] = hit
+            else:
+                todo.append(i)
+        if todo:
+            preds = self.predict_fn([self.rows[i] for i in todo], engine, dict(params))
+            self.num_simulated += len(todo)
+            lines = []
+            for i, p in zip(todo, preds):
+                keep = {k: p.get(k) for k in ("pred_ttft_ms", "pred_tpot_ms", "status", "reason")}
+                out[i] = keep
+                lines.append(json.dumps({"params": f"{engine} {pk}", "row_key": self.rows[i]["row_key"],
+                                         "pred": keep}))
+            if self.path:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with self.path.open("a") as f:
+                    f.write("\n".join(lines) + "\n")
+        self._mem[(engine, pk)] = out
+        return out
+
+
+def row_error(row: dict, pred: Pred) -> float | None:
+    """The fit's loss of one row (None if it was not simulated)."""
+    if pred.get("status") != "ok":
+        return None
+    t, p = pred.get("pred_ttft_ms"), pred.get("pred_tpot_ms")
+    if not (t and p and t > 0 and p > 0):
+        return None
+    return (abs(math.log(t / float(row["silicon_ttft_ms"])))
+            + TPOT_WEIGHT * abs(math.log(p / float(row["silicon_tpot_ms"]))))
+
+
+def loss(cache: PredictionCache, engine: str, params: dict[str, float], fit_idx: Sequence[int]) -> float:
+    preds = cache.get(engine, params)
+    errs = [e for i in fit_idx if i in preds and (e := row_error(cache.rows[i], preds[i])) is not None]
+    return sum(errs) / len(errs) if errs else math.inf
+
+
+def fit_engine(cache: PredictionCache, engine: str | Sequence[str], fit_idx: Sequence[int], rounds: int = 1,
+               grid: dict[str, list[float]] | None = None, start: dict[str, float] | None = None
+               ) -> tuple[dict[str, float], float]:
+    """Coordinate search (``rounds``, stopping after a round that changes
+    nothing) over ``grid`` from ``start``; (best parameters, their loss).
+    ``engine`` a list: one parameter set for all of them (loss over all their
+    ``fit_idx`` rows together)."""
+    grid = grid or GRID
+    engines = [engine] if isinstance(engine, str) else list(engine)
+
+    def lo_of(params):
+        errs = []
+        for eng in engines:
+            preds = cache.get(eng, params)
+            errs += [e for i in fit_idx if i in preds and (e := row_error(cache.rows[i], preds[i])) is not None]
+        return sum(errs) / len(errs) if errs else math.inf
+
+    best = dict(start or PRIOR)
+    best_loss = lo_of(best)
+    for _ in range(rounds):
+        changed = False
+        for k, values in grid.items():
+            for v in values:
+                if v == best[k]:
+                    continue
+                trial = dict(best, **{k: v})
+                lo = lo_of(trial)
+                if lo < best_loss - 1e-9:
+                    best, best_loss, changed = trial, lo, True
+        if not changed:
+            break
+    return best, best_loss
+
+
+#: how an engine without fit rows in a fold gets its values: "pooled" (one set fitted on every
+#: other engine's fit rows together) or "median" (per-parameter median of the other engines' fits)
+FALLBACK = "pooled"
+
+
+def fit_fold(cache: PredictionCache, fit_idx: Sequence[int], engines: Sequence[str], rounds: int = 1,
+             fallback: str | None = None) -> dict[str, dict[str, Any]]:
+    """engine -> {"params", "loss", "num_fit_rows", "source": fitted | pooled ... | median ... | prior}."""
+    fallback = fallback or FALLBACK
+    fit_set = set(fit_idx)
+    out: dict[str, dict[str, Any]] = {}
+    ok_rows: dict[str, list[int]] = {}
+    for eng in engines:
+        idx = [i for i in cache.by_engine.get(eng, []) if i in fit_set]
+        ok = [i for i in idx if row_error(cache.rows[i], cache.get(eng, PRIOR)[i]) is not None]
+        ok_rows[eng] = ok
+        if len(ok) < MIN_FIT_ROWS:
+            out[eng] = {"params": None, "loss": math.nan, "num_fit_rows": len(ok), "source": ""}
+            continue
+        params, lo = fit_engine(cache, eng, ok, rounds)
+        out[eng] = {"params": params, "loss": lo, "num_fit_rows": len(ok), "source": "fitted"}
+    fitted_engines = [e for e, v in out.items() if v["source"] == "fitted"]
+    missing = [e for e, v in out.items() if not v["source"]]
+    if missing and fitted_engines and fallback == "pooled":
+        pooled_idx = [i for e in fitted_engines for i in ok_rows[e]]
+        params, lo = fit_engine(cache, fitted_engines, pooled_idx, rounds)
+        for eng in missing:
+            out[eng].update(params=params, loss=lo,
+                            source=f"pooled fit on the other engines' rows ({', '.join(fitted_engines)})")
+    elif missing and fitted_engines:
+        for eng in missing:
+            out[eng]["params"] = {k: statistics.median(out[e]["params"][k] for e in fitted_engines) for k in PRIOR}
+            out[eng]["source"] = "median of the engines fitted in this fold"
+    for eng in missing:
+        if out[eng]["params"] is None:
+            out[eng]["params"], out[eng]["source"] = dict(PRIOR), "prior (no engine had fit rows)"
+    return out
+
+
+def scores(rows: Sequence[dict], preds: Sequence[Pred]) -> dict[str, Any]:
+    """n, n_ok, TTFT/TPOT MAPE and median APE (%) of the simulated rows."""
+    out: dict[str, Any] = {"n": len(rows), "n_ok": 0}
+    apes: dict[str, list[float]] = {"ttft": [], "tpot": []}
+    for r, p in zip(rows, preds):
+        if p.get("status") != "ok":
+            continue
+        out["n_ok"] += 1
+        for m in apes:
+            meas, pr = float(r[f"silicon_{m}_ms"]), p.get(f"pred_{m}_ms")
+            if pr is not None and math.isfinite(pr) and meas > 0:
+                apes[m].append(abs(pr - meas) / meas * 100)
+    for m, a in apes.items():
+        out[f"{m}_mape"] = sum(a) / len(a) if a else math.nan
+        out[f"{m}_mdape"] = statistics.median(a) if a else math.nan
+    return out
+
+
+def cross_validate(cache: PredictionCache, schemes: Sequence[str], rounds: int = 1,
+                   log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """In-sample fit and every fold of every scheme. Returns
+    ``{"in_sample": {"params", "preds"}, "folds": [...], "held_out": {scheme: [pred per row]}}``
+    where each fold has scheme, group, held-out row indices, the fold's
+    parameters per engine and the held-out predictions."""
+    log = log or (lambda s: None)
+    rows = cache.rows
+    engines = sorted(cache.by_engine)
+    all_idx = list(range(len(rows)))
+    log("in-sample fit on every row")
+    ins = fit_fold(cache, all_idx, engines, rounds)
+    ins_preds: list[Pred] = [{} for _ in rows]
+    for eng, v in ins.items():
+        for i, p in cache.get(eng, v["params"]).items():
+            ins_preds[i] = p
+    result: dict[str, Any] = {"in_sample": {"params": ins, "preds": ins_preds}, "folds": [], "held_out": {}}
+    for scheme in schemes:
+        held: list[Pred] = [{} for _ in rows]
+        for group, idx in folds(rows, scheme).items():
+            held_set = set(idx)
+            fit_idx = [i for i in all_idx if i not in held_set]
+            simulable = [i for i in idx
+                         if cache.get(str(rows[i]["backend"]), PRIOR)[i].get("status") == "ok"]
+            if not simulable:  # nothing to score: the fit would be the in-sample one
+                for i in idx:
+                    held[i] = cache.get(str(rows[i]["backend"]), PRIOR)[i]
+                result["folds"].append({"scheme": scheme, "group": group, "rows": idx, "params": {},
+                                        "preds": [held[i] for i in idx]})
+                continue
+            log(f"{scheme}: leave out {group} ({len(idx)} rows, {len(simulable)} simulated), "
+                f"fit on {len(fit_idx)}")
+            fp = fit_fold(cache, fit_idx, engines, rounds)
+            preds = {}
+            for eng in {str(rows[i]["backend"]) for i in idx}:
+                got = cache.get(eng, fp[eng]["params"])
+                preds.update({i: got[i] for i in idx if i in got})
+            for i in idx:
+                held[i] = preds.get(i, {"status": "error", "reason": "no prediction"})
+            result["folds"].append({"scheme": scheme, "group": group, "rows": idx, "params": fp,
+                                    "preds": [held[i] for i in idx]})
+        result["held_out"][scheme] = held
+    return result

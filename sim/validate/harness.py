@@ -1,0 +1,300 @@
+"""Benchmark harnesses: how a measured row's clients ran and how its engine was
+configured. An input of validation, never fitted.
+
+A :class:`Harness` says how many requests each closed-loop client sent and
+how many of them were warm-up (excluded from the means), whether prompt and
+output lengths were exactly ``isl`` / ``osl`` or drawn in a range, and how
+the serving engine was deployed (aiconfigurator's generated limits, or the
+engine's own defaults plus a recipe's arguments).
+
+Named harnesses (:data:`HARNESSES`), each with its source:
+
+- ``aic``: aiconfigurator's ``bench_serving`` runner on the deployment its
+  generator writes (the dense table; ``aic-gap-analysis`` campaigns);
+- ``vllm-bench-serve``: ``vllm bench serve`` with its documented defaults;
+- ``inferencemax``: the nightly benchmark of the InferenceMAX kind that
+  produced the ``2026-*`` campaigns;
+- ``genai-perf``: NVIDIA genai-perf as aiconfigurator's genai-perf runner calls it;
+- ``steady``: servesim's earlier protocol (engine defaults, warm-up
+  excluded, client phases spread by the per-engine fitted
+  ``client_phase_spread``); kept for comparison only.
+
+A user's own harness is a YAML file (:func:`load_harness`; keys in
+:data:`YAML_KEYS`); a bad key or value is refused with one line naming it.
+Which harness a row runs under (:func:`harness_for_row`): a ``harness`` cell
+of the row, else its ``campaign`` through :data:`CAMPAIGN_HARNESS` (glob
+patterns, first match), else the default (``aic``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sim.errors import ConfigError
+
+DEPLOYMENTS = ("aic_generator", "engine_defaults")
+LENGTH_RANGES = ("below", "around")
+BATCH_FROM = ("batch_size", "concurrency", None)
+
+
+@dataclass(frozen=True)
+class Harness:
+    """How a benchmark was run (module docstring). ``prompts_per_client`` x C
+    measured requests (or ``num_prompts`` in all), after ``warmup_per_client``
+    x C warm-up requests; lengths exact (``range_ratio`` 0) or uniform on
+    ``[int(r L), L]`` (``length_range`` ``below``: ``benchmark_serving.py``
+    before vLLM 0.9, InferenceMAX's copy) or ``[L(1-r), L(1+r)]`` (``around``:
+    ``vllm bench serve``). ``deployment``: ``aic_generator`` (aiconfigurator's
+    generated token budget and batch) or ``engine_defaults``;
+    ``max_num_seqs_from``: the row column the engine's max batch was set from
+    (recipes pass ``--max-num-seqs``), when the row records it;
+    ``engine_args``: engine -> config keys of its recipe."""
+    name: str
+    description: str = ""
+    source: str = ""
+    prompts_per_client: int | None = 10
+    num_prompts: int | None = None
+    warmup_per_client: int = 0
+    range_ratio: float = 0.0
+    length_range: str = "below"
+    deployment: str = "engine_defaults"
+    max_num_seqs_from: str | None = None
+    engine_args: dict[str, dict[str, Any]] = field(default_factory=dict)
+    think_time_s: float = 0.002
+    #: legacy ``steady`` only: spread the clients' phases by the engine's fitted value
+    fitted_phase_spread: bool = False
+
+    def num_requests(self, concurrency: int) -> int:
+        return self.num_prompts if self.num_prompts is not None else int(self.prompts_per_client or 1) * concurrency
+
+    def length_spec(self, nominal: int) -> dict[str, Any]:
+        """The workload length spec of a nominal length under this harness."""
+        r = self.range_ratio
+        if r <= 0:
+            return {"dist": "fixed", "value": nominal}
+        if self.length_range == "below":
+            return {"dist": "uniform", "low": max(1, int(nominal * r)), "high": nominal}
+        return {"dist": "uniform", "low": max(1, int(math.floor(nominal * (1 - r)))),
+                "high": int(math.ceil(nominal * (1 + r)))}
+
+    def max_length(self, nominal: int) -> int:
+        spec = self.length_spec(nominal)
+        return spec.get("value", spec.get("high", nominal))
+
+
+HARNESSES: dict[str, Harness] = {h.name: h for h in (
+    Harness(
+        "aic", "aiconfigurator bench_serving at fixed concurrency on its generated deployment: cold start, "
+               "10·C requests, every one measured (the initial burst included); exact lengths",
+        "ai-dynamo/aiconfigurator src/aiconfigurator/eval/benchmarks/bench_serving_runner.py (--num-prompts "
+        "10·C, --max-concurrency C, --warmup-requests 0, request rate inf); generator "
+        "src/aiconfigurator/generator/rule_plugin/{vllm,trtllm,sglang}.rule (agg max_num_tokens = C + isl "
+        "+ 1500, max_batch_size C; SGLang max_prefill_tokens isl + 1500, enable_mixed_chunk)",
+        prompts_per_client=10, warmup_per_client=0, deployment="aic_generator"),
+    Harness(
+        "vllm-bench-serve", "vllm bench serve with its documented defaults: 1000 prompts, no warm-up, "
+                            "random dataset with --random-range-ratio 0 (exact lengths), engine defaults",
+        "docs.vllm.ai cli/bench/serve (--num-prompts 1000, --num-warmups 0, --random-range-ratio 0.0: "
+        "lengths uniform on [L(1-r), L(1+r)]; --max-concurrency C, --request-rate inf)",
+        prompts_per_client=None, num_prompts=1000, warmup_per_client=0, range_ratio=0.0,
+        length_range="around"),
+    Harness(
+        "inferencemax", "nightly benchmark of the InferenceMAX kind: official container, per-model recipe "
+                        "(engine defaults, --max-num-seqs / max_batch_size from the recipe, prefix caching "
+                        "off), benchmark_serving.py at fixed concurrency, 2·C warm-ups, 10·C prompts, "
+                        "lengths uniform on [0.8 L, L]",
+        "InferenceMAX benchmarks/benchmark_lib.sh run_benchmark_serving (--num-prompts CONC*10, "
+        "--max-concurrency CONC, --num-warmups 2*CONC, --request-rate inf, --ignore-eos, "
+        "--random-range-ratio $RANDOM_RANGE_RATIO = 0.8 in its README); utils/bench_serving/"
+        "benchmark_serving.py sample_random_requests: randint(int(L * r), L + 1)",
+        prompts_per_client=10, warmup_per_client=2, range_ratio=0.8, length_range="below",
+        max_num_seqs_from="batch_size"),
+    Harness(
+        "genai-perf", "genai-perf at fixed concurrency as aiconfigurator's runner calls it: 2·C warm-up "
+                      "requests, 10·C measured, synthetic lengths with stddev 0 (exact); engine defaults",
+        "ai-dynamo/aiconfigurator src/aiconfigurator/eval/benchmarks/genai_perf_runner.py (--request-count "
+        "10·C, --warmup-request-count 2·C, --concurrency C); genai-perf --synthetic-input-tokens-stddev / "
+        "--output-tokens-stddev default 0",
+        prompts_per_client=10, warmup_per_client=2),
+    Harness(
+        "steady", "servesim's earlier protocol (legacy, comparison only): engine defaults, 2·C warm-up, "
+                  "client phases spread by the per-engine fitted client_phase_spread",
+        "sim/workload/client_phase.py", prompts_per_client=10, warmup_per_client=2, fitted_phase_spread=True),
+)}
+DEFAULT_HARNESS = "aic"
+#: campaign (glob, first match) -> harness; rows without a campaign take the default harness
+CAMPAIGN_HARNESS: dict[str, str] = {
+    "aic-gap-analysis": "aic",
+    "*-gap-analysis": "aic",
+    "db-dump/*": "inferencemax",
+    "20[0-9][0-9]-*": "inferencemax",
+}
+
+#: a harness YAML's keys -> what they take
+YAML_KEYS = {
+    "name": "a name (required)",
+    "description": "text",
+    "source": "text: where the settings come from",
+    "prompts_per_client": "measured requests per client, a whole number >= 1 (or num_prompts)",
+    "num_prompts": "measured requests in all, a whole number >= 1 (or prompts_per_client)",
+    "warmup_per_client": "warm-up requests per client, excluded from the means, a whole number >= 0",
+    "lengths": "'exact', or a mapping {range_ratio: r in [0, 1), range: below | around}",
+    "deployment": f"one of {', '.join(DEPLOYMENTS)}",
+    "max_num_seqs_from": "row column that set the engine's max batch: batch_size or concurrency",
+    "engine_args": "mapping engine -> mapping of servesim config keys",
+    "think_time_ms": "mean client think time between a response and the next send, ms, >= 0",
+}
+
+
+def _whole(path: str, key: str, v: Any, minimum: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise ConfigError(f"{path}: {key}: must be a whole number >= {minimum}, got {v!r}")
+    return v
+
+
+def harness_from_dict(data: Any, path: str = "harness") -> Harness:
+    """A :class:`Harness` from a YAML mapping; ConfigError (one line, naming the key) if invalid."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a harness is a mapping of {', '.join(YAML_KEYS)}; got {type(data).__name__}")
+    unknown = [k for k in data if k not in YAML_KEYS]
+    if unknown:
+        raise ConfigError(f"{path}: {unknown[0]}: unknown key; valid: {', '.join(YAML_KEYS)}")
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{path}: name: required, a non-empty string")
+    kw: dict[str, Any] = {"name": name.strip()}
+    for k in ("description", "source"):
+        if k in data:
+            if not isinstance(data[k], str):
+                raise ConfigError(f"{path}: {k}: must be text, got {data[k]!r}")
+            kw[k] = data[k]
+    if "prompts_per_client" in data and "num_prompts" in data:
+        raise ConfigError(f"{path}: num_prompts: give prompts_per_client or num_prompts, not both")
+    if "num_prompts" in data:
+        kw["num_prompts"] = _whole(path, "num_prompts", data["num_prompts"], 1)
+        kw["prompts_per_client"] = None
+    if "prompts_per_client" in data:
+        kw["prompts_per_client"] = _whole(path, "prompts_per_client", data["prompts_per_client"], 1)
+    if "warmup_per_client" in data:
+        kw["warmup_per_client"] = _whole(path, "warmup_per_client", data["warmup_per_client"], 0)
+    if "lengths" in data:
+        ln = data["lengths"]
+        if ln == "exact":
+            kw["range_ratio"] = 0.0
+        elif isinstance(ln, dict):
+            bad = [k for k in ln if k not in ("range_ratio", "range")]
+            if bad:
+                raise ConfigError(f"{path}: lengths.{bad[0]}: unknown key; valid: range_ratio, range")
+            r = ln.get("range_ratio")
+            if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r < 1:
+                raise ConfigError(f"{path}: lengths.range_ratio: must be a number in [0, 1), got {r!r}")
+            rng = ln.get("range", "below")
+            if rng not in LENGTH_RANGES:
+                raise ConfigError(f"{path}: lengths.range: must be one of {', '.join(LENGTH_RANGES)}, got {rng!r}")
+            kw["range_ratio"], kw["length_range"] = float(r), rng
+        else:
+            raise ConfigError(f"{path}: lengths: must be 'exact' or a mapping {{range_ratio, range}}, got {ln!r}")
+    if "deployment" in data:
+        if data["deployment"] not in DEPLOYMENTS:
+            raise ConfigError(f"{path}: deployment: must be one of {', '.join(DEPLOYMENTS)}, "
+                              f"got {data['deployment']!r}")
+        kw["deployment"] = data["deployment"]
+    if "max_num_seqs_from" in data:
+        if data["max_num_seqs_from"] not in BATCH_FROM:
+            raise ConfigError(f"{path}: max_num_seqs_from: must be batch_size or concurrency, "
+                              f"got {data['max_num_seqs_from']!r}")
+        kw["max_num_seqs_from"] = data["max_num_seqs_from"]
+    if "engine_args" in data:
+        ea = data["engine_args"]
+        if not isinstance(ea, dict) or not all(isinstance(v, dict) for v in ea.values()):
+            raise ConfigError(f"{path}: engine_args: must map an engine to a mapping of config keys, got {ea!r}")
+        from sim.presets import PRESETS
+
+        for eng in ea:
+            if eng not in PRESETS:
+                raise ConfigError(f"{path}: engine_args.{eng}: unknown engine; valid: {', '.join(PRESETS)}")
+        kw["engine_args"] = {str(k): dict(v) for k, v in ea.items()}
+    if "think_time_ms" in data:
+        t = data["think_time_ms"]
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not (0 <= t <= 3.6e6):
+            raise ConfigError(f"{path}: think_time_ms: must be a number from 0 to 3,600,000, got {t!r}")
+        kw["think_time_s"] = float(t) / 1e3
+    return Harness(**kw)
+
+
+def load_harness(spec: str | Path | Harness) -> Harness:
+    """A named harness, or one read from a YAML file (:func:`harness_from_dict`)."""
+    if isinstance(spec, Harness):
+        return spec
+    s = str(spec)
+    if s in HARNESSES:
+        return HARNESSES[s]
+    p = Path(s)
+    if p.suffix.lower() in (".yaml", ".yml") or p.exists():
+        from sim.errors import require_file
+        from sim.yaml_io import safe_load_unique
+
+        require_file(p, "harness")
+        try:
+            data = safe_load_unique(p.read_text())
+        except Exception as e:  # noqa: BLE001 - the YAML parser's message, one line
+            raise ConfigError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+        return harness_from_dict(data, str(p))
+    raise ConfigError(f"harness: unknown {s!r}; valid: {', '.join(HARNESSES)}, or a harness YAML file")
+
+
+def _cell(row: dict, key: str) -> str:
+    v = row.get(key)
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    return str(v).strip()
+
+
+def harness_for_campaign(campaign: str, mapping: dict[str, str] | None = None) -> str | None:
+    """The harness name of a campaign (first glob of ``mapping`` that matches), or None."""
+    for pat, name in (CAMPAIGN_HARNESS if mapping is None else mapping).items():
+        if fnmatch.fnmatchcase(campaign, pat):
+            return name
+    return None
+
+
+def harness_for_row(row: dict, default: str | Path | Harness | None = None,
+                    mapping: dict[str, str] | None = None) -> Harness:
+    """The harness of one row: ``default`` if given (``validate --harness``:
+    every row), else the row's ``harness`` cell, else its ``campaign`` mapped
+    by ``mapping`` (:data:`CAMPAIGN_HARNESS` if None), else ``aic``."""
+    if default is not None:
+        return load_harness(default)
+    if _cell(row, "harness"):
+        return load_harness(_cell(row, "harness"))
+    campaign = _cell(row, "campaign")
+    if campaign:
+        name = harness_for_campaign(campaign, mapping)
+        if name:
+            return load_harness(name)
+    return HARNESSES[DEFAULT_HARNESS]
+
+
+def load_campaign_map(path: str | Path) -> dict[str, str]:
+    """A YAML mapping campaign glob -> harness name or harness YAML path (checked)."""
+    from sim.errors import require_file
+    from sim.yaml_io import safe_load_unique
+
+    p = Path(path)
+    require_file(p, "campaign harness map")
+    data = safe_load_unique(p.read_text())
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: must map a campaign (glob) to a harness name or YAML file")
+    out = {}
+    for k, v in data.items():
+        if not isinstance(v, str):
+            raise ConfigError(f"{p}: {k}: must be a harness name or YAML file, got {v!r}")
+        if v not in HARNESSES and not Path(v).is_absolute() and (p.parent / v).exists():
+            v = str(p.parent / v)
+        load_harness(v)  # refused here, naming the file, if it is not a harness
+        out[str(k)] = v
+    return out

@@ -1,0 +1,70 @@
+"""Engine versions (sim/presets/versions.py): ``engine_version`` selects the
+documented behaviour changes of older releases, explicit keys still win, and a
+version outside the modelled releases is warned about, naming the nearest."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.config import SimConfig
+from sim.presets.versions import (MODELLED, VERSION_CHANGES, nearest_modelled, parse_version, version_defaults,
+                                  version_warning)
+from sim.validate.rows import ValidateOptions, row_overrides
+
+from tests.test_validate import GPU, MODEL
+
+
+def test_parse_version():
+    assert parse_version("0.5.1.post1") == (0, 5, 1)
+    assert parse_version("1.0.0rc3") == (1, 0, 0)
+    assert parse_version("v0.8") == (0, 8, 0)
+    assert parse_version("nightly-dev") is None
+
+
+def test_hand_made_vllm_versions():
+    # no version: the newest modelled behaviour (0.24: async scheduling on, 0.92 of memory, V1 chunked)
+    new = SimConfig(engine="vllm")
+    assert (new.scheduler, new.overlap_scheduling, new.gpu_memory_utilization) == ("chunked", True, 0.92)
+    # 0.12 (before 0.14 and 0.24): async scheduling off, 0.9 of memory; still V1
+    v012 = SimConfig(engine="vllm", engine_version="0.12.0")
+    assert (v012.scheduler, v012.overlap_scheduling, v012.gpu_memory_utilization) == ("chunked", False, 0.9)
+    # 0.7.3 (V0): prefill-only steps of whole prompts, 256 sequences
+    v07 = SimConfig(engine="vllm", engine_version="0.7.3")
+    assert (v07.scheduler, v07.max_num_seqs) == ("prefill_first_whole", 256)
+    # explicit keys win over the version's
+    assert SimConfig(engine="vllm", engine_version="0.12.0", overlap_scheduling=True).overlap_scheduling is True
+    assert version_defaults("vllm", "0.14.0") == {"gpu_memory_utilization": 0.9}
+    assert version_defaults("sglang", "0.3.6") == {"overlap_scheduling": False}
+    assert version_defaults("sglang", "0.5.6") == {}
+    assert version_defaults("trtllm", "1.0.0rc3") == {}
+    assert version_defaults("vllm", "not-a-version") == {}
+
+
+def test_every_change_has_a_source_and_a_modelled_range():
+    for eng, changes in VERSION_CHANGES.items():
+        assert MODELLED[eng]
+        for ch in changes:
+            assert ch.source and parse_version(ch.before)
+            assert ch.key in SimConfig.model_fields
+
+
+@pytest.mark.parametrize("engine, version, nearest", [
+    ("vllm", "0.5.0", "0.7.3"), ("trtllm", "1.3.0rc1", "1.2.0"), ("sglang", "0.2.0", "0.3.6")])
+def test_outside_the_modelled_releases_warns_naming_the_nearest(engine, version, nearest):
+    w = version_warning(engine, version)
+    assert w and f"as {nearest}'s" in w and version in w
+    assert nearest_modelled(engine, version) == nearest
+
+
+def test_inside_the_modelled_releases_is_quiet():
+    assert version_warning("vllm", "0.12.0") is None
+    assert version_warning("vllm", "0.19.0") is None
+    assert version_warning("sglang", "0.5.9") is None  # same minor series as the newest modelled
+    assert version_warning("vllm", None) is None
+    assert "not a version number" in version_warning("trtllm", "gpt-oss-dev")
+
+
+def test_validate_passes_backend_version():
+    row = {"backend": "vllm", "backend_version": "0.12.0", "model_path": MODEL, "system": GPU, "isl": 100,
+           "osl": 10, "concurrency": 2, "tp_size": 1, "silicon_ttft_ms": 1.0, "silicon_tpot_ms": 1.0}
+    assert row_overrides(row, ValidateOptions())["engine_version"] == "0.12.0"

@@ -1,0 +1,56 @@
+"""Prediction intervals (sim/results/intervals.py): conformal ranks by hand,
+interval columns present and ordered (lo <= point <= hi) in validate and run."""
+
+from __future__ import annotations
+
+import math
+
+from sim.results.intervals import interval, load_intervals, residual_quantiles, summary_intervals
+from sim.validate.rows import ValidateOptions, simulate_row
+
+from tests.test_validate import GPU, MODEL
+
+
+def test_conformal_ranks_by_hand():
+    # residuals log(m/p) = log(1..9) / 10 ... n = 9: ranks floor(10 x 0.1) = 1 -> 1st, ceil(10 x 0.9) = 9 -> 9th
+    meas = [float(k) for k in range(1, 10)]
+    q = residual_quantiles(meas, [1.0] * 9)
+    assert q["n"] == 9 and math.isclose(q["lo"], 0.0) and math.isclose(q["hi"], math.log(9))
+    assert residual_quantiles([1.0] * 4, [1.0] * 4) is None  # too few rows
+
+
+def test_interval_contains_the_point():
+    table = {"vllm": {"ttft": {"lo": -0.5, "hi": 0.25}, "tpot": {"lo": 0.1, "hi": 0.3}}}
+    lo, hi = interval("vllm", "ttft", 100.0, table)
+    assert math.isclose(lo, 100 * math.exp(-0.5)) and math.isclose(hi, 100 * math.exp(0.25))
+    lo, hi = interval("vllm", "tpot", 10.0, table)  # a biased band still contains the point
+    assert lo == 10.0 and math.isclose(hi, 10 * math.exp(0.3))
+    assert interval("tgi", "ttft", 100.0, table) is None and interval(None, "ttft", 100.0, table) is None
+
+
+def test_validate_and_run_carry_ordered_intervals():
+    assert load_intervals()  # the committed file (benchmarks/validate_silicon.py)
+    row = {"backend": "vllm", "backend_version": "0.12.0", "model_path": MODEL, "system": GPU, "isl": 64,
+           "osl": 4, "concurrency": 2, "tp_size": 1, "silicon_ttft_ms": 1.0, "silicon_tpot_ms": 1.0}
+    out = simulate_row(row, ValidateOptions(requests_per_client=2))
+    assert out["status"] == "ok"
+    for m in ("ttft", "tpot"):
+        assert out[f"pred_{m}_ms_lo"] <= out[f"pred_{m}_ms"] <= out[f"pred_{m}_ms_hi"]
+    s = summary_intervals("trtllm", {"mean_ttft_ms": 50.0, "mean_tpot_ms": 5.0})
+    assert s["mean_ttft_ms_lo"] <= 50.0 <= s["mean_ttft_ms_hi"] and s["mean_tpot_ms_lo"] <= 5.0 <= s["mean_tpot_ms_hi"]
+    assert summary_intervals(None, {"mean_ttft_ms": 50.0}) == {}
+
+
+def test_plan_headroom_names_the_interval():
+    from types import SimpleNamespace
+
+    from sim.sweep.plan_report import plan_headroom
+
+    row = {"passed": True, "workload.request_rate": 4.0, "num_replicas": 1, "mean_ttft_ms": 100.0,
+           "mean_ttft_ms_lo": 70.0, "mean_ttft_ms_hi": 300.0, "mean_tpot_ms": 10.0, "mean_tpot_ms_lo": 9.0,
+           "mean_tpot_ms_hi": 12.0}
+    plan = SimpleNamespace(max_rate=4.0, rows=[row], candidate=SimpleNamespace(name="c"))
+    (w,) = plan_headroom([plan])
+    assert "c at 4 req/s" in w and "70-300 ms" in w and "9.0-12.0 ms" in w
+    assert plan_headroom([SimpleNamespace(max_rate=4.0, rows=[{"passed": True, "workload.request_rate": 4.0}],
+                                          candidate=plan.candidate)]) == []
