@@ -1,24 +1,13 @@
 #!/usr/bin/env bash
 # Regenerates reports/disagg-validation/: servesim validate on ../shared/silicon/disagg_dev.csv
-# (aic protocol, the default), with the rows' Hugging Face ids pointed at the model configs in
-# ../shared/models (openai/gpt-oss-120b and the DeepSeek ids are not servesim presets), and
-# coverage.md: why each row is or is not simulated, per campaign.
+# (each row under its campaign's harness) and coverage.md: why each row is or is not
+# simulated, per campaign.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 shared="${SHARED:-$repo/../shared}"
-tmp="$(mktemp -d)"
-python3 - "$shared" "$tmp/disagg_dev.csv" <<'PY'
-import sys, pandas as pd
-shared, out = sys.argv[1], sys.argv[2]
-d = pd.read_csv(f"{shared}/silicon/disagg_dev.csv")
-m = {k: f"{shared}/models/{k.replace('/', '--')}_config.json"
-     for k in ("openai/gpt-oss-120b", "deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3")}
-d["model_path"] = d["model_path"].map(lambda x: m.get(x, x))
-d.to_csv(out, index=False)
-PY
 cd "$repo"
-PYTHONPATH="$repo" python3 -m sim validate "$tmp/disagg_dev.csv" --out "$here/run" --quiet "$@"
+PYTHONPATH="$repo" python3 -m sim validate "$shared/silicon/disagg_dev.csv" --out "$here/run" --quiet "$@"
 PYTHONPATH="$repo" python3 - "$here/run/predictions.csv" "$here/coverage.md" <<'PY'
 import re, sys, pandas as pd
 p = pd.read_csv(sys.argv[1])
@@ -42,5 +31,4 @@ lines += ["", "Simulated: " + "; ".join(f"{k}: {v}" for k, v in tot.items()) +
           f"; all: {(p.status == 'ok').sum()} of {len(p)}.", ""]
 open(sys.argv[2], "w").write("\n".join(lines))
 PY
-rm -rf "$tmp"
 echo "report: $here/README.md (coverage: $here/coverage.md, run: $here/run/)"
