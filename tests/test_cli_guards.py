@@ -42,16 +42,11 @@ def test_an_engine_preset_does_not_hide_a_scheduler_conflict(engine):
 
 
 def test_plan_counts_attention_dp_gpus():
+    from sim.sweep.plan import Candidate, CandidatePlan, PlanSettings
     from sim.sweep.plan_report import plan_table
 
-    class C:  # the fields plan_table reads
-        name, overrides = "x", {"hardware": "h100_sxm", "tensor_parallel_size": 2, "data_parallel_size": 4}
-
-    class P:
-        candidate, status, max_rate, replicas, rows, target_row, reason = C(), "infeasible", 1.0, 3, [], None, ""
-
-    class S:
-        prices, target_rate = {}, None
-
-    row = plan_table([P()], S()).iloc[0]
+    c = Candidate("x", {"hardware": "h100_sxm", "tensor_parallel_size": 2, "data_parallel_size": 4})
+    assert c.num_gpus == 8  # TP 2 x 4 attention-DP ranks
+    plan = CandidatePlan(c, "infeasible", replicas=3)
+    row = plan_table([plan], PlanSettings(slos=[])).iloc[0]
     assert row["num_gpus"] == 3 * 2 * 4

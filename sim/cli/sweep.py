@@ -82,6 +82,15 @@ def plan(
     scheduler: Optional[str] = typer.Option(None, help="Candidate batching modes, comma-separated (e.g. chunked,continuous)."),
     vary: Optional[List[str]] = typer.Option(None, help="More candidate settings: KEY=V1,V2 (repeatable), "
                                                         "e.g. max_num_batched_tokens=2048,8192."),
+    disagg: Optional[str] = typer.Option(None, help="Disaggregated candidates too: xPyD shapes, comma-separated "
+                                                    "(e.g. 1P1D,1P2D,2P1D), or auto (every prefill:decode ratio "
+                                                    "that fits --max-gpus). A replica is one xPyD unit."),
+    prefill_tp: Optional[str] = typer.Option(None, help="Prefill-pool TP sizes of disaggregated candidates "
+                                                        "(default: --tp's)."),
+    decode_tp: Optional[str] = typer.Option(None, help="Decode-pool TP sizes of disaggregated candidates "
+                                                       "(default: --tp's)."),
+    agg: bool = typer.Option(True, "--agg/--no-agg", help="Include aggregated candidates (with --disagg)."),
+    max_gpus: Optional[int] = typer.Option(None, help="GPU budget: the most GPUs a deployment may use."),
     replicas: Optional[str] = typer.Option(None, help="Allowed replica counts, comma-separated (default: 1..--max-replicas)."),
     max_replicas: int = typer.Option(64, help="Largest replica count considered when --replicas is not given."),
     slo: Optional[List[str]] = typer.Option(None, help="SLO on a summary metric: KEY<=VALUE or KEY=VALUE (a cap; a floor "
@@ -107,8 +116,9 @@ def plan(
     """Find, per candidate, the highest request rate within the SLOs and the cheapest configuration for a target rate."""
     from sim.config import build_config, check_known_keys, parse_value, set_dotted
     from sim.results.metrics import parse_goodput
-    from sim.sweep.plan import PlanSettings, check_vary_values, make_candidates, parse_prices, parse_slos
-    from sim.sweep.plan_report import answer_line, run_plan
+    from sim.sweep.plan import (PlanSettings, check_vary_values, make_candidates, make_disagg_candidates,
+                                parse_disagg_shapes, parse_prices, parse_slos)
+    from sim.sweep.plan_report import agg_vs_disagg_line, answer_line, run_plan
     from sim.sweep.spec import check_names
 
     if workers is not None and workers < 1:
@@ -143,18 +153,42 @@ def plan(
         extra[k.strip()] = list(dict.fromkeys(parse_value(v) for v in vals.split(",") if v))
     hw_list, sched_list = _split(hardware, "hardware"), _split(scheduler, "scheduler")
     tp_list = _split(tp, "tp", int, minimum=1)
-    for t in tp_list:
-        if t & (t - 1):
-            raise ConfigError(f"--tp: {t} is not a power of two (tensor_parallel_size 1, 2, 4, 8, ...)")
     check_names({"hardware": hw_list or [], "scheduler": sched_list or []}, "--")
     check_names(extra, "--vary ")
-    cands = make_candidates(hw_list or [base.hardware], tp_list or
-                            [base.tensor_parallel_size], sched_list or [base.scheduler], extra)
+    if any(k.startswith("disaggregation") for k in extra):
+        raise ConfigError("--vary disaggregation...: plan sets the pools itself; give the shapes as --disagg "
+                          "1P1D,1P2D (or auto with --max-gpus) and the pools' TP as --prefill-tp / --decode-tp")
+    if max_gpus is not None and max_gpus < 1:
+        raise ConfigError(f"--max-gpus: must be >= 1, got {max_gpus}")
+    for opt, val in (("--prefill-tp", prefill_tp), ("--decode-tp", decode_tp)):
+        if val is not None and disagg is None and base.disaggregation is None:
+            raise ConfigError(f"{opt}: sets the pools of disaggregated candidates; add --disagg SHAPES (e.g. 1P2D)")
+    ptp_list, dtp_list = _split(prefill_tp, "prefill-tp", int, minimum=1), _split(decode_tp, "decode-tp", int, minimum=1)
+    for opt, lst in (("--tp", tp_list), ("--prefill-tp", ptp_list), ("--decode-tp", dtp_list)):
+        for t in lst or []:
+            if t & (t - 1):
+                raise ConfigError(f"{opt}: {t} is not a power of two (tensor_parallel_size 1, 2, 4, 8, ...)")
+    hw_cands, sch_cands = hw_list or [base.hardware], sched_list or [base.scheduler]
+    cands = (make_candidates(hw_cands, tp_list or [base.tensor_parallel_size], sch_cands, extra)
+             if agg else [])
+    if disagg is not None or base.disaggregation is not None:
+        if disagg is not None:
+            shapes = parse_disagg_shapes(disagg)
+        else:  # the config's own xPyD
+            shapes = [(base.disaggregation.num_prefill_workers, base.disaggregation.num_decode_workers)]
+        pools = base.disaggregation
+        pool_tp = {p: (getattr(pools, p).get("tensor_parallel_size") if pools is not None else None)
+                   for p in ("prefill", "decode")}
+        dis_cands = make_disagg_candidates(
+            hw_cands, shapes, ptp_list or tp_list or [pool_tp["prefill"] or base.tensor_parallel_size],
+            dtp_list or tp_list or [pool_tp["decode"] or base.tensor_parallel_size], sch_cands, extra, max_gpus)
+        if not dis_cands:
+            raise ConfigError(f"--disagg {disagg}: no prefill:decode shape fits --max-gpus {max_gpus} with these "
+                              "TP sizes")
+        cands += dis_cands
+    elif not agg:
+        raise ConfigError("--no-agg: no candidate left; add --disagg SHAPES (e.g. 1P1D,1P2D,2P1D)")
     check_vary_values(base, cands, extra)
-    if base.disaggregation is not None or any(k.startswith("disaggregation") for k in extra):
-        raise ConfigError("disaggregation: servesim plan sizes aggregated replicas (cost = replicas x TP); "
-                          "it does not plan prefill:decode pools yet; compare agg and disaggregated "
-                          "deployments with servesim compare or servesim sweep")
     reps = _split(replicas, "replicas", int, minimum=1) or None
     if max_replicas < 1:
         raise ConfigError(f"--max-replicas: must be >= 1, got {max_replicas}")
@@ -168,7 +202,8 @@ def plan(
     if unknown:
         raise ConfigError(f"--price {unknown[0]}=...: {unknown[0]} is not a candidate GPU of this plan "
                           f"({', '.join(dict.fromkeys(c.overrides['hardware'] for c in cands))})")
-    settings = PlanSettings(slos, gp, target_rate, reps, max_replicas, start_rate, rel_tol, prices=prices or None)
+    settings = PlanSettings(slos, gp, target_rate, reps, max_replicas, start_rate, rel_tol, prices=prices or None,
+                            max_gpus=max_gpus)
     wl = base.workload
     n_req = wl.num_requests if wl.num_requests is not None else "the trace's requests"
     trace_desc = f"trace {wl.trace}" + (f" (its lengths; {wl.arrival} arrivals)" if wl.arrival else "")
@@ -191,6 +226,8 @@ def plan(
     for r in table[table["status"] != "ok"].itertuples():  # why, on screen too (not only in plan.md)
         typer.echo(f"  {r.candidate} ({r.status}): {r.reason}")
     typer.echo(answer_line(table, settings))
+    if line := agg_vs_disagg_line(table, settings):
+        typer.echo(line)
     launch = table.attrs.get("launch")
     if launch is not None:
         typer.echo(f"launch command ({launch.engine}; {out}/launch.sh):")

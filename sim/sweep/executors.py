@@ -62,17 +62,28 @@ def cost_columns(cfg: SimConfig | None, output_throughput: float | None) -> dict
            "usd_per_million_output_tokens": math.nan}
     if cfg is None:
         return out
-    out["num_gpus"] = cfg.tensor_parallel_size * cfg.data_parallel_size * cfg.num_replicas
-    try:
-        from sim.hardware.profile import get_hardware
+    from sim.hardware.profile import get_hardware
 
-        price = get_hardware(cfg.hardware).price_per_gpu_hour_usd
+    if cfg.disaggregation is not None:  # each pool: its workers × its TP, at its GPU's price
+        from sim.config import pool_config
+
+        try:
+            pools = [pool_config(cfg, p) for p in ("prefill", "decode")]
+        except ConfigError:
+            return out
+    else:
+        pools = [cfg]
+    gpus = [p.tensor_parallel_size * p.data_parallel_size * p.num_replicas for p in pools]
+    out["num_gpus"] = sum(gpus)
+    try:
+        prices = [get_hardware(p.hardware).price_per_gpu_hour_usd for p in pools]
     except ConfigError:
         return out
-    if price is None:
+    if any(p is None for p in prices):
         return out
-    out["price_per_gpu_hour_usd"] = float(price)
-    out["cost_per_hour_usd"] = out["num_gpus"] * float(price)
+    cost = sum(g * float(pr) for g, pr in zip(gpus, prices))
+    out["price_per_gpu_hour_usd"] = cost / out["num_gpus"]
+    out["cost_per_hour_usd"] = cost
     if output_throughput and output_throughput > 0 and math.isfinite(output_throughput):
         out["usd_per_million_output_tokens"] = out["cost_per_hour_usd"] / (output_throughput * 3600.0) * 1e6
     return out

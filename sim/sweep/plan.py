@@ -20,9 +20,18 @@ SLOs, then the cheapest number of replicas that serves a target rate.
   allowed count ≥ that), verified by simulating all ``n`` replicas at the target
   (``num_requests`` × n, so each replica sees as many requests as in the
   search); a failed verification tries the next allowed counts (up to 2 more).
-- **Cost**: $/hour = replicas × TP × ``price_per_gpu_hour_usd`` (hardware
-  profile); $ per million output tokens = $/hour / (served rate × mean output
-  tokens per request × 3600) × 1e6.
+- **Cost**: $/hour = replicas × GPUs per replica × ``price_per_gpu_hour_usd``
+  (hardware profile); $ per million output tokens = $/hour / (served rate × mean
+  output tokens per request × 3600) × 1e6.
+- **Disaggregated candidates** (xPyD, :func:`make_disagg_candidates`): a replica
+  is one xPyD unit, ``x`` prefill workers of TP ``tp_p`` and ``y`` decode
+  workers of TP ``tp_d`` (``x·tp_p + y·tp_d`` GPUs); ``n`` replicas are ``n·x``
+  prefill and ``n·y`` decode workers behind the one router. The prefill:decode
+  ratio is searched by listing shapes (``1P2D,2P1D``) or, with a GPU budget,
+  every ratio ``x:y`` in lowest terms that fits it (``2P2D`` is two ``1P1D``
+  replicas). Aggregated and disaggregated candidates are ranked together by cost.
+- **GPU budget** (``max_gpus``): a candidate whose one replica needs more GPUs is
+  infeasible; replica counts are limited to the budget.
 """
 
 from __future__ import annotations
@@ -196,10 +205,40 @@ def find_max_rate(evaluate: Callable[[float], Mapping[str, Any]], slos: list[SLO
 # ------------------------------------------------------------------ candidates
 @dataclass(frozen=True)
 class Candidate:
-    """One deployment shape: ``overrides`` are config keys (hardware, tensor_parallel_size, scheduler, ...)."""
+    """One deployment shape: ``overrides`` are config keys (hardware, tensor_parallel_size, scheduler, ...);
+    a disaggregated one has ``disaggregation`` (worker counts and each pool's TP) instead of
+    ``tensor_parallel_size``."""
 
     name: str
     overrides: dict
+
+    @property
+    def is_disagg(self) -> bool:
+        return self.overrides.get("disaggregation") is not None
+
+    @property
+    def kind(self) -> str:
+        return "disagg" if self.is_disagg else "agg"
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs of one replica (one xPyD unit when disaggregated)."""
+        d = self.overrides.get("disaggregation")
+        if d is None:  # TP x attention-DP ranks (a DP group, or DP replicas of a dense model)
+            return int(self.overrides["tensor_parallel_size"]) * int(self.overrides.get("data_parallel_size") or 1)
+        return (int(d["num_prefill_workers"]) * int(d["prefill"]["tensor_parallel_size"])
+                + int(d["num_decode_workers"]) * int(d["decode"]["tensor_parallel_size"]))
+
+    @property
+    def columns(self) -> dict:
+        """Flat columns for tables and result rows (the pools of a disaggregated one)."""
+        out = {k: v for k, v in self.overrides.items() if k != "disaggregation"}
+        d = self.overrides.get("disaggregation")
+        out["kind"] = self.kind
+        if d is not None:
+            out.update(prefill_workers=d["num_prefill_workers"], prefill_tp=d["prefill"]["tensor_parallel_size"],
+                       decode_workers=d["num_decode_workers"], decode_tp=d["decode"]["tensor_parallel_size"])
+        return out
 
 
 def make_candidates(hardware: list[str], tp: list[int], schedulers: list[str] | None = None,
@@ -222,9 +261,80 @@ def make_candidates(hardware: list[str], tp: list[int], schedulers: list[str] | 
     return out
 
 
-def _variant(c: Candidate, **extra) -> Variant:
+def parse_disagg_shapes(text: str) -> list[tuple[int, int]] | str:
+    """``"1P1D,1P2D,2P1D"`` → [(1, 1), (1, 2), (2, 1)]; ``"auto"`` → ``"auto"``.
+    ConfigError naming the bad entry."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    out: list[tuple[int, int]] = []
+    for part in text.replace(" ", ",").split(","):
+        if not part:
+            continue
+        m = re.fullmatch(r"(\d+)[pP](\d+)[dD]", part.strip())
+        if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+            raise ConfigError(f"--disagg: {part!r} is not a shape xPyD with x, y >= 1 (e.g. 1P2D), nor auto")
+        if (xy := (int(m.group(1)), int(m.group(2)))) not in out:
+            out.append(xy)
+    if not out:
+        raise ConfigError(f"--disagg {text!r}: no shape given (e.g. 1P1D,1P2D,2P1D or auto)")
+    return out
+
+
+def ratio_shapes(tp_p: int, tp_d: int, max_gpus: int) -> list[tuple[int, int]]:
+    """Every prefill:decode ratio x:y in lowest terms whose one unit fits
+    ``max_gpus`` (x·tp_p + y·tp_d GPUs); a multiple (2P2D) is replicas of it."""
+    return [(x, y) for x in range(1, max_gpus + 1) for y in range(1, max_gpus + 1)
+            if math.gcd(x, y) == 1 and x * tp_p + y * tp_d <= max_gpus]
+
+
+def make_disagg_candidates(hardware: list[str], shapes: list[tuple[int, int]] | str, prefill_tp: list[int],
+                           decode_tp: list[int], schedulers: list[str] | None = None,
+                           vary: Mapping[str, list] | None = None, max_gpus: int | None = None) -> list[Candidate]:
+    """xPyD candidates: hardware × shape × prefill TP × decode TP × scheduler × ``vary``.
+    ``shapes="auto"`` lists every ratio that fits ``max_gpus`` (:func:`ratio_shapes`)."""
+    if shapes == "auto" and not max_gpus:
+        raise ConfigError("--disagg auto: searching every prefill:decode ratio needs a GPU budget; give --max-gpus N")
+    out = []
+    for hw, tp_p, tp_d in itertools.product(hardware, prefill_tp, decode_tp):
+        for x, y in (ratio_shapes(tp_p, tp_d, max_gpus) if shapes == "auto" else shapes):  # type: ignore[arg-type]
+            dis = {"num_prefill_workers": x, "num_decode_workers": y, "prefill": {"tensor_parallel_size": tp_p},
+                   "decode": {"tensor_parallel_size": tp_d}}
+            hw_name = Path(str(hw)).stem if str(hw).endswith((".yaml", ".yml")) else str(hw)
+            for c in make_candidates([hw], [0], schedulers, vary):
+                ov = {k: v for k, v in c.overrides.items() if k != "tensor_parallel_size"}
+                rest = c.name.split(" ", 2)[2:]  # after "HW tp0"
+                name = " ".join([hw_name, f"{x}P{y}D", f"P-tp{tp_p}", f"D-tp{tp_d}"] + rest)
+                out.append(Candidate(name, {**ov, "disaggregation": dis}))
+    return out
+
+
+def _merged_disagg(base: SimConfig, d: dict) -> dict:
+    """The candidate's xPyD on top of the base config's ``disaggregation`` (its link
+    settings and pool overrides kept, pool by pool, key by key)."""
+    b = base.disaggregation.model_dump(exclude_unset=True) if base.disaggregation is not None else {}
+    out = {**b, **{k: v for k, v in d.items() if k not in ("prefill", "decode")}}
+    for pool in ("prefill", "decode"):
+        out[pool] = {**b.get(pool, {}), **d.get(pool, {})}
+    return out
+
+
+def _variant(c: Candidate, replicas: int | None = None, base: SimConfig | None = None, **extra) -> Variant:
+    """The candidate as a variant of the base config, on ``replicas`` replicas (xPyD
+    units: the worker counts multiplied). An agg candidate drops a base's
+    ``disaggregation``."""
     ov: dict[str, Any] = {}
-    for k, v in {**c.overrides, **extra}.items():
+    items = dict(c.overrides)
+    if c.is_disagg:
+        d = dict(items["disaggregation"])
+        n = replicas or 1
+        d["num_prefill_workers"] = int(d["num_prefill_workers"]) * n
+        d["num_decode_workers"] = int(d["num_decode_workers"]) * n
+        items["disaggregation"] = _merged_disagg(base, d) if base is not None else d
+    else:
+        items["disaggregation"] = None
+        if replicas is not None:
+            items["num_replicas"] = replicas
+    for k, v in {**items, **extra}.items():
         if k.startswith("workload."):
             ov.setdefault("workload", {})[k.split(".", 1)[1]] = v
         else:
@@ -238,13 +348,14 @@ def simulate(base: SimConfig, c: Candidate, rate: float, replicas: int = 1, good
     from sim.sweep.executors import run_point
 
     wl = base.workload
-    extra: dict[str, Any] = {"num_replicas": replicas, "workload.request_rate": rate,
+    extra: dict[str, Any] = {"workload.request_rate": rate,
                              "workload.num_warmup_requests": wl.num_warmup_requests * replicas}
     if wl.num_requests is not None:
         extra["workload.num_requests"] = wl.num_requests * replicas
-    cfg = apply_variant(base, _variant(c, **extra))
+    cfg = apply_variant(base, _variant(c, replicas, base, **extra))
     row, _ = run_point(cfg, goodput)
-    row.update({"candidate": c.name, **c.overrides, "num_replicas": replicas, "workload.request_rate": rate})
+    row.update({"candidate": c.name, **c.columns, "num_replicas": replicas, "num_gpus": replicas * c.num_gpus,
+                "workload.request_rate": rate})
     return add_derived(row)
 
 
@@ -276,6 +387,7 @@ class PlanSettings:
     verify_tries: int = 3
     #: ``--price GPU=USD``: $/GPU-hour replacing the hardware profile's ``price_per_gpu_hour_usd``
     prices: dict[str, float] | None = None
+    max_gpus: int | None = None  # GPU budget of the whole deployment; None = no limit
 
 
 def parse_prices(items: list[str] | None) -> dict[str, float]:
@@ -304,9 +416,9 @@ def parse_prices(items: list[str] | None) -> dict[str, float]:
     return out
 
 
-def _allowed_at_least(n: int, s: PlanSettings) -> list[int]:
+def _allowed_at_least(n: int, s: PlanSettings, gpus: int = 1) -> list[int]:
     allowed = sorted(s.replicas) if s.replicas else list(range(1, s.max_replicas + 1))
-    return [k for k in allowed if k >= n]
+    return [k for k in allowed if k >= n and (s.max_gpus is None or k * gpus <= s.max_gpus)]
 
 
 def check_vary_values(base: SimConfig, candidates: list[Candidate], keys) -> None:
@@ -317,7 +429,7 @@ def check_vary_values(base: SimConfig, candidates: list[Candidate], keys) -> Non
     bad: dict[str, str] = {}
     for c in candidates:
         try:
-            apply_variant(base, _variant(c, num_replicas=1))
+            apply_variant(base, _variant(c, 1, base))
         except ConfigError as e:
             bad[c.name] = str(e)
     hit = invalid_everywhere(keys, [(c.name, c.overrides) for c in candidates], bad)
@@ -335,7 +447,7 @@ def check_models_and_hardware(base: SimConfig, candidates: list[Candidate]) -> N
     seen: set[tuple[str, str]] = set()
     for c in candidates:
         try:
-            cfg = apply_variant(base, _variant(c, num_replicas=1))
+            cfg = apply_variant(base, _variant(c, 1, base))
         except ConfigError:
             continue  # this candidate's own values: reported with it ('infeasible')
         for key, name, load in (("model", cfg.model, get_model), ("hardware", cfg.hardware, get_hardware)):
@@ -349,8 +461,11 @@ def plan_candidate(base: SimConfig, c: Candidate, s: PlanSettings) -> CandidateP
     target (verified by simulation). Runs in a worker; never raises for a bad candidate."""
     from sim.engine.deployment import build_deployment
 
+    if s.max_gpus is not None and c.num_gpus > s.max_gpus:
+        return CandidatePlan(c, "infeasible", f"one replica needs {c.num_gpus} GPUs, over the budget "
+                                              f"--max-gpus {s.max_gpus}")
     try:
-        build_deployment(apply_variant(base, _variant(c, num_replicas=1)))
+        build_deployment(apply_variant(base, _variant(c, 1, base)))
     except (ConfigError, InfeasibleError) as e:
         return CandidatePlan(c, "infeasible", str(e))
     rate0 = s.start_rate or (base.workload.request_rate if base.workload.request_rate and
@@ -369,11 +484,14 @@ def plan_candidate(base: SimConfig, c: Candidate, s: PlanSettings) -> CandidateP
                                r["workload.request_rate"] == search.max_rate)
         return plan
     need = math.ceil(s.target_rate / search.max_rate - 1e-9)
-    tries = _allowed_at_least(need, s)[: s.verify_tries]
+    tries = _allowed_at_least(need, s, c.num_gpus)[: s.verify_tries]
     if not tries:
         plan.status = "target_unmet"
         plan.reason = (f"needs >= {need} replicas at {search.max_rate:.3g} req/s each; "
                        f"allowed at most {max(s.replicas or [s.max_replicas])}")
+        if s.max_gpus is not None and need * c.num_gpus > s.max_gpus:
+            plan.reason = (f"needs >= {need} replicas at {search.max_rate:.3g} req/s each = {need * c.num_gpus} "
+                           f"GPUs, over the budget --max-gpus {s.max_gpus}")
         return plan
     searched = {e.rate: e.metrics for e in search.evals}
     for n in tries:  # one replica at a rate the search ran: the same seed gives the same run

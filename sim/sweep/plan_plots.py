@@ -115,15 +115,27 @@ def _style_keys(plans: list[CandidatePlan]) -> tuple[dict, dict]:
     colors: dict[str, int] = {}
     markers: dict[str, int] = {}
     for p in plans:
-        o = p.candidate.overrides
-        colors.setdefault(f"{o['hardware']} tp{o['tensor_parallel_size']}", len(colors))
-        rest = " ".join(f"{v}" for k, v in o.items() if k not in ("hardware", "tensor_parallel_size"))
-        markers.setdefault(rest, len(markers))
+        colors.setdefault(_color_key(p.candidate), len(colors))
+        markers.setdefault(_marker_key(p.candidate), len(markers))
     return colors, markers
 
 
+def _color_key(c) -> str:
+    """Hardware and TP; a disaggregated candidate: hardware and its xPyD pools."""
+    o = c.columns
+    if c.is_disagg:
+        return (f"{o['hardware']} {o['prefill_workers']}P{o['decode_workers']}D "
+                f"tp{o['prefill_tp']}/{o['decode_tp']}")
+    return f"{o['hardware']} tp{o['tensor_parallel_size']}"
+
+
+def _marker_key(c) -> str:
+    return " ".join(f"{v}" for k, v in c.overrides.items()
+                    if k not in ("hardware", "tensor_parallel_size", "disaggregation"))
+
+
 def plot_pareto(plans: list[CandidatePlan], s: PlanSettings, path: Path) -> None:
-    """Output tokens/s per GPU (``output_throughput`` / TP on one replica) against p99
+    """Output tokens/s per GPU (``output_throughput`` / GPUs of one replica) against p99
     TTFT and p99 TPOT (ms, log) for every stable search run; colour per hardware and
     TP, marker per scheduler (and other settings), filled = meets the SLOs; the
     black step line is the Pareto frontier (best throughput within a latency)."""
@@ -137,11 +149,9 @@ def plot_pareto(plans: list[CandidatePlan], s: PlanSettings, path: Path) -> None
     for ax, (metric, label) in zip(axes, PANELS):
         allpts = []
         for p in drawn:
-            o = p.candidate.overrides
-            ci = colors[f"{o['hardware']} tp{o['tensor_parallel_size']}"]
-            mi = markers[" ".join(f"{v}" for k, v in o.items() if k not in ("hardware", "tensor_parallel_size"))]
+            ci, mi = colors[_color_key(p.candidate)], markers[_marker_key(p.candidate)]
             rows = [r for r in p.rows if r["phase"] == "search" and r["status"] == "ok" and r.get("stable", True)]
-            tp = o["tensor_parallel_size"] * (o.get("data_parallel_size") or 1)  # GPUs of one replica
+            tp = p.candidate.num_gpus  # GPUs of one replica
             pts = [(r[f"p99_{metric}_ms"], r["output_throughput"] / tp, r["passed"]) for r in rows]
             pts = [q for q in pts if math.isfinite(q[0]) and math.isfinite(q[1])]
             allpts += [(x, y) for x, y, _ in pts]

@@ -52,11 +52,9 @@ def plan_table(plans: list[CandidatePlan], s: PlanSettings):
 
     rows = []
     for p in plans:
-        # GPUs of one replica: TP x attention-DP ranks (a DP group, or DP replicas of a dense model)
-        c = p.candidate
-        tp = int(c.overrides["tensor_parallel_size"]) * int(c.overrides.get("data_parallel_size") or 1)
+        c, tp = p.candidate, p.candidate.num_gpus  # GPUs of one replica (one xPyD unit; TP x attention DP)
         price = _price(c, s.prices)
-        row = {"candidate": c.name, **c.overrides, "status": p.status,
+        row = {"candidate": c.name, **c.columns, "status": p.status,
                "max_rate_per_replica": p.max_rate if p.status != "infeasible" else math.nan,
                "replicas": p.replicas or math.nan, "num_gpus": p.replicas * tp if p.replicas else math.nan,
                "price_per_gpu_hour_usd": price, "cost_per_hour_usd": math.nan,
@@ -111,6 +109,41 @@ def answer_line(table, s: PlanSettings) -> str:
             f"tokens; max {r(b['max_rate_per_replica'])} req/s per replica; at the served rate p99 TTFT "
             f"{b['p99_ttft_ms']:.0f} ms, p99 TPOT {b['p99_tpot_ms']:.1f} ms"
             + (" (verified by simulation)." if b["verified"] else "."))
+
+
+def agg_vs_disagg_line(table, s: PlanSettings) -> str:
+    """Which kind is cheaper for the SLOs (the best aggregated candidate against the
+    best disaggregated one) and by how much; "" when the plan has one kind only.
+    With a target rate the basis is $/hour serving it; without, $ per million output
+    tokens at each candidate's highest rate (one replica)."""
+    if not len(table) or "kind" not in table or table["kind"].nunique() < 2:
+        return ""
+    key, unit = (("cost_per_hour_usd", "$/hour") if s.target_rate is not None
+                 else ("usd_per_million_output_tokens", "$ per million output tokens"))
+    ok = table[(table["status"] == "ok") & table[key].notna()].sort_values(key, kind="stable")
+    best = {k: ok[ok["kind"] == k].head(1) for k in ("agg", "disagg")}
+    have = [k for k in ("agg", "disagg") if len(best[k])]
+    label = {"agg": "aggregated", "disagg": "disaggregated"}
+    if not have:
+        return "Neither aggregated nor disaggregated candidates meet the SLOs."
+    if len(have) == 1:
+        b = best[have[0]].iloc[0]
+        other = "disagg" if have[0] == "agg" else "agg"
+        return (f"Only {label[have[0]]} candidates meet the SLOs (best: {b['candidate']}, {_money(b[key], unit)}); "
+                f"no {label[other]} candidate does (reasons below).")
+    a, d = best["agg"].iloc[0], best["disagg"].iloc[0]
+    win, lose = (d, a) if d[key] < a[key] else (a, d)
+    if win[key] == lose[key]:
+        return (f"Aggregated and disaggregated tie at {_money(a[key], unit)} ({a['candidate']}; "
+                f"{d['candidate']}).")
+    margin = lose[key] - win[key]
+    return (f"{label[win['kind']].capitalize()} is cheaper for these SLOs: {win['candidate']} at "
+            f"{_money(win[key], unit)} vs the best {label[lose['kind']]}, {lose['candidate']}, at "
+            f"{_money(lose[key], unit)}: {_money(margin, unit)} less ({margin / lose[key]:.0%}).")
+
+
+def _money(v: float, unit: str) -> str:
+    return f"${v:,.2f}/hour" if unit == "$/hour" else f"${v:,.3f} per million output tokens"
 
 
 def _md_table(df) -> str:
@@ -169,6 +202,8 @@ def plan_markdown(table, s: PlanSettings, context: dict, figures: list[str],
                   warnings: list[str] | None = None, launch=None) -> str:
     cols = ["rank", "candidate", "max_rate_per_replica", "replicas", "capacity_req_s", "num_gpus",
             "cost_per_hour_usd", "usd_per_million_output_tokens", "p99_ttft_ms", "p99_tpot_ms", "verified"]
+    if "kind" in table and (table["kind"] == "disagg").any():  # the pools of each replica (xPyD unit)
+        cols[2:2] = ["kind", "prefill_workers", "prefill_tp", "decode_workers", "decode_tp"]
     ok = table[table["status"] == "ok"]
     bad = table[table["status"] != "ok"]
     slos = ", ".join(map(str, s.slos)) or "none"
@@ -183,6 +218,7 @@ def plan_markdown(table, s: PlanSettings, context: dict, figures: list[str],
             *(f"**Warning**: {w}.\n" for w in warnings or ()),
             "## Answer", "", answer_line(table, s), "",
             *(_launch_section(launch) if launch is not None else []),
+            *((line, "") if (line := agg_vs_disagg_line(table, s)) else ()),
             "## Candidates that serve the load (cheapest first)", "",
             ("Prices are $/GPU-hour from `hardware_profiles/*.yaml`"
              + (", except " + ", ".join(f"{g} ${p:g}" for g, p in s.prices.items()) + " (`--price`)"

@@ -10,8 +10,11 @@ guessed (issue #24):
 
 - ``concurrency`` not recorded (the ``aic-gap-analysis`` disaggregated rows):
   the client load is unknown;
-- worker counts or per-pool TP not recorded (the nightly-harness campaigns):
-  their public recipes are not looked up yet;
+- worker counts not recorded (the nightly-harness campaigns ``2026-*``): taken
+  from that harness's public recipes (:func:`recipe_pools`) when exactly one
+  deployment of them matches the row; otherwise not simulable, with the reason
+  (no recipe matches, several deployments do, or the one that does runs
+  speculative decoding / expert parallelism / attention DP);
 - pipeline parallelism, attention data parallelism or expert parallelism
   (``*_pp_size``, ``*_attention_dp_size``, ``*_moe_ep_size`` > 1): not modelled
   by the simulator today;
@@ -20,19 +23,55 @@ guessed (issue #24):
   become simulable when the model loads, with no change here).
 
 Deployment keys per pool: ``tensor_parallel_size`` = ``*_tp_size``,
-``max_num_seqs`` = ``*_batch_size`` when recorded; the engine preset of
+``max_num_seqs`` = ``*_batch_size`` when recorded (else the recipe's engine
+arguments, else the engine's default, as the engine ran); the engine preset of
 ``backend``; quantization and KV dtype as the aggregated rows
 (:func:`sim.validate.rows.row_quantization`).
+
+**The nightly harness's recipes** (InferenceMAX, now SemiAnalysisAI/InferenceX:
+``.github/configs/nvidia-master.yaml``, each disaggregated config's
+``search-space`` entries: ``conc-list``, ``prefill`` / ``decode``
+``num-worker``, ``tp``, ``ep``, ``dp-attn``, ``additional-settings``) are in
+``sim/validate/data/inferencemax_disagg_recipes.yaml``, one entry per distinct
+entry over the file's commits from 2025-11-01 to 2026-03-25 with the URL of the
+entry and the days it was live (``benchmarks/inferencemax_recipes.py``
+regenerates it from a clone). A row matches an entry when the runner is the
+row's GPU (``b200_sxm`` → ``b200*``, ``gb200`` → ``gb200*``, ...), the
+framework its backend under Dynamo (``trtllm`` → ``dynamo-trt``, ``sglang`` →
+``dynamo-sglang``), the model family, precision, ``isl`` / ``osl`` and both
+pools' TP are the row's, its ``concurrency`` is in ``conc-list``, the image is
+the row's (``#`` read as ``/``) when recorded, and the row was measured while
+the entry was live. Engine arguments: the entry's settings
+(``{PREFILL,DECODE}_MAX_BATCH_SIZE`` → ``max_num_seqs``, ``_MAX_NUM_TOKENS`` →
+``max_num_batched_tokens``, ``DECODE_GPU_MEM_FRACTION`` →
+``gpu_memory_utilization``: TensorRT-LLM's ``free_gpu_memory_fraction``), or the
+srt-slurm recipe file its ``CONFIG_FILE`` names, transcribed with its URL in
+``sim/validate/data/srt_slurm_recipes.yaml``.
 """
 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from sim.errors import ConfigError
 
 POOLS = ("prefill", "decode")
+DATA = Path(__file__).parent / "data"
+RECIPES_FILE = DATA / "inferencemax_disagg_recipes.yaml"
+SRT_FILE = DATA / "srt_slurm_recipes.yaml"
+#: row ``system`` -> the harness's runner name (a runner is that name or starts with it + "-")
+SYSTEM_RUNNER = {"b200_sxm": "b200", "h100_sxm": "h100", "h200_sxm": "h200", "gb200": "gb200"}
+#: row ``backend`` -> the harness's disaggregated framework
+BACKEND_FRAMEWORK = {"trtllm": "dynamo-trt", "sglang": "dynamo-sglang"}
+#: harness setting -> servesim pool key (TensorRT-LLM launch variables of the dynamo-trt recipes)
+TRT_SETTINGS = {"MAX_BATCH_SIZE": "max_num_seqs", "MAX_NUM_TOKENS": "max_num_batched_tokens",
+                "GPU_MEM_FRACTION": "gpu_memory_utilization"}
+#: srt-slurm (SGLang) flag -> servesim pool key
+SGLANG_FLAGS = {"max-running-requests": "max_num_seqs", "chunked-prefill-size": "max_num_batched_tokens",
+                "max-prefill-tokens": "max_prefill_tokens", "mem-fraction-static": "gpu_memory_utilization"}
 
 
 class NotSimulable(ConfigError):
@@ -57,25 +96,153 @@ def _whole(row: dict, key: str) -> int | None:
     return int(x) if math.isfinite(x) and x.is_integer() and x >= 1 else None
 
 
-def disagg_pools(row: dict) -> dict[str, dict[str, Any]]:
-    """The row's pools (``n`` workers, ``tp``, ``batch`` or None), or
-    :class:`NotSimulable` with the reason (module docstring)."""
+@lru_cache(maxsize=None)
+def _load(path: Path) -> Any:
+    import yaml
+
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def _str(row: dict, key: str) -> str:
+    v = row.get(key)
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v).strip()
+
+
+def _family(model: str) -> str:
+    m = model.lower()
+    return "deepseek" if "deepseek" in m else "gpt-oss" if "gpt-oss" in m else m
+
+
+def matching_recipes(row: dict, recipes: list[dict] | None = None) -> list[dict]:
+    """The harness entries a row matches (module docstring)."""
+    recipes = _load(RECIPES_FILE)["recipes"] if recipes is None else recipes
+    runner = SYSTEM_RUNNER.get(_str(row, "system"))
+    framework = BACKEND_FRAMEWORK.get(_str(row, "backend").lower())
+    conc, image, day = _whole(row, "concurrency"), _str(row, "image").replace("#", "/"), _str(row, "measured")
+    tp = {p: _whole(row, f"{p}_tp_size") for p in POOLS}
+    out = []
+    for r in recipes:
+        if runner is None or not (r["runner"] == runner or str(r["runner"]).startswith(runner + "-")):
+            continue
+        if (r["framework"] != framework or _family(str(r["model"])) != _family(_str(row, "model_path"))
+                or str(r["precision"]) != _str(row, "precision") or r["isl"] != _whole(row, "isl")
+                or r["osl"] != _whole(row, "osl") or conc not in (r["conc_list"] or [])):
+            continue
+        if any(r[p]["tp"] != tp[p] for p in POOLS):
+            continue
+        if image and str(r["image"]).replace("#", "/") != image:
+            continue
+        if day and not (str(r["first_date"]) <= day and (r["removed_date"] is None or day < str(r["removed_date"]))):
+            continue
+        out.append(r)
+    return out
+
+
+def _settings(r: dict, pool: str) -> dict[str, Any]:
+    """The entry's ``additional-settings`` of one pool as ``KEY: value``."""
+    out = {}
+    for item in r[pool].get("additional-settings") or []:
+        k, _, v = str(item).partition("=")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _deployment(r: dict) -> tuple:
+    return (r["spec_decoding"],) + tuple((r[p]["num-worker"], r[p]["ep"], bool(r[p]["dp-attn"]),
+                                          tuple(sorted(_settings(r, p).items()))) for p in POOLS)
+
+
+def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None = None) -> dict[str, dict[str, Any]]:
+    """A nightly-harness row's pools from its recipe (module docstring): per pool
+    ``n``, ``tp``, ``batch`` (None = the engine's default), ``keys`` (more engine
+    keys), and ``recipe`` (the URLs); :class:`NotSimulable` naming why not."""
+    found = matching_recipes(row, recipes)
+    what = (f"{_str(row, 'system')} {_str(row, 'backend')} {_str(row, 'precision')} isl {_str(row, 'isl')} "
+            f"osl {_str(row, 'osl')} prefill TP {_str(row, 'prefill_tp_size')} decode TP "
+            f"{_str(row, 'decode_tp_size')} at concurrency {_str(row, 'concurrency')}")
+    if not found:
+        raise NotSimulable(f"worker counts not recorded and no recipe of the nightly harness "
+                           f"(InferenceX nvidia-master.yaml) matches {what}"
+                           f"{' measured ' + _str(row, 'measured') if _str(row, 'measured') else ''}: "
+                           "not simulated rather than guessed")
+    kinds = {_deployment(r): r for r in found}
+    if len(kinds) > 1:
+        alts = "; ".join(f"{'MTP ' if k[0] != 'none' else ''}{k[1][0]}P(ep{k[1][1]}{' dp-attn' if k[1][2] else ''})"
+                         f"{k[2][0]}D(ep{k[2][1]}{' dp-attn' if k[2][2] else ''}) {r['url']}"
+                         for k, r in list(kinds.items())[:3])
+        raise NotSimulable(f"worker counts not recorded and {len(kinds)} different recipes of the nightly harness "
+                           f"match {what} (the row does not say which ran): {alts}")
+    r = found[0]
+    url = r["url"]
+    if r["spec_decoding"] != "none":
+        raise NotSimulable(f"the recipe runs speculative decoding ({r['spec_decoding']}), not modelled: {url}")
+    for p in POOLS:
+        if int(r[p]["ep"]) > 1 or r[p]["dp-attn"]:
+            why = (f"expert parallelism (ep {r[p]['ep']})" if int(r[p]["ep"]) > 1 else "") + \
+                  (" and " if int(r[p]["ep"]) > 1 and r[p]["dp-attn"] else "") + \
+                  ("attention data parallelism (dp-attn)" if r[p]["dp-attn"] else "")
+            raise NotSimulable(f"the recipe's {p} pool runs {why}, not modelled: {url}")
+    pools: dict[str, dict[str, Any]] = {}
+    # a CONFIG_FILE (listed under either pool) holds both pools' engine arguments
+    config_file = next((_settings(r, p)["CONFIG_FILE"] for p in POOLS if "CONFIG_FILE" in _settings(r, p)), None)
+    for p in POOLS:
+        st = _settings(r, p)
+        keys: dict[str, Any] = {}
+        urls = [url]
+        if config_file is not None:
+            srt_all = (_load(SRT_FILE) if srt is None else srt)["recipes"]
+            f = srt_all.get(config_file)
+            if f is None:
+                raise NotSimulable(f"the recipe's engine arguments are in {config_file} (srt-slurm), not "
+                                   f"transcribed in {SRT_FILE.name}: {url}")
+            args = f[p]
+            if int(args.get("tensor-parallel-size", r[p]["tp"])) != r[p]["tp"] or \
+                    int(f[f"{p}_workers"]) != int(r[p]["num-worker"]):
+                raise NotSimulable(f"the harness entry ({url}) and its recipe file ({f['url']}) disagree on the "
+                                   f"{p} pool's workers or TP")
+            for flag, key in SGLANG_FLAGS.items():
+                if flag in args:
+                    keys[key] = args[flag]
+            if str(args.get("kv-cache-dtype", "")).startswith("fp8"):
+                keys["kv_cache_dtype"] = "fp8"
+            urls.append(f["url"])
+        else:
+            for name, key in TRT_SETTINGS.items():
+                v = st.get(f"{p.upper()}_{name}")
+                if v is not None:
+                    keys[key] = float(v) if key == "gpu_memory_utilization" else int(v)
+        pools[p] = {"n": int(r[p]["num-worker"]), "tp": int(r[p]["tp"]), "batch": keys.pop("max_num_seqs", None),
+                    "keys": keys, "recipe": urls}
+    return pools
+
+
+def disagg_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None = None) -> dict[str, dict[str, Any]]:
+    """The row's pools (``n`` workers, ``tp``, ``batch`` or None, more engine
+    ``keys``), or :class:`NotSimulable` with the reason (module docstring)."""
     from sim.model_spec import get_model
 
     if _whole(row, "concurrency") is None:
         raise NotSimulable("concurrency not recorded: the benchmark's client load is unknown")
-    pools: dict[str, dict[str, Any]] = {}
     for p in POOLS:
-        n, tp = _whole(row, f"{p}_num_workers"), _whole(row, f"{p}_tp_size")
-        if n is None or tp is None:
-            raise NotSimulable(f"{p}_num_workers / {p}_tp_size not recorded (the harness's recipe for this "
-                               "configuration is not looked up here): not simulated rather than guessed")
         for col, what in (("pp_size", "pipeline parallelism"), ("attention_dp_size", "attention data parallelism"),
                           ("moe_ep_size", "expert parallelism")):
             v = _num(row, f"{p}_{col}")
             if math.isfinite(v) and v > 1:
                 raise NotSimulable(f"{p}_{col} = {v:g}: {what} is not modelled")
-        pools[p] = {"n": n, "tp": tp, "batch": _whole(row, f"{p}_batch_size")}
+    recorded = all(_whole(row, f"{p}_num_workers") is not None for p in POOLS)
+    if recorded:
+        pools: dict[str, dict[str, Any]] = {}
+        for p in POOLS:
+            n, tp = _whole(row, f"{p}_num_workers"), _whole(row, f"{p}_tp_size")
+            if tp is None:
+                raise NotSimulable(f"{p}_tp_size not recorded: not simulated rather than guessed")
+            pools[p] = {"n": n, "tp": tp, "batch": _whole(row, f"{p}_batch_size"), "keys": {}, "recipe": []}
+    elif any(_whole(row, f"{p}_tp_size") is None for p in POOLS):
+        raise NotSimulable("worker counts and per-pool TP not recorded: not simulated rather than guessed")
+    else:
+        pools = recipe_pools(row, recipes, srt)
+        for p in POOLS:  # a batch the row records wins over the recipe's
+            pools[p]["batch"] = _whole(row, f"{p}_batch_size") or pools[p]["batch"]
     try:
         get_model(str(row.get("model_path") or ""))
     except ConfigError as e:
@@ -93,7 +260,7 @@ def disagg_row_overrides(row: dict, base: dict[str, Any], pools: dict[str, dict[
     dis: dict[str, Any] = {"num_prefill_workers": pools["prefill"]["n"],
                            "num_decode_workers": pools["decode"]["n"]}
     for p in POOLS:
-        over: dict[str, Any] = {"tensor_parallel_size": pools[p]["tp"]}
+        over: dict[str, Any] = {**pools[p].get("keys", {}), "tensor_parallel_size": pools[p]["tp"]}
         if pools[p]["batch"] is not None:
             over["max_num_seqs"] = pools[p]["batch"]
         dis[p] = over

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Regenerates reports/disagg-validation/: servesim validate on ../shared/silicon/disagg_dev.csv
+# (each row under its campaign's harness) and coverage.md: why each row is or is not
+# simulated, per campaign.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+shared="${SHARED:-$repo/../shared}"
+cd "$repo"
+PYTHONPATH="$repo" python3 -m sim validate "$shared/silicon/disagg_dev.csv" --out "$here/run" --quiet "$@"
+PYTHONPATH="$repo" python3 - "$here/run/predictions.csv" "$here/coverage.md" <<'PY'
+import re, sys, pandas as pd
+p = pd.read_csv(sys.argv[1])
+p["kind"] = p["campaign"].map(lambda c: "nightly (2026-*)" if str(c).startswith("2026-") else str(c))
+def why(r):
+    if r["status"] == "ok":
+        return "simulated"
+    s = re.sub(r"https?://\S+", "", str(r["reason"]))
+    s = re.sub(r"matches .*", "matches", s)
+    s = re.sub(r"match .*", "match (ambiguous)", s)
+    s = re.sub(r"= \d+(\.\d+)?", "> 1", s)
+    s = re.sub(r"\(ep \d+\)", "", s)
+    return f"{r['status']}: " + s.split(" (the ")[0].split(": /")[0][:140]
+p["why"] = p.apply(why, axis=1)
+t = p.groupby(["kind", "why"]).size().rename("rows").reset_index()
+lines = ["# disagg_dev.csv: which rows are simulated, and why not", "",
+         "| rows of | outcome | rows |", "|---|---|---|"]
+lines += [f"| {r.kind} | {r.why} | {r.rows} |" for r in t.itertuples()]
+tot = p.groupby("kind").apply(lambda g: f"{(g.status == 'ok').sum()} of {len(g)}")
+lines += ["", "Simulated: " + "; ".join(f"{k}: {v}" for k, v in tot.items()) +
+          f"; all: {(p.status == 'ok').sum()} of {len(p)}.", ""]
+open(sys.argv[2], "w").write("\n".join(lines))
+PY
+echo "report: $here/README.md (coverage: $here/coverage.md, run: $here/run/)"

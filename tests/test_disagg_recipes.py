@@ -1,0 +1,128 @@
+"""servesim validate on the nightly harness's disaggregated rows: worker counts,
+per-pool TP and engine arguments taken from the harness's public recipes
+(sim/validate/data/), each row either matched to exactly one recipe (cited) or
+listed not simulable with the reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.validate.disagg_rows import (NotSimulable, disagg_pools, disagg_row_overrides, matching_recipes,
+                                      recipe_pools)
+
+GPT_OSS_URL = ("https://github.com/SemiAnalysisAI/InferenceX/blob/645b97aa40b256be330175a649d66c358c685d82/"
+               ".github/configs/nvidia-master.yaml#L1066")
+
+
+def _row(**kw):
+    """A nightly row as disagg_dev.csv records it: no worker counts, no batch sizes."""
+    row = {"campaign": "2026-03-25", "image": "nvcr.io#nvidia/ai-dynamo/tensorrtllm-runtime:0.7.0.post2",
+           "measured": "2026-01-07", "concurrency": 64.0, "backend": "trtllm", "model_path": "openai/gpt-oss-120b",
+           "system": "gb200", "precision": "fp4", "mode": "disagg", "isl": 1024, "osl": 1024,
+           "prefill_num_workers": None, "prefill_tp_size": 1.0, "prefill_pp_size": 1.0,
+           "prefill_attention_dp_size": 1.0, "prefill_moe_ep_size": 1.0,
+           "decode_num_workers": None, "decode_tp_size": 4.0, "decode_pp_size": 1.0,
+           "decode_attention_dp_size": 1.0, "decode_moe_ep_size": 1.0}
+    row.update(kw)
+    return row
+
+
+def _recipe(conc=(1, 64), p=(1, 1, 1, False), d=(1, 4, 1, False), spec="none", dsettings=None, **kw):
+    r = {"config": "x", "image": "img:1", "model": "openai/gpt-oss-120b", "runner": "gb200", "precision": "fp4",
+         "framework": "dynamo-trt", "isl": 1024, "osl": 1024, "spec_decoding": spec, "conc_list": list(conc),
+         "prefill": {"num-worker": p[0], "tp": p[1], "ep": p[2], "dp-attn": p[3],
+                     "additional-settings": ["PREFILL_MAX_NUM_TOKENS=20000", "PREFILL_MAX_BATCH_SIZE=32"]},
+         "decode": {"num-worker": d[0], "tp": d[1], "ep": d[2], "dp-attn": d[3],
+                    "additional-settings": dsettings if dsettings is not None else
+                    ["DECODE_MAX_NUM_TOKENS=20000", "DECODE_MAX_BATCH_SIZE=256", "DECODE_GPU_MEM_FRACTION=0.9"]},
+         "first_date": "2026-01-01", "removed_date": None, "url": "https://recipe/1"}
+    r.update(kw)
+    return r
+
+
+def test_the_committed_recipe_gives_a_gpt_oss_row_its_pools_and_batch_limits():
+    """The nightly gpt-oss-120b GB200 1k/1k row at 64 clients: InferenceX's entry
+    "P: 1xTP1 D: 1xTP4" (conc-list 1..128), PREFILL_MAX_BATCH_SIZE 32,
+    PREFILL_MAX_NUM_TOKENS 20000, DECODE_MAX_BATCH_SIZE 256, DECODE_GPU_MEM_FRACTION 0.9."""
+    pools = recipe_pools(_row(image="nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.7.0.post2"))  # '/' = '#'
+    assert pools["prefill"] == {"n": 1, "tp": 1, "batch": 32, "keys": {"max_num_batched_tokens": 20000},
+                                "recipe": [GPT_OSS_URL]}
+    assert pools["decode"]["n"] == 1 and pools["decode"]["tp"] == 4 and pools["decode"]["batch"] == 256
+    assert pools["decode"]["keys"] == {"max_num_batched_tokens": 20000, "gpu_memory_utilization": 0.9}
+    ov = disagg_row_overrides(_row(), {"engine": "trtllm", "max_num_seqs": 64, "tensor_parallel_size": 1}, pools)
+    assert ov["disaggregation"] == {
+        "num_prefill_workers": 1, "num_decode_workers": 1,
+        "prefill": {"max_num_batched_tokens": 20000, "tensor_parallel_size": 1, "max_num_seqs": 32},
+        "decode": {"max_num_batched_tokens": 20000, "gpu_memory_utilization": 0.9, "tensor_parallel_size": 4,
+                   "max_num_seqs": 256}}
+    assert "max_num_seqs" not in ov and ov["engine"] == "trtllm"
+
+
+def test_a_row_outside_every_recipe_is_not_simulable_with_the_reason():
+    # concurrency 48 is in no conc-list of that entry
+    with pytest.raises(NotSimulable, match=r"no recipe of the nightly harness .* matches gb200 trtllm fp4 isl 1024 "
+                                           r"osl 1024 prefill TP 1.0 decode TP 4.0 at concurrency 48.0"):
+        recipe_pools(_row(concurrency=48.0))
+    rs = [_recipe(image="img:1")]
+    assert matching_recipes(_row(image="img:1"), rs) == rs
+    assert matching_recipes(_row(image="img:2"), rs) == []  # another container
+    assert matching_recipes(_row(image="img:1", measured="2025-12-31"), rs) == []  # before the entry existed
+    assert matching_recipes(_row(image="img:1", measured="2026-02-01"), [_recipe(image="img:1",
+                                                                                  removed_date="2026-02-01")]) == []
+    assert matching_recipes(_row(image="img:1", system="b200_sxm"), rs) == []
+    assert matching_recipes(_row(image="img:1", decode_tp_size=8.0), rs) == []
+
+
+def test_two_different_deployments_matching_is_ambiguous():
+    rs = [_recipe(), _recipe(d=(2, 4, 1, False), url="https://recipe/2")]
+    with pytest.raises(NotSimulable, match=r"2 different recipes .* \(the row does not say which ran\): "
+                                           r"1P\(ep1\)1D\(ep1\) https://recipe/1; 1P\(ep1\)2D\(ep1\) https://recipe/2"):
+        recipe_pools(_row(image=""), rs)
+    # the same deployment listed twice (two commits) is one answer
+    assert recipe_pools(_row(image=""), [_recipe(), _recipe(url="https://recipe/2")])["decode"]["n"] == 1
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"spec": "mtp"}, r"the recipe runs speculative decoding \(mtp\), not modelled: https://recipe/1"),
+    ({"d": (1, 4, 4, True)}, r"the recipe's decode pool runs expert parallelism \(ep 4\) and attention data "
+                             r"parallelism \(dp-attn\), not modelled"),
+    ({"dsettings": ["CONFIG_FILE=recipes/unknown.yaml"]}, r"engine arguments are in recipes/unknown.yaml \(srt-slurm\), "
+                                                          r"not transcribed"),
+])
+def test_a_recipe_we_do_not_model_is_named(kw, match):
+    with pytest.raises(NotSimulable, match=match):
+        recipe_pools(_row(image=""), [_recipe(**kw)], srt={"recipes": {}})
+
+
+def test_an_srt_slurm_recipe_file_supplies_sglang_engine_arguments():
+    srt = {"recipes": {"recipes/a.yaml": {
+        "url": "https://srt/a", "prefill_workers": 1, "decode_workers": 2,
+        "prefill": {"tensor-parallel-size": 1, "max-running-requests": 512, "chunked-prefill-size": 8192,
+                    "mem-fraction-static": 0.95, "kv-cache-dtype": "fp8_e4m3"},
+        "decode": {"tensor-parallel-size": 4, "chunked-prefill-size": 8192}}}}
+    # InferenceX lists CONFIG_FILE under the prefill pool only; it holds both pools' arguments
+    r = _recipe(framework="dynamo-sglang", d=(2, 4, 1, False), dsettings=[])
+    r["prefill"]["additional-settings"] = ["CONFIG_FILE=recipes/a.yaml"]
+    pools = recipe_pools(_row(image="", backend="sglang"), [r], srt)
+    assert pools["prefill"] == {"n": 1, "tp": 1, "batch": 512, "recipe": ["https://recipe/1", "https://srt/a"],
+                                "keys": {"max_num_batched_tokens": 8192, "gpu_memory_utilization": 0.95,
+                                         "kv_cache_dtype": "fp8"}}
+    # the decode pool's recipe sets no max-running-requests: SGLang's own default, as it ran
+    assert pools["decode"]["n"] == 2 and pools["decode"]["batch"] is None
+    assert pools["decode"]["keys"] == {"max_num_batched_tokens": 8192}
+    srt["recipes"]["recipes/a.yaml"]["decode_workers"] = 3
+    with pytest.raises(NotSimulable, match=r"disagree on the decode pool's workers or TP"):
+        recipe_pools(_row(image="", backend="sglang"), [r], srt)
+
+
+def test_a_recorded_row_keeps_its_own_pools_and_ep_rows_stay_unmodelled():
+    """A row with its worker counts recorded is simulated as recorded (no recipe);
+    expert parallelism in a row is refused before any recipe is looked up."""
+    from pathlib import Path
+
+    rec = _row(prefill_num_workers=2.0, decode_num_workers=1.0, prefill_batch_size=8.0,
+               model_path=str(Path(__file__).parent / "data" / "test_model.json"))
+    pools = disagg_pools(rec)
+    assert pools["prefill"] == {"n": 2, "tp": 1, "batch": 8, "keys": {}, "recipe": []}
+    with pytest.raises(NotSimulable, match=r"prefill_moe_ep_size = 8: expert parallelism is not modelled"):
+        disagg_pools(_row(prefill_moe_ep_size=8.0))
