@@ -110,7 +110,7 @@ def evaluate(gpu: str, seeds: list[int], plots: Path) -> tuple[list[dict], dict]
         for seed in seeds if fam in TARGETS else seeds[:1]:  # spread only where targets apply
             held = holdout_mask(rows, kind_of(fam), 0.3, seed)
             t0 = time.perf_counter()
-            fit = fit_any(fam, rows[~held], dev)
+            fit = fit_any(fam, rows[~held], dev, fp8=fits.get("gemm.fp8"))
             err = ape(predict(fam, fit.params, rows, dev), y)
             spread.append(score(err, held)[1:])
             if seed != seeds[0]:

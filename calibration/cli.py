@@ -65,7 +65,8 @@ def fit_directory(directory: str | Path, dev: Device, *, quiet: bool = False,
     for fam in _progress(quiet)(names, desc="fitting families"):
         r = rows[fam].rows
         fixed = {k: v for k, v in (tiles or {}).items() if k in spec_for(fam)[0].model_fields}
-        fits[fam] = fit_any(fam, r, dev, fixed=fixed) if fixed else fit_any(fam, r, dev)
+        fp8 = fits["gemm.fp8"].params if "gemm.fp8" in fits else None
+        fits[fam] = fit_any(fam, r, dev, fixed=fixed, fp8=fp8) if fixed else fit_any(fam, r, dev, fp8=fp8)
         e = ape(predict(fam, fits[fam].params, r, dev), r["latency_s"].to_numpy())
         scores[fam] = (len(r), float(e.mean()), float(np.median(e)))
     return fits, scores, {f: rows[f] for f in names}

@@ -32,9 +32,15 @@ ATTENTION_CONSTANTS = {"context_attention": {"step": 0, "window_size": 0},
 NCCL_COLUMNS = ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency")
 NCCL_DTYPE_BYTES = {"half": 2, "float16": 2, "bfloat16": 2, "int8": 1, "float": 4, "float32": 4}
 
+MOE_COLUMNS = ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk",
+               "num_experts", "moe_tp_size", "moe_ep_size", "distribution", "latency")
+#: fused-MoE ``moe_dtype`` -> servesim quantization name of the expert weights
+MOE_DTYPES = {"bfloat16": "bf16", "float16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block",
+              "int4_wo": "int4_wo", "w4a16_mxfp4": "mxfp4", "nvfp4": "nvfp4"}
+
 #: table kind -> file-name suffix (before .csv / .csv.gz)
 TABLE_KINDS = {"gemm": "_gemm", "context_attention": "_context_attention",
-               "generation_attention": "_generation_attention", "nccl": None}
+               "generation_attention": "_generation_attention", "moe": "_moe", "nccl": None}
 
 
 def table_kind(path: str | Path) -> str | None:
@@ -115,7 +121,8 @@ def _read(path: Path, columns: tuple[str, ...], nrows: int | None,
         raise ConfigError(f"{path}: column latency, row {i + 2} (line in file): "
                           f"value {df['latency'].iloc[i]!r} is not a finite positive number of ms")
     for col in columns:
-        if col in ("latency", "gemm_dtype", "kv_cache_dtype", "op_name", "nccl_dtype"):
+        if col in ("latency", "gemm_dtype", "kv_cache_dtype", "op_name", "nccl_dtype",
+                   "kernel_source", "moe_dtype", "distribution"):
             continue
         vals = pd.to_numeric(df[col], errors="coerce")
         neg = vals.isna() | (vals < 0) | np.isinf(vals)
@@ -152,5 +159,11 @@ def read_nccl_table(path: str | Path, nrows: int | None = None) -> pd.DataFrame:
     return df
 
 
-READERS = {"gemm": read_gemm_table, "context_attention": read_attention_table,
+def read_moe_table(path: str | Path, nrows: int | None = None) -> pd.DataFrame:
+    """Fused-MoE layer rows (one rank: ``num_tokens`` tokens routed over
+    ``num_experts`` experts sharded ``moe_tp_size`` x ``moe_ep_size``)."""
+    return _read(Path(path), MOE_COLUMNS, nrows)
+
+
+READERS = {"moe": read_moe_table, "gemm": read_gemm_table, "context_attention": read_attention_table,
            "generation_attention": read_attention_table, "nccl": read_nccl_table}
