@@ -143,6 +143,13 @@ def moe_fitted_s(p: MoeParams, num_tokens, hidden, inter, num_experts, top_k, pe
     """One fused-MoE layer on one rank (``MoeParams``; arrays broadcast): ``inter``
     is the rank's expert intermediate size (I / moe_tp), ``ep`` the expert-parallel
     size (the rank holds E/ep experts and gets T top_k / ep routed rows); 0 where T = 0."""
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # T = 0 rows: masked below
+        return _moe_fitted_s(p, num_tokens, hidden, inter, num_experts, top_k, peak, bw,
+                             weight_bytes, act_bytes, ep)
+
+
+def _moe_fitted_s(p, num_tokens, hidden, inter, num_experts, top_k, peak, bw, weight_bytes,
+                  act_bytes, ep):
     T = np.asarray(num_tokens, dtype=float)
     E, k = np.asarray(num_experts, dtype=float), np.asarray(top_k, dtype=float)
     touched = np.maximum(E / ep * (1.0 - (1.0 - k / E) ** T), 1e-9)
