@@ -41,7 +41,7 @@ TARGETS = {"gemm.bf16": (10.0, 20.0), "context_attention": (15.0, 20.0),
            "generation_attention": (15.0, 20.0),
            # issue 20: fused MoE tables, the formats vLLM serves (balanced routing)
            "moe.bf16": (10.0, 15.0), "moe.fp8": (10.0, 15.0), "moe.fp8_block": (10.0, 15.0),
-           "moe.mxfp4": (10.0, 15.0)}  # (median APE %, MAPE %) on held-out shapes
+           "moe.mxfp4": (10.0, 15.0), "mla_module": (10.0, 15.0)}  # (median APE %, MAPE %) on held-out shapes
 SCALAR = {"h100_sxm": (0.65, 0.85, 5e-6, 0.65, 9.5e-6), "a100_sxm": (0.55, 0.70, 6e-6, 0.6, 14.5e-6)}
 
 
@@ -163,6 +163,48 @@ def evaluate(gpu: str, seeds: list[int], plots: Path) -> tuple[list[dict], dict]
     return out, fits
 
 
+def evaluate_mla(gpu: str, plots: Path) -> tuple[list[dict], dict]:
+    """vLLM's whole MLA module tables (``calibration.mla``): the ``mla`` section fitted
+    on 70 % of the head counts (TP shardings of DeepSeek-V3), scored on the others;
+    the comparison column is the profile without the section (before)."""
+    from calibration.mla import (fit_mla, holdout_heads, inputs, predict as mla_predict,  # noqa: PLC0415
+                                 read_module_tables, step_model_predict)
+    kernels = shared_dir() / "kernels" / gpu
+    if not any(kernels.glob("vllm-*_mla_*_module.csv*")):
+        return [], {}
+    hw = get_hardware(gpu)
+    before = hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update={"mla": None})})
+    rows = read_module_tables(kernels)
+    y = rows["latency_s"].to_numpy()
+    t0 = time.perf_counter()
+    a = inputs(rows, before)
+    held = holdout_heads(rows, 0)
+    p = fit_mla(rows[~held], before, {k: v[~held] for k, v in a.items()})
+    err = ape(mla_predict(p, a, before), y)
+    s_err = ape(step_model_predict(rows, before), y)  # the simulator before the mla section
+    dec = rows["decode"].to_numpy(bool)
+    masks = {"all": np.ones(len(rows), bool), "decode (generation module)": dec,
+             "prefill (context module)": ~dec}
+    for k in sorted(rows["kernel_source"].unique()):
+        masks[f"kernel {k}"] = (rows["kernel_source"] == k).to_numpy()
+    for g in sorted(rows["gemm_type"].unique()):
+        masks[f"gemm {g}"] = (rows["gemm_type"] == g).to_numpy()
+    out = []
+    for band, m in masks.items():
+        n_h, med_h, mape_h = score(err, held & m)
+        if n_h == 0:
+            continue
+        _, med_t, mape_t = score(err, ~held & m)
+        out.append({"gpu": gpu, "family": "mla_module", "band": band, "n_held": n_h,
+                    "median_held": med_h, "mape_held": mape_h, "median_fit": med_t, "mape_fit": mape_t,
+                    "fit_s": time.perf_counter() - t0, "scalar_median": np.median(s_err[held & m]),
+                    "scalar_mape": s_err[held & m].mean()})
+    plot_fit(plots / f"{gpu}_mla_module.png", f"{gpu} MLA module: held-out median APE "
+             f"{score(err, held)[1]:.1f} %, MAPE {score(err, held)[2]:.1f} %", y, mla_predict(p, a, before), held)
+    print(f"{gpu} mla_module: done", file=sys.stderr)
+    return out, {"mla": p}
+
+
 def transfer(plots: Path) -> list[dict]:
     """H100's shipped parameters with A100 datasheet numbers on A100's held-out shapes."""
     h100, a100 = get_hardware("h100_sxm").efficiency, Device.of(get_hardware("a100_sxm"))
@@ -205,7 +247,16 @@ def write_report(path: Path, rows: list[dict], trans: list[dict], fits: dict, se
              f"{seeds[0]}; the seed spread column repeats the split with seeds {', '.join(map(str, seeds))}). "
              "APE = |predicted − measured| / measured. Attention rows are the plain ones "
              "(`window_size` 0, KV cache bf16; H100 kernel `vllm_flash_attn_fa3`, A100 `vllm_flash_attn`). "
-             "`scalar` is the hand-set form this replaces, on the same held-out rows.", "",
+             "`scalar` is the hand-set form this replaces, on the same held-out rows; for the fused-MoE "
+             "(`moe.*`) and MLA module (`mla_module`) rows that column is instead the model *before* their "
+             "`fitted_v1` sections (experts as grouped GEMMs of the fitted GEMM family; MLA at the attention "
+             "families' limits), i.e. before vs after. MoE: vLLM 0.24's fused-MoE table, balanced routing, "
+             "held out by whole model layer shapes (hidden, expert intermediate, top-k, experts) at every TP/EP "
+             "sharding; `moe.<format>` is the kernel vLLM serves on Hopper (Triton for bf16 and fp8_block, "
+             "FlashInfer CUTLASS for per-tensor fp8 (the only one measured), Marlin for int4, the gpt-oss Triton "
+             "kernel for MXFP4), `@kernel` the others. MLA: vLLM's whole-module tables (DeepSeek-V3 at TP 1-128 "
+             "as 128/heads), held out by head count (seed 0: 4 and 16 heads). Block fp8 GEMMs: see the section "
+             "below.", "",
              "Live torch-kernel measurements on an H200 (CUDA-graph timing) and how the transferred `h200_sxm` profile scores on them: [`h200_live/README.md`](h200_live/README.md).", "",
              "## Targets (held-out shapes, all sizes)", "",
              "| GPU | table | held-out rows | median APE % | MAPE % | target (median / MAPE) | met | "
@@ -276,8 +327,9 @@ def main() -> None:
     rows, fits = [], {}
     for gpu in GPUS:
         r, f = evaluate(gpu, args.seeds, args.out)
-        rows += r
-        fits[gpu] = f
+        rm, fm = evaluate_mla(gpu, args.out)
+        rows += r + rm
+        fits[gpu] = {**f, **fm}
     trans = transfer(args.out)
     write_report(args.out / "README.md", rows, trans, fits, args.seeds, time.perf_counter() - t0)
     print(f"wrote {args.out / 'README.md'}", file=sys.stderr)

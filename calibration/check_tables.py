@@ -139,6 +139,14 @@ def _predict(kind: str, df: pd.DataFrame, hw: HardwareProfile, skipped: dict[str
                         f"long context (> {SHORT_CONTEXT})")
         return keep, pred, [band, ("kv " + kv).to_numpy()] + _kernel_band(df), (
             "num_heads", "num_key_value_heads", "head_dim")
+    if kind == "mla_module":
+        from calibration.mla import step_model_predict  # noqa: PLC0415
+        pred = step_model_predict(df, hw)
+        length = np.where(df["decode"], df["cached"], df["new"])
+        band = np.where(length <= SHORT_CONTEXT, f"short context (<= {SHORT_CONTEXT})",
+                        f"long context (> {SHORT_CONTEXT})")
+        combo = ("gemm " + df["gemm_type"].astype(str) + " / kv " + df["kv_cache_dtype"].astype(str)).to_numpy()
+        return np.ones(len(df), dtype=bool), pred, [band, combo, ("heads " + df["num_heads"].astype(str)).to_numpy()] + _kernel_band(df), None
     if kind == "moe":
         fmt = df["moe_dtype"].astype(str).map(MOE_DTYPES)
         keep = _skip(fmt.isna().to_numpy(), "moe_dtype not modelled", skipped)

@@ -38,7 +38,7 @@ KNOWN_GPUS = (("H200", "h200_sxm"), ("H100", "h100_sxm"), ("A100", "a100_sxm"), 
               ("GB200", "gb200"), ("L40S", "l40s"), ("MI300X", "mi300x"))
 FAMILY_ORDER = ("gemm.bf16", "gemm.fp8", "gemm.fp8_block", "context_attention",
                 "generation_attention", "all_reduce", "moe.bf16", "moe.fp8", "moe.fp8_block",
-                "moe.int4_wo", "moe.mxfp4")
+                "moe.int4_wo", "moe.mxfp4", "mla")
 
 
 def _progress(quiet: bool):
@@ -261,6 +261,14 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
         source = f"tables in {kernels} ({', '.join(files)})"
         versions = _table_versions(rows)
     eff = build_efficiency(fits, base, elementwise=elementwise)
+    dropped = [f.split(".", 1)[1] for f in (families or ()) if f.startswith("moe.") and f not in fits]
+    if dropped:  # asked for and not measured here: not kept from the base profile either
+        eff = eff.model_copy(update={"moe": {k: v for k, v in eff.moe.items() if k not in dropped}})
+    if from_table is not None and (families is None or "mla" in families):
+        eff = _fit_mla(kernels, base, eff, fits, scores)
+        if "mla" in fits:
+            files = sorted(set(files) | set(fits["mla"].extra["sources"]))
+            source = f"tables in {kernels} ({', '.join(files)})"
     fitted = ", ".join(fits) or "none"
     gemm_missing = [f for f in FAMILY_ORDER if f.startswith("gemm.fp8") and f not in fits
                     and f.split(".")[1] not in eff.gemm]
@@ -282,7 +290,7 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
             "efficiency_source": source, "efficiency_date": today(),
             "efficiency_versions": versions,
             "efficiency_fit_error": fit_error_summary(scores) + (
-                f"; other families as fitted before: {_kept_errors(base, fits)}"
+                f"; other families as fitted before: {_kept_errors(base, set(fits) | set(families))}"
                 if families is not None else "") + (
                 " (in-sample; errors on held-out shapes: benchmarks/calibration_accuracy.py, "
                 "reports/calibration/README.md)" if from_table is not None else " (in-sample)")}
@@ -305,9 +313,29 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
     return out
 
 
+def _fit_mla(kernels: Path, base: HardwareProfile, eff, fits: dict, scores: dict):
+    """``eff`` with the ``mla`` section fitted to vLLM's MLA module tables in
+    ``kernels`` (``calibration.mla``; the projections timed with ``eff``'s GEMMs),
+    unchanged where there are none."""
+    from calibration.mla import fit_mla, inputs, predict as mla_predict, read_module_tables  # noqa: PLC0415
+    try:
+        rows = read_module_tables(kernels)
+    except ConfigError:
+        return eff
+    hw = with_efficiency(base, eff, {})
+    a = inputs(rows, hw)
+    p = fit_mla(rows, hw, a)
+    e = ape(mla_predict(p, a, hw), rows["latency_s"].to_numpy())
+    fits["mla"] = FitResult("mla", p, len(rows), 0.0, 0.0,
+                            {"sources": sorted(rows["source"].unique())})
+    scores["mla"] = (len(rows), float(e.mean()), float(np.median(e)))
+    return eff.model_copy(update={"mla": p})
+
+
 def _kept_errors(base: HardwareProfile, fits: dict) -> str:
     """The base profile's recorded fit errors of the families not refitted now."""
     text = re.sub(r"\s*\(in-sample[^)]*\)", "", base.provenance.get("efficiency_fit_error", "?"))
+    text = text.replace("other families as fitted before: ", "")
     parts = [p for p in text.split("; ") if p.split(" ", 1)[0] not in fits]
     return "; ".join(parts) or "none recorded"
 

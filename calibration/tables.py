@@ -51,6 +51,8 @@ def table_kind(path: str | Path) -> str | None:
         return None
     if stem.startswith("nccl"):
         return "nccl"
+    if stem.endswith(("_mla_generation_module", "_mla_context_module")):
+        return "mla_module"
     for kind, suffix in TABLE_KINDS.items():
         if suffix and stem.endswith(suffix):
             return kind
@@ -122,7 +124,7 @@ def _read(path: Path, columns: tuple[str, ...], nrows: int | None,
                           f"value {df['latency'].iloc[i]!r} is not a finite positive number of ms")
     for col in columns:
         if col in ("latency", "gemm_dtype", "kv_cache_dtype", "op_name", "nccl_dtype",
-                   "kernel_source", "moe_dtype", "distribution"):
+                   "kernel_source", "moe_dtype", "distribution", "gemm_type"):
             continue
         vals = pd.to_numeric(df[col], errors="coerce")
         neg = vals.isna() | (vals < 0) | np.isinf(vals)
@@ -165,5 +167,18 @@ def read_moe_table(path: str | Path, nrows: int | None = None) -> pd.DataFrame:
     return _read(Path(path), MOE_COLUMNS, nrows)
 
 
-READERS = {"moe": read_moe_table, "gemm": read_gemm_table, "context_attention": read_attention_table,
+def read_mla_module_table(path: str | Path, nrows: int | None = None) -> pd.DataFrame:
+    """Whole MLA module rows (``calibration.mla``): generation (``step`` cached, one
+    new token) or context (``isl`` new); adds ``decode``, ``new``, ``cached``."""
+    path = Path(path)
+    gen = "_mla_generation_module" in path.name
+    df = _read(path, ("kernel_source", "kv_cache_dtype", "gemm_type", "num_heads", "batch_size",
+                      "step" if gen else "isl", "latency"), nrows)
+    df["decode"] = gen
+    df["new"] = 1 if gen else df["isl"]
+    df["cached"] = df["step"] if gen else 0
+    return df
+
+
+READERS = {"moe": read_moe_table, "mla_module": read_mla_module_table, "gemm": read_gemm_table, "context_attention": read_attention_table,
            "generation_attention": read_attention_table, "nccl": read_nccl_table}

@@ -103,3 +103,20 @@ def test_fused_moe_section_drives_the_step_model():
     assert abs(cm._moe_fitted.experts_s(T) - want) < 1e-12
     assert gemm_time_s(hw, 4.0, 4096, 4096, "fp8_block") <= gemm_time_s(hw, 4.0, 4096, 4096,
                                                                           "fp8_block", measured=True)
+
+
+def test_live_moe_csv_is_fitted_into_the_profile(tmp_path):
+    """``calibrate --device cuda`` writes bench_moe's rows as ``torch_moe.csv`` (the
+    MoE table format): fit_directory fits ``moe.bf16`` from it and the profile carries it."""
+    from calibration.cli import fit_directory
+    from calibration.microbench import MOE_COLUMNS
+    from calibration.profile_writer import build_efficiency
+    rows = moe_rows()
+    rows["latency_s"] = predict("moe.bf16", MOE_TRUE, rows, DEV)
+    df = rows.assign(kernel_source="torch_grouped_mm", moe_dtype="bfloat16", distribution="balanced",
+                     latency=rows["latency_s"] * 1e3)
+    df[list(MOE_COLUMNS)].to_csv(tmp_path / "torch_moe.csv", index=False)
+    fits, scores, _ = fit_directory(tmp_path, DEV, quiet=True)
+    assert list(fits) == ["moe.bf16"] and scores["moe.bf16"][2] < 2.0
+    eff = build_efficiency(fits, get_hardware("h100_sxm"))
+    assert eff.moe["bf16"] == fits["moe.bf16"].params

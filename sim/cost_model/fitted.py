@@ -154,13 +154,14 @@ def _moe_fitted_s(p, num_tokens, hidden, inter, num_experts, top_k, peak, bw, we
     E, k = np.asarray(num_experts, dtype=float), np.asarray(top_k, dtype=float)
     touched = np.maximum(E / ep * (1.0 - (1.0 - k / E) ** T), 1e-9)
     m = T * k / ep
-    m_tiled = touched * ceil_div(m / touched, p.tile_m) * p.tile_m
+    tile = np.where(T <= E, p.tile_m_small, p.tile_m)  # vLLM fused_moe get_default_config
+    m_tiled = touched * ceil_div(m / touched, tile) * tile
     flops = 6.0 * m_tiled * hidden * inter
     nbytes = (touched * 3.0 * hidden * inter * weight_bytes
               + m * (hidden * act_bytes + 2.0 * inter * ACT_BYTES + inter * ACT_BYTES
                      + hidden * ACT_BYTES))
     t = (p.launch_s + smooth_max(compute_time_s(p, flops, peak), memory_time_s(p, nbytes, bw))
-         + p.expert_s * touched + p.row_s * m)
+         + p.expert_s * touched + p.row_s * T * k)
     return np.where(T > 0, t, 0.0)
 
 

@@ -157,14 +157,35 @@ class MoeParams(KernelParams):
     """One fused-MoE kernel (routing + grouped expert GEMMs w13 and w2 + SiLU-and-mul
     + weighted combine) for one expert weight format. Per rank: m = T top_k / ep routed
     rows over ``touched`` = E/ep (1 - (1 - top_k/E)^T) local experts (uniform
-    routing), each expert's rows padded to ``tile_m``; FLOPs 6 m_tiled h I, bytes the
+    routing), each expert's rows padded to ``tile_m_small`` while T <= E, else ``tile_m``
+    (vLLM ``fused_moe.get_default_config``); FLOPs 6 m_tiled h I, bytes the
     touched experts' weights + the rows' activations; the roofline terms as the
     other families, + ``expert_s`` per touched expert (per-expert tile setup, scale
-    loads, the grouped kernel's serial expert loop) + ``row_s`` per routed row
-    (top-k, align/sort, permute, combine), + ``launch_s`` (the layer's kernels)."""
+    loads, the grouped kernel's serial expert loop) + ``row_s`` per routed row of the
+    whole batch, T top_k, local or not (top-k, align/sort, permute, combine, and the
+    grouped GEMM's grid, all sized by every routed row: blocks of other ranks' experts
+    launch and exit, vLLM ``fused_moe`` with an ``expert_map``), + ``launch_s``."""
     expert_s: float = _Cost
     row_s: float = _Cost
-    tile_m: int = Field(default=16, gt=0, le=2 ** 16)
+    tile_m: int = Field(default=64, gt=0, le=2 ** 16)        #: rows per expert block, T > E
+    tile_m_small: int = Field(default=16, gt=0, le=2 ** 16)  #: rows per expert block, T <= E
+
+
+class MlaParams(_Strict):
+    """Multi-head latent attention (``sim/cost_model/layer_kinds.MlaAttention``), fitted
+    to whole MLA modules (projections + attention; the projections keep the ``gemm``
+    families): the absorbed decode and expanded prefill attention as rooflines at
+    these efficiencies, 2 kernels of ``launch_s`` each, + per layer and step
+    ``layer_s`` (the module's other small kernels: the q/kv latent RMSNorms, RoPE,
+    the latent cache write, the absorbed W_UK / W_UV batched matmuls' launches) +
+    ``token_s`` per new token (their per-token work)."""
+    decode_compute_efficiency: float = _Eff
+    decode_memory_efficiency: float = _Eff
+    prefill_compute_efficiency: float = _Eff
+    prefill_memory_efficiency: float = _Eff
+    launch_s: float = _Cost
+    layer_s: float = _Cost
+    token_s: float = _Cost
 
 
 #: expert weight formats of ``fitted_v1``'s optional ``moe`` section (servesim names)
@@ -215,6 +236,9 @@ class FittedEfficiency(EfficiencyBase):
     #: format not listed (or a profile without the section) times the experts as
     #: grouped GEMMs of the ``gemm`` family (``sim/cost_model/fitted_step.FittedMoe``)
     moe: dict[str, MoeParams] = Field(default_factory=dict)
+    #: optional: MLA attention fitted to whole-module tables; absent: MLA runs at the
+    #: context / generation attention families' large-size limits
+    mla: MlaParams | None = None
 
     @field_validator("moe")
     @classmethod
