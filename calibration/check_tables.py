@@ -139,6 +139,11 @@ def _predict(kind: str, df: pd.DataFrame, hw: HardwareProfile, skipped: dict[str
                         f"long context (> {SHORT_CONTEXT})")
         return keep, pred, [band, ("kv " + kv).to_numpy()] + _kernel_band(df), (
             "num_heads", "num_key_value_heads", "head_dim")
+    if kind == "gdn":
+        from calibration.gdn import step_model_predict as gdn_step  # noqa: PLC0415
+        pred = gdn_step(df, hw)
+        phase = np.where(df["decode"], "decode (one new token)", "prefill")
+        return np.ones(len(df), dtype=bool), pred, [phase, ("model " + df["model_name"].astype(str)).to_numpy()], None
     if kind == "mla_module":
         from calibration.mla import step_model_predict  # noqa: PLC0415
         pred = step_model_predict(df, hw)

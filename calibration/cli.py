@@ -38,7 +38,7 @@ KNOWN_GPUS = (("H200", "h200_sxm"), ("H100", "h100_sxm"), ("A100", "a100_sxm"), 
               ("GB200", "gb200"), ("L40S", "l40s"), ("MI300X", "mi300x"))
 FAMILY_ORDER = ("gemm.bf16", "gemm.fp8", "gemm.fp8_block", "context_attention",
                 "generation_attention", "all_reduce", "moe.bf16", "moe.fp8", "moe.fp8_block",
-                "moe.int4_wo", "moe.mxfp4", "mla")
+                "moe.int4_wo", "moe.mxfp4", "mla", "gdn")
 
 
 def _progress(quiet: bool):
@@ -266,9 +266,12 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
         eff = eff.model_copy(update={"moe": {k: v for k, v in eff.moe.items() if k not in dropped}})
     if from_table is not None and (families is None or "mla" in families):
         eff = _fit_mla(kernels, base, eff, fits, scores)
-        if "mla" in fits:
-            files = sorted(set(files) | set(fits["mla"].extra["sources"]))
-            source = f"tables in {kernels} ({', '.join(files)})"
+    if from_table is not None and (families is None or "gdn" in families):
+        eff = _fit_gdn(kernels, base, eff, fits, scores)
+    extra = sorted({x for f in ("mla", "gdn") if f in fits for x in fits[f].extra["sources"]})
+    if extra:
+        files = sorted(set(files) | set(extra))
+        source = f"tables in {kernels} ({', '.join(files)})"
     fitted = ", ".join(fits) or "none"
     gemm_missing = [f for f in FAMILY_ORDER if f.startswith("gemm.fp8") and f not in fits
                     and f.split(".")[1] not in eff.gemm]
@@ -330,6 +333,23 @@ def _fit_mla(kernels: Path, base: HardwareProfile, eff, fits: dict, scores: dict
                             {"sources": sorted(rows["source"].unique())})
     scores["mla"] = (len(rows), float(e.mean()), float(np.median(e)))
     return eff.model_copy(update={"mla": p})
+
+
+def _fit_gdn(kernels: Path, base: HardwareProfile, eff, fits: dict, scores: dict):
+    """``eff`` with the ``gdn`` section fitted to vLLM's GDN table in ``kernels``
+    (``calibration.gdn``), unchanged where there is none."""
+    from calibration.gdn import fit_gdn, inputs, predict as gdn_predict, read_gdn_layers  # noqa: PLC0415
+    paths = sorted(Path(kernels).glob("vllm-*_gdn.csv*"))
+    if not paths:
+        return eff
+    rows = read_gdn_layers(paths[0])
+    hw = with_efficiency(base, eff, {})
+    a = inputs(rows, hw)
+    p = fit_gdn(rows, hw, a)
+    e = ape(gdn_predict(p, a, hw), rows["latency_s"].to_numpy())
+    fits["gdn"] = FitResult("gdn", p, len(rows), 0.0, 0.0, {"sources": [paths[0].name]})
+    scores["gdn"] = (len(rows), float(e.mean()), float(np.median(e)))
+    return eff.model_copy(update={"gdn": p})
 
 
 def _kept_errors(base: HardwareProfile, fits: dict) -> str:

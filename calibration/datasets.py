@@ -108,7 +108,7 @@ def family_rows(directory: str | Path, engine: str | None = None) -> dict[str, F
                     add(f"gemm.{name}@{other}", sub[src == other], f"{path.name} ({other})")
         elif kind in ("context_attention", "generation_attention"):
             add(kind, _plain_attention(df), path.name)
-        elif kind == "mla_module":
+        elif kind in ("mla_module", "gdn"):
             continue  # fitted by calibration.mla (needs the whole profile, not a Device)
         elif kind == "moe":  # balanced routing (the cost model's uniform routing)
             df = df[df["distribution"].astype(str) == "balanced"]

@@ -53,6 +53,8 @@ def table_kind(path: str | Path) -> str | None:
         return "nccl"
     if stem.endswith(("_mla_generation_module", "_mla_context_module")):
         return "mla_module"
+    if stem.endswith("_gdn"):
+        return "gdn"
     for kind, suffix in TABLE_KINDS.items():
         if suffix and stem.endswith(suffix):
             return kind
@@ -180,5 +182,11 @@ def read_mla_module_table(path: str | Path, nrows: int | None = None) -> pd.Data
     return df
 
 
-READERS = {"moe": read_moe_table, "mla_module": read_mla_module_table, "gemm": read_gemm_table, "context_attention": read_attention_table,
+def read_gdn_table(path: str | Path, nrows: int | None = None) -> pd.DataFrame:
+    """Gated DeltaNet layer calls (``calibration.gdn.read_gdn_layers``: kernels summed)."""
+    from calibration.gdn import read_gdn_layers  # noqa: PLC0415 (gdn imports this module)
+    return read_gdn_layers(path)
+
+
+READERS = {"moe": read_moe_table, "gdn": read_gdn_table, "mla_module": read_mla_module_table, "gemm": read_gemm_table, "context_attention": read_attention_table,
            "generation_attention": read_attention_table, "nccl": read_nccl_table}

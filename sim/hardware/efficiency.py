@@ -188,6 +188,19 @@ class MlaParams(_Strict):
     token_s: float = _Cost
 
 
+class GdnParams(_Strict):
+    """Gated DeltaNet layers (``sim/cost_model/layer_kinds.GatedDeltaNet``: causal
+    conv1d + gated delta rule, 2 kernels of ``launch_s``), fitted to the engines'
+    GDN kernel tables: decode and prefill rooflines at these efficiencies, +
+    ``seq_s`` per sequence and layer (per-sequence state setup, chunk bookkeeping)."""
+    decode_compute_efficiency: float = _Eff
+    decode_memory_efficiency: float = _Eff
+    prefill_compute_efficiency: float = _Eff
+    prefill_memory_efficiency: float = _Eff
+    launch_s: float = _Cost
+    seq_s: float = _Cost
+
+
 #: expert weight formats of ``fitted_v1``'s optional ``moe`` section (servesim names)
 MOE_FAMILIES = ("bf16", "fp8", "fp8_block", "int4_wo", "mxfp4", "nvfp4")
 
@@ -239,6 +252,9 @@ class FittedEfficiency(EfficiencyBase):
     #: optional: MLA attention fitted to whole-module tables; absent: MLA runs at the
     #: context / generation attention families' large-size limits
     mla: MlaParams | None = None
+    #: optional: Gated DeltaNet fitted to the GDN kernel tables; absent: the attention
+    #: families' limits
+    gdn: GdnParams | None = None
 
     @field_validator("moe")
     @classmethod
