@@ -41,7 +41,7 @@ TARGETS = {"gemm.bf16": (10.0, 20.0), "context_attention": (15.0, 20.0),
            "generation_attention": (15.0, 20.0),
            # issue 20: fused MoE tables, the formats vLLM serves (balanced routing)
            "moe.bf16": (10.0, 15.0), "moe.fp8": (10.0, 15.0), "moe.fp8_block": (10.0, 15.0),
-           "moe.mxfp4": (10.0, 15.0), "mla_module": (10.0, 15.0)}  # (median APE %, MAPE %) on held-out shapes
+           "moe.mxfp4": (10.0, 15.0), "mla_module": (10.0, 15.0), "gdn": (10.0, 15.0)}  # (median APE %, MAPE %) on held-out shapes
 SCALAR = {"h100_sxm": (0.65, 0.85, 5e-6, 0.65, 9.5e-6), "a100_sxm": (0.55, 0.70, 6e-6, 0.6, 14.5e-6)}
 
 
@@ -205,6 +205,43 @@ def evaluate_mla(gpu: str, plots: Path) -> tuple[list[dict], dict]:
     return out, {"mla": p}
 
 
+def evaluate_gdn(gpu: str, plots: Path) -> tuple[list[dict], dict]:
+    """vLLM's Gated DeltaNet table (``calibration.gdn``, conv1d + delta rule summed per
+    layer call): the ``gdn`` section fitted on 70 % of the Qwen3.5 models' shapes,
+    scored on the others; the comparison column is the profile without it (before)."""
+    from calibration.gdn import (fit_gdn, holdout_models, inputs, predict as gdn_predict,  # noqa: PLC0415
+                                 read_gdn_layers, step_model_predict)
+    paths = sorted((shared_dir() / "kernels" / gpu).glob("vllm-*_gdn.csv*"))
+    if not paths:
+        return [], {}
+    hw = get_hardware(gpu)
+    before = hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update={"gdn": None})})
+    rows = read_gdn_layers(paths[0])
+    y = rows["latency_s"].to_numpy()
+    t0 = time.perf_counter()
+    a = inputs(rows, before)
+    held = holdout_models(rows, 0)
+    p = fit_gdn(rows[~held], before, {k: v[~held] for k, v in a.items()})
+    err = ape(gdn_predict(p, a, before), y)
+    s_err = ape(step_model_predict(rows, before), y)
+    dec = rows["decode"].to_numpy(bool)
+    masks = {"all": np.ones(len(rows), bool), "decode (one new token)": dec, "prefill": ~dec}
+    out = []
+    for band, m in masks.items():
+        n_h, med_h, mape_h = score(err, held & m)
+        if n_h == 0:
+            continue
+        _, med_t, mape_t = score(err, ~held & m)
+        out.append({"gpu": gpu, "family": "gdn", "band": band, "n_held": n_h, "median_held": med_h,
+                    "mape_held": mape_h, "median_fit": med_t, "mape_fit": mape_t,
+                    "fit_s": time.perf_counter() - t0, "scalar_median": np.median(s_err[held & m]),
+                    "scalar_mape": s_err[held & m].mean()})
+    plot_fit(plots / f"{gpu}_gdn.png", f"{gpu} GDN: held-out median APE {score(err, held)[1]:.1f} %, "
+             f"MAPE {score(err, held)[2]:.1f} %", y, gdn_predict(p, a, before), held)
+    print(f"{gpu} gdn: done", file=sys.stderr)
+    return out, {"gdn": p}
+
+
 def transfer(plots: Path) -> list[dict]:
     """H100's shipped parameters with A100 datasheet numbers on A100's held-out shapes."""
     h100, a100 = get_hardware("h100_sxm").efficiency, Device.of(get_hardware("a100_sxm"))
@@ -249,14 +286,15 @@ def write_report(path: Path, rows: list[dict], trans: list[dict], fits: dict, se
              "(`window_size` 0, KV cache bf16; H100 kernel `vllm_flash_attn_fa3`, A100 `vllm_flash_attn`). "
              "`scalar` is the hand-set form this replaces, on the same held-out rows; for the fused-MoE "
              "(`moe.*`) and MLA module (`mla_module`) rows that column is instead the model *before* their "
-             "`fitted_v1` sections (experts as grouped GEMMs of the fitted GEMM family; MLA at the attention "
+             "`fitted_v1` sections (the same for `gdn`; experts as grouped GEMMs of the fitted GEMM family; MLA at the attention "
              "families' limits), i.e. before vs after. MoE: vLLM 0.24's fused-MoE table, balanced routing, "
              "held out by whole model layer shapes (hidden, expert intermediate, top-k, experts) at every TP/EP "
              "sharding; `moe.<format>` is the kernel vLLM serves on Hopper (Triton for bf16 and fp8_block, "
              "FlashInfer CUTLASS for per-tensor fp8 (the only one measured), Marlin for int4, the gpt-oss Triton "
              "kernel for MXFP4), `@kernel` the others. MLA: vLLM's whole-module tables (DeepSeek-V3 at TP 1-128 "
-             "as 128/heads), held out by head count (seed 0: 4 and 16 heads). Block fp8 GEMMs: see the section "
-             "below.", "",
+             "as 128/heads), held out by head count (seed 0: 4 and 16 heads). GDN: vLLM's table, conv1d + gated "
+             "delta rule summed per layer call, held out by whole Qwen3.5 model (seed 0: 27B and 35B-A3B). Block "
+             "fp8 GEMMs: see the section below.", "",
              "Live torch-kernel measurements on an H200 (CUDA-graph timing) and how the transferred `h200_sxm` profile scores on them: [`h200_live/README.md`](h200_live/README.md).", "",
              "## Targets (held-out shapes, all sizes)", "",
              "| GPU | table | held-out rows | median APE % | MAPE % | target (median / MAPE) | met | "
@@ -328,8 +366,9 @@ def main() -> None:
     for gpu in GPUS:
         r, f = evaluate(gpu, args.seeds, args.out)
         rm, fm = evaluate_mla(gpu, args.out)
-        rows += r + rm
-        fits[gpu] = {**f, **fm}
+        rg, fg = evaluate_gdn(gpu, args.out)
+        rows += r + rm + rg
+        fits[gpu] = {**f, **fm, **fg}
     trans = transfer(args.out)
     write_report(args.out / "README.md", rows, trans, fits, args.seeds, time.perf_counter() - t0)
     print(f"wrote {args.out / 'README.md'}", file=sys.stderr)

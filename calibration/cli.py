@@ -272,6 +272,8 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
     if extra:
         files = sorted(set(files) | set(extra))
         source = f"tables in {kernels} ({', '.join(files)})"
+    if from_table is not None and families is not None and base.provenance.get("efficiency_source"):
+        source += f"; families not refitted: {base.provenance['efficiency_source']}"
     fitted = ", ".join(fits) or "none"
     gemm_missing = [f for f in FAMILY_ORDER if f.startswith("gemm.fp8") and f not in fits
                     and f.split(".")[1] not in eff.gemm]
