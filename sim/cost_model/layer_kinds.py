@@ -135,7 +135,8 @@ class MlaAttention:
     def step_s(self, n: np.ndarray, c: np.ndarray, decode_C: int | None = None) -> float:
         if decode_C is not None:
             b = n.shape[0]
-            return self.dec(*self.decode_cost(float(b), float(decode_C + b))) + self.fixed_s + self.token_s * b
+            t = self.fixed_s + self.token_s * float(b)  # the general path's order: same floats
+            return t + self.dec(*self.decode_cost(float(b), float(decode_C + b)))
         cd, npf, cpf = _split(n, c)
         t = self.fixed_s + self.token_s * float(n.sum()) if n.size else 0.0
         if cd.size:
