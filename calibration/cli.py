@@ -3,13 +3,19 @@
     python -m calibration --device cuda --out hardware_profiles/my_gpu.yaml
     python -m calibration --device cpu --out /tmp/cpu.yaml --quick
     python -m calibration --from-table ../shared/kernels/h100_sxm --base-profile h100_sxm --out h100.yaml
+    python -m calibration --from-table ../shared/kernels/h100_sxm --base-profile h100_sxm \
+        --out hardware_profiles/h100_sxm.yaml --families moe.bf16,moe.fp8_block,mla,gdn
 
 Live (``--device``): runs ``calibration.microbench`` (needs torch), writes the
 raw CSVs beside the profile (``<out stem>_kernels/``), fits and writes the
 profile and a fit-vs-measured PNG per family there. From tables
 (``--from-table``): fits the tables of one GPU onto ``--base-profile``'s
 datasheet numbers. Either way the profile's ``provenance`` says what was
-measured, when, with which versions, and the fit's error.
+measured, when, with which versions, and the fit's error. Families: the GEMM
+dtypes, attention, all-reduce, the fused-MoE formats (``moe.<format>``, from
+``*_moe`` tables, live: ``torch_moe.csv`` of ``bench_moe``), and from tables only
+``mla`` (whole MLA module tables, ``calibration.mla``) and ``gdn`` (``calibration.gdn``);
+``--families`` refits some and keeps the rest from the base profile.
 """
 
 from __future__ import annotations
