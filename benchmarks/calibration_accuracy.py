@@ -72,7 +72,8 @@ def bands(family: str, rows: pd.DataFrame) -> dict[str, np.ndarray]:
         t = rows["num_tokens"].to_numpy()
         out["tokens <= 128"], out["tokens > 128"] = t <= 128, t > 128
         out["EP > 1"] = rows["moe_ep_size"].to_numpy() > 1
-        out["model shapes"] = np.array([tuple(x) in _preset_moe_shapes() for x in rows[
+        moe_shapes = _preset_moe_shapes()
+        out["model shapes"] = np.array([tuple(x) in moe_shapes for x in rows[
             ["hidden_size", "inter_size", "topk", "num_experts"]].itertuples(index=False, name=None)])
     else:
         b = rows["message_bytes"].to_numpy()
@@ -309,7 +310,7 @@ def write_report(path: Path, rows: list[dict], trans: list[dict], fits: dict, se
                  wall: float) -> None:
     df = pd.DataFrame(rows)
     lines = ["# Calibration accuracy: the fitted cost model on held-out kernel shapes", "",
-             "Regenerate (about 3-6 minutes on 2 cores; needs `../shared/kernels`):", "",
+             "Regenerate (about 10-20 minutes on 2 shared cores; needs `../shared/kernels` and `../shared/models`):", "",
              "    python benchmarks/calibration_accuracy.py", "",
              "Each kernel family is fitted (`calibration.fit`, least squares on log time) on 70 % of its "
              "shapes and scored on the held-out 30 % — whole (n, k) pairs for GEMMs, whole (heads, KV heads, "
