@@ -287,7 +287,7 @@ DeepSeek-V3 (fp8_block checkpoint) on H200, TP 8, decode at 1,536 cached tokens,
 
 | batch | before (main) | block-fp8 host floor only | + fused-MoE, MLA sections (this profile) | measured TPOT |
 |---:|---:|---:|---:|---:|
-| 4 | 41.3 ms | 12.8 ms | 16.1 ms | 10.3 ms |
+| 4 | 41.3 ms | 12.8 ms | 16.2 ms | 10.3 ms |
 | 8 | 42.0 ms | 15.4 ms | 18.7 ms | 12.5 ms |
 | 16 | 44.0 ms | 19.8 ms | 23.0 ms | 16.6 ms |
 | 32 | 47.7 ms | 26.1 ms | 29.2 ms | 23.3 ms |
@@ -298,7 +298,7 @@ Before, qkv_proj + o_proj took 15.8 ms of the 42 ms at batch 8 (the floor x 5 fp
 
 - `moe.<format>` (`MoeParams`, `fitted.moe_fitted_s`): one fused-MoE layer per rank as a roofline over the touched local experts' weights and 6 m h I FLOPs (rows padded per expert to vLLM's 16-row block while T <= E, else 64), + `expert_s` per touched expert + `row_s` per routed row of the whole batch (the grid and the align/permute kernels are sized by every routed row: with EP, other ranks' experts' blocks launch and exit), + launch. Balanced rows are fitted; power-law rows are scored by `check_tables` (uniform-routing model). What misses: bf16 / MXFP4 held-out shapes at 14-22 % median, worst at 1-4 tokens (over-predicted 1.2-1.4x: the weight reads of a few experts run faster than the fitted memory curve) and at EP >= 64 with many tokens.
 - `mla` (`MlaParams`, `layer_kinds.mla_layer_s`): fitted to vLLM's whole-module tables (DeepSeek-V3 at 1-128 heads per rank) with the projections kept at the GEMM families; prefill_compute_efficiency sits at its bound 1.0 and prefill_memory_efficiency ~0.17 (the expanded K/V path costs more than its bytes at HBM speed).
-- `moe.int4_wo` (Marlin): the table has one layer shape, so nothing is held out; in-sample median / MAPE 10.9 / 14.7 %. Live: `calibrate --device cuda` fits `moe.bf16` from `bench_moe`'s `torch_moe.csv` (the MoE table format, torch grouped GEMM); the live MLA benchmark times the attention kernel alone, not the module format `mla` is fitted to, and is not fitted.
+- `moe.int4_wo` (Marlin): the table has one layer shape, so nothing is held out; in-sample median / MAPE 11.6 / 15.2 %. Live: `calibrate --device cuda` fits `moe.bf16` from `bench_moe`'s `torch_moe.csv` (the MoE table format, torch grouped GEMM); the live MLA benchmark times the attention kernel alone, not the module format `mla` is fitted to, and is not fitted.
 - `gdn` (`GdnParams`, `layer_kinds.gdn_layer_s`): conv1d + gated delta rule per layer. vLLM's decode kernel runs below the fp32-state bytes the model counts (`mamba_ssm_dtype` float32: 512 sequences x 64 heads x 128 x 128 x 4 B read + written in 0.56 ms would be 7.7 TB/s; the batch-1,024 row takes only 1.2x the batch-512 one), so the decode fit absorbs it in a memory efficiency near 1 and decode rows stay at MAPE ~40 %: vLLM probably keeps the state in the model dtype (bf16) unless `--mamba-ssm-cache-dtype float32`, a model-side question (`ModelSpec.state_bytes_per_sequence`).
 """
 

@@ -122,6 +122,10 @@ class FitResult:
     extra: dict = field(default_factory=dict)
 
 
+def kind_of_family(family: str) -> str:
+    return family.split("@")[0].split(".")[0]
+
+
 def spec_for(family: str) -> tuple[type, tuple[str, ...]]:
     """(params class, free parameter names) of a family name."""
     family = family.split("@")[0]
@@ -219,6 +223,10 @@ def fit_family(family: str, rows: pd.DataFrame, dev: Device, *, start: dict | No
     lo, hi = [], []
     for n in names:
         _, a, b = SPACE["bus" if n.startswith("bus_") else n]
+        if kind_of_family(family) == "moe" and n.endswith("_exponent"):
+            # <= 1: time = x (1 + (half/x)^e) / rate must not grow as the work x -> 0 (e > 1
+            # diverges there: an expert-parallel rank with a fraction of an expert touched)
+            b = min(b, 1.0)
         lo.append(np.log(a))
         hi.append(np.log(b))
     bounds = (np.array(lo), np.array(hi))

@@ -40,6 +40,8 @@ def test_moe_fit_recovers_known_parameters():
     err = np.abs(predict("moe.bf16", fit.params, rows, DEV) / rows["latency_s"] - 1)
     assert err.max() < 0.02
     assert abs(fit.params.launch_s / MOE_TRUE.launch_s - 1) < 0.1
+    # saturation exponents capped at 1: a tiny expert-parallel share never costs more than a larger one
+    assert fit.params.compute_exponent <= 1.0 and fit.params.memory_exponent <= 1.0
     assert abs(fit.params.memory_efficiency_max / MOE_TRUE.memory_efficiency_max - 1) < 0.1
 
 
