@@ -25,7 +25,9 @@ import numpy as np
 import pandas as pd
 
 from calibration.tables import READERS, find_tables
-from sim.cost_model.operators import all_reduce_time_s, attention_uniform_time_s, gemm_time_s
+from sim.cost_model.operators import (all_reduce_time_s, attention_uniform_time_s, gemm_time_s,
+                                     moe_layer_time_s)
+from calibration.tables import MOE_DTYPES
 from sim.cost_model.roofline import gemm_dtype
 from sim.errors import ServesimError
 from sim.hardware.profile import HardwareProfile, get_hardware
@@ -78,6 +80,25 @@ def _preset_shapes() -> tuple[set[tuple[int, int]], set[tuple[int, int, int]]]:
     return gemms, attns
 
 
+def _preset_moe_shapes() -> set[tuple[int, int, int, int]]:
+    """(hidden, expert intermediate, top-k, experts) of the MoE presets and ../shared/models."""
+    out = set()
+    names = list(list_models())
+    try:
+        from sim.paths import shared_dir  # noqa: PLC0415
+        names += [str(p) for p in sorted((shared_dir() / "models").glob("*_config.json"))]
+    except Exception:  # noqa: BLE001 -- no ../shared: presets only
+        pass
+    for name in names:
+        try:
+            m = get_model(name)
+        except (ServesimError, OSError, ValueError):
+            continue
+        if m.is_moe:
+            out.add((m.hidden_size, m.moe_intermediate_size, m.num_experts_per_tok, m.num_experts))
+    return out
+
+
 def _kernel_band(df: pd.DataFrame) -> list[np.ndarray]:
     """A band per kernel where the table mixes kernels (fitted_v1 fits one per dtype)."""
     if "kernel_source" not in df.columns or df["kernel_source"].nunique() < 2:
@@ -97,7 +118,7 @@ def _predict(kind: str, df: pd.DataFrame, hw: HardwareProfile, skipped: dict[str
             rows = keep & (dtypes == dt).to_numpy()
             s = df[rows]
             pred[rows] = gemm_time_s(hw, s["m"].to_numpy(), s["n"].to_numpy(), s["k"].to_numpy(),
-                                     gemm_dtype(dt))
+                                     gemm_dtype(dt), measured=True)
         band = np.where(df["m"].to_numpy() <= SMALL_M, f"small m (<= {SMALL_M})", f"large m (> {SMALL_M})")
         return keep, pred, [band, ("dtype " + dtypes).to_numpy()] + _kernel_band(df), ("n", "k")
     if kind in ("context_attention", "generation_attention"):
@@ -118,6 +139,38 @@ def _predict(kind: str, df: pd.DataFrame, hw: HardwareProfile, skipped: dict[str
                         f"long context (> {SHORT_CONTEXT})")
         return keep, pred, [band, ("kv " + kv).to_numpy()] + _kernel_band(df), (
             "num_heads", "num_key_value_heads", "head_dim")
+    if kind == "gdn":
+        from calibration.gdn import step_model_predict as gdn_step  # noqa: PLC0415
+        pred = gdn_step(df, hw)
+        phase = np.where(df["decode"], "decode (one new token)", "prefill")
+        return np.ones(len(df), dtype=bool), pred, [phase, ("model " + df["model_name"].astype(str)).to_numpy()], None
+    if kind == "mla_module":
+        from calibration.mla import step_model_predict  # noqa: PLC0415
+        pred = step_model_predict(df, hw)
+        length = np.where(df["decode"], df["cached"], df["new"])
+        band = np.where(length <= SHORT_CONTEXT, f"short context (<= {SHORT_CONTEXT})",
+                        f"long context (> {SHORT_CONTEXT})")
+        combo = ("gemm " + df["gemm_type"].astype(str) + " / kv " + df["kv_cache_dtype"].astype(str)).to_numpy()
+        return np.ones(len(df), dtype=bool), pred, [band, combo, ("heads " + df["num_heads"].astype(str)).to_numpy()] + _kernel_band(df), None
+    if kind == "moe":
+        fmt = df["moe_dtype"].astype(str).map(MOE_DTYPES)
+        keep = _skip(fmt.isna().to_numpy(), "moe_dtype not modelled", skipped)
+        pred = np.full(len(df), np.nan)
+        for f in fmt[keep].unique():
+            rows = keep & (fmt == f).to_numpy()
+            s = df[rows]
+            pred[rows] = moe_layer_time_s(hw, s["num_tokens"].to_numpy(), s["hidden_size"].to_numpy(),
+                                          (s["inter_size"] / s["moe_tp_size"]).to_numpy(),
+                                          s["num_experts"].to_numpy(), s["topk"].to_numpy(), f,
+                                          s["moe_ep_size"].to_numpy().astype(float))
+        dist = df["distribution"].astype(str)
+        band = np.where(df["num_tokens"].to_numpy() <= SMALL_M, f"tokens <= {SMALL_M}",
+                        f"tokens > {SMALL_M}")
+        # balanced routing first (the cost model's uniform routing); skewed reported
+        combo = ("dtype " + df["moe_dtype"].astype(str) + " / " + dist).to_numpy()
+        kern = ("kernel " + df["kernel_source"].astype(str) + " / " + dist).to_numpy()
+        return keep, pred, [("routing " + dist).to_numpy(), band, combo, kern], (
+            "hidden_size", "inter_size", "topk", "num_experts")
     # nccl
     keep = _skip((df["op_name"] != "all_reduce").to_numpy(), "collective not modelled "
                  "(only all_reduce)", skipped)
@@ -151,6 +204,8 @@ def check_table(kind: str, path: Path, hw: HardwareProfile, *, model_free: bool 
     if not model_free and shape_cols is not None:
         gemms, attns = _preset_shapes()
         shapes = gemms if kind == "gemm" else attns
+        if kind == "moe":
+            shapes = _preset_moe_shapes()
         tuples = zip(*(df[c].to_numpy() for c in shape_cols))
         add("preset-model shapes", keep & np.array([t in shapes for t in tuples], dtype=bool))
     return res

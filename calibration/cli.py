@@ -3,13 +3,19 @@
     python -m calibration --device cuda --out hardware_profiles/my_gpu.yaml
     python -m calibration --device cpu --out /tmp/cpu.yaml --quick
     python -m calibration --from-table ../shared/kernels/h100_sxm --base-profile h100_sxm --out h100.yaml
+    python -m calibration --from-table ../shared/kernels/h100_sxm --base-profile h100_sxm \
+        --out hardware_profiles/h100_sxm.yaml --families moe.bf16,moe.fp8_block,mla,gdn
 
 Live (``--device``): runs ``calibration.microbench`` (needs torch), writes the
 raw CSVs beside the profile (``<out stem>_kernels/``), fits and writes the
 profile and a fit-vs-measured PNG per family there. From tables
 (``--from-table``): fits the tables of one GPU onto ``--base-profile``'s
 datasheet numbers. Either way the profile's ``provenance`` says what was
-measured, when, with which versions, and the fit's error.
+measured, when, with which versions, and the fit's error. Families: the GEMM
+dtypes, attention, all-reduce, the fused-MoE formats (``moe.<format>``, from
+``*_moe`` tables, live: ``torch_moe.csv`` of ``bench_moe``), and from tables only
+``mla`` (whole MLA module tables, ``calibration.mla``) and ``gdn`` (``calibration.gdn``);
+``--families`` refits some and keeps the rest from the base profile.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from calibration.tables import read_csv_table
 from calibration.fit import Device, FitResult, ape, fit_any, predict, spec_for
 from calibration.profile_writer import (build_efficiency, fit_error_summary, today,
                                         update_profile_file, with_efficiency, write_profile)
-from sim.hardware.efficiency import ElementwiseParams
+from sim.hardware.efficiency import ElementwiseParams, FittedEfficiency
 from sim.errors import ConfigError, ServesimError
 from sim.hardware.profile import HardwareProfile, _validate, get_hardware
 from sim.paths import shared_dir
@@ -37,7 +43,8 @@ from sim.paths import shared_dir
 KNOWN_GPUS = (("H200", "h200_sxm"), ("H100", "h100_sxm"), ("A100", "a100_sxm"), ("B200", "b200_sxm"),
               ("GB200", "gb200"), ("L40S", "l40s"), ("MI300X", "mi300x"))
 FAMILY_ORDER = ("gemm.bf16", "gemm.fp8", "gemm.fp8_block", "context_attention",
-                "generation_attention", "all_reduce")
+                "generation_attention", "all_reduce", "moe.bf16", "moe.fp8", "moe.fp8_block",
+                "moe.int4_wo", "moe.mxfp4", "mla", "gdn")
 
 
 def _progress(quiet: bool):
@@ -52,11 +59,14 @@ CPU_TILES = {"tile_m": 1, "tile_n": 1, "tile_q": 1, "kv_tile": 1}
 
 
 def fit_directory(directory: str | Path, dev: Device, *, quiet: bool = False,
-                  families: tuple[str, ...] | None = None, tiles: dict | None = None
+                  families: tuple[str, ...] | None = None, tiles: dict | None = None,
+                  prior_fp8=None
                   ) -> tuple[dict[str, FitResult], dict[str, tuple[int, float, float]], dict]:
     """Fit every family with rows in ``directory``: (fits, in-sample scores
     family -> (rows, MAPE %, median APE %), family -> rows). ``tiles``
-    overrides the tile sizes (e.g. :data:`CPU_TILES`)."""
+    overrides the tile sizes (e.g. :data:`CPU_TILES`). Block-fp8 GEMMs take the
+    per-tensor fp8 fit's device shape (``calibration.fit.fit_block_fp8``): this
+    run's, else ``prior_fp8`` (the base profile's), else a full fit."""
     rows = family_rows(directory)
     names = [f for f in FAMILY_ORDER if f in rows and (families is None or f in families)]
     if dev.peak_fp8 is None:
@@ -65,7 +75,8 @@ def fit_directory(directory: str | Path, dev: Device, *, quiet: bool = False,
     for fam in _progress(quiet)(names, desc="fitting families"):
         r = rows[fam].rows
         fixed = {k: v for k, v in (tiles or {}).items() if k in spec_for(fam)[0].model_fields}
-        fits[fam] = fit_any(fam, r, dev, fixed=fixed) if fixed else fit_any(fam, r, dev)
+        fp8 = fits["gemm.fp8"].params if "gemm.fp8" in fits else prior_fp8
+        fits[fam] = fit_any(fam, r, dev, fixed=fixed, fp8=fp8) if fixed else fit_any(fam, r, dev, fp8=fp8)
         e = ape(predict(fam, fits[fam].params, r, dev), r["latency_s"].to_numpy())
         scores[fam] = (len(r), float(e.mean()), float(np.median(e)))
     return fits, scores, {f: rows[f] for f in names}
@@ -205,13 +216,15 @@ def _check_out(out: Path, side_dir: Path) -> None:
 
 def calibrate(device: str | None = None, from_table: Path | None = None,
               base_profile: str | None = None, out: Path = Path("profile.yaml"),
-              quick: bool = False, quiet: bool = False, plots: bool = True) -> Path:
+              quick: bool = False, quiet: bool = False, plots: bool = True,
+              families: tuple[str, ...] | None = None) -> Path:
     """Fit a ``fitted_v1`` profile and write it to ``out`` (returns the path).
 
     Exactly one of ``device`` (``cuda``/``cpu``: live microbenchmarks, raw CSVs
     and plots in ``<out stem>_kernels/``) and ``from_table`` (a directory of
     tables in the ``../shared/kernels`` format; needs ``base_profile`` for the
-    datasheet numbers) must be given. ``quick``: a smaller GPU sweep."""
+    datasheet numbers) must be given. ``quick``: a smaller GPU sweep. ``families``:
+    fit only these (``FAMILY_ORDER`` names), the others kept from the base profile."""
     out = Path(out)
     if (device is None) == (from_table is None):
         raise ConfigError("calibrate: give exactly one of --device and --from-table")
@@ -242,19 +255,42 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
         versions = f"torch {info['torch']}, CUDA {info['cuda']}, driver {info['driver']}"
         elementwise, _ = _copy_elementwise(kernels / "copy_bandwidth.csv", base.hbm_bandwidth_bytes_per_s)
     dev = Device.of(base)
-    fits, scores, rows = fit_directory(kernels, dev, quiet=quiet,
-                                       tiles=CPU_TILES if device == "cpu" else None)
+    if families is not None:
+        unknown = sorted(set(families) - set(FAMILY_ORDER))
+        if unknown:
+            raise ConfigError(f"--families: unknown {unknown}; valid: {', '.join(FAMILY_ORDER)}")
+    prior = base.efficiency.gemm.get("fp8") if isinstance(base.efficiency, FittedEfficiency) else None
+    fits, scores, rows = fit_directory(kernels, dev, quiet=quiet, families=families,
+                                       tiles=CPU_TILES if device == "cpu" else None, prior_fp8=prior)
     if from_table is not None:
         files = sorted({s.split(" (")[0] for r in rows.values() for s in r.sources})
         source = f"tables in {kernels} ({', '.join(files)})"
         versions = _table_versions(rows)
     eff = build_efficiency(fits, base, elementwise=elementwise)
+    dropped = [f.split(".", 1)[1] for f in (families or ()) if f.startswith("moe.") and f not in fits]
+    if dropped:  # asked for and not measured here: not kept from the base profile either
+        eff = eff.model_copy(update={"moe": {k: v for k, v in eff.moe.items() if k not in dropped}})
+    if from_table is not None and (families is None or "mla" in families):
+        eff = _fit_mla(kernels, base, eff, fits, scores)
+    if from_table is not None and (families is None or "gdn" in families):
+        eff = _fit_gdn(kernels, base, eff, fits, scores)
+    extra = sorted({x for f in ("mla", "gdn") if f in fits for x in fits[f].extra["sources"]})
+    if extra:
+        files = sorted(set(files) | set(extra))
+        source = f"tables in {kernels} ({', '.join(files)})"
+    if from_table is not None and families is not None and base.provenance.get("efficiency_source"):
+        source += f"; families not refitted: {base.provenance['efficiency_source']}"
     fitted = ", ".join(fits) or "none"
     gemm_missing = [f for f in FAMILY_ORDER if f.startswith("gemm.fp8") and f not in fits
                     and f.split(".")[1] not in eff.gemm]
-    missing = [f for f in FAMILY_ORDER if f not in fits and f not in gemm_missing]
-    rest = (f"; not measured, taken from {base.name}'s parameters: {', '.join(missing)}"
-            if missing else "")
+    missing = [f for f in FAMILY_ORDER if f not in fits and f not in gemm_missing
+               and not f.startswith("moe.")]
+    if families is not None:
+        rest = (f"; only {', '.join(families)} refitted in this run, the other families kept from "
+                f"{base.name}'s profile (its provenance: {base.provenance.get('efficiency', '?')})")
+    else:
+        rest = (f"; not measured, taken from {base.name}'s parameters: {', '.join(missing)}"
+                if missing else "")
     if gemm_missing:
         rest += (f"; no {', '.join(gemm_missing)} rows: W8A8 GEMMs use the bf16 family's "
                  "efficiencies at the fp8/int8 peak")
@@ -265,6 +301,8 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
             "efficiency_source": source, "efficiency_date": today(),
             "efficiency_versions": versions,
             "efficiency_fit_error": fit_error_summary(scores) + (
+                f"; other families as fitted before: {_kept_errors(base, set(fits) | set(families))}"
+                if families is not None else "") + (
                 " (in-sample; errors on held-out shapes: benchmarks/calibration_accuracy.py, "
                 "reports/calibration/README.md)" if from_table is not None else " (in-sample)")}
     step_note = re.search(r"step_overhead_s[^;]*", base.provenance.get("efficiency", ""))
@@ -284,6 +322,50 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
     if plots and fits:
         _plots(plot_dir, hw.name, fits, rows, dev)
     return out
+
+
+def _fit_mla(kernels: Path, base: HardwareProfile, eff, fits: dict, scores: dict):
+    """``eff`` with the ``mla`` section fitted to vLLM's MLA module tables in
+    ``kernels`` (``calibration.mla``; the projections timed with ``eff``'s GEMMs),
+    unchanged where there are none."""
+    from calibration.mla import fit_mla, inputs, predict as mla_predict, read_module_tables  # noqa: PLC0415
+    try:
+        rows = read_module_tables(kernels)
+    except ConfigError:
+        return eff
+    hw = with_efficiency(base, eff, {})
+    a = inputs(rows, hw)
+    p = fit_mla(rows, hw, a)
+    e = ape(mla_predict(p, a, hw), rows["latency_s"].to_numpy())
+    fits["mla"] = FitResult("mla", p, len(rows), 0.0, 0.0,
+                            {"sources": sorted(rows["source"].unique())})
+    scores["mla"] = (len(rows), float(e.mean()), float(np.median(e)))
+    return eff.model_copy(update={"mla": p})
+
+
+def _fit_gdn(kernels: Path, base: HardwareProfile, eff, fits: dict, scores: dict):
+    """``eff`` with the ``gdn`` section fitted to vLLM's GDN table in ``kernels``
+    (``calibration.gdn``), unchanged where there is none."""
+    from calibration.gdn import fit_gdn, inputs, predict as gdn_predict, read_gdn_layers  # noqa: PLC0415
+    paths = sorted(Path(kernels).glob("vllm-*_gdn.csv*"))
+    if not paths:
+        return eff
+    rows = read_gdn_layers(paths[0])
+    hw = with_efficiency(base, eff, {})
+    a = inputs(rows, hw)
+    p = fit_gdn(rows, hw, a)
+    e = ape(gdn_predict(p, a, hw), rows["latency_s"].to_numpy())
+    fits["gdn"] = FitResult("gdn", p, len(rows), 0.0, 0.0, {"sources": [paths[0].name]})
+    scores["gdn"] = (len(rows), float(e.mean()), float(np.median(e)))
+    return eff.model_copy(update={"gdn": p})
+
+
+def _kept_errors(base: HardwareProfile, fits: dict) -> str:
+    """The base profile's recorded fit errors of the families not refitted now."""
+    text = re.sub(r"\s*\(in-sample[^)]*\)", "", base.provenance.get("efficiency_fit_error", "?"))
+    text = text.replace("other families as fitted before: ", "")
+    parts = [p for p in text.split("; ") if p.split(" ", 1)[0] not in fits]
+    return "; ".join(parts) or "none recorded"
 
 
 def _profile_name(out: Path) -> str | None:
@@ -311,10 +393,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller GPU sweep (about a minute)")
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
     ap.add_argument("--no-plots", action="store_true", help="skip the fit-vs-measured PNGs")
+    ap.add_argument("--families", help="comma-separated families to fit (e.g. moe.bf16,gemm.fp8_block); "
+                                       "the others are kept from --base-profile (default: all)")
     args = ap.parse_args(argv)
     try:
+        fams = tuple(f.strip() for f in args.families.split(",") if f.strip()) if args.families else None
         path = calibrate(args.device, args.from_table, args.base_profile, args.out, args.quick,
-                         quiet=args.quiet, plots=not args.no_plots)
+                         quiet=args.quiet, plots=not args.no_plots, families=fams)
     except ServesimError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibration.tables import READERS, find_tables
+from calibration.tables import MOE_DTYPES, READERS, find_tables
 from sim.errors import ConfigError
 
 GEMM_DTYPE_FAMILY = {"bfloat16": "bf16", "float16": "bf16", "bf16": "bf16", "fp16": "bf16",
@@ -37,7 +37,18 @@ GEMM_DTYPE_FAMILY = {"bfloat16": "bf16", "float16": "bf16", "bf16": "bf16", "fp1
 SHAPE_COLUMNS = {"gemm": ("n", "k"), "context_attention": ("num_heads", "num_key_value_heads",
                                                            "head_dim"),
                  "generation_attention": ("num_heads", "num_key_value_heads", "head_dim"),
-                 "all_reduce": ("message_bytes",)}
+                 "all_reduce": ("message_bytes",),
+                 # a model's MoE layer shape, at every TP / EP sharding
+                 "moe": ("hidden_size", "inter_size", "topk", "num_experts")}
+#: fused-MoE kernel fitted as ``moe.<format>`` where a table has several for one format
+#: (the one vLLM 0.24 serves on Hopper by default); the others are ``moe.<format>@<kernel>``
+MOE_SERVED_KERNELS = ("vllm_fp8moe_triton_tritonexperts",
+                      "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic",
+                      "vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts")
+#: measured kernels that are not what servesim's format runs: ModelOpt FP8 checkpoints'
+#: FlashInfer CUTLASS MoE (servesim ``fp8`` is vLLM's Fp8MoEMethod, Triton on Hopper,
+#: not in the table), scored as ``moe.fp8@<kernel>`` only
+MOE_NOT_SERVED = ("vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts",)
 PLAIN_ATTENTION_KERNELS = ("vllm_flash_attn_fa3", "vllm_flash_attn", "torch_sdpa")
 
 
@@ -97,6 +108,20 @@ def family_rows(directory: str | Path, engine: str | None = None) -> dict[str, F
                     add(f"gemm.{name}@{other}", sub[src == other], f"{path.name} ({other})")
         elif kind in ("context_attention", "generation_attention"):
             add(kind, _plain_attention(df), path.name)
+        elif kind in ("mla_module", "gdn"):
+            continue  # fitted by calibration.mla (needs the whole profile, not a Device)
+        elif kind == "moe":  # balanced routing (the cost model's uniform routing)
+            df = df[df["distribution"].astype(str) == "balanced"]
+            fmt = df["moe_dtype"].astype(str).map(MOE_DTYPES)
+            for name in sorted(fmt.dropna().unique()):
+                sub = df[fmt == name]
+                src = sub["kernel_source"].astype(str)
+                kernels = list(src.value_counts().index)
+                served = [k for k in kernels if k in MOE_SERVED_KERNELS] or [
+                    k for k in kernels[:1] if k not in MOE_NOT_SERVED]
+                for kern in kernels:
+                    fam = f"moe.{name}" if served and kern == served[0] else f"moe.{name}@{kern}"
+                    add(fam, sub[src == kern], f"{path.name} ({kern})")
         else:
             add("all_reduce", df[df["op_name"] == "all_reduce"], path.name)
     if "all_reduce" in out:  # several nccl files repeat the same sizes: keep the median

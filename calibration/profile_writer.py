@@ -62,7 +62,7 @@ def build_efficiency(fits: dict[str, FitResult], base: HardwareProfile, *,
     fallback = scalar_as_fitted(base)
     gemm = dict(fallback.gemm)
     for fam, fit in fits.items():
-        if fam.startswith("gemm."):
+        if fam.startswith("gemm.") and "@" not in fam:
             gemm[fam.split(".", 1)[1]] = fit.params
     if elementwise is None:
         if "gemm.bf16" in fits:
@@ -73,8 +73,12 @@ def build_efficiency(fits: dict[str, FitResult], base: HardwareProfile, *,
             elementwise = fallback.elementwise
     pick = {k: fits[k].params if k in fits else getattr(fallback, k)
             for k in ("context_attention", "generation_attention", "all_reduce")}
+    moe = dict(fallback.moe)
+    for fam, fit in fits.items():
+        if fam.startswith("moe.") and "@" not in fam:
+            moe[fam.split(".", 1)[1]] = fit.params
     return FittedEfficiency(form="fitted_v1", step_overhead_s=fallback.step_overhead_s, gemm=gemm,
-                            elementwise=elementwise, **pick)
+                            elementwise=elementwise, moe=moe, mla=fallback.mla, gdn=fallback.gdn, **pick)
 
 
 def _round(x: Any) -> Any:

@@ -32,9 +32,15 @@ ATTENTION_CONSTANTS = {"context_attention": {"step": 0, "window_size": 0},
 NCCL_COLUMNS = ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency")
 NCCL_DTYPE_BYTES = {"half": 2, "float16": 2, "bfloat16": 2, "int8": 1, "float": 4, "float32": 4}
 
+MOE_COLUMNS = ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk",
+               "num_experts", "moe_tp_size", "moe_ep_size", "distribution", "latency")
+#: fused-MoE ``moe_dtype`` -> servesim quantization name of the expert weights
+MOE_DTYPES = {"bfloat16": "bf16", "float16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block",
+              "int4_wo": "int4_wo", "w4a16_mxfp4": "mxfp4", "nvfp4": "nvfp4"}
+
 #: table kind -> file-name suffix (before .csv / .csv.gz)
 TABLE_KINDS = {"gemm": "_gemm", "context_attention": "_context_attention",
-               "generation_attention": "_generation_attention", "nccl": None}
+               "generation_attention": "_generation_attention", "moe": "_moe", "nccl": None}
 
 
 def table_kind(path: str | Path) -> str | None:
@@ -45,6 +51,10 @@ def table_kind(path: str | Path) -> str | None:
         return None
     if stem.startswith("nccl"):
         return "nccl"
+    if stem.endswith(("_mla_generation_module", "_mla_context_module")):
+        return "mla_module"
+    if stem.endswith("_gdn"):
+        return "gdn"
     for kind, suffix in TABLE_KINDS.items():
         if suffix and stem.endswith(suffix):
             return kind
@@ -115,7 +125,8 @@ def _read(path: Path, columns: tuple[str, ...], nrows: int | None,
         raise ConfigError(f"{path}: column latency, row {i + 2} (line in file): "
                           f"value {df['latency'].iloc[i]!r} is not a finite positive number of ms")
     for col in columns:
-        if col in ("latency", "gemm_dtype", "kv_cache_dtype", "op_name", "nccl_dtype"):
+        if col in ("latency", "gemm_dtype", "kv_cache_dtype", "op_name", "nccl_dtype",
+                   "kernel_source", "moe_dtype", "distribution", "gemm_type"):
             continue
         vals = pd.to_numeric(df[col], errors="coerce")
         neg = vals.isna() | (vals < 0) | np.isinf(vals)
@@ -152,5 +163,30 @@ def read_nccl_table(path: str | Path, nrows: int | None = None) -> pd.DataFrame:
     return df
 
 
-READERS = {"gemm": read_gemm_table, "context_attention": read_attention_table,
+def read_moe_table(path: str | Path, nrows: int | None = None) -> pd.DataFrame:
+    """Fused-MoE layer rows (one rank: ``num_tokens`` tokens routed over
+    ``num_experts`` experts sharded ``moe_tp_size`` x ``moe_ep_size``)."""
+    return _read(Path(path), MOE_COLUMNS, nrows)
+
+
+def read_mla_module_table(path: str | Path, nrows: int | None = None) -> pd.DataFrame:
+    """Whole MLA module rows (``calibration.mla``): generation (``step`` cached, one
+    new token) or context (``isl`` new); adds ``decode``, ``new``, ``cached``."""
+    path = Path(path)
+    gen = "_mla_generation_module" in path.name
+    df = _read(path, ("kernel_source", "kv_cache_dtype", "gemm_type", "num_heads", "batch_size",
+                      "step" if gen else "isl", "latency"), nrows)
+    df["decode"] = gen
+    df["new"] = 1 if gen else df["isl"]
+    df["cached"] = df["step"] if gen else 0
+    return df
+
+
+def read_gdn_table(path: str | Path, nrows: int | None = None) -> pd.DataFrame:
+    """Gated DeltaNet layer calls (``calibration.gdn.read_gdn_layers``: kernels summed)."""
+    from calibration.gdn import read_gdn_layers  # noqa: PLC0415 (gdn imports this module)
+    return read_gdn_layers(path)
+
+
+READERS = {"moe": read_moe_table, "gdn": read_gdn_table, "mla_module": read_mla_module_table, "gemm": read_gemm_table, "context_attention": read_attention_table,
            "generation_attention": read_attention_table, "nccl": read_nccl_table}

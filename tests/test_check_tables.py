@@ -95,7 +95,7 @@ def test_real_h100_tables_produce_numbers():
         pytest.skip(f"{d} absent (../shared not beside the checkout)")
     results = check_dir(d, get_hardware("h100_sxm"), max_rows=3000, seed=0)
     kinds = {r.kind for r in results if r.num_predicted}
-    assert kinds == {"gemm", "context_attention", "generation_attention", "nccl"}
+    assert kinds == {"gemm", "context_attention", "generation_attention", "nccl", "moe", "mla_module", "gdn"}
     for r in results:
         if r.num_predicted:
             _, mape, med = r.bands["all"]

@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.hardware.efficiency import (AllReduceParams, ContextAttentionParams, FittedEfficiency,
-                            GemmParams, GenerationAttentionParams, KernelParams)
+                            GemmParams, GenerationAttentionParams, KernelParams, MoeParams)
 
 #: bytes per activation element (bf16/fp16)
 ACT_BYTES = 2.0
@@ -123,6 +123,46 @@ def gemm_fitted_s(p: GemmParams, m, n, k, peak: float, bw: float, *, weight_byte
     if w8a8:
         t = t + act_quant_s(p, m, k, bw)
     return np.where(np.asarray(m) > 0, t, 0.0)
+
+
+def gemm_measured_s(p: GemmParams, m, n, k, peak: float, bw: float, *, weight_bytes: float,
+                    w8a8: bool, act_quant_bytes: float = 1.0):
+    """One linear layer as an eager kernel benchmark measures it, one call at a
+    time: max(``host_s``, device time). The host floor runs concurrently with
+    the device work, so it shows only where it is longer (H100 vLLM 0.24
+    ``fp8_block``: a flat 55-175 us per call at small shapes, and ~the per-tensor
+    fp8 GEMM's time at large ones). Served steps use :func:`gemm_fitted_s`."""
+    t = gemm_fitted_s(p, m, n, k, peak, bw, weight_bytes=weight_bytes, w8a8=w8a8,
+                      act_quant_bytes=act_quant_bytes)
+    return np.where(np.asarray(m) > 0, np.maximum(t, p.host_s), 0.0)
+
+
+# -- fused MoE --------------------------------------------------------------------------
+def moe_fitted_s(p: MoeParams, num_tokens, hidden, inter, num_experts, top_k, peak: float,
+                 bw: float, *, weight_bytes: float, act_bytes: float = ACT_BYTES, ep=1.0):
+    """One fused-MoE layer on one rank (``MoeParams``; arrays broadcast): ``inter``
+    is the rank's expert intermediate size (I / moe_tp), ``ep`` the expert-parallel
+    size (the rank holds E/ep experts and gets T top_k / ep routed rows); 0 where T = 0."""
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # T = 0 rows: masked below
+        return _moe_fitted_s(p, num_tokens, hidden, inter, num_experts, top_k, peak, bw,
+                             weight_bytes, act_bytes, ep)
+
+
+def _moe_fitted_s(p, num_tokens, hidden, inter, num_experts, top_k, peak, bw, weight_bytes,
+                  act_bytes, ep):
+    T = np.asarray(num_tokens, dtype=float)
+    E, k = np.asarray(num_experts, dtype=float), np.asarray(top_k, dtype=float)
+    touched = np.maximum(E / ep * (1.0 - (1.0 - k / E) ** T), 1e-9)
+    m = T * k / ep
+    tile = np.where(T <= E, p.tile_m_small, p.tile_m)  # vLLM fused_moe get_default_config
+    m_tiled = touched * ceil_div(m / touched, tile) * tile
+    flops = 6.0 * m_tiled * hidden * inter
+    nbytes = (touched * 3.0 * hidden * inter * weight_bytes
+              + m * (hidden * act_bytes + 2.0 * inter * ACT_BYTES + inter * ACT_BYTES
+                     + hidden * ACT_BYTES))
+    t = (p.launch_s + smooth_max(compute_time_s(p, flops, peak), memory_time_s(p, nbytes, bw))
+         + p.expert_s * touched + p.row_s * T * k)
+    return np.where(T > 0, t, 0.0)
 
 
 # -- attention ----------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.cost_model.fitted import bus_efficiency, gemm_family
+from sim.cost_model.fitted import bus_efficiency, gemm_family, moe_fitted_s
 from sim.cost_model.roofline import ACT_BYTES, GemmPrecision
 from sim.hardware.efficiency import FittedEfficiency
 from sim.hardware.profile import HardwareProfile
@@ -34,6 +34,7 @@ class FittedGemm:
 
     def __init__(self, eff: FittedEfficiency, n, k, prec: GemmPrecision, bw: float, layers: float):
         self.w8a8 = prec.act_quant_bytes > 0
+        self.eff, self.n, self.k, self.prec, self.bw = eff, n, k, prec, bw
         p = self.p = gemm_family(eff, prec.quantization, self.w8a8)
         self.layers = layers
         n_tiled = -(-n // p.tile_n) * p.tile_n
@@ -78,32 +79,45 @@ MOE_SMALL_BLOCK_M = 16.0
 
 
 class FittedMoe:
-    """Router GEMM + grouped expert GEMMs w13 and w2 over all layers: the
-    T x top_k routed rows are spread over the expected number of distinct
-    experts hit (uniform routing), each expert's rows padded to the kernel's
-    row block (:data:`MOE_SMALL_BLOCK_M` while T <= E, else the GEMM family's tile)."""
+    """Router GEMM + the routed experts over all layers. Where the profile has a
+    fused-MoE kernel for the experts' weight format (``fitted_v1`` ``moe``
+    section, fitted to the engines' fused-MoE tables) the experts are one such
+    layer (``fitted.moe_fitted_s``); otherwise grouped expert GEMMs w13 and w2 of
+    the GEMM family: the T x top_k routed rows are spread over the expected
+    number of distinct experts hit (uniform routing), each expert's rows padded
+    to the kernel's row block (:data:`MOE_SMALL_BLOCK_M` while T <= E, else the
+    GEMM family's tile)."""
 
     def __init__(self, router: FittedGemm, w13: FittedGemm, w2: FittedGemm, num_experts: int,
                  top_k: int) -> None:
         self.router, self.w13, self.w2, self.E, self.k = router, w13, w2, num_experts, top_k
+        self.fused = w13.eff.moe.get(w13.prec.quantization)
+        self.ep = 1.0  #: expert-parallel size: the rank holds E / ep experts, gets T top_k / ep rows
+
+    def experts_s(self, T):
+        """One layer's routed experts for T tokens (float or float64 array)."""
+        E, k = self.E, self.k
+        if self.fused:
+            pr = self.w13.prec
+            return moe_fitted_s(self.fused, T, self.w13.k, self.w13.n / 2.0, E, k,
+                                pr.peak_flops_per_s, self.w13.bw, weight_bytes=pr.weight_bytes,
+                                act_bytes=pr.act_quant_bytes if self.w13.w8a8 else ACT_BYTES, ep=self.ep)
+        touched = E / self.ep * (1.0 - (1.0 - k / E) ** T)
+        m = T * k / self.ep
+        if isinstance(T, np.ndarray):
+            t13 = np.where(T <= E, MOE_SMALL_BLOCK_M, self.w13.tm)
+            t2 = np.where(T <= E, MOE_SMALL_BLOCK_M, self.w2.tm)
+        else:
+            t13 = t2 = MOE_SMALL_BLOCK_M if T <= E else None
+        return self.w13.time_s(m, touched, t13) + self.w2.time_s(m, touched, t2)
 
     def __call__(self, T: float) -> float:
-        E, k = self.E, self.k
-        touched = E * (1.0 - (1.0 - k / E) ** T)
-        m = T * k
-        tile = MOE_SMALL_BLOCK_M if T <= E else None
-        experts = self.w13.time_s(m, touched, tile) + self.w2.time_s(m, touched, tile)
-        return self.router(T) + experts * self.w13.layers
+        return self.router(T) + float(self.experts_s(T)) * self.w13.layers
 
     def table(self, T: np.ndarray) -> np.ndarray:
         """:meth:`__call__` at each of the token counts ``T`` (float64 array; 0 at T = 0)."""
-        E, k = self.E, self.k
         with np.errstate(invalid="ignore", divide="ignore"):  # T = 0: no expert touched, masked
-            touched = E * (1.0 - (1.0 - k / E) ** T)
-            m = T * k
-            tile = np.where(T <= E, MOE_SMALL_BLOCK_M, self.w13.tm)
-            experts = (self.w13.time_s(m, touched, tile)
-                       + self.w2.time_s(m, touched, np.where(T <= E, MOE_SMALL_BLOCK_M, self.w2.tm)))
+            experts = self.experts_s(T)
             return np.where(T > 0, self.router.table(T) + experts * self.w13.layers, 0.0)
 
 

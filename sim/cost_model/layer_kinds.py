@@ -96,8 +96,15 @@ class MlaAttention:
         self.nope, self.v, self.qk = model.qk_nope_head_dim, model.v_head_dim, model.qk_head_dim
         self.kvb = kv_bytes
         prefill, decode = attention_limits(hw)
-        self.pre, self.dec = _Roofline(hw, prefill, layers, 2), _Roofline(hw, decode, layers, 2)
         eff = hw.efficiency
+        mp = eff.mla if isinstance(eff, FittedEfficiency) else None
+        #: per step: fixed s and s per new token, all layers (``fitted_v1`` ``mla``: the
+        #: module's small kernels; 0 without it)
+        self.fixed_s, self.token_s = (layers * mp.layer_s, layers * mp.token_s) if mp else (0.0, 0.0)
+        if mp is not None:
+            prefill = (mp.prefill_compute_efficiency, mp.prefill_memory_efficiency, mp.launch_s)
+            decode = (mp.decode_compute_efficiency, mp.decode_memory_efficiency, mp.launch_s)
+        self.pre, self.dec = _Roofline(hw, prefill, layers, 2), _Roofline(hw, decode, layers, 2)
         #: softmax per (query, key, head) in tensor-core FLOP-equivalents (exp on the SFUs), the
         #: fitted context-attention term (``fitted_v1``); 0 for the scalar form
         self.softmax = (eff.context_attention.softmax_flops_per_score
@@ -128,9 +135,10 @@ class MlaAttention:
     def step_s(self, n: np.ndarray, c: np.ndarray, decode_C: int | None = None) -> float:
         if decode_C is not None:
             b = n.shape[0]
-            return self.dec(*self.decode_cost(float(b), float(decode_C + b)))
+            t = self.fixed_s + self.token_s * float(b)  # the general path's order: same floats
+            return t + self.dec(*self.decode_cost(float(b), float(decode_C + b)))
         cd, npf, cpf = _split(n, c)
-        t = 0.0
+        t = self.fixed_s + self.token_s * float(n.sum()) if n.size else 0.0
         if cd.size:
             t += self.dec(*self.decode_cost(float(cd.size), float(cd.sum() + cd.size)))
         if npf.size:
@@ -228,20 +236,50 @@ class GatedDeltaNet:
         self.flops_dec = gdn_flops_per_token(model, tp, prefill=False) + 2.0 * self.K * self.conv_dim
         self.flops_pre = gdn_flops_per_token(model, tp, prefill=True) + 2.0 * self.K * self.conv_dim
         prefill, decode = attention_limits(hw)
+        eff = hw.efficiency
+        gp = eff.gdn if isinstance(eff, FittedEfficiency) else None
+        self.seq_s = layers * gp.seq_s if gp else 0.0  #: per sequence with new tokens, all layers
+        if gp is not None:
+            prefill = (gp.prefill_compute_efficiency, gp.prefill_memory_efficiency, gp.launch_s)
+            decode = (gp.decode_compute_efficiency, gp.decode_memory_efficiency, gp.launch_s)
         self.pre, self.dec = _Roofline(hw, prefill, layers, 2), _Roofline(hw, decode, layers, 2)
         self.ssm_bytes = SSM_DTYPE_BYTES[model.mamba_ssm_dtype]
 
     def step_s(self, n: np.ndarray, c: np.ndarray, decode_C: int | None = None) -> float:
         if decode_C is not None:
             dec = n.shape[0]
-            return self.dec(dec * self.flops_dec, dec * (2.0 * self.state + self.act_per_tok))
+            return (self.dec(dec * self.flops_dec, dec * (2.0 * self.state + self.act_per_tok))
+                    + self.seq_s * dec)
         dec = int((n == 1).sum())
         pre = n > 1
         t = 0.0
         if dec:
-            t += self.dec(dec * self.flops_dec, dec * (2.0 * self.state + self.act_per_tok))
+            t += self.dec(dec * self.flops_dec, dec * (2.0 * self.state + self.act_per_tok)) + self.seq_s * dec
         npre = int(pre.sum())
         if npre:
             sn = float(n[pre].sum())
-            t += self.pre(sn * self.flops_pre, npre * 2.0 * self.state + sn * self.act_per_tok)
+            t += (self.pre(sn * self.flops_pre, npre * 2.0 * self.state + sn * self.act_per_tok)
+                  + self.seq_s * npre)
         return t
+
+
+def mla_layer_s(p, hw: HardwareProfile, flops, nbytes, new_tokens, decode):
+    """One layer of :class:`MlaAttention` with ``fitted_v1`` ``mla`` parameters
+    ``p`` (arrays broadcast; the same terms as ``step_s`` for a batch that is all
+    decodes or all prefill chunks): ``flops``/``nbytes`` from ``decode_cost`` or
+    ``prefill_cost``, ``new_tokens`` in the step, ``decode`` True for the absorbed path."""
+    peak, bw = hw.peak_flops_per_s.bf16, hw.hbm_bandwidth_bytes_per_s
+    ce = np.where(decode, p.decode_compute_efficiency, p.prefill_compute_efficiency)
+    me = np.where(decode, p.decode_memory_efficiency, p.prefill_memory_efficiency)
+    return (np.maximum(flops / (peak * ce), nbytes / (bw * me)) + 2.0 * p.launch_s + p.layer_s
+            + p.token_s * new_tokens)
+
+
+def gdn_layer_s(p, hw: HardwareProfile, flops, nbytes, seqs, decode):
+    """One layer of :class:`GatedDeltaNet` with ``fitted_v1`` ``gdn`` parameters ``p``
+    for a batch that is all decodes or all prefill chunks (arrays broadcast; the
+    terms of ``step_s``): FLOPs, bytes, sequences, ``decode`` True for one new token."""
+    peak, bw = hw.peak_flops_per_s.bf16, hw.hbm_bandwidth_bytes_per_s
+    ce = np.where(decode, p.decode_compute_efficiency, p.prefill_compute_efficiency)
+    me = np.where(decode, p.decode_memory_efficiency, p.prefill_memory_efficiency)
+    return np.maximum(flops / (peak * ce), nbytes / (bw * me)) + 2.0 * p.launch_s + p.seq_s * seqs

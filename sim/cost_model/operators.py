@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.cost_model.fitted import (all_reduce_fitted_s, gemm_family, gemm_fitted_s,
+from sim.cost_model.fitted import (all_reduce_fitted_s, gemm_family, gemm_fitted_s, gemm_measured_s,
                                    uniform_attention_s)
+from sim.cost_model.fitted_step import FittedGemm, FittedMoe
 from sim.cost_model.roofline import ACT_BYTES, GemmPrecision, gemm_precision, roofline_time_s
 from sim.hardware.efficiency import FittedEfficiency
 from sim.errors import ConfigError
@@ -37,14 +38,17 @@ def gemm_cost(m, n, k, prec: GemmPrecision, num_weight_matrices=1.0):
     return flops, nbytes
 
 
-def gemm_time_s(hw: HardwareProfile, m, n, k, quantization: str | None = "bf16"):
+def gemm_time_s(hw: HardwareProfile, m, n, k, quantization: str | None = "bf16", *,
+                measured: bool = False):
     """Time in s of one linear layer (arrays broadcast). ``quantization`` as
-    the config key (bf16, fp8, fp8_block, int8, int4_wo, nvfp4)."""
+    the config key (bf16, fp8, fp8_block, int8, int4_wo, nvfp4). ``measured``:
+    as an eager one-call benchmark times it (``fitted_v1``: with the family's
+    per-call host floor, ``fitted.gemm_measured_s``), not as a served step runs it."""
     prec = gemm_precision(hw, quantization)
     eff = hw.efficiency
     if isinstance(eff, FittedEfficiency):
         w8a8 = prec.act_quant_bytes > 0
-        return gemm_fitted_s(gemm_family(eff, prec.quantization, w8a8), np.asarray(m, dtype=float),
+        return (gemm_measured_s if measured else gemm_fitted_s)(gemm_family(eff, prec.quantization, w8a8), np.asarray(m, dtype=float),
                              n, k, prec.peak_flops_per_s, hw.hbm_bandwidth_bytes_per_s,
                              weight_bytes=prec.weight_bytes, w8a8=w8a8,
                              act_quant_bytes=prec.act_quant_bytes)
@@ -168,3 +172,31 @@ def all_reduce_time_s(hw: HardwareProfile, nbytes, num_gpus):
     t = (2.0 * (p - 1.0) / p * np.asarray(nbytes, dtype=float)
          / (ic.bandwidth_bytes_per_s * hw.efficiency.all_reduce_efficiency) + ic.latency_s)
     return np.where(p > 1, t, 0.0)
+
+
+# -- fused MoE --------------------------------------------------------------------
+def moe_layer_time_s(hw: HardwareProfile, num_tokens, hidden, inter, num_experts, top_k,
+                     quantization: str | None = "bf16", ep: float = 1.0):
+    """One MoE layer's routed experts on one rank (no router GEMM; arrays
+    broadcast): ``inter`` = the rank's expert intermediate size (I / moe_tp),
+    ``ep`` the expert-parallel size. ``fitted_v1``: the step model's own
+    :class:`~sim.cost_model.fitted_step.FittedMoe` (the profile's fused-MoE kernel
+    for the weight format where fitted, else grouped GEMMs); ``scalar``: the
+    roofline of the grouped GEMMs (touched experts' weights, 6 m h I FLOPs)."""
+    prec = gemm_precision(hw, quantization)
+    eff, bw = hw.efficiency, hw.hbm_bandwidth_bytes_per_s
+    T = np.asarray(num_tokens, dtype=float)
+    h, i = np.asarray(hidden, dtype=float), np.asarray(inter, dtype=float)
+    if isinstance(eff, FittedEfficiency):
+        w13, w2 = FittedGemm(eff, 2.0 * i, h, prec, bw, 1), FittedGemm(eff, h, i, prec, bw, 1)
+        moe = FittedMoe(w13, w13, w2, num_experts, top_k)
+        moe.ep = ep
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(T > 0, moe.experts_s(T), 0.0)
+    ce, me, launch = eff.operator_efficiency("gemm")
+    E, k = np.asarray(num_experts, dtype=float), np.asarray(top_k, dtype=float)
+    touched = E / ep * (1.0 - (1.0 - k / E) ** T)
+    m = T * k / ep
+    flops = 6.0 * m * h * i
+    nbytes = touched * 3.0 * h * i * prec.weight_bytes + m * ACT_BYTES * (2.0 * h + 3.0 * i)
+    return roofline_time_s(flops, nbytes, prec.peak_flops_per_s, bw, ce, me, 3 * launch)

@@ -121,6 +121,12 @@ class GemmParams(KernelParams):
     tile_n: int = Field(default=64, gt=0, le=2 ** 16)
     act_quant_row_s: float = Field(default=0.0, ge=0, le=MAX_FIXED_COST_S)
     act_quant_memory_efficiency: float = Field(default=1.0, ge=MIN_EFFICIENCY, le=1.5)
+    #: per-call host floor (Python dispatch, scale-tensor preparation, JIT lookup)
+    #: that overlaps the device work: an eager one-call-at-a-time benchmark
+    #: measures max(host_s, device time) (``fitted.gemm_measured_s``); a served
+    #: step replayed from a CUDA graph (vLLM decode) does not pay it, so the cost
+    #: model's step times use the device time alone. Default 0 (none measured).
+    host_s: float = Field(default=0.0, ge=0, le=MAX_FIXED_COST_S)
 
 
 class ContextAttentionParams(KernelParams):
@@ -145,6 +151,58 @@ class GenerationAttentionParams(KernelParams):
     kv_tile: int = Field(default=64, gt=0, le=2 ** 16)
     cta_token_s: float = Field(default=0.0, ge=0, le=MAX_FIXED_COST_S)
     split_kv_min_group: int = Field(default=1, ge=1, le=2 ** 16)
+
+
+class MoeParams(KernelParams):
+    """One fused-MoE kernel (routing + grouped expert GEMMs w13 and w2 + SiLU-and-mul
+    + weighted combine) for one expert weight format. Per rank: m = T top_k / ep routed
+    rows over ``touched`` = E/ep (1 - (1 - top_k/E)^T) local experts (uniform
+    routing), each expert's rows padded to ``tile_m_small`` while T <= E, else ``tile_m``
+    (vLLM ``fused_moe.get_default_config``); FLOPs 6 m_tiled h I, bytes the
+    touched experts' weights + the rows' activations; the roofline terms as the
+    other families, + ``expert_s`` per touched expert (per-expert tile setup, scale
+    loads, the grouped kernel's serial expert loop) + ``row_s`` per routed row of the
+    whole batch, T top_k, local or not (top-k, align/sort, permute, combine, and the
+    grouped GEMM's grid, all sized by every routed row: blocks of other ranks' experts
+    launch and exit, vLLM ``fused_moe`` with an ``expert_map``), + ``launch_s``."""
+    expert_s: float = _Cost
+    row_s: float = _Cost
+    tile_m: int = Field(default=64, gt=0, le=2 ** 16)        #: rows per expert block, T > E
+    tile_m_small: int = Field(default=16, gt=0, le=2 ** 16)  #: rows per expert block, T <= E
+
+
+class MlaParams(_Strict):
+    """Multi-head latent attention (``sim/cost_model/layer_kinds.MlaAttention``), fitted
+    to whole MLA modules (projections + attention; the projections keep the ``gemm``
+    families): the absorbed decode and expanded prefill attention as rooflines at
+    these efficiencies, 2 kernels of ``launch_s`` each, + per layer and step
+    ``layer_s`` (the module's other small kernels: the q/kv latent RMSNorms, RoPE,
+    the latent cache write, the absorbed W_UK / W_UV batched matmuls' launches) +
+    ``token_s`` per new token (their per-token work)."""
+    decode_compute_efficiency: float = _Eff
+    decode_memory_efficiency: float = _Eff
+    prefill_compute_efficiency: float = _Eff
+    prefill_memory_efficiency: float = _Eff
+    launch_s: float = _Cost
+    layer_s: float = _Cost
+    token_s: float = _Cost
+
+
+class GdnParams(_Strict):
+    """Gated DeltaNet layers (``sim/cost_model/layer_kinds.GatedDeltaNet``: causal
+    conv1d + gated delta rule, 2 kernels of ``launch_s``), fitted to the engines'
+    GDN kernel tables: decode and prefill rooflines at these efficiencies, +
+    ``seq_s`` per sequence and layer (per-sequence state setup, chunk bookkeeping)."""
+    decode_compute_efficiency: float = _Eff
+    decode_memory_efficiency: float = _Eff
+    prefill_compute_efficiency: float = _Eff
+    prefill_memory_efficiency: float = _Eff
+    launch_s: float = _Cost
+    seq_s: float = _Cost
+
+
+#: expert weight formats of ``fitted_v1``'s optional ``moe`` section (servesim names)
+MOE_FAMILIES = ("bf16", "fp8", "fp8_block", "int4_wo", "mxfp4", "nvfp4")
 
 
 class ElementwiseParams(_Strict):
@@ -187,6 +245,24 @@ class FittedEfficiency(EfficiencyBase):
     generation_attention: GenerationAttentionParams
     elementwise: ElementwiseParams
     all_reduce: AllReduceParams
+    #: optional: fused-MoE kernels per expert weight format (``MOE_FAMILIES``); a
+    #: format not listed (or a profile without the section) times the experts as
+    #: grouped GEMMs of the ``gemm`` family (``sim/cost_model/fitted_step.FittedMoe``)
+    moe: dict[str, MoeParams] = Field(default_factory=dict)
+    #: optional: MLA attention fitted to whole-module tables; absent: MLA runs at the
+    #: context / generation attention families' large-size limits
+    mla: MlaParams | None = None
+    #: optional: Gated DeltaNet fitted to the GDN kernel tables; absent: the attention
+    #: families' limits
+    gdn: GdnParams | None = None
+
+    @field_validator("moe")
+    @classmethod
+    def _check_moe(cls, v: dict[str, MoeParams]) -> dict[str, MoeParams]:
+        unknown = sorted(set(v) - set(MOE_FAMILIES))
+        if unknown:
+            raise ValueError(f"moe: unknown format(s) {unknown}; valid: {', '.join(MOE_FAMILIES)}")
+        return v
 
     @field_validator("gemm")
     @classmethod

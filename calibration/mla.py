@@ -1,0 +1,130 @@
+"""Fit and score MLA (multi-head latent attention) against whole-module tables.
+
+The ``*_mla_{generation,context}_module`` tables time one DeepSeek-V3 MLA module
+(q/kv low-rank projections, attention, o_proj) at ``num_heads`` heads per rank
+(TP = 128 / num_heads), ``gemm_type`` weights and ``kv_cache_dtype`` cache. The
+cost model's prediction of a row is one layer of :class:`~sim.cost_model.CostModel`'s
+``qkv_proj`` + ``attention`` + ``o_proj`` operators (DeepSeek-V3 from
+``../shared/models``) for a batch of ``batch_size`` identical sequences (decode:
+one new token over ``step`` cached; context: ``isl`` new). The fit
+(:func:`fit_mla`) keeps the projections' GEMM families and fits the ``fitted_v1``
+``mla`` section (:class:`~sim.hardware.efficiency.MlaParams`) on the attention
+remainder, with the formula the step model uses (``layer_kinds.mla_layer_s``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from calibration.tables import read_mla_module_table
+from sim.cost_model import CostModel
+from sim.cost_model.layer_kinds import MlaAttention, mla_layer_s
+from sim.errors import ConfigError
+from sim.hardware.efficiency import MlaParams
+from sim.hardware.profile import HardwareProfile
+from sim.model_spec import get_model
+from sim.paths import shared_dir
+
+#: the model the module tables measure (constant ``model`` column, dropped)
+MLA_MODEL = "deepseek-ai--DeepSeek-V3_config.json"
+FULL_HEADS = 128
+GEMM_TYPES = {"bfloat16": "bf16", "fp8_block": "fp8_block", "fp8": "fp8"}
+PARAMS = ("decode_compute_efficiency", "decode_memory_efficiency", "prefill_compute_efficiency",
+          "prefill_memory_efficiency", "launch_s", "layer_s", "token_s")
+_BOUNDS = {"launch_s": (1e-8, 1e-3), "layer_s": (1e-8, 1e-3), "token_s": (1e-12, 1e-5)}
+
+
+def read_module_tables(directory: str | Path, engine: str = "vllm") -> pd.DataFrame:
+    """Rows of ``engine``'s generation and context module tables
+    (``calibration.tables.read_mla_module_table``), with ``source``."""
+    out = []
+    for phase in ("generation", "context"):
+        for path in sorted(Path(directory).glob(f"{engine}-*_mla_{phase}_module.csv*")):
+            df = read_mla_module_table(path)
+            df["source"] = path.name
+            out.append(df)
+    if not out:
+        raise ConfigError(f"{directory}: no {engine} MLA module tables")
+    return pd.concat(out, ignore_index=True)
+
+
+def _model():
+    return get_model(str(shared_dir() / "models" / MLA_MODEL))
+
+
+def inputs(rows: pd.DataFrame, hw: HardwareProfile) -> dict[str, np.ndarray]:
+    """Per row: the projections' time (the cost model's GEMMs, one layer) and
+    the attention's FLOPs, bytes and new tokens (``MlaAttention`` costs, one layer)."""
+    model = _model()
+    L = model.num_hidden_layers
+    gemm = np.zeros(len(rows))
+    flops, nbytes = np.zeros(len(rows)), np.zeros(len(rows))
+    for (h, g, kv), s in rows.groupby(["num_heads", "gemm_type", "kv_cache_dtype"]):
+        tp = FULL_HEADS // int(h)
+        kvd = "fp8" if str(kv).startswith("fp8") else "auto"
+        cm = CostModel(model, hw, tensor_parallel_size=tp, quantization=GEMM_TYPES.get(str(g), str(g)),
+                       kv_cache_dtype=kvd)
+        mla = MlaAttention(model, hw, tp, cm.kv_bytes, 1)
+        for i, r in zip(s.index, s.itertuples(index=False)):
+            T = float(r.batch_size * r.new)
+            gemm[i] = (cm._qkv(T) + cm._o(T)) / L
+            if r.decode:
+                flops[i], nbytes[i] = mla.decode_cost(float(r.batch_size),
+                                                      float(r.batch_size * (r.cached + 1)))
+            else:
+                n, b = float(r.new), float(r.batch_size)
+                flops[i], nbytes[i] = mla.prefill_cost(b * n, 0.0, b * (n * n + n) / 2.0)
+    return {"gemm": gemm, "flops": flops, "nbytes": nbytes,
+            "tokens": (rows["batch_size"] * rows["new"]).to_numpy(float),
+            "decode": rows["decode"].to_numpy(bool)}
+
+
+def step_model_predict(rows: pd.DataFrame, hw: HardwareProfile) -> np.ndarray:
+    """Each row as the simulator times it: one layer's ``qkv_proj`` + ``attention``
+    + ``o_proj`` of :meth:`CostModel.step_time` (all layers / layer count)."""
+    model = _model()
+    L = model.num_hidden_layers
+    out = np.zeros(len(rows))
+    for (h, g, kv), s in rows.groupby(["num_heads", "gemm_type", "kv_cache_dtype"]):
+        kvd = "fp8" if str(kv).startswith("fp8") else "auto"
+        cm = CostModel(model, hw, tensor_parallel_size=FULL_HEADS // int(h),
+                       quantization=GEMM_TYPES.get(str(g), str(g)), kv_cache_dtype=kvd)
+        for i, r in zip(s.index, s.itertuples(index=False)):
+            b = int(r.batch_size)
+            ops = cm.step_time(np.full(b, int(r.new)), np.full(b, int(r.cached))).ops
+            out[rows.index.get_loc(i)] = (ops["qkv_proj"] + ops["attention"] + ops["o_proj"]) / L
+    return out
+
+
+def predict(p: MlaParams, a: dict, hw: HardwareProfile) -> np.ndarray:
+    return a["gemm"] + mla_layer_s(p, hw, a["flops"], a["nbytes"], a["tokens"], a["decode"])
+
+
+def fit_mla(rows: pd.DataFrame, hw: HardwareProfile, a: dict | None = None) -> MlaParams:
+    """Least squares on log time (soft-L1 after a plain pass, as ``calibration.fit``)."""
+    a = a if a is not None else inputs(rows, hw)
+    ly = np.log(rows["latency_s"].to_numpy(float))
+    lo = np.log([_BOUNDS.get(n, (0.02, 1.0))[0] for n in PARAMS])
+    hi = np.log([_BOUNDS.get(n, (0.02, 1.0))[1] for n in PARAMS])
+    x0 = np.log([0.6, 0.7, 0.5, 0.7, 5e-6, 2e-5, 1e-8])
+
+    def build(x):
+        return MlaParams.model_construct(**dict(zip(PARAMS, np.exp(x))))
+
+    def resid(x):
+        return np.log(np.maximum(predict(build(x), a, hw), 1e-30)) - ly
+    x = least_squares(resid, x0, bounds=(lo, hi), max_nfev=300).x
+    x = least_squares(resid, x, bounds=(lo, hi), loss="soft_l1", f_scale=0.2, max_nfev=300).x
+    return MlaParams.model_validate(build(x).model_dump())
+
+
+def holdout_heads(rows: pd.DataFrame, seed: int = 0, frac: float = 0.3) -> np.ndarray:
+    """True for rows of a seeded ``frac`` of the head counts (whole shapes held out)."""
+    heads = np.sort(rows["num_heads"].unique())
+    n_out = min(max(1, int(round(frac * len(heads)))), len(heads) - 1)
+    held = set(np.random.default_rng(seed).permutation(heads)[:n_out].tolist())
+    return rows["num_heads"].isin(held).to_numpy()

@@ -1,0 +1,124 @@
+"""Fused-MoE and block-fp8 calibration: known parameters are recovered from
+timings the cost model's own formulas generate, check_tables scores a tiny
+MoE table with the expected error, and profiles without the new sections load."""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from calibration.check_tables import check_dir
+from calibration.fit import Device, fit_block_fp8, fit_family, predict
+from sim.cost_model import CostModel
+from sim.cost_model.fitted import gemm_fitted_s, gemm_measured_s
+from sim.cost_model.operators import gemm_time_s, moe_layer_time_s
+from sim.hardware.efficiency import FittedEfficiency, GemmParams, MoeParams
+from sim.hardware.profile import get_hardware
+from sim.model_spec import get_model
+
+DEV = Device(peak_bf16=1e15, peak_fp8=2e15, hbm_bw=3e12, num_sms=100, link_bw=4e11)
+TEST_GPU = Path(__file__).parent / "data" / "test_gpu.yaml"
+
+MOE_TRUE = MoeParams(compute_efficiency_max=0.6, compute_half_flops=2e10, compute_exponent=0.8,
+                     memory_efficiency_max=0.8, memory_half_bytes=5e6, memory_exponent=1.0,
+                     launch_s=2e-5, expert_s=3e-7, row_s=2e-9)
+
+
+def moe_rows() -> pd.DataFrame:
+    shapes = [(2048, 768, 8, 128), (4096, 1536, 8, 128), (7168, 2048, 8, 256), (2880, 2880, 4, 32)]
+    rows = [dict(num_tokens=t, hidden_size=h, inter_size=i, topk=k, num_experts=e, moe_tp_size=tp,
+                 moe_ep_size=ep)
+            for h, i, k, e in shapes for t in (1, 4, 16, 64, 256, 1024, 4096, 16384)
+            for tp, ep in ((1, 1), (2, 1), (1, 4))]
+    return pd.DataFrame(rows).astype(float)
+
+
+def test_moe_fit_recovers_known_parameters():
+    rows = moe_rows()
+    rows["latency_s"] = predict("moe.bf16", MOE_TRUE, rows, DEV)
+    fit = fit_family("moe.bf16", rows, DEV)
+    err = np.abs(predict("moe.bf16", fit.params, rows, DEV) / rows["latency_s"] - 1)
+    assert err.max() < 0.02
+    assert abs(fit.params.launch_s / MOE_TRUE.launch_s - 1) < 0.1
+    # saturation exponents capped at 1: a tiny expert-parallel share never costs more than a larger one
+    assert fit.params.compute_exponent <= 1.0 and fit.params.memory_exponent <= 1.0
+    assert abs(fit.params.memory_efficiency_max / MOE_TRUE.memory_efficiency_max - 1) < 0.1
+
+
+def test_block_fp8_fit_recovers_the_host_floor():
+    fp8 = GemmParams(compute_efficiency_max=0.7, compute_half_flops=1e9, compute_exponent=1.0,
+                     memory_efficiency_max=0.85, memory_half_bytes=1e7, memory_exponent=1.0,
+                     launch_s=3e-6, k_serial_s=1e-9, k_split=2000.0)
+    true = fp8.model_copy(update={"host_s": 80e-6, "compute_efficiency_max": 0.6})
+    m, n, k = (a.ravel().astype(float) for a in np.meshgrid([1, 16, 256, 4096, 16384],
+                                                             [1024, 4096, 16384], [1024, 7168]))
+    rows = pd.DataFrame({"m": m, "n": n, "k": k})
+    rows["latency_s"] = predict("gemm.fp8_block", true, rows, DEV)
+    fit = fit_block_fp8(rows, DEV, fp8)
+    assert abs(fit.params.host_s / 80e-6 - 1) < 0.02
+    assert abs(fit.params.compute_efficiency_max / 0.6 - 1) < 0.05
+    # measured = max(host floor, device); served steps use the device time alone
+    dev_t = gemm_fitted_s(true, 1.0, 4096, 7168, 2e15, 3e12, weight_bytes=1.0, w8a8=True)
+    meas = gemm_measured_s(true, 1.0, 4096, 7168, 2e15, 3e12, weight_bytes=1.0, w8a8=True)
+    assert dev_t < 80e-6 and float(meas) == 80e-6
+
+
+def test_check_tables_scores_a_tiny_moe_table(tmp_path):
+    hw = get_hardware(str(TEST_GPU))
+    rows = moe_rows().head(24)
+    pred = moe_layer_time_s(hw, rows["num_tokens"], rows["hidden_size"],
+                            rows["inter_size"] / rows["moe_tp_size"], rows["num_experts"],
+                            rows["topk"], "bf16", rows["moe_ep_size"].to_numpy())
+    df = rows.assign(kernel_source="k", moe_dtype="bfloat16", distribution="balanced",
+                     latency=1e3 * pred * 1.25)  # measured 25 % above: APE 20 %
+    df.to_csv(tmp_path / "x_moe.csv", index=False)
+    (r,) = check_dir(tmp_path, hw, model_free=True)
+    n, mape, med = r.bands["all"]
+    assert n == 24 and abs(mape - 20.0) < 1e-6 and abs(med - 20.0) < 1e-6
+
+
+def test_profiles_without_the_new_sections_load_and_default():
+    hw = get_hardware(str(TEST_GPU))
+    eff = hw.efficiency
+    if isinstance(eff, FittedEfficiency):
+        assert all(g.host_s >= 0 for g in eff.gemm.values())
+    data = get_hardware("a100_sxm").efficiency.model_dump()
+    data.pop("moe", None)
+    for g in data["gemm"].values():
+        g.pop("host_s", None)
+    e = FittedEfficiency.model_validate(data)
+    assert e.moe == {} and all(g.host_s == 0.0 for g in e.gemm.values())
+
+
+def test_fused_moe_section_drives_the_step_model():
+    hw = get_hardware("h100_sxm")
+    model = get_model("/work/shared/models/Qwen--Qwen3-30B-A3B_config.json") if Path(
+        "/work/shared/models/Qwen--Qwen3-30B-A3B_config.json").exists() else None
+    if model is None or not model.is_moe:
+        return
+    eff = hw.efficiency.model_copy(update={"moe": {"bf16": MOE_TRUE}})
+    hw2 = hw.model_copy(update={"efficiency": eff})
+    cm = CostModel(model, hw2)
+    T = 64.0
+    want = float(moe_layer_time_s(hw2, T, model.hidden_size, model.moe_intermediate_size,
+                                  model.num_experts, model.num_experts_per_tok, "bf16"))
+    assert abs(cm._moe_fitted.experts_s(T) - want) < 1e-12
+    assert gemm_time_s(hw, 4.0, 4096, 4096, "fp8_block") <= gemm_time_s(hw, 4.0, 4096, 4096,
+                                                                          "fp8_block", measured=True)
+
+
+def test_live_moe_csv_is_fitted_into_the_profile(tmp_path):
+    """``calibrate --device cuda`` writes bench_moe's rows as ``torch_moe.csv`` (the
+    MoE table format): fit_directory fits ``moe.bf16`` from it and the profile carries it."""
+    from calibration.cli import fit_directory
+    from calibration.microbench import MOE_COLUMNS
+    from calibration.profile_writer import build_efficiency
+    rows = moe_rows()
+    rows["latency_s"] = predict("moe.bf16", MOE_TRUE, rows, DEV)
+    df = rows.assign(kernel_source="torch_grouped_mm", moe_dtype="bfloat16", distribution="balanced",
+                     latency=rows["latency_s"] * 1e3)
+    df[list(MOE_COLUMNS)].to_csv(tmp_path / "torch_moe.csv", index=False)
+    fits, scores, _ = fit_directory(tmp_path, DEV, quiet=True)
+    assert list(fits) == ["moe.bf16"] and scores["moe.bf16"][2] < 2.0
+    eff = build_efficiency(fits, get_hardware("h100_sxm"))
+    assert eff.moe["bf16"] == fits["moe.bf16"].params
