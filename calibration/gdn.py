@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
 
+from calibration.fit import _least_squares
 from calibration.tables import read_csv_table
 from sim.cost_model.layer_kinds import GatedDeltaNet, gdn_layer_s
 from sim.errors import ConfigError
@@ -111,6 +111,7 @@ def fit_gdn(rows: pd.DataFrame, hw: HardwareProfile, a: dict | None = None) -> G
 
     def resid(x):
         return np.log(np.maximum(predict(build(x), a, hw), 1e-30)) - ly
+    least_squares = _least_squares()  # scipy: the [calibration] extra, imported when a fit runs
     x = least_squares(resid, x0, bounds=(lo, hi), max_nfev=300).x
     x = least_squares(resid, x, bounds=(lo, hi), loss="soft_l1", f_scale=0.2, max_nfev=300).x
     return GdnParams.model_validate(build(x).model_dump())

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
 
+from calibration.fit import _least_squares
 from calibration.tables import read_mla_module_table
 from sim.cost_model import CostModel
 from sim.cost_model.layer_kinds import MlaAttention, mla_layer_s
@@ -117,6 +117,7 @@ def fit_mla(rows: pd.DataFrame, hw: HardwareProfile, a: dict | None = None) -> M
 
     def resid(x):
         return np.log(np.maximum(predict(build(x), a, hw), 1e-30)) - ly
+    least_squares = _least_squares()  # scipy: the [calibration] extra, imported when a fit runs
     x = least_squares(resid, x0, bounds=(lo, hi), max_nfev=300).x
     x = least_squares(resid, x, bounds=(lo, hi), loss="soft_l1", f_scale=0.2, max_nfev=300).x
     return MlaParams.model_validate(build(x).model_dump())
