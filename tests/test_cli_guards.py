@@ -50,3 +50,18 @@ def test_plan_counts_attention_dp_gpus():
     plan = CandidatePlan(c, "infeasible", replicas=3)
     row = plan_table([plan], PlanSettings(slos=[])).iloc[0]
     assert row["num_gpus"] == 3 * 2 * 4
+
+
+def test_kv_refuses_a_disaggregated_config_rather_than_show_one_pool_unlabelled():
+    r = cli("kv", "--set", "tensor_parallel_size=4", "--set", "disaggregation.decode.tensor_parallel_size=8")
+    assert r.returncode == 2 and "shows one engine's KV cache; for a disaggregated deployment run it per pool" in r.stderr
+
+
+def test_nvlink_is_refused_between_different_gpus_and_beyond_one_domain():
+    with pytest.raises(ConfigError, match=r"nvlink, but the pools run on different GPUs \(h100_sxm, mi300x\)"):
+        from sim.engine.deployment import build_deployment
+        build_deployment(build_config(overrides={"disaggregation": {
+            "kv_transfer_link": "nvlink", "prefill": {"hardware": "h100_sxm"}, "decode": {"hardware": "mi300x"}}}))
+    with pytest.raises(ConfigError, match=r"the 32 GPUs of the pools exceed one h100_sxm NVLink domain \(8 GPUs\)"):
+        build_deployment(build_config(overrides={"tensor_parallel_size": 4, "disaggregation": {
+            "kv_transfer_link": "nvlink", "num_prefill_workers": 4, "num_decode_workers": 4}}))

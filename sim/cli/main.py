@@ -236,6 +236,10 @@ def kv(
     from sim.cli.tables import print_kv_report
 
     cfg = build_config(config, _overrides(model=model, hardware=hardware), set_)
+    if cfg.disaggregation is not None:  # one table is one engine's KV cache: name the pool to show
+        raise ServesimError("kv: shows one engine's KV cache; for a disaggregated deployment run it per pool "
+                          "with that pool's keys (e.g. --set tensor_parallel_size=8 for the decode pool), "
+                          "without the disaggregation keys")
     dep = build_deployment(cfg)
     lengths = tuple(length) if length else (1024, 4096, dep.limits.max_model_len)
     from sim.cost_model.parallel import layout_report

@@ -101,10 +101,17 @@ def _kv_transfer(cfg: SimConfig, p: Deployment, dd: Deployment) -> KVTransferSpe
     d = cfg.disaggregation
     tp_p, tp_d = p.cfg.tensor_parallel_size, dd.cfg.tensor_parallel_size
     link = d.kv_transfer_link
+    gpus = d.num_prefill_workers * tp_p + d.num_decode_workers * tp_d
+    same = p.hardware.name == dd.hardware.name
+    one_domain = same and gpus <= p.hardware.interconnect.max_gpus
     if link == "auto":
-        gpus = d.num_prefill_workers * tp_p + d.num_decode_workers * tp_d
-        same = p.hardware.name == dd.hardware.name
-        link = "nvlink" if same and gpus <= p.hardware.interconnect.max_gpus else "network"
+        link = "nvlink" if one_domain else "network"
+    elif link == "nvlink" and not one_domain:  # NVLink joins one node's GPUs of one kind, no more
+        why = (f"the pools run on different GPUs ({p.hardware.name}, {dd.hardware.name})" if not same else
+               f"the {gpus} GPUs of the pools exceed one {p.hardware.name} NVLink domain "
+               f"({p.hardware.interconnect.max_gpus} GPUs)")
+        raise ConfigError(f"disaggregation.kv_transfer_link: nvlink, but {why}: the KV must cross the network "
+                          "(set kv_transfer_link: network or auto)")
     sides = []
     for dep, pool in ((p, "prefill"), (dd, "decode")):
         hw = dep.hardware
