@@ -102,7 +102,25 @@ def model_checkpoint(model: str, quantization: str | None) -> tuple[str, bool]:
 def launch_command(cfg: dict[str, Any]) -> Launch:
     """The launch command of a resolved config (``summary.json``'s ``config``)."""
     engine = cfg.get("engine") or "vllm"
+    if cfg.get("disaggregation"):
+        return _disaggregated(cfg, engine)
     return {"vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm}[engine](cfg)
+
+
+def _disaggregated(cfg: dict[str, Any], engine: str) -> Launch:
+    """A disaggregated deployment launches a prefill and a decode pool, each with
+    its engine's P/D setup (vLLM ``--kv-transfer-config``, SGLang
+    ``--disaggregation-mode``, TensorRT-LLM's disaggregated server); their limits
+    are resolved per pool, so no single engine command is written: the pools are
+    named and the command is a comment."""
+    d = cfg["disaggregation"]
+    tp = cfg.get("tensor_parallel_size")
+    pools = ", ".join(f"{d[f'num_{p}_workers']} {p} worker(s) of TP "
+                      f"{(d.get(p) or {}).get('tensor_parallel_size', tp)}" for p in ("prefill", "decode"))
+    la = Launch(engine, ["#", f"disaggregated {engine}: {pools}"])
+    la.problems.append(f"disaggregated prefill and decode pools ({pools}): launch each pool's workers with "
+                       f"{engine}'s disaggregation setup; per-pool commands are not written")
+    return la
 
 
 def _common_problems(cfg: dict[str, Any], engine: str, modes: dict) -> list[str]:

@@ -119,3 +119,14 @@ def test_parse_prices():
                         (["h100_sxm=-1"], "must be in [0,"), (["h100_sxm=1", "h100_sxm=2"], "priced twice")):
         with pytest.raises(ConfigError, match=__import__("re").escape(needle)):
             parse_prices(bad)
+
+
+def test_a_disaggregated_winner_names_its_pools_instead_of_a_broken_command():
+    from sim.config import build_config
+    from sim.launch import launch_command
+
+    cfg = build_config(overrides={"disaggregation": {"num_decode_workers": 2, "decode": {"tensor_parallel_size": 2}}})
+    la = launch_command(cfg.model_dump(mode="json"))
+    text = la.text()
+    assert "1 prefill worker(s) of TP 1, 2 decode worker(s) of TP 2" in text
+    assert la.problems and "per-pool commands are not written" in la.problems[0]
