@@ -126,6 +126,11 @@ def resolve_layout(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_siz
         return ParallelLayout(tp, dp, 1, tp, False)
     E = model.num_experts
     if moe_ep_size is not None or moe_tp_size is not None:
+        for key, val in (("moe_tp_size", moe_tp_size), ("moe_ep_size", moe_ep_size)):
+            if val is not None and (val > G or G % val):  # name the key the user gave, not the derived one
+                raise ConfigError(f"{key}: {val} does not divide the {G} GPUs of one DP group "
+                                  f"(tensor_parallel_size {tp} x data_parallel_size {dp}); the experts' "
+                                  "moe_ep_size x moe_tp_size must equal them")
         ep = moe_ep_size if moe_ep_size is not None else G // (moe_tp_size or 1)
         mtp = moe_tp_size if moe_tp_size is not None else G // ep
         if ep > G:
