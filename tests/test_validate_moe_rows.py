@@ -33,3 +33,23 @@ def test_tp_across_nodes_is_not_simulable_with_the_reason():
                                            r"domain \(8 GPUs\)"):
         row_overrides({**ROW, "tp_size": 16, "attention_dp_size": 1, "moe_tp_size": 4, "moe_ep_size": 4},
                       ValidateOptions())
+
+
+def test_summary_scores_per_model_and_per_campaign():
+    import pandas as pd
+
+    from sim.validate.report import summarize_predictions, summary_markdown
+
+    df = pd.DataFrame({
+        "status": ["ok", "ok", "ok", "not_simulable"], "reason": ["", "", "", "x"], "id": list("abcd"),
+        "backend": ["vllm", "vllm", "sglang", "vllm"], "system": ["h200_sxm"] * 4, "tp_size": [8, 8, 8, 8],
+        "model_path": ["deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3", "openai/gpt-oss-120b", "x/y"],
+        "campaign": ["c1", "c2", "c2", "c1"], "mode": ["agg"] * 4,
+        "silicon_ttft_ms": [100.0, 100.0, 100.0, 1.0], "pred_ttft_ms": [110.0, 130.0, 50.0, 1.0],
+        "silicon_tpot_ms": [10.0, 10.0, 10.0, 1.0], "pred_tpot_ms": [10.0, 12.0, 10.0, 1.0]})
+    s = summarize_predictions(df)
+    assert s["by_model"]["DeepSeek-V3"]["n"] == 2 and s["by_model"]["DeepSeek-V3"]["ttft_mape"] == pytest.approx(20.0)
+    assert s["by_campaign"]["c2"]["n"] == 2 and s["by_campaign"]["c2"]["ttft_mape"] == pytest.approx(40.0)
+    assert s["by_campaign"]["c1"]["tpot_mape"] == pytest.approx(0.0)  # the not-simulated c1 row is not scored
+    md = summary_markdown(s)
+    assert "| model gpt-oss-120b | 1 | 50.0 |" in md and "| campaign c1 | 1 | 10.0 |" in md

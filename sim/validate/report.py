@@ -34,11 +34,15 @@ def _scores(sub) -> dict[str, Any]:
 
 
 def summarize_predictions(df) -> dict[str, Any]:
-    """Overall, per-engine and per-(model, system, backend, tp) scores, and the
-    rows that could not be simulated."""
+    """Overall, per-engine, per-model, per-campaign and per-(model, system,
+    backend, tp) scores, and the rows that could not be simulated."""
     ok = df[df["status"] == "ok"]
     summary: dict[str, Any] = {"num_rows": int(len(df)), "num_ok": int(len(ok)), "overall": _scores(ok)}
     summary["by_engine"] = {str(k): _scores(g) for k, g in ok.groupby("backend")}
+    # per model (all GPUs, engines, parallelism) and per measurement campaign, where the table has one
+    summary["by_model"] = {str(k).split("/")[-1]: _scores(g) for k, g in ok.groupby("model_path")}
+    summary["by_campaign"] = ({str(k): _scores(g) for k, g in ok.groupby("campaign")}
+                              if "campaign" in ok.columns else {})
     groups = {}
     for key, g in ok.groupby(list(GROUP_KEYS)):
         groups[group_label(dict(zip(GROUP_KEYS, key)))] = _scores(g)
@@ -70,6 +74,8 @@ def summary_markdown(summary: dict[str, Any], title: str = "servesim validate") 
 
     lines += [head, line("**all**", o)]
     lines += [line(f"engine {k}", s) for k, s in summary["by_engine"].items()]
+    lines += [line(f"model {k}", s) for k, s in summary.get("by_model", {}).items()]
+    lines += [line(f"campaign {k}", s) for k, s in summary.get("by_campaign", {}).items()]
     lines += [line(k, s) for k, s in summary["by_group"].items()]
     lines.append("")
     if summary["not_simulated"]:
