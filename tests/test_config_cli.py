@@ -264,12 +264,26 @@ def test_workload_name_and_dotted_keys_merge_in_either_order(order, tmp_path):
     assert cfg.num_requests == 70 and cfg.input_len == chat.input_len
 
 
-def test_tensor_parallelism_beyond_one_node_is_an_error():
-    with pytest.raises(ConfigError, match=r"tensor_parallel_size 16: .*\(8\); tensor parallelism across nodes"):
-        build_deployment(build_config(overrides={"model": "llama-3.1-8b", "hardware": "h100_sxm",
+def test_tensor_parallelism_beyond_one_node_runs_over_the_nics_or_is_an_error():
+    """TP 16 on 8-GPU H100 nodes: two NVLink domains joined by the per-GPU NICs (hierarchical
+    all-reduce); TP 128 is no whole number of GB200 NVL72 domains; a profile without NICs refuses it."""
+    from sim.cost_model.fitted_step import inter_node_all_reduce_s
+    from sim.hardware.profile import get_hardware
+
+    build_deployment(build_config(overrides={"model": "llama-3.1-70b", "hardware": "h100_sxm",
+                                             "tensor_parallel_size": 16}))
+    with pytest.raises(ConfigError, match=r"tensor_parallel_size 128: .*\(72\), and 128 is not a whole number"):
+        build_deployment(build_config(overrides={"model": "llama-3.1-405b", "hardware": "gb200",
+                                                 "tensor_parallel_size": 128}))  # NVL72 domains
+    with pytest.raises(ConfigError, match=r"tensor_parallel_size 16: .*no 'network' section"):
+        build_deployment(build_config(overrides={"model": "llama-3.1-8b", "hardware": "l40s",
                                                  "tensor_parallel_size": 16}))
-    build_deployment(build_config(overrides={"model": "llama-3.1-8b", "hardware": "h100_sxm",
-                                             "tensor_parallel_size": 8}))
+    hw = get_hardware("h100_sxm")
+    # 2 nodes of 8: 2 (2-1)/2 x (8 MiB / 8) / NIC bandwidth + 2 x NIC latency
+    nb = 8 * 2 ** 20
+    assert inter_node_all_reduce_s(hw, 16, nb) == pytest.approx(
+        (nb / 8) / hw.network.bandwidth_bytes_per_s + 2 * hw.network.latency_s, rel=1e-12)
+    assert inter_node_all_reduce_s(hw, 8, nb) == 0.0
 
 
 def test_workload_file_named_in_a_config_is_relative_to_that_config(tmp_path, monkeypatch):

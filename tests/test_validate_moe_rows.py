@@ -28,10 +28,14 @@ def test_vllm_dp_without_ep_is_read_from_the_gpu_count():
     assert (ov["tensor_parallel_size"], ov["data_parallel_size"], ov["moe_tp_size"]) == (1, 4, 4)
 
 
-def test_tp_across_nodes_is_not_simulable_with_the_reason():
-    with pytest.raises(NotSimulable, match=r"tensor parallelism 16 spans more than one h200_sxm NVLink "
-                                           r"domain \(8 GPUs\)"):
-        row_overrides({**ROW, "tp_size": 16, "attention_dp_size": 1, "moe_tp_size": 4, "moe_ep_size": 4},
+def test_tp_across_nodes_runs_over_the_nics_and_is_not_simulable_without_them():
+    ov = row_overrides({**ROW, "tp_size": 16, "attention_dp_size": 1, "moe_tp_size": 16, "moe_ep_size": 1},
+                       ValidateOptions())
+    assert ov["tensor_parallel_size"] == 16  # two 8-GPU H200 nodes, joined by the per-GPU NICs
+    with pytest.raises(NotSimulable, match=r"tensor_parallel_size 12: .* 12 is not a whole number of 8-GPU domains"):
+        row_overrides({**ROW, "tp_size": 12, "moe_tp_size": 12, "moe_ep_size": 1}, ValidateOptions())
+    with pytest.raises(NotSimulable, match=r"the profile has no 'network' section"):
+        row_overrides({**ROW, "system": "l40s", "tp_size": 16, "moe_tp_size": 16, "moe_ep_size": 1},
                       ValidateOptions())
 
 

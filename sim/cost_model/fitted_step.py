@@ -121,14 +121,34 @@ class FittedMoe:
             return np.where(T > 0, self.router.table(T) + experts * self.w13.layers, 0.0)
 
 
+def inter_node_all_reduce_s(hw: HardwareProfile, tp: int, nbytes):
+    """The between-nodes part of a hierarchical all-reduce of ``nbytes`` over a TP
+    group spanning N = tp / g NVLink domains of g GPUs (NCCL: reduce-scatter inside
+    each node, a ring all-reduce between the nodes on the 1/g shards -- every GPU's
+    own NIC carrying one shard in parallel --, all-gather inside): 2 (N - 1) / N x
+    (nbytes / g) / NIC bandwidth + 2 (N - 1) NIC latencies; 0 inside one domain.
+    The inside-node part is the ordinary g-GPU all-reduce."""
+    nodes = hw.tensor_parallel_nodes(tp)
+    if nodes == 1:
+        return 0.0 * nbytes
+    g, net = tp // nodes, hw.network
+    return (2.0 * (nodes - 1) / nodes * (nbytes / g) / net.bandwidth_bytes_per_s
+            + 2.0 * (nodes - 1) * net.latency_s)
+
+
 class FittedAllReduce:
     """``count`` all-reduces of T x hidden bf16 activations per step
-    (``fitted.all_reduce_fitted_s`` with the GPU count's constants folded)."""
+    (``fitted.all_reduce_fitted_s`` with the GPU count's constants folded); a TP
+    group beyond one NVLink domain adds :func:`inter_node_all_reduce_s` to the
+    all-reduce inside each domain."""
 
     def __init__(self, eff: FittedEfficiency, hw: HardwareProfile, hidden: int, tp: int,
                  count: int) -> None:
         p = eff.all_reduce
         self.count, self.bytes_per_tok = count, hidden * ACT_BYTES
+        self.hw, self.tp_all = hw, tp
+        self.multi_node = hw.tensor_parallel_nodes(tp) > 1
+        tp = tp // hw.tensor_parallel_nodes(tp)  # the NVLink part runs inside one domain
         if count:
             self.lat = p.latency_s + p.latency_per_gpu_s * (tp - 1.0)
             # bytes/s of the message: link x bus efficiency / (2 (p-1) / p)
@@ -140,7 +160,10 @@ class FittedAllReduce:
         if self.count == 0:
             return 0.0
         b = self.bytes_per_tok * T
-        return self.count * (self.lat + self.c1 * b + self.c2 * b ** self.ex)
+        t = self.lat + self.c1 * b + self.c2 * b ** self.ex
+        if self.multi_node:
+            t += inter_node_all_reduce_s(self.hw, self.tp_all, b)
+        return self.count * t
 
 
 class FittedAttention:

@@ -113,11 +113,7 @@ def resolve_layout(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_siz
     model are refused."""
     tp, dp = tensor_parallel_size, data_parallel_size
     G = tp * dp
-    if tp > hw.interconnect.max_gpus:
-        raise ConfigError(
-            f"tensor_parallel_size {tp}: more GPUs than one {hw.name} NVLink domain "
-            f"({hw.interconnect.name}) joins ({hw.interconnect.max_gpus}); tensor parallelism across "
-            "domains is not modelled: use data_parallel_size with expert parallelism, or more replicas")
+    hw.tensor_parallel_nodes(tp)  # beyond one NVLink domain only over the profile's NICs (else ConfigError)
     if not model.is_moe:
         for key, val in (("enable_expert_parallel", enable_expert_parallel), ("moe_ep_size", moe_ep_size),
                          ("moe_tp_size", moe_tp_size)):

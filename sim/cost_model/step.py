@@ -22,7 +22,7 @@ from sim.cost_model.decode_clock import DecodeClock
 from sim.cost_model.operators import (ATTENTION_IMPLS, ATTENTION_KERNELS, attention_cost,
                                       attention_peak_flops, gemm_cost)
 from sim.cost_model.fitted_step import (FittedAllReduce, FittedAttention, FittedGemm,
-                                        FittedMoe)
+                                        FittedMoe, inter_node_all_reduce_s)
 from sim.cost_model.layer_kinds import GatedDeltaNet, MlaAttention, SlidingAttention
 from sim.cost_model.moe import expected_experts_touched
 from sim.cost_model.roofline import ACT_BYTES, gemm_precision
@@ -229,9 +229,15 @@ class CostModel:
             self._t_ops = CountTable(self._t_ops_block, self._t_ops_scalar)
             self._lm_rows = CountTable(lambda m: self._lm.table(m).tolist(), self._lm)
         else:
-            self._ar_per_tok = (2.0 * (tp - 1) / tp * h * ACT_BYTES
-                                / (ic.bandwidth_bytes_per_s * eff.all_reduce_efficiency))
-            self._ar_lat = ic.latency_s
+            nodes = hw.tensor_parallel_nodes(tp)  # beyond one NVLink domain: + the NICs (hierarchical)
+            g = tp // nodes
+            self._ar_per_tok = (2.0 * (g - 1) / g * h * ACT_BYTES
+                                / (ic.bandwidth_bytes_per_s * eff.all_reduce_efficiency)) if g > 1 else 0.0
+            self._ar_lat = ic.latency_s if g > 1 else 0.0
+            if nodes > 1:
+                self._ar_per_tok += float(inter_node_all_reduce_s(hw, tp, h * ACT_BYTES)
+                                          - inter_node_all_reduce_s(hw, tp, 0.0))
+                self._ar_lat += float(inter_node_all_reduce_s(hw, tp, 0.0))
         self._overhead = eff.step_overhead_s
         self.op_names = OP_NAMES_MOE if model.is_moe else OP_NAMES_DENSE
 

@@ -147,11 +147,7 @@ def _build_one(cfg: SimConfig) -> Deployment:
                           + hint)
     model = get_model(cfg.model)
     hw = get_hardware(cfg.hardware)
-    if cfg.tensor_parallel_size > hw.interconnect.max_gpus:
-        raise ConfigError(
-            f"tensor_parallel_size {cfg.tensor_parallel_size}: more GPUs than one {hw.name} node's "
-            f"{hw.interconnect.name} joins ({hw.interconnect.max_gpus}); tensor parallelism across nodes is "
-            "not modelled: use more replicas, or a profile whose interconnect.max_gpus covers it")
+    hw.tensor_parallel_nodes(cfg.tensor_parallel_size)  # across NVLink domains only over the NICs
     layout = resolve_layout(model, hw, tensor_parallel_size=cfg.tensor_parallel_size,
                             data_parallel_size=cfg.data_parallel_size,
                             enable_expert_parallel=cfg.enable_expert_parallel, moe_ep_size=cfg.moe_ep_size,

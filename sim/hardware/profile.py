@@ -114,6 +114,23 @@ class HardwareProfile(_Strict):
     price_per_gpu_hour_usd: float = Field(ge=0, le=MAX_PRICE_USD)
     provenance: dict[str, str]
 
+    def tensor_parallel_nodes(self, tp: int) -> int:
+        """NVLink domains a tensor-parallel group of ``tp`` GPUs spans: 1 inside one
+        domain; beyond it, whole domains joined by each GPU's NIC (``network``), as
+        multi-node TP runs (SGLang's two-node DeepSeek recipe ``--tp 16 --nnodes 2``;
+        NCCL's all-reduce then goes hierarchical: NVLink inside, the NICs between).
+        ConfigError when the profile has no network or ``tp`` is no multiple of a domain."""
+        g = self.interconnect.max_gpus
+        if tp <= g:
+            return 1
+        if self.network is None or tp % g:
+            why = ("the profile has no 'network' section (per-GPU NIC) to join nodes" if self.network is None
+                   else f"{tp} is not a whole number of {g}-GPU domains")
+            raise ConfigError(f"tensor_parallel_size {tp}: more GPUs than one {self.name} node's "
+                              f"{self.interconnect.name} joins ({g}), and {why}: use more replicas or data "
+                              "parallelism, or a profile whose interconnect.max_gpus covers it")
+        return tp // g
+
     @model_validator(mode="before")
     @classmethod
     def _dispatch_efficiency(cls, data: Any) -> Any:

@@ -266,17 +266,19 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
 
 def _check_one_domain(row: dict, tp: int) -> None:
     """A row whose attention TP spans more GPUs than one NVLink domain joins
-    (e.g. TP 16 over two 8-GPU B200 nodes) is not simulable: tensor
-    parallelism across nodes is not modelled (:class:`NotSimulable`)."""
+    (e.g. TP 16 over two 8-GPU B200 nodes) is simulated over the profile's
+    per-GPU NICs; without them, or not a whole number of domains, it is not
+    simulable (:class:`NotSimulable` with the reason)."""
     from sim.hardware.profile import get_hardware
 
     try:
         hw = get_hardware(_cell(row, "system"))
     except ConfigError:
         return  # named when the deployment is built
-    if tp > hw.interconnect.max_gpus:
-        raise NotSimulable(f"tensor parallelism {tp} spans more than one {hw.name} NVLink domain "
-                           f"({hw.interconnect.max_gpus} GPUs): TP across nodes is not modelled")
+    try:
+        hw.tensor_parallel_nodes(tp)  # TP over several nodes is modelled where the profile has NICs
+    except ConfigError as e:
+        raise NotSimulable(str(e)) from None
 
 
 def _row_layout(row: dict, tp: int) -> dict[str, Any] | None:
