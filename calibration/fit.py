@@ -327,6 +327,25 @@ def ape(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
     return 100.0 * np.abs(pred - meas) / meas
 
 
+def fit_log_params(cls, names, predict, latency_s, x0, bounds):
+    """The parameters ``names`` of pydantic model ``cls`` that best predict
+    ``latency_s`` (``predict(params) -> seconds``): least squares on log time in
+    log-parameter space within ``bounds`` (``[(lo, hi)]``), a plain pass then a
+    soft-L1 pass (as the GEMM and attention fits), validated on the way out."""
+    least_squares = _least_squares()
+    ly = np.log(np.asarray(latency_s, dtype=float))
+    lo, hi = np.log([b[0] for b in bounds]), np.log([b[1] for b in bounds])
+
+    def build(x):
+        return cls.model_construct(**dict(zip(names, np.exp(x))))
+
+    def resid(x):
+        return np.log(np.maximum(predict(build(x)), 1e-30)) - ly
+    x = least_squares(resid, np.log(x0), bounds=(lo, hi), max_nfev=300).x
+    x = least_squares(resid, x, bounds=(lo, hi), loss="soft_l1", f_scale=0.2, max_nfev=300).x
+    return cls.model_validate(build(x).model_dump())
+
+
 def _least_squares():
     """scipy's least squares, imported when a fit runs: scipy comes with the extra
     ``servesim[calibration]``, not with servesim itself."""

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibration.fit import _least_squares
+from calibration.fit import fit_log_params
 from calibration.tables import read_csv_table
 from sim.cost_model.layer_kinds import GatedDeltaNet, gdn_layer_s
 from sim.errors import ConfigError
@@ -99,22 +99,10 @@ def predict(p: GdnParams, a: dict, hw: HardwareProfile) -> np.ndarray:
 def fit_gdn(rows: pd.DataFrame, hw: HardwareProfile, a: dict | None = None) -> GdnParams:
     """Least squares on log time (soft-L1 after a plain pass, as ``calibration.fit``)."""
     a = a if a is not None else inputs(rows, hw)
-    ly = np.log(rows["latency_s"].to_numpy(float))
     # efficiencies up to 1.5 (the profile's bound): vLLM's decode kernel moves fewer
     # state bytes than the fp32 state ModelSpec counts (see reports/calibration/README.md)
-    lo = np.log([_BOUNDS.get(n, (0.005, 1.5))[0] for n in PARAMS])
-    hi = np.log([_BOUNDS.get(n, (0.005, 1.5))[1] for n in PARAMS])
-    x0 = np.log([0.3, 0.6, 0.3, 0.6, 3e-6, 1e-8])
-
-    def build(x):
-        return GdnParams.model_construct(**dict(zip(PARAMS, np.exp(x))))
-
-    def resid(x):
-        return np.log(np.maximum(predict(build(x), a, hw), 1e-30)) - ly
-    least_squares = _least_squares()  # scipy: the [calibration] extra, imported when a fit runs
-    x = least_squares(resid, x0, bounds=(lo, hi), max_nfev=300).x
-    x = least_squares(resid, x, bounds=(lo, hi), loss="soft_l1", f_scale=0.2, max_nfev=300).x
-    return GdnParams.model_validate(build(x).model_dump())
+    return fit_log_params(GdnParams, PARAMS, lambda p: predict(p, a, hw), rows["latency_s"].to_numpy(float),
+                          [0.3, 0.6, 0.3, 0.6, 3e-6, 1e-8], [_BOUNDS.get(n, (0.005, 1.5)) for n in PARAMS])
 
 
 def holdout_models(rows: pd.DataFrame, seed: int = 0, frac: float = 0.3) -> np.ndarray:

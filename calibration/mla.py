@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibration.fit import _least_squares
+from calibration.fit import fit_log_params
 from calibration.tables import read_mla_module_table
 from sim.cost_model import CostModel
 from sim.cost_model.layer_kinds import MlaAttention, mla_layer_s
@@ -107,20 +107,8 @@ def predict(p: MlaParams, a: dict, hw: HardwareProfile) -> np.ndarray:
 def fit_mla(rows: pd.DataFrame, hw: HardwareProfile, a: dict | None = None) -> MlaParams:
     """Least squares on log time (soft-L1 after a plain pass, as ``calibration.fit``)."""
     a = a if a is not None else inputs(rows, hw)
-    ly = np.log(rows["latency_s"].to_numpy(float))
-    lo = np.log([_BOUNDS.get(n, (0.02, 1.0))[0] for n in PARAMS])
-    hi = np.log([_BOUNDS.get(n, (0.02, 1.0))[1] for n in PARAMS])
-    x0 = np.log([0.6, 0.7, 0.5, 0.7, 5e-6, 2e-5, 1e-8])
-
-    def build(x):
-        return MlaParams.model_construct(**dict(zip(PARAMS, np.exp(x))))
-
-    def resid(x):
-        return np.log(np.maximum(predict(build(x), a, hw), 1e-30)) - ly
-    least_squares = _least_squares()  # scipy: the [calibration] extra, imported when a fit runs
-    x = least_squares(resid, x0, bounds=(lo, hi), max_nfev=300).x
-    x = least_squares(resid, x, bounds=(lo, hi), loss="soft_l1", f_scale=0.2, max_nfev=300).x
-    return MlaParams.model_validate(build(x).model_dump())
+    return fit_log_params(MlaParams, PARAMS, lambda p: predict(p, a, hw), rows["latency_s"].to_numpy(float),
+                          [0.6, 0.7, 0.5, 0.7, 5e-6, 2e-5, 1e-8], [_BOUNDS.get(n, (0.02, 1.0)) for n in PARAMS])
 
 
 def holdout_heads(rows: pd.DataFrame, seed: int = 0, frac: float = 0.3) -> np.ndarray:

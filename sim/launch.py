@@ -66,6 +66,20 @@ class Launch:
         parts.append(shlex.join(cur))
         return " \\\n    ".join(parts)
 
+    def markdown(self, heading: str) -> list[str]:
+        """Report lines (``report.md`` / ``plan.md``): ``heading``, the problems and
+        notes, the extra-options YAML and the command."""
+        out = [f"## {heading}", "",
+               "Every value as simulated (hardware-dependent defaults resolved); also in `launch.sh`"
+               + (" and `extra-llm-api-options.yaml`" if self.yaml is not None else "") + ".", ""]
+        out += [f"**Not what was simulated**: {p}." for p in self.problems]
+        out += [f"Note: {n}." for n in self.notes]
+        if self.problems or self.notes:
+            out.append("")
+        if self.yaml is not None:
+            out += ["```yaml", self.yaml.rstrip("\n"), "```", ""]
+        return out + ["```bash", self.shell(), "```", ""]
+
     def text(self) -> str:
         """The command with its notes and problems as ``#`` comments (a shell script body)."""
         lines = [f"# {p}" for p in (*(f"NOT the simulated configuration: {p}" for p in self.problems),

@@ -185,16 +185,7 @@ def _diagnosis_section(variants: dict[str, VariantData]) -> list[str]:
 
 def _launch_lines(name: str, launch) -> list[str]:
     """``report.md``'s launch command of the winner (a :class:`sim.launch.Launch`)."""
-    out = [f"## Launch command of the winner ({name}, {launch.engine})", "",
-           "Every value as simulated (hardware-dependent defaults resolved); also in `launch.sh`"
-           + (" and `extra-llm-api-options.yaml`" if launch.yaml is not None else "") + ".", ""]
-    out += [f"**Not what was simulated**: {p}." for p in launch.problems]
-    out += [f"Note: {n}." for n in launch.notes]
-    if launch.problems or launch.notes:
-        out.append("")
-    if launch.yaml is not None:
-        out += ["```yaml", launch.yaml.rstrip("\n"), "```", ""]
-    return out + ["```bash", launch.shell(), "```", ""]
+    return launch.markdown(f"Launch command of the winner ({name}, {launch.engine})")
 
 
 def write_compare_report(out_dir: str | Path, variants: dict[str, VariantData], *, title: str,

@@ -233,16 +233,7 @@ def plan_markdown(table, s: PlanSettings, context: dict, figures: list[str],
 
 
 def _launch_section(launch) -> list[str]:
-    out = [f"## Launch command ({launch.engine})", "",
-           "Every value as simulated (hardware-dependent defaults resolved); also in `launch.sh`"
-           + (" and `extra-llm-api-options.yaml`" if launch.yaml is not None else "") + ".", ""]
-    out += [f"**Not what was simulated**: {p}." for p in launch.problems]
-    out += [f"Note: {n}." for n in launch.notes]
-    if launch.problems or launch.notes:
-        out.append("")
-    if launch.yaml is not None:
-        out += ["```yaml", launch.yaml.rstrip("\n"), "```", ""]
-    return out + ["```bash", launch.shell(), "```", ""]
+    return launch.markdown(f"Launch command ({launch.engine})")
 
 
 def winner_launch(base: SimConfig, table):
