@@ -29,12 +29,12 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from calibration.datasets import family_rows
+from calibration.datasets import family_rows, table_grid
 from calibration.tables import read_csv_table
 from calibration.fit import Device, FitResult, ape, fit_any, predict, spec_for
 from calibration.profile_writer import (build_efficiency, fit_error_summary, today,
                                         update_profile_file, with_efficiency, write_profile)
-from sim.hardware.efficiency import ElementwiseParams, FittedEfficiency
+from sim.hardware.efficiency import CalibratedGrid, ElementwiseParams, FittedEfficiency
 from sim.errors import ConfigError, ServesimError
 from sim.hardware.profile import HardwareProfile, _validate, get_hardware
 from sim.paths import shared_dir
@@ -274,6 +274,7 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
         eff = _fit_mla(kernels, base, eff, fits, scores)
     if from_table is not None and (families is None or "gdn" in families):
         eff = _fit_gdn(kernels, base, eff, fits, scores)
+    eff = _with_grid(eff, base, rows)
     extra = sorted({x for f in ("mla", "gdn") if f in fits for x in fits[f].extra["sources"]})
     if extra:
         files = sorted(set(files) | set(extra))
@@ -322,6 +323,14 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
     if plots and fits:
         _plots(plot_dir, hw.name, fits, rows, dev)
     return out
+
+
+def _with_grid(eff, base: HardwareProfile, rows: dict):
+    """``eff`` with ``calibrated_grid``: the largest shapes of the rows fitted in
+    this run, the base profile's for the families kept from it."""
+    kept = base.efficiency.calibrated_grid if isinstance(base.efficiency, FittedEfficiency) else None
+    grid = {**(kept.model_dump(exclude_none=True) if kept else {}), **table_grid(rows)}
+    return eff.model_copy(update={"calibrated_grid": CalibratedGrid(**grid) if grid else None})
 
 
 def _fit_mla(kernels: Path, base: HardwareProfile, eff, fits: dict, scores: dict):

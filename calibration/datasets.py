@@ -136,6 +136,28 @@ def family_rows(directory: str | Path, engine: str | None = None) -> dict[str, F
     return out
 
 
+def table_grid(rows: dict[str, FamilyRows], families=None) -> dict[str, int]:
+    """The largest shapes of the served families' rows (``families``: only
+    these; a ``@kernel`` variant is not what the profile's family is fitted
+    to): ``sim.hardware.efficiency.CalibratedGrid``'s fields. A field whose
+    family has no rows is absent."""
+    def rows_of(prefix: str) -> list[pd.DataFrame]:
+        return [r.rows for f, r in rows.items() if "@" not in f and (f == prefix or f.startswith(prefix + "."))
+                and (families is None or f in families)]
+
+    def biggest(frames: list[pd.DataFrame], col) -> int | None:
+        vals = [int(col(df).max()) for df in frames if len(df)]
+        return max(vals) if vals else None
+
+    ctx = lambda df: df["isl"] + df["step"]  # noqa: E731  (query + cached tokens)
+    grid = {"gemm_max_tokens": biggest(rows_of("gemm"), lambda df: df["m"]),
+            "context_attention_max_tokens": biggest(rows_of("context_attention"), ctx),
+            "generation_attention_max_context": biggest(rows_of("generation_attention"), ctx),
+            "generation_attention_max_batch": biggest(rows_of("generation_attention"), lambda df: df["batch_size"]),
+            "moe_max_tokens": biggest(rows_of("moe"), lambda df: df["num_tokens"])}
+    return {k: v for k, v in grid.items() if v is not None}
+
+
 def holdout_mask(rows: pd.DataFrame, kind: str, frac: float = 0.3, seed: int = 0) -> np.ndarray:
     """True for the rows of a seeded ``frac`` of the distinct shapes (see
     :data:`SHAPE_COLUMNS`); at least one shape is held out and one kept."""

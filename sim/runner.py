@@ -19,7 +19,8 @@ from sim.results.run_result import RunResult
 from sim.results.metrics import PERCENTILE_METRICS, summarize
 from sim.results.intervals import summary_intervals
 from sim.results.pools import pool_summary
-from sim.results.warnings import ground_warnings
+from sim.results.warnings import grid_warnings, ground_warnings
+from sim.scheduler.registry import get_scheduler_class
 from sim.workload import RequestSpecs, generate_requests
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,9 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
     summary["weight_precision"] = normalize_quantization(dep.cfg.quantization or dep.model.quantization,
                                                          dep.model.dtype)
     summary["servesim_version"] = __version__
-    summary["warnings"] = ground_warnings(dep.cfg, dep.hardware, dep.model, summary)
+    summary["warnings"] = ground_warnings(dep.cfg, dep.hardware, dep.model, summary) + grid_warnings(
+        dep.hardware, dep.limits, result.requests, attention_dp=dep.layout.data_parallel_size,
+        is_moe=dep.model.is_moe, chunked_prefill=get_scheduler_class(dep.cfg.scheduler).chunked_prefill)
     # the nominal 80 % interval of the mean TTFT / TPOT from cross-validated residuals
     summary.update(summary_intervals(dep.cfg.engine, summary))
     measured = len(specs) - specs.num_warmup

@@ -80,6 +80,12 @@ def test_tables_fit_to_a_loadable_profile(tmp_path):
     assert "gemm.bf16 median APE" in prov["efficiency_fit_error"]
     # no NCCL table: all-reduce parameters stay the base profile's
     assert hw.efficiency.all_reduce == h100.efficiency.all_reduce
+    # the grid: the largest shapes of these tables (m 4,096; context 2,048 + 0 tokens; generation
+    # context 1 + 16,383 at batch 64); no MoE table: the base profile's MoE grid is kept
+    grid = hw.efficiency.calibrated_grid
+    assert (grid.gemm_max_tokens, grid.context_attention_max_tokens, grid.generation_attention_max_context,
+            grid.generation_attention_max_batch) == (4096, 2048, 16384, 64)
+    assert grid.moe_max_tokens == h100.efficiency.calibrated_grid.moe_max_tokens == 16384
     # the fit reproduces the tables it was generated from
     fams = family_rows(tmp_path)
     for fam, params in (("gemm.bf16", hw.efficiency.gemm["bf16"]),

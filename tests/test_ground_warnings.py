@@ -61,3 +61,74 @@ def test_run_records_and_prints_the_warnings(tmp_path):
     # the cross-validated 80 % interval beside the point value (sim/results/intervals.py)
     assert s["mean_ttft_ms_lo"] <= s["mean_ttft_ms"] <= s["mean_ttft_ms_hi"]
     assert "80 % interval" in p.stdout
+
+
+# ---------------------------------------------------------------- shapes outside the calibrated grid
+def _grid_hw(**grid):
+    from sim.hardware.efficiency import CalibratedGrid
+
+    return SimpleNamespace(name="gpu", efficiency=SimpleNamespace(calibrated_grid=CalibratedGrid(**grid)))
+
+
+def _requests(prompts, outputs, rejected=()):
+    import numpy as np
+
+    status = np.array([1 if i in rejected else 0 for i in range(len(prompts))])
+    return {"num_prompt_tokens": np.array(prompts), "num_output_tokens": np.array(outputs), "status": status}
+
+
+def test_grid_warnings_name_each_shape_beyond_the_grid():
+    from sim.results.warnings import grid_warnings
+    from sim.scheduler.types import SchedulerLimits
+
+    hw = _grid_hw(gemm_max_tokens=8192, context_attention_max_tokens=16384,
+                  generation_attention_max_context=20000, generation_attention_max_batch=4, moe_max_tokens=10000)
+    limits = SchedulerLimits(max_num_seqs=8, max_num_batched_tokens=4096, max_model_len=32768)
+    # longest prompt 18,000 > 16,384; longest sequence 18,000 + 3,000 = 21,000 > 20,000;
+    # 5 sequences can decode together (min(max_num_seqs 8, 5 requests)) > 4;
+    # chunked: a step batches at most 4,096 tokens <= 8,192 (no GEMM warning); the experts see
+    # 4,096 x 4 attention-DP ranks = 16,384 > 10,000
+    req = _requests([18000, 100, 100, 100, 100, 90000], [3000, 10, 10, 10, 10, 10], rejected={5})
+    w = grid_warnings(hw, limits, req, chunked_prefill=True, attention_dp=4, is_moe=True)
+    assert len(w) == 4, w
+    assert "prompts of up to 18,000 tokens, beyond the 16,384 tokens" in w[0] and "context attention" in w[0]
+    assert "sequences of up to 21,000 tokens, beyond the 20,000 tokens of context" in w[1]
+    assert "up to 5 sequences decode together, beyond the 4 sequences" in w[2]
+    assert "MoE layers take up to 16,384 tokens a step, beyond the 10,000 tokens" in w[3]
+    # without chunked prefill one whole 18,000-token prompt is one step: beyond the GEMM grid
+    w = grid_warnings(hw, limits, req, chunked_prefill=False)
+    assert any("steps batch up to 18,000 tokens, beyond the 8,192 tokens its GEMM kernels" in x for x in w)
+    # inside the grid: nothing; a profile without a grid: nothing
+    small = _requests([1000, 1000], [100, 100])
+    assert grid_warnings(hw, limits, small, chunked_prefill=True) == []
+    bare = SimpleNamespace(name="gpu", efficiency=SimpleNamespace(calibrated_grid=None))
+    assert grid_warnings(bare, limits, req, chunked_prefill=False) == []
+
+
+def test_table_grid_is_the_largest_shapes_of_the_fitted_rows():
+    import pandas as pd
+
+    from calibration.datasets import FamilyRows, table_grid
+
+    gemm = pd.DataFrame({"m": [1, 4096, 16], "n": [1, 1, 1], "k": [1, 1, 1], "latency_s": [1e-6] * 3})
+    ctx = pd.DataFrame({"batch_size": [1, 4], "isl": [8192, 1024], "step": [1024, 0], "latency_s": [1e-4] * 2})
+    gen = pd.DataFrame({"batch_size": [256, 8], "isl": [1, 1], "step": [100, 65535], "latency_s": [1e-5] * 2})
+    rows = {"gemm.bf16": FamilyRows("gemm.bf16", gemm, ["t"]),
+            "gemm.fp8@other": FamilyRows("gemm.fp8@other", gemm.assign(m=[99999] * 3), ["t"]),
+            "context_attention": FamilyRows("context_attention", ctx, ["t"]),
+            "generation_attention": FamilyRows("generation_attention", gen, ["t"])}
+    assert table_grid(rows) == {"gemm_max_tokens": 4096, "context_attention_max_tokens": 9216,
+                                "generation_attention_max_context": 65536, "generation_attention_max_batch": 256}
+    assert table_grid(rows, families=["gemm.bf16"]) == {"gemm_max_tokens": 4096}
+
+
+def test_built_in_profiles_carry_their_grid_and_a_long_prompt_run_warns():
+    from sim.config import build_config
+    from sim.runner import run_simulation
+
+    assert get_hardware("h100_sxm").efficiency.calibrated_grid.context_attention_max_tokens == 16384
+    assert get_hardware("a100_sxm").efficiency.calibrated_grid.gemm_max_tokens == 8192
+    cfg = build_config(overrides={"hardware": "a100_sxm", "model": "llama-3.1-8b", "workload.input_len": 20000,
+                                  "workload.output_len": 4, "workload.num_requests": 2})
+    w = run_simulation(cfg).summary["warnings"]
+    assert any("prompts of up to 20,000 tokens" in x and "a100_sxm" in x for x in w), w

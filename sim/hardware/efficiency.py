@@ -235,6 +235,28 @@ class AllReduceParams(_Strict):
         return dict(sorted(v.items()))
 
 
+#: largest shape a calibrated grid may state (tokens, context or batch)
+MAX_GRID_SHAPE = 2 ** 31
+
+
+class CalibratedGrid(_Strict):
+    """The largest shapes of the kernel tables a ``fitted_v1`` profile was
+    fitted to (``calibration.datasets.table_grid``; a transferred profile keeps
+    its source GPU's). A run whose steps reach beyond them uses the fitted
+    formulas outside their data: ``sim.results.warnings.grid_warnings`` says so
+    in the run's ``warnings``. None: that family was not fitted to measured rows."""
+    #: GEMM ``m`` (tokens of one step through a linear layer)
+    gemm_max_tokens: int | None = Field(default=None, ge=1, le=MAX_GRID_SHAPE)
+    #: context attention: query + cached tokens of one prompt (``isl + step`` of the table)
+    context_attention_max_tokens: int | None = Field(default=None, ge=1, le=MAX_GRID_SHAPE)
+    #: generation attention: tokens in one sequence's KV cache (``isl + step``)
+    generation_attention_max_context: int | None = Field(default=None, ge=1, le=MAX_GRID_SHAPE)
+    #: generation attention: sequences decoding in one step
+    generation_attention_max_batch: int | None = Field(default=None, ge=1, le=MAX_GRID_SHAPE)
+    #: fused MoE: tokens routed into one MoE layer per step (before top-k)
+    moe_max_tokens: int | None = Field(default=None, ge=1, le=MAX_GRID_SHAPE)
+
+
 class FittedEfficiency(EfficiencyBase):
     """``form: fitted_v1`` -- per-family parameters fitted to measured kernels
     (``calibration.fit``); formulas in ``sim/cost_model/fitted.py``."""
@@ -255,6 +277,8 @@ class FittedEfficiency(EfficiencyBase):
     #: optional: Gated DeltaNet fitted to the GDN kernel tables; absent: the attention
     #: families' limits
     gdn: GdnParams | None = None
+    #: optional: the largest shapes of the tables fitted (warnings beyond them)
+    calibrated_grid: CalibratedGrid | None = None
 
     @field_validator("moe")
     @classmethod

@@ -3,6 +3,8 @@ run is outside the ground servesim was checked on."""
 
 from __future__ import annotations
 
+from sim.results.metrics import STATUS_REJECTED
+
 #: how a table cell joins a run's warnings (sweep and plan rows)
 WARNING_SEP = " | "
 
@@ -54,6 +56,51 @@ def compute_bound_tokens_per_s(cfg, hardware, model) -> float:
     flops_per_token = 2.0 * model.quantizable_params(active_only=True)
     gpus = cfg.tensor_parallel_size * cfg.num_replicas
     return peak * gpus / flops_per_token if flops_per_token > 0 else float("inf")
+
+
+def grid_warnings(hardware, limits, requests: dict, *, chunked_prefill: bool, attention_dp: int = 1,
+                  is_moe: bool = False) -> list[str]:
+    """Where a run's steps can reach beyond the shapes its profile's kernel
+    families were fitted to (``efficiency.calibrated_grid``, written by
+    ``calibration``): the fitted formulas extrapolate there. The run's shapes,
+    from its simulated requests (``requests``: the request columns) and its
+    scheduler limits: the longest prompt (context attention), the longest
+    sequence (generation attention's context), the most tokens a step can batch
+    (``max_num_batched_tokens``; without chunked prefill one whole prompt where it
+    exceeds it; no more than ``max_num_seqs`` x the longest sequence; x ``data_parallel_size``
+    for the experts, which see every attention rank's tokens) and the most
+    sequences that can decode together. Empty without a grid."""
+    grid = getattr(hardware.efficiency, "calibrated_grid", None)
+    status = requests.get("status")
+    prompt = requests.get("num_prompt_tokens")
+    if grid is None or prompt is None or status is None:
+        return []
+    stepped = status != STATUS_REJECTED
+    if not stepped.any():
+        return []
+    prompt = prompt[stepped]
+    longest_prompt = int(prompt.max())
+    longest_seq = int((prompt + requests["num_output_tokens"][stepped]).max())
+    budget = limits.max_num_batched_tokens if chunked_prefill else max(limits.max_num_batched_tokens, longest_prompt)
+    step_tokens = min(budget, limits.max_num_seqs * longest_seq)
+    batch = min(limits.max_num_seqs, int(stepped.sum()))
+    checks = [("steps batch up to {:,} tokens", step_tokens, grid.gemm_max_tokens, "GEMM", "tokens"),
+              ("prompts of up to {:,} tokens", longest_prompt, grid.context_attention_max_tokens,
+               "context attention", "tokens"),
+              ("sequences of up to {:,} tokens", longest_seq, grid.generation_attention_max_context,
+               "generation attention", "tokens of context"),
+              ("up to {:,} sequences decode together", batch, grid.generation_attention_max_batch,
+               "generation attention", "sequences")]
+    if is_moe:
+        checks.append(("MoE layers take up to {:,} tokens a step", step_tokens * attention_dp,
+                       grid.moe_max_tokens, "fused MoE", "tokens"))
+    out = []
+    for what, value, top, family, unit in checks:
+        if top is not None and value > top:
+            out.append(f"hardware profile {hardware.name}: {what.format(value)}, beyond the {top:,} {unit} its "
+                       f"{family} kernels were calibrated to (efficiency.calibrated_grid): the fitted times "
+                       "are extrapolated there")
+    return out
 
 
 def ground_warnings(cfg, hardware, model, summary: dict) -> list[str]:
