@@ -233,68 +233,24 @@ def write_report(out: Path, rows, res, shipped, schemes, args, wall: float, num_
 
 
 def write_intervals(rows, res, schemes, write: bool = True) -> dict:
-    """Per engine and metric, the 10th / 90th percentiles of log(measured / predicted)
-    over the leave-one-model-out held-out rows -> sim/data/prediction_intervals.yaml;
-    and their coverage on each model group when the percentiles come from the
-    other groups only (split conformal, one level further out)."""
+    """The nominal 80 % intervals from the cross-validated residuals
+    (``sim.validate.crossval.conformal_intervals``: every leave-one-group-out
+    scheme's held-out residuals together, per engine, and their coverage on each
+    group from the rows outside it) -> sim/data/prediction_intervals.yaml."""
     import yaml
 
-    from sim.results.intervals import INTERVALS_FILE, residual_quantiles
-    from sim.validate.crossval import folds
+    from sim.results.intervals import INTERVALS_FILE
+    from sim.validate.crossval import conformal_intervals
 
-    scheme = "model" if "model" in schemes else schemes[0]
-    held = res["held_out"][scheme]
-    # rows held out of a fold in which their engine was fitted (on other models): the residuals of
-    # a prediction for a new model with the engine's fitted values, as run/compare/plan make them
-    fitted_in_fold = set()
-    for f in res["folds"]:
-        if f["scheme"] == scheme:
-            fitted_in_fold |= {i for i in f["rows"]
-                               if (f["params"].get(rows[i]["backend"]) or {}).get("source") == "fitted"}
-    ok = [i for i, p in enumerate(held) if p.get("status") == "ok" and i in fitted_in_fold]
-
-    def quantiles(idx, m):
-        return residual_quantiles([float(rows[i][f"silicon_{m}_ms"]) for i in idx],
-                                  [held[i][f"pred_{m}_ms"] for i in idx])
-
-    engines: dict = {}
-    all_engines = sorted({rows[i]["backend"] for i, p in enumerate(held) if p.get("status") == "ok"})
-    for eng in all_engines:
-        idx = [i for i in ok if rows[i]["backend"] == eng]
-        for m in ("ttft", "tpot"):
-            q = quantiles(idx, m) if len(idx) >= MIN_INTERVAL_ROWS else None
-            if q is None:  # too few held-out rows of its own: every engine's together
-                q = quantiles(ok, m)
-                if q:
-                    q["pooled_over_engines"] = True
-            if q:
-                engines.setdefault(eng, {})[m] = q
-    # coverage on each group from the other groups' residuals
-    cover = {m: [0, 0] for m in ("ttft", "tpot")}
-    okset = set(ok)
-    for group, gidx in folds(rows, scheme).items():
-        gset = set(gidx)
-        calib_all = [i for i in ok if i not in gset]
-        for eng in engines:
-            test = [i for i in gidx if i in okset and rows[i]["backend"] == eng]
-            calib = [i for i in calib_all if rows[i]["backend"] == eng]
-            for m in cover:
-                q = quantiles(calib, m) if len(calib) >= MIN_INTERVAL_ROWS else quantiles(calib_all, m)
-                if not q:
-                    continue
-                for i in test:
-                    r = math.log(float(rows[i][f"silicon_{m}_ms"]) / held[i][f"pred_{m}_ms"])
-                    cover[m][0] += int(q["lo"] <= r <= q["hi"])
-                    cover[m][1] += 1
-    coverage = {m: (c / n if n else None, n) for m, (c, n) in cover.items()}
+    iv = conformal_intervals(rows, res, schemes, min_rows=MIN_INTERVAL_ROWS)
     if write:  # the package's file comes from the committed report's run only
         INTERVALS_FILE.write_text(yaml.safe_dump({
             "source": f"benchmarks/validate_silicon.py {date.today().isoformat()}: 10th / 90th percentiles of "
-                      f"log(measured / predicted) over the leave-one-{scheme}-out held-out rows of the measured "
-                      "tables (nominal 80 % interval); see reports/validation/README.md",
-            "engines": engines}, sort_keys=True))
-    return {"scheme": scheme, "engines": engines,
-            "coverage_other_groups": {m: {"share": c, "n": n} for m, (c, n) in coverage.items()}}
+                      "log(measured / predicted) over the held-out rows of the leave-one-"
+                      f"{iv['scheme']}-out schemes together, on the measured tables (nominal 80 % interval); "
+                      "see reports/validation/README.md",
+            "engines": iv["engines"]}, sort_keys=True))
+    return iv
 
 
 def _plots(out: Path, df, schemes) -> None:
@@ -379,8 +335,8 @@ def write_readme(out: Path, rows, folds_df, pooled_df, res, schemes, wall, num_s
     lines += ["", "Grid: " + "; ".join(f"`{k}` {', '.join(f'{x:g}' for x in g)}" for k, g in GRID.items()), ""]
     if iv and iv["engines"]:
         lines += ["## Prediction intervals (nominal 80 %)", "",
-                  f"From the leave-one-{iv['scheme']}-out residuals of rows whose engine was fitted on the other "
-                  "models, per engine: a prediction p carries "
+                  f"From the held-out residuals of the leave-one-{iv['scheme']}-out schemes together (rows whose "
+                  "engine was fitted in the fold), per engine: a prediction p carries "
                   "[p·exp(lo), p·exp(hi)] (`sim/data/prediction_intervals.yaml`, used by `validate`'s "
                   "`pred_*_ms_lo/_hi` and `summary.json`'s `mean_*_ms_lo/_hi`).", "",
                   "| engine | metric | rows | lo factor | hi factor |", "|---|---|---|---|---|"]
@@ -389,9 +345,14 @@ def write_readme(out: Path, rows, folds_df, pooled_df, res, schemes, wall, num_s
                 lines.append(f"| {eng} | {m.upper()} | {q['n']}{' (all engines)' if q.get('pooled_over_engines') else ''}"
                              f" | {math.exp(q['lo']):.2f} | {math.exp(q['hi']):.2f} |")
         cov = iv["coverage_other_groups"]
-        lines += ["", "Coverage on each held-out group when the percentiles come from the other groups only: "
-                  + "; ".join(f"{m.upper()} {100 * c['share']:.0f} % of {c['n']} rows" for m, c in cov.items()
-                              if c["share"] is not None) + " (target 75-85 %).", ""]
+
+        def fmt(cv):
+            return "; ".join(f"{m.upper()} {100 * c['share']:.0f} % of {c['n']}" for m, c in cv.items()
+                             if c["share"] is not None)
+        lines += ["", "Coverage on each held-out group when the percentiles come from the rows outside it only: "
+                  + fmt(cov) + " held-out residuals (target 75-85 %); by scheme: "
+                  + "; ".join(f"leave one {s} out: {fmt(c)}" for s, c in iv.get("coverage_by_scheme", {}).items())
+                  + ".", ""]
     refused: dict[str, int] = {}
     for p in res["in_sample"]["preds"]:
         if p.get("status") != "ok":

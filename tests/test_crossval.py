@@ -73,3 +73,38 @@ def test_scores_hand_computed():
     s = cv.scores(rows, preds)
     assert math.isclose(s["ttft_mape"], 20.0) and math.isclose(s["tpot_mape"], 10.0)
     assert s["n_ok"] == 2
+
+
+def test_conformal_intervals_pool_the_schemes_and_measure_coverage_one_level_out():
+    """10 rows of models A (0-4) / B (5-9) on GPUs g1 (even) / g2 (odd); held-out
+    log(measured / predicted) TTFT residuals: leave-one-model-out +0.1 (A) / -0.1 (B),
+    leave-one-GPU-out +0.3; row 10 (model C, GPU g3) was not fitted in its folds
+    (its engine's values pooled over other engines): excluded, whatever its residual."""
+    rows, held = [], {"model": [], "system": []}
+    for i in range(11):
+        model, gpu = ("A" if i < 5 else "B", f"g{1 + i % 2}") if i < 10 else ("C", "g3")
+        rows.append({"backend": "vllm", "model_path": model, "system": gpu,
+                     "silicon_ttft_ms": 100.0, "silicon_tpot_ms": 10.0})
+        r_model, r_gpu = (0.1 if i < 5 else -0.1, 0.3) if i < 10 else (5.0, 5.0)
+        for s, r in (("model", r_model), ("system", r_gpu)):
+            held[s].append({"status": "ok", "pred_ttft_ms": 100.0 / math.exp(r), "pred_tpot_ms": 10.0})
+    fitted, pooled = {"vllm": {"source": "fitted"}}, {"vllm": {"source": "pooled"}}
+    res = {"held_out": held, "folds": [
+        {"scheme": "model", "group": "A", "rows": list(range(5)), "params": fitted},
+        {"scheme": "model", "group": "B", "rows": list(range(5, 10)), "params": fitted},
+        {"scheme": "model", "group": "C", "rows": [10], "params": pooled},
+        {"scheme": "system", "group": "g1", "rows": list(range(0, 10, 2)), "params": fitted},
+        {"scheme": "system", "group": "g2", "rows": list(range(1, 10, 2)), "params": fitted},
+        {"scheme": "system", "group": "g3", "rows": [10], "params": pooled}]}
+    iv = cv.conformal_intervals(rows, res, ["model", "system"], min_rows=5)
+    assert iv["scheme"] == "model/system"
+    # 20 residuals sorted: -0.1 x5, 0.1 x5, 0.3 x10; conformal ranks 2 and 19 (1-based): -0.1 and 0.3
+    q = iv["engines"]["vllm"]["ttft"]
+    assert q["n"] == 20 and math.isclose(q["lo"], -0.1) and math.isclose(q["hi"], 0.3)
+    cov = iv["coverage_by_scheme"]
+    # model A scored with B's residuals [-0.1 x5, 0.3 x5] -> [-0.1, 0.3] covers +0.1; B with A's
+    # [0.1 x5, 0.3 x5] -> [0.1, 0.3] misses -0.1; each GPU with the other's -> [-0.1, 0.3] covers 0.3
+    assert cov["model"]["ttft"] == {"share": 0.5, "n": 10}
+    assert cov["system"]["ttft"] == {"share": 1.0, "n": 10}
+    assert iv["coverage_other_groups"]["ttft"] == {"share": 0.75, "n": 20}
+    assert iv["coverage_other_groups"]["tpot"] == {"share": 1.0, "n": 20}

@@ -1,9 +1,11 @@
 """Prediction intervals from cross-validated residuals (split conformal).
 
 ``benchmarks/validate_silicon.py`` scores every measured row held out of its
-fit (leave one model out) and writes, per engine and metric, the 10th and
-90th percentiles of ``log(measured / predicted)`` over those held-out rows
-to ``sim/data/prediction_intervals.yaml``. A prediction ``p`` of that engine
+fit (leave one model, one GPU, one campaign out) and writes, per engine and
+metric, the 10th and 90th percentiles of ``log(measured / predicted)`` over
+those held-out residuals of every scheme together
+(``sim.validate.crossval.conformal_intervals``) to
+``sim/data/prediction_intervals.yaml``. A prediction ``p`` of that engine
 then carries the nominal 80 % interval ``[p·exp(q10), p·exp(q90)]``
 (:func:`interval`), written beside the point value (``validate``:
 ``pred_ttft_ms_lo`` / ``_hi``; ``run`` / ``compare`` / ``plan``:

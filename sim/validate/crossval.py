@@ -305,3 +305,76 @@ def cross_validate(cache: PredictionCache, schemes: Sequence[str], rounds: int =
                                     "preds": [held[i] for i in idx]})
         result["held_out"][scheme] = held
     return result
+
+
+def conformal_intervals(rows: Sequence[dict], res: dict, schemes: Sequence[str], *,
+                        min_rows: int = 20, alpha: float = 0.2) -> dict:
+    """Split-conformal prediction intervals from a :func:`cross_validate` result.
+
+    Per engine and metric, the alpha/2 and 1 - alpha/2 quantiles of
+    log(measured / predicted) over the held-out residuals of every
+    leave-one-group-out scheme in ``schemes`` together (model, GPU, campaign):
+    a row held out of a fold in which its engine was fitted (not pooled over
+    engines) contributes one residual per scheme, since a new deployment may be
+    new in its model, its GPU or its campaign. An engine with fewer than
+    ``min_rows`` residuals takes every engine's. Coverage is measured one
+    level further out: for each group of each scheme, the quantiles from the
+    residuals of the rows outside that group only, scored on that group's
+    held-out residuals of that scheme. Returns ``{"scheme", "engines":
+    engine -> metric -> {"lo", "hi", "n"}, "coverage_other_groups": metric ->
+    {"share", "n"}, "coverage_by_scheme": scheme -> metric -> {"share", "n"}}``."""
+    from sim.results.intervals import residual_quantiles
+
+    held_out = res["held_out"]
+    used = [s for s in ("model", "system", "campaign") if s in schemes] or list(schemes[:1])
+    entries = []  # (row, scheme): held-out predictions of rows whose engine was fitted in the fold
+    for scheme in used:
+        held = held_out[scheme]
+        fitted_in_fold = set()
+        for f in res["folds"]:
+            if f["scheme"] == scheme:
+                fitted_in_fold |= {i for i in f["rows"]
+                                   if (f["params"].get(rows[i]["backend"]) or {}).get("source") == "fitted"}
+        entries += [(i, scheme) for i, p in enumerate(held) if p.get("status") == "ok" and i in fitted_in_fold]
+
+    def quantiles(es, m):
+        return residual_quantiles([float(rows[i][f"silicon_{m}_ms"]) for i, _ in es],
+                                  [held_out[s][i][f"pred_{m}_ms"] for i, s in es], alpha)
+
+    engines: dict = {}
+    all_engines = sorted({rows[i]["backend"] for s in used for i, p in enumerate(held_out[s])
+                          if p.get("status") == "ok"})
+    for eng in all_engines:
+        es = [e for e in entries if rows[e[0]]["backend"] == eng]
+        for m in ("ttft", "tpot"):
+            q = quantiles(es, m) if len(es) >= min_rows else None
+            if q is None:  # too few held-out residuals of its own: every engine's together
+                q = quantiles(entries, m)
+                if q:
+                    q["pooled_over_engines"] = True
+            if q:
+                engines.setdefault(eng, {})[m] = q
+    # coverage on each group of each scheme from the residuals of the rows outside it
+    cover = {s: {m: [0, 0] for m in ("ttft", "tpot")} for s in used}
+    for scheme in used:
+        for group, gidx in folds(rows, scheme).items():
+            gset = set(gidx)
+            calib_all = [e for e in entries if e[0] not in gset]
+            test = [e for e in entries if e[1] == scheme and e[0] in gset]
+            for eng in engines:
+                calib = [e for e in calib_all if rows[e[0]]["backend"] == eng]
+                for m in ("ttft", "tpot"):
+                    q = quantiles(calib, m) if len(calib) >= min_rows else quantiles(calib_all, m)
+                    if not q:
+                        continue
+                    for i, s in test:
+                        if rows[i]["backend"] != eng:
+                            continue
+                        r = math.log(float(rows[i][f"silicon_{m}_ms"]) / held_out[s][i][f"pred_{m}_ms"])
+                        cover[scheme][m][0] += int(q["lo"] <= r <= q["hi"])
+                        cover[scheme][m][1] += 1
+    pooled = {m: [sum(cover[s][m][k] for s in used) for k in (0, 1)] for m in ("ttft", "tpot")}
+    share = lambda c, n: {"share": c / n if n else None, "n": n}  # noqa: E731
+    return {"scheme": "/".join(used), "engines": engines,
+            "coverage_other_groups": {m: share(*pooled[m]) for m in pooled},
+            "coverage_by_scheme": {s: {m: share(*cover[s][m]) for m in cover[s]} for s in used}}
