@@ -12,7 +12,16 @@ named harness; rows without one under ``aic``, the protocol of the dense table).
 
 Fitted: per engine, the four host/frontend overheads of
 ``EnginePreset.fitted`` (``sim/presets/<engine>.py``), nothing per model,
-GPU, campaign or concurrency. Scored (``sim/validate/crossval.py``):
+GPU, campaign or concurrency, on the rows of ``--fit-tables`` (default the
+dense table); the other tables' rows are scored only, with the values fitted
+without their group, and simulated only under those values
+(``cross_validate(fit_row=...)``): the MoE table is scored with the
+per-engine values of the dense table, as issue #20 asks. ``--sample
+TABLE=N``: a seeded sample of N rows of a table, stratified by model, engine
+and GPU (every stratum keeps at least one row; the default samples
+``moe_agg_dev.csv`` to 300 rows, whose simulations take seconds to minutes
+each; ``--sample moe_agg_dev.csv=0`` takes every row). Scored
+(``sim/validate/crossval.py``):
 
 - ``in_sample``: fitted on every row, scored on every row;
 - ``model`` / ``system`` / ``campaign``: leave one group out: fitted without
@@ -42,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 DEFAULT_TABLES = ("dense_agg_dev.csv", "moe_agg_dev.csv")
 FALLBACK_USED = ["pooled"]
-SCHEME_TITLES = {"in_sample": "in-sample (fit on all rows)", "model": "leave one model out",
+SCHEME_TITLES = {"in_sample": "in-sample (fit on every fit row)", "model": "leave one model out",
                  "system": "leave one GPU out", "campaign": "leave one campaign out",
                  "shipped": "shipped preset values"}
 #: fewer held-out rows of an engine than this: its interval pools every engine's residuals
@@ -51,14 +60,43 @@ MIN_INTERVAL_ROWS = 20
 NOTES_FILE = Path(__file__).with_name("validation_notes.md")
 
 
-def load_rows(silicon: Path, tables: list[str]) -> tuple[list[dict], list[str]]:
+#: table -> rows kept by default (a stratified sample; 0 = every row)
+DEFAULT_SAMPLE = {"moe_agg_dev.csv": 300}
+SAMPLE_SEED = 0
+
+
+def stratified_sample(recs: list[dict], n: int, seed: int = SAMPLE_SEED) -> list[dict]:
+    """``n`` of ``recs`` (all of them if n <= 0 or n >= len), stratified by model,
+    engine and GPU: each stratum keeps max(1, round(n x its share)) rows drawn
+    with ``random.Random(seed)``; the rows keep their table order."""
+    import random
+
+    if n <= 0 or n >= len(recs):
+        return list(recs)
+    strata: dict[tuple, list[int]] = {}
+    for i, r in enumerate(recs):
+        strata.setdefault((str(r.get("model_path")), str(r.get("backend")), str(r.get("system"))), []).append(i)
+    rng = random.Random(seed)
+    keep: list[int] = []
+    for key in sorted(strata):
+        idx = strata[key]
+        k = min(len(idx), max(1, round(n * len(idx) / len(recs))))
+        keep += rng.sample(idx, k)
+    return [recs[i] for i in sorted(keep)]
+
+
+def load_rows(silicon: Path, tables: list[str], sample: dict[str, int] | None = None
+              ) -> tuple[list[dict], list[str]]:
     from sim.validate.rows import read_rows, skipped_row_warnings
 
     rows, warns = [], []
     for t in tables:
         df, skipped = read_rows(silicon / t)
         warns += skipped_row_warnings(silicon / t, skipped)
-        for r in df.to_dict("records"):
+        recs = df.to_dict("records")
+        if (sample or {}).get(t):
+            recs = stratified_sample(recs, sample[t])
+        for r in recs:
             r["table"] = t.removesuffix(".csv")
             r["row_key"] = f"{r['table']}:{r.get('id', len(rows))}"
             rows.append(r)
@@ -71,6 +109,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--silicon", default=str(ROOT.parent / "shared" / "silicon"))
     ap.add_argument("--tables", default=",".join(DEFAULT_TABLES))
+    ap.add_argument("--fit-tables", default="dense_agg_dev.csv",
+                    help="tables whose rows enter the fits (the others are scored only; default the dense table)")
+    ap.add_argument("--sample", action="append", default=[], metavar="TABLE=N",
+                    help="a seeded sample of N rows of TABLE, stratified by model, engine and GPU (repeatable; "
+                         "default " + ", ".join(f"{t}={n}" for t, n in DEFAULT_SAMPLE.items()) + "; N = 0: every row)")
     ap.add_argument("--out", default=str(ROOT / "reports" / "validation"))
     ap.add_argument("--schemes", default=",".join(cv.SCHEMES), help="leave-one-group-out schemes")
     ap.add_argument("--rounds", type=int, default=1, help="coordinate-search rounds per fit")
@@ -94,7 +137,15 @@ def main() -> None:
     from sim.presets import FITTED
     from sim.validate.rows import ValidateOptions, predict_rows
 
-    rows, warns = load_rows(Path(args.silicon), [t for t in args.tables.split(",") if t])
+    sample = dict(DEFAULT_SAMPLE)
+    for spec in args.sample:
+        t, _, n = spec.partition("=")
+        try:
+            sample[t] = int(n)
+        except ValueError:
+            ap.error(f"--sample {spec!r}: expected TABLE=N with N an integer")
+    fit_tables = {t for t in args.fit_tables.split(",") if t}
+    rows, warns = load_rows(Path(args.silicon), [t for t in args.tables.split(",") if t], sample)
     for w in warns:
         print(f"warning: {w}", file=sys.stderr)
     t_start = time.perf_counter()
@@ -119,7 +170,8 @@ def main() -> None:
 
     cv.FALLBACK = FALLBACK_USED[0] = args.fallback
     cache = cv.PredictionCache(rows, predict, args.cache)
-    res = cv.cross_validate(cache, schemes, rounds=args.rounds, log=lambda s: print(s, flush=True))
+    res = cv.cross_validate(cache, schemes, rounds=args.rounds, log=lambda s: print(s, flush=True),
+                            fit_row=lambda r: f"{r['table']}.csv" in fit_tables)
     shipped = [{} for _ in rows]
     for eng in cache.by_engine:
         for i, p in cache.get(eng, {k: FITTED[eng][k] for k in cv.PRIOR}).items():
@@ -227,7 +279,7 @@ def write_report(out: Path, rows, res, shipped, schemes, args, wall: float, num_
                          write=out.resolve() == (ROOT / "reports" / "validation").resolve())
     summary["intervals"] = iv
     (out / "summary.json").write_text(json.dumps(_safe(summary), indent=2) + "\n")
-    write_readme(out, rows, folds_df, pooled_df, res, schemes, wall, num_sim, iv)
+    write_readme(out, rows, folds_df, pooled_df, res, schemes, wall, num_sim, iv, args)
     print(pooled_df[pooled_df["rows"] == "all"].to_string(index=False))
     print(f"report in {out} ({wall:.0f} s, {num_sim} row simulations)")
 
@@ -272,7 +324,23 @@ def _md_table(df, cols, heads) -> list[str]:
     return lines
 
 
-def write_readme(out: Path, rows, folds_df, pooled_df, res, schemes, wall, num_sim, iv=None) -> None:
+def _fit_tables_text(args) -> str:
+    fit = getattr(args, "fit_tables", "dense_agg_dev.csv") or ""
+    return ", ".join(f"`{t}`" for t in fit.split(",") if t) or "no table"
+
+
+def _sample_text(rows, args) -> str:
+    sample = dict(DEFAULT_SAMPLE)
+    for spec in getattr(args, "sample", None) or []:
+        t, _, n = spec.partition("=")
+        sample[t] = int(n)
+    parts = [f"`{t}`: a seeded sample of {sum(1 for r in rows if r['table'] == t.removesuffix('.csv'))} rows "
+             f"stratified by model, engine and GPU (`--sample {t}={n}`; `--sample {t}=0` takes every row)"
+             for t, n in sample.items() if n > 0 and any(r["table"] == t.removesuffix(".csv") for r in rows)]
+    return ("Sampled: " + "; ".join(parts) + ".") if parts else ""
+
+
+def write_readme(out: Path, rows, folds_df, pooled_df, res, schemes, wall, num_sim, iv=None, args=None) -> None:
     from sim.validate.crossval import GRID, MIN_FIT_ROWS, PRIOR
 
     n_ok = sum(1 for p in res["in_sample"]["preds"] if p.get("status") == "ok")
@@ -291,6 +359,11 @@ def write_readme(out: Path, rows, folds_df, pooled_df, res, schemes, wall, num_s
         f"`harness` of `predictions.csv`). This run simulated {num_sim:,} rows (the others came from the cache); "
         "a cold run is about 40 min on 2 shared cores (~59,000 row simulations).",
         "",
+        f"**Fit and scored-only rows**: the fits see the rows of {_fit_tables_text(args)}; the other tables' rows "
+        "are scored only, with the per-engine values fitted without their group (a MoE row: the dense table's "
+        "values, fitted without its GPU when its GPU is held out). "
+        + _sample_text(rows, args),
+        "",
         "**What is fitted**: per engine, the four host/frontend overheads (`cpu_step_overhead_s`, "
         "`cpu_seq_overhead_s`, `frontend_latency_s`, `frontend_token_s`), by coordinate search on a fixed "
         f"grid from the same neutral start for every fit ({', '.join(f'{k} {v:g}' for k, v in PRIOR.items())}); "
@@ -299,7 +372,7 @@ def write_readme(out: Path, rows, folds_df, pooled_df, res, schemes, wall, num_s
         + ("one set fitted on the other engines' rows together" if FALLBACK_USED[0] == "pooled" else
            "the median of the other engines' fits") + " (column `engines_not_fitted`).",
         "",
-        "**Schemes**: *in-sample*: fitted on every row, scored on every row. *Leave one model / GPU / "
+        "**Schemes**: *in-sample*: fitted on every fit row, scored on every row. *Leave one model / GPU / "
         "campaign out*: for each group, fitted on every other row, the group scored with those values; "
         "*pooled* = every row scored by the fold that held it out. The dense table records no campaign: "
         "there a row's campaign is its engine and version (one container run per release); "

@@ -108,3 +108,35 @@ def test_conformal_intervals_pool_the_schemes_and_measure_coverage_one_level_out
     assert cov["system"]["ttft"] == {"share": 1.0, "n": 10}
     assert iv["coverage_other_groups"]["ttft"] == {"share": 0.75, "n": 20}
     assert iv["coverage_other_groups"]["tpot"] == {"share": 1.0, "n": 20}
+
+
+def test_score_only_rows_never_enter_a_fit_and_are_simulated_only_under_fitted_values():
+    """fit_row: rows of table "moe" (model M, a 40 ms-latency model) are scored with the
+    values fitted on the other rows, never simulated during the fits' search."""
+    simulated: list = []
+
+    def predict(sub, engine, params):
+        simulated.extend((r["row_key"], params["frontend_latency_s"]) for r in sub)
+        return [{"status": "ok", "pred_ttft_ms": 100.0 + 5000 * params["frontend_latency_s"],
+                 "pred_tpot_ms": 10.0, "reason": ""} for _ in sub]
+
+    rows = _rows()
+    for i in range(12):
+        rows.append({"row_key": f"M{i}", "backend": "vllm", "model_path": "M", "system": "g", "table": "moe",
+                     "silicon_ttft_ms": 300.0, "silicon_tpot_ms": 10.0})
+    cache = cv.PredictionCache(rows, predict)
+    res = cv.cross_validate(cache, ["model"], fit_row=lambda r: r.get("table") != "moe")
+    m_rows = [i for i, r in enumerate(rows) if r["model_path"] == "M"]
+    ins = res["in_sample"]["params"]["vllm"]["params"]["frontend_latency_s"]
+    by = {f["group"]: f for f in res["folds"]}
+    # the fold without M fits the same rows as the in-sample fit: the same values (one fit)
+    assert by["M"]["params"]["vllm"] is res["in_sample"]["params"]["vllm"]
+    # the dense rows were simulated at several values during the search; M's rows once each,
+    # under the in-sample values, and never at the prior or another grid value
+    assert len({lat for key, lat in simulated if not key.startswith("M")}) > 1
+    assert sorted(lat for key, lat in simulated if key.startswith("M")) == [ins] * 12
+    assert all(res["held_out"]["model"][i]["pred_ttft_ms"] == 100.0 + 5000 * ins for i in m_rows)
+    # without the filter M's rows enter the fits and are simulated during the search
+    simulated.clear()
+    cv.cross_validate(cv.PredictionCache(rows, predict), ["model"])
+    assert len({lat for key, lat in simulated if key.startswith("M")}) > 1

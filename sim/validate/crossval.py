@@ -123,18 +123,23 @@ class PredictionCache:
                     continue
                 self._disk[(d["params"], d["row_key"])] = d["pred"]
 
-    def get(self, engine: str, params: dict[str, float]) -> dict[int, Pred]:
-        """row index -> prediction, for every row of ``engine``."""
+    def get(self, engine: str, params: dict[str, float], idx: Sequence[int] | None = None) -> dict[int, Pred]:
+        """row index -> prediction, for the rows ``idx`` of ``engine`` (every row
+        of ``engine`` by default); rows of another engine in ``idx`` are ignored.
+        The returned mapping may hold more rows (those asked for before)."""
         pk = _key(params)
-        if (engine, pk) in self._mem:
-            return self._mem[(engine, pk)]
-        idx = self.by_engine.get(engine, [])
-        out: dict[int, Pred] = {}
+        mem = self._mem.setdefault((engine, pk), {})
+        want = self.by_engine.get(engine, [])
+        if idx is not None:
+            mine = set(want)
+            want = [i for i in idx if i in mine]
         todo = []
-        for i in idx:
+        for i in want:
+            if i in mem:
+                continue
             hit = self._disk.get((f"{engine} {pk}", self.rows[i]["row_key"]))
             if hit is not None:
-                out[i] = hit
+                mem[i] = hit
             else:
                 todo.append(i)
         if todo:
@@ -143,15 +148,14 @@ class PredictionCache:
             lines = []
             for i, p in zip(todo, preds):
                 keep = {k: p.get(k) for k in ("pred_ttft_ms", "pred_tpot_ms", "status", "reason")}
-                out[i] = keep
+                mem[i] = keep
                 lines.append(json.dumps({"params": f"{engine} {pk}", "row_key": self.rows[i]["row_key"],
                                          "pred": keep}))
             if self.path:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 with self.path.open("a") as f:
                     f.write("\n".join(lines) + "\n")
-        self._mem[(engine, pk)] = out
-        return out
+        return mem
 
 
 def row_error(row: dict, pred: Pred) -> float | None:
@@ -166,7 +170,7 @@ def row_error(row: dict, pred: Pred) -> float | None:
 
 
 def loss(cache: PredictionCache, engine: str, params: dict[str, float], fit_idx: Sequence[int]) -> float:
-    preds = cache.get(engine, params)
+    preds = cache.get(engine, params, fit_idx)
     errs = [e for i in fit_idx if i in preds and (e := row_error(cache.rows[i], preds[i])) is not None]
     return sum(errs) / len(errs) if errs else math.inf
 
@@ -184,7 +188,7 @@ def fit_engine(cache: PredictionCache, engine: str | Sequence[str], fit_idx: Seq
     def lo_of(params):
         errs = []
         for eng in engines:
-            preds = cache.get(eng, params)
+            preds = cache.get(eng, params, fit_idx)
             errs += [e for i in fit_idx if i in preds and (e := row_error(cache.rows[i], preds[i])) is not None]
         return sum(errs) / len(errs) if errs else math.inf
 
@@ -219,7 +223,8 @@ def fit_fold(cache: PredictionCache, fit_idx: Sequence[int], engines: Sequence[s
     ok_rows: dict[str, list[int]] = {}
     for eng in engines:
         idx = [i for i in cache.by_engine.get(eng, []) if i in fit_set]
-        ok = [i for i in idx if row_error(cache.rows[i], cache.get(eng, PRIOR)[i]) is not None]
+        prior = cache.get(eng, PRIOR, idx)
+        ok = [i for i in idx if row_error(cache.rows[i], prior[i]) is not None]
         ok_rows[eng] = ok
         if len(ok) < MIN_FIT_ROWS:
             out[eng] = {"params": None, "loss": math.nan, "num_fit_rows": len(ok), "source": ""}
@@ -263,41 +268,51 @@ def scores(rows: Sequence[dict], preds: Sequence[Pred]) -> dict[str, Any]:
 
 
 def cross_validate(cache: PredictionCache, schemes: Sequence[str], rounds: int = 1,
-                   log: Callable[[str], None] | None = None) -> dict[str, Any]:
+                   log: Callable[[str], None] | None = None,
+                   fit_row: Callable[[dict], bool] | None = None) -> dict[str, Any]:
     """In-sample fit and every fold of every scheme. Returns
     ``{"in_sample": {"params", "preds"}, "folds": [...], "held_out": {scheme: [pred per row]}}``
     where each fold has scheme, group, held-out row indices, the fold's
-    parameters per engine and the held-out predictions."""
+    parameters per engine and the held-out predictions.
+
+    ``fit_row``: which rows may enter a fit (default: every row). The others
+    are scored only, with the values fitted without their group, and are
+    simulated only under those values (never in the fit's search): e.g. the
+    MoE table scored with the per-engine values fitted on the dense table."""
     log = log or (lambda s: None)
     rows = cache.rows
     engines = sorted(cache.by_engine)
     all_idx = list(range(len(rows)))
-    log("in-sample fit on every row")
-    ins = fit_fold(cache, all_idx, engines, rounds)
+    fit_all = [i for i in all_idx if fit_row is None or fit_row(rows[i])]
+    log(f"in-sample fit on {len(fit_all)} rows")
+    ins = fit_fold(cache, fit_all, engines, rounds)
     ins_preds: list[Pred] = [{} for _ in rows]
     for eng, v in ins.items():
         for i, p in cache.get(eng, v["params"]).items():
             ins_preds[i] = p
     result: dict[str, Any] = {"in_sample": {"params": ins, "preds": ins_preds}, "folds": [], "held_out": {}}
+    fits: dict[tuple[int, ...], dict] = {tuple(fit_all): ins}  # folds with the same fit rows share the fit
     for scheme in schemes:
         held: list[Pred] = [{} for _ in rows]
         for group, idx in folds(rows, scheme).items():
             held_set = set(idx)
-            fit_idx = [i for i in all_idx if i not in held_set]
-            simulable = [i for i in idx
-                         if cache.get(str(rows[i]["backend"]), PRIOR)[i].get("status") == "ok"]
+            fit_idx = [i for i in fit_all if i not in held_set]
+            # simulable or not does not depend on the fitted overheads: the in-sample status says
+            simulable = [i for i in idx if ins_preds[i].get("status") == "ok"]
             if not simulable:  # nothing to score: the fit would be the in-sample one
                 for i in idx:
-                    held[i] = cache.get(str(rows[i]["backend"]), PRIOR)[i]
+                    held[i] = ins_preds[i]
                 result["folds"].append({"scheme": scheme, "group": group, "rows": idx, "params": {},
                                         "preds": [held[i] for i in idx]})
                 continue
             log(f"{scheme}: leave out {group} ({len(idx)} rows, {len(simulable)} simulated), "
                 f"fit on {len(fit_idx)}")
-            fp = fit_fold(cache, fit_idx, engines, rounds)
+            fp = fits.get(tuple(fit_idx))
+            if fp is None:
+                fp = fits[tuple(fit_idx)] = fit_fold(cache, fit_idx, engines, rounds)
             preds = {}
             for eng in {str(rows[i]["backend"]) for i in idx}:
-                got = cache.get(eng, fp[eng]["params"])
+                got = cache.get(eng, fp[eng]["params"], idx)
                 preds.update({i: got[i] for i in idx if i in got})
             for i in idx:
                 held[i] = preds.get(i, {"status": "error", "reason": "no prediction"})
