@@ -255,3 +255,37 @@ def test_hybrid_runs_in_reference_mode_and_conserves_blocks():
     # a single-kind model keeps the accelerated stepping
     llama = build_deployment(SimConfig(model="llama-3.1-8b", hardware="h100_sxm", engine="vllm"))
     assert accelerated_stepping_supported(llama) and not llama.sizing.hybrid
+
+
+def test_a_model_of_sliding_layers_only_is_one_sliding_group():
+    # every layer sliding (a Mistral-7B-v0.1-like config: sliding_window, no layer_types):
+    # one group of 4 layers, which still frees the blocks outside the window (vLLM's
+    # UnitaryKVCacheCoordinator over a SlidingWindowManager)
+    m = ModelSpec.from_hf_config({**TINY, "layer_types": None}, name="t.json")
+    g = kv_cache_groups(m, block_size=16)
+    assert [(x.kind, x.num_layers) for x in g.groups] == [("sliding_attention", 4)]
+    kv = HybridKVCacheManager(100, 16, g, enable_prefix_caching=True, max_model_len=1024,
+                              max_num_batched_tokens=64)
+    a = req(1, 200)
+    assert kv.allocate_slots(a, 200) is not None
+    a.num_computed_tokens = 200
+    step_decode(kv, a, 1)
+    assert kv.num_held_blocks_by_group(a) == [3]
+    # the same prompt hits 12 blocks: the 2 window blocks, 10 null ones before them
+    hits, n = kv.get_computed_blocks(req(2, 200))
+    assert n == 192 and hits[0].count(0) == 10
+
+
+def test_reference_stepping_is_enforced_and_the_vllm_flag_rendered():
+    from sim.accelerated import AcceleratedStepping
+    from sim.engine.simulation import Simulation
+    from sim.launch import launch_command
+    cfg = build_config(None, {"model": f"{MODELS}/openai--gpt-oss-20b_config.json", "hardware": "h100_sxm",
+                              "engine": "vllm", "max_model_len": 4096}, ["workload.num_requests=2"])
+    dep = build_deployment(cfg)
+    with pytest.raises(ValueError, match="reference stepping"):
+        Simulation(dep, make_specs(dep), stepping=AcceleratedStepping)
+    off = build_deployment(cfg.model_copy(update={"disable_hybrid_kv_cache_manager": True}))
+    assert not off.sizing.hybrid and accelerated_stepping_supported(off)
+    assert "--disable-hybrid-kv-cache-manager" in launch_command(off.cfg.model_dump(mode="json")).argv
+    assert "--disable-hybrid-kv-cache-manager" not in launch_command(dep.cfg.model_dump(mode="json")).argv
