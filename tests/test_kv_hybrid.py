@@ -289,3 +289,80 @@ def test_reference_stepping_is_enforced_and_the_vllm_flag_rendered():
     assert not off.sizing.hybrid and accelerated_stepping_supported(off)
     assert "--disable-hybrid-kv-cache-manager" in launch_command(off.cfg.model_dump(mode="json")).argv
     assert "--disable-hybrid-kv-cache-manager" not in launch_command(dep.cfg.model_dump(mode="json")).argv
+
+
+# ------------------------------------------------------------------ linear attention (Gated DeltaNet)
+#: 3 linear-attention layers + 1 full: per layer a state of conv 3 x (2 x 2 x 16 + 4 x 64) x 2 B = 1,920 B
+#: + recurrent 4 x 16 x 64 x 4 B (fp32) = 16,384 B = 18,304 B; attention 256 B per token per layer
+TINY_GDN = {
+    "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "num_hidden_layers": 4,
+    "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 64,
+    "intermediate_size": 512, "vocab_size": 1024, "max_position_embeddings": 4096, "torch_dtype": "bfloat16",
+    "layer_types": ["linear_attention"] * 3 + ["full_attention"], "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+    "linear_value_head_dim": 64, "mamba_ssm_dtype": "float32",
+}
+
+
+def test_linear_attention_state_pages_and_the_raised_block_size():
+    from sim.kv_cache.groups import attention_block_size
+    m = ModelSpec.from_hf_config(dict(TINY_GDN), name="gdn.json")
+    assert m.state_bytes_per_sequence() == 3 * 18_304
+    # vLLM: 16 x ceil(18,304 / (16 x 256)) = 16 x 5 = 80 tokens, page 80 x 256 = 20,480 B >= 18,304
+    assert attention_block_size(m, block_size=16) == 80
+    assert attention_block_size(m, block_size=96) == 96  # a larger block size is kept
+    g = kv_cache_groups(m, block_size=80, linear_state_pages=True)
+    # 3 linear + 1 full: group_size 1 (3 >= 1.5 x 1): three state groups and one attention group
+    assert [(x.kind, x.num_layers, x.state_bytes) for x in g.groups] == [
+        ("linear_attention", 1, 18_304)] * 3 + [("full_attention", 1, 0)]
+    assert g.page_size_bytes == 20_480 and g.num_gpu_blocks(2 ** 30) == 52_428  # 2**30 / 20,480 = 52,428.8
+    # one 1,024-token request: ceil(1024 / 80) = 13 attention blocks + one state page per linear group
+    assert g.blocks_per_request(80, 1024, 64) == 16
+    # without linear_state_pages (prefix caching on): no groups, the state stays reserved
+    assert not kv_cache_groups(m, block_size=16).hybrid
+    with pytest.raises(Exception, match="block_size"):
+        compute_kv_sizing(m, get_hardware("h100_sxm"), block_size=16, max_model_len=1024, hybrid_kv_cache=True)
+
+
+def gdn_manager(num_gpu_blocks):
+    m = ModelSpec.from_hf_config(dict(TINY_GDN), name="gdn.json")
+    return HybridKVCacheManager(num_gpu_blocks, 80, kv_cache_groups(m, block_size=80, linear_state_pages=True),
+                                max_model_len=1024, max_num_batched_tokens=64)
+
+
+def test_a_request_holds_one_state_page_per_linear_group():
+    kv = gdn_manager(50)
+    r = req(1, 200, keys=())
+    assert kv.allocate_slots(r, 200) is not None
+    r.num_computed_tokens = 200
+    # attention ceil(200 / 80) = 3 blocks; each linear group one page
+    assert kv.num_held_blocks_by_group(r) == [1, 1, 1, 3]
+    assert r.kv_capacity == 240
+    step_decode(kv, r, 41)  # the step at computed 240 needs 241 slots: a 4th attention block, still one page each
+    assert kv.num_held_blocks_by_group(r) == [1, 1, 1, 4]
+    kv.free(r)
+    assert kv.num_free_blocks == 49
+    kv.check_invariants()
+
+
+@pytest.mark.parametrize("usable, ok", [(5, False), (6, True)])
+def test_linear_admission_at_the_exact_boundary(usable, ok):
+    # a 200-token request admitted with an 80-token chunk: its whole sequence needs 3 attention
+    # blocks + 3 state pages = 6
+    kv = gdn_manager(usable + 1)
+    assert (kv.allocate_slots(req(1, 200, keys=()), 80, full_sequence_check=True) is not None) == ok
+
+
+def test_linear_deployment_raises_block_size_unless_prefix_caching(tmp_path):
+    import json
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY_GDN))
+    base = {"model": str(path), "hardware": "h100_sxm", "engine": "vllm", "max_model_len": 1024}
+    on = build_deployment(build_config(None, base))  # vLLM preset: prefix caching on
+    assert not on.sizing.hybrid and on.cfg.block_size == 16
+    assert on.sizing.state_bytes_reserved == 54_912 * on.cfg.max_num_seqs
+    assert "align" in kv_report(on.sizing)["linear_attention_state_reserved_for"]
+    off = build_deployment(build_config(None, {**base, "enable_prefix_caching": False}))
+    assert off.sizing.hybrid and off.cfg.block_size == off.limits.block_size == 80
+    assert off.sizing.state_bytes_reserved == 0 and off.sizing.blocks_per_request == 13 + 3
+    assert isinstance(off.make_kv_manager(), HybridKVCacheManager)

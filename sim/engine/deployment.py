@@ -14,6 +14,7 @@ from sim.engine.kv_transfer import KVTransferSpec
 from sim.errors import ConfigError, InfeasibleError
 from sim.hardware.profile import HardwareProfile, get_hardware
 from sim.kv_cache import make_kv_cache_manager
+from sim.kv_cache.groups import attention_block_size
 from sim.kv_cache.sizing import KVSizing, compute_kv_sizing
 from sim.model_spec import ModelSpec, get_model
 from sim.presets import get_preset
@@ -165,7 +166,11 @@ def _build_one(cfg: SimConfig) -> Deployment:
     max_model_len = cfg.max_model_len or model.max_position_embeddings
     cfg = resolve_scheduler_limits(cfg, hw.memory_bytes, hw.name, max_model_len,
                                    chunked_prefill=get_scheduler_class(cfg.scheduler).chunked_prefill)
-    hybrid_off = hybrid_kv_cache_off_reason(cfg)
+    hybrid_off = hybrid_kv_cache_off_reason(cfg, model)
+    if hybrid_off is None:  # vLLM raises the attention block size so a page holds a linear-attention state
+        bs = attention_block_size(model, cfg.kv_cache_dtype, cfg.tensor_parallel_size, cfg.block_size)
+        if bs != cfg.block_size:
+            cfg = cfg.model_copy(update={"block_size": bs})
     sizing = compute_kv_sizing(
         model, hw, tensor_parallel_size=cfg.tensor_parallel_size,
         gpu_memory_utilization=cfg.gpu_memory_utilization, block_size=cfg.block_size,
@@ -194,13 +199,17 @@ def _build_one(cfg: SimConfig) -> Deployment:
     return Deployment(cfg, model, hw, cost, sizing, limits, overheads, layout=layout)
 
 
-def hybrid_kv_cache_off_reason(cfg: SimConfig) -> str | None:
-    """Why a model with sliding-window layers runs on one block table (its
-    sliding layers at full length) instead of vLLM's kv_cache_groups, or None
+def hybrid_kv_cache_off_reason(cfg: SimConfig, model: ModelSpec | None = None) -> str | None:
+    """Why a model with sliding-window (or linear-attention) layers runs on
+    one block table (sliding layers at full length, linear-attention state
+    reserved for max_num_seqs) instead of vLLM's kv_cache_groups, or None
     (sim/kv_cache/hybrid.py). The hybrid manager is vLLM's: other engines'
     sliding-window pools (SGLang's SWA pool, TensorRT-LLM's per-window pools)
     are not modelled, and nor are schedulers that read free blocks as tokens
-    or plan blocks to completion."""
+    or plan blocks to completion, nor vLLM's prefix caching of
+    linear-attention states (mamba_cache_mode 'align')."""
+    if model is not None and cfg.enable_prefix_caching and model.layer_type_counts().get("linear_attention"):
+        return ("prefix caching with linear-attention layers (vLLM mamba_cache_mode 'align') is not modelled")
     if cfg.disable_hybrid_kv_cache_manager:
         return "disable_hybrid_kv_cache_manager is set"
     if cfg.kv_allocation != "paged":

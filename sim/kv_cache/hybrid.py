@@ -1,4 +1,5 @@
-"""Paged KV cache of a hybrid model (full + sliding-window attention layers):
+"""Paged KV cache of a hybrid model (full + sliding-window attention layers,
+or full attention + linear-attention state):
 vLLM v1's ``KVCacheManager`` over a ``HybridKVCacheCoordinator``.
 
 Follows ``vllm/v1/core/kv_cache_manager.py::allocate_slots``,
@@ -26,6 +27,10 @@ from :mod:`sim.kv_cache.groups`.
   max_num_batched_tokens, max_model_len) / block_size) + 1`` blocks
   (``SlidingWindowSpec.max_admission_blocks_per_request``, the same bound
   as the pool's sizing).
+- a linear-attention (Gated DeltaNet) group (``MambaManager``,
+  ``mamba_cache_mode`` "none", block size ``max_model_len``): one state page
+  per request from its first allocation to its end; refused with prefix
+  caching (vLLM's "align" mode caches states at block boundaries: not modelled).
 - ``free``: group after group, each table in reverse order (null blocks skipped).
 - Prefix caching: block hashes are per group (vLLM ``BlockHashWithGroupId``).
   Lookup (``HybridKVCacheCoordinator.find_longest_cache_hit``, one full
@@ -51,7 +56,7 @@ from __future__ import annotations
 
 from sim.errors import ConfigError
 from sim.kv_cache.block_pool import BlockPool
-from sim.kv_cache.groups import SLIDING, KVCacheGroups
+from sim.kv_cache.groups import FULL, LINEAR, SLIDING, KVCacheGroups
 from sim.kv_cache.hashing import ensure_block_hashes
 from sim.kv_cache.prefix_stats import PrefixCacheStats
 from sim.request import RequestStatus
@@ -110,6 +115,9 @@ class HybridKVCacheManager(PrefixCacheStats):
             raise ConfigError(f"watermark must be in [0, 1), got {watermark!r}")
         if not groups.hybrid:
             raise ConfigError(f"HybridKVCacheManager needs kv_cache_groups, got none ({groups.reason})")
+        if enable_prefix_caching and groups.has_linear:
+            raise ConfigError("enable_prefix_caching: prefix caching of linear-attention states "
+                              "(vLLM mamba_cache_mode 'align') is not modelled")
         self.pool = BlockPool(num_gpu_blocks, enable_prefix_caching)
         self.num_gpu_blocks = num_gpu_blocks
         self.block_size = block_size
@@ -121,11 +129,17 @@ class HybridKVCacheManager(PrefixCacheStats):
         self.watermark_blocks = int(watermark * num_gpu_blocks)
         #: per group: the sliding window (None for full attention)
         self._windows = [g.sliding_window if g.kind == SLIDING else None for g in self.groups]
-        #: per group: most blocks a request holds at once (the admission cap)
+        #: per group: most blocks a request holds at once (the admission cap; None: unbounded)
         self._caps = [g.max_blocks_per_request(block_size, max_model_len, max_num_batched_tokens)
-                      if g.kind == SLIDING else None for g in self.groups]
-        self._full_ids = [i for i, w in enumerate(self._windows) if w is None]
-        self._sliding_ids = [i for i, w in enumerate(self._windows) if w is not None]
+                      if g.kind != FULL else None for g in self.groups]
+        #: per group: tokens per block (a linear-attention group's is max_model_len: one state
+        #: page per request, vLLM MambaSpec in mamba_cache_mode "none")
+        self._gbs = [max_model_len if g.kind == LINEAR else block_size for g in self.groups]
+        self._full_ids = [i for i, g in enumerate(self.groups) if g.kind == FULL]
+        self._sliding_ids = [i for i, g in enumerate(self.groups) if g.kind == SLIDING]
+        #: the attention groups (tables of ceil(slots / block_size) entries); the first gives kv_capacity
+        self._attn_ids = [i for i, g in enumerate(self.groups) if g.kind != LINEAR]
+        self._a0 = self._attn_ids[0]
         if len({self._windows[i] for i in self._sliding_ids}) > 1:  # pragma: no cover - one window per model
             raise ConfigError("sliding-window groups with different windows are not modelled")
         self._states: dict[int, _HybridState] = {}
@@ -249,7 +263,7 @@ class HybridKVCacheManager(PrefixCacheStats):
         slots = min(computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
         if st is not None:
             self._remove_skipped(st, computed)
-        required = _cdiv(slots, bs)
+        required = [-(-slots // gbs) for gbs in self._gbs]
         pool = self.pool
         need = 0
         evictable = 0
@@ -257,9 +271,9 @@ class HybridKVCacheManager(PrefixCacheStats):
         for g in range(len(self.groups)):
             held = len(st.tables[g]) if st is not None else 0
             if hits is None:
-                need += max(0, required - held)
+                need += max(0, required[g] - held)
             else:  # a new request with prefix hits: the skipped ones are not taken
-                need += max(0, required - max(skipped[g], num_hit_blocks))
+                need += max(0, required[g] - max(skipped[g], num_hit_blocks))
                 kept = [b for b in hits[g][skipped[g]:] if b != _NULL]
                 evictable += pool.num_free_among(kept)
         wm = self.watermark_blocks if (has_scheduled_reqs and request.status in _WAITING_STATES) else 0
@@ -288,12 +302,12 @@ class HybridKVCacheManager(PrefixCacheStats):
                 st.num_cached[g] = num_hit_blocks
         new: list[int] = []
         for g, table in enumerate(st.tables):
-            n = required - len(table)
+            n = required[g] - len(table)
             if n > 0:
                 got = pool.get_new_blocks(n)
                 table += got
                 new += got
-        request.kv_capacity = len(st.tables[0]) * bs
+        request.kv_capacity = len(st.tables[self._a0]) * bs
         if self.enable_prefix_caching:
             self._cache_full(st, min(computed + num_new_tokens, request.num_tokens))
         return new
@@ -362,7 +376,7 @@ class HybridKVCacheManager(PrefixCacheStats):
 
     def slots_free_in_last_block(self, request) -> int:
         st = self._states.get(request.request_id)
-        held = len(st.tables[0]) * self.block_size if st is not None else 0
+        held = len(st.tables[self._a0]) * self.block_size if st is not None else 0
         return max(0, held - request.num_computed_tokens)
 
     @property
@@ -375,9 +389,9 @@ class HybridKVCacheManager(PrefixCacheStats):
         bs = self.block_size
         waste = 0
         for st in self._states.values():
-            w = len(st.tables[0]) * bs - st.request.num_computed_tokens
+            w = len(st.tables[self._a0]) * bs - st.request.num_computed_tokens
             if w > 0:
-                waste += w * len(st.tables)
+                waste += w * len(self._attn_ids)
         return min(1.0, waste / (held_blocks * bs))
 
     def check_invariants(self) -> None:
@@ -386,7 +400,8 @@ class HybridKVCacheManager(PrefixCacheStats):
         self.pool.check_invariants()
         counts = [0] * self.pool.num_gpu_blocks
         for st in self._states.values():
-            assert len({len(t) for t in st.tables}) == 1, "group tables of different lengths"
+            assert len({len(st.tables[g]) for g in self._attn_ids}) == 1, "attention tables of different lengths"
+            assert all(len(st.tables[g]) <= 1 for g in range(len(self.groups)) if g not in self._attn_ids)
             for t, n in zip(st.tables, st.num_null):
                 assert all(b == _NULL for b in t[:n]) and all(b != _NULL for b in t[n:]), "nulls not a prefix"
                 for b in t[n:]:

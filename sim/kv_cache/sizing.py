@@ -61,7 +61,7 @@ from dataclasses import dataclass
 
 from sim.errors import ConfigError, InfeasibleError
 from sim.hardware.profile import HardwareProfile
-from sim.kv_cache.groups import KVCacheGroups, kv_cache_groups
+from sim.kv_cache.groups import LINEAR, KVCacheGroups, attention_block_size, kv_cache_groups
 from sim.model_spec import ModelSpec
 
 GiB = float(1 << 30)
@@ -169,7 +169,11 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
                "must be an integer >= 1")
 
     kv_tok = model.kv_bytes_per_token(kv_cache_dtype, tp)
-    groups = kv_cache_groups(model, kv_cache_dtype, tp, block_size)
+    if hybrid_kv_cache and block_size < attention_block_size(model, kv_cache_dtype, tp, block_size):
+        raise ConfigError(f"block_size: invalid value {block_size!r}; an attention page must hold one "
+                          f"linear-attention layer's state: vLLM raises it to "
+                          f"{attention_block_size(model, kv_cache_dtype, tp, block_size)}")
+    groups = kv_cache_groups(model, kv_cache_dtype, tp, block_size, linear_state_pages=bool(hybrid_kv_cache))
     hybrid = bool(hybrid_kv_cache) and groups.hybrid
     # one block id: a page in every layer (one pool), or in each layer of one group
     block_bytes = groups.block_bytes if hybrid else block_size * kv_tok
@@ -199,7 +203,8 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
         act = NON_TORCH_BYTES_TP1 if tp == 1 else NON_TORCH_BYTES_TP_GT1
         available = usable - weights - act
     state_seq = model.state_bytes_per_sequence(tp)
-    state = float(state_seq * max_num_seqs)
+    # linear-attention states as pages of the pool (hybrid), else reserved for max_num_seqs
+    state = 0.0 if hybrid and groups.has_linear else float(state_seq * max_num_seqs)
     if state:
         if num_gpu_blocks_override is None and available >= block_bytes > available - state:
             raise InfeasibleError(
@@ -238,7 +243,7 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
                     model.kv_bytes_per_token_by_layer_type(kv_cache_dtype, tp), model.layer_type_counts(),
                     state_seq, state, model.sliding_window, "mla" if model.is_mla else "gqa",
                     model.is_classic, groups, hybrid,
-                    None if hybrid or not groups.hybrid else (hybrid_off_reason or "hybrid KV cache manager off"),
+                    None if hybrid else (hybrid_off_reason or groups.reason or "hybrid KV cache manager off"),
                     blocks_per_seq, max_num_batched_tokens)
 
 
@@ -260,14 +265,19 @@ def _layer_type_rows(sizing: KVSizing) -> dict:
         if sizing.hybrid:
             rows["sliding_attention_counted_at"] = "its window (vLLM hybrid KV cache manager: kv_cache_groups)"
         else:
-            why = sizing.hybrid_off_reason or sizing.kv_cache_groups.reason
+            why = sizing.hybrid_off_reason
             rows["sliding_attention_counted_at"] = f"full length (one block pool, conservative: {why})"
         # what a token past the window costs where sliding layers free their blocks (vLLM hybrid manager)
         rows["kv_bytes_per_token_beyond_window"] = sum(
             per.get(t, 0) * n for t, n in counts.items() if t != "sliding_attention")
     if sizing.state_bytes_per_sequence:
         rows["linear_attention_state_bytes_per_sequence"] = sizing.state_bytes_per_sequence
-        rows["linear_attention_state_gib_reserved"] = sizing.state_bytes_reserved / GiB
+        if sizing.hybrid and sizing.kv_cache_groups.has_linear:
+            rows["linear_attention_state_held_as"] = "one page per linear group per running request (block pool)"
+        else:
+            why = sizing.hybrid_off_reason
+            rows["linear_attention_state_gib_reserved"] = sizing.state_bytes_reserved / GiB
+            rows["linear_attention_state_reserved_for"] = f"max_num_seqs sequences (conservative: {why})"
     if sizing.hybrid:
         rows.update(_group_rows(sizing))
     return rows
@@ -283,6 +293,8 @@ def _group_rows(sizing: KVSizing) -> dict:
                   "page_size_bytes": groups.page_size_bytes}
     for i, g in enumerate(groups.groups):
         kind = g.kind if g.sliding_window is None else f"{g.kind} (window {g.sliding_window})"
+        if g.kind == LINEAR:
+            kind = f"{g.kind} (state {g.state_bytes:,} B per layer, padded to the page)"
         rows[f"kv_cache_group_{i}"] = kind
         rows[f"kv_cache_group_{i}_layers"] = (g.num_layers if not g.num_padding_layers
                                               else f"{g.num_layers} ({g.num_padding_layers} padding)")
