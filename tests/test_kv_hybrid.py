@@ -366,3 +366,33 @@ def test_linear_deployment_raises_block_size_unless_prefix_caching(tmp_path):
     assert off.sizing.hybrid and off.cfg.block_size == off.limits.block_size == 80
     assert off.sizing.state_bytes_reserved == 0 and off.sizing.blocks_per_request == 13 + 3
     assert isinstance(off.make_kv_manager(), HybridKVCacheManager)
+
+
+@pytest.mark.parametrize("caching", [False, True])
+def test_skipping_no_op_decode_calls_is_exact(caching, monkeypatch):
+    """kv_capacity marks the next token count at which allocate_slots does
+    anything (a block to take, a sliding block to free, a block to hash): a
+    scheduler skipping the calls below it gives bit-identical results to one
+    calling it every decode step (vLLM's), here with preemptions (a small
+    pool) and prefix hits (one shared system prompt)."""
+    import numpy as np
+    cfg = build_config(None, {"model": f"{MODELS}/openai--gpt-oss-20b_config.json", "hardware": "h100_sxm",
+                              "engine": "vllm", "max_model_len": 2048, "max_num_seqs": 32,
+                              "num_gpu_blocks_override": 700, "enable_prefix_caching": caching},
+                       ["workload.num_requests=80", "workload.arrival=poisson", "workload.request_rate=40",
+                        "workload.input_len=500", "workload.output_len=300",
+                        "workload.shared_prefix.prefix_len=256"])
+    dep = build_deployment(cfg)
+    runs = []
+    for skip in (True, False):
+        monkeypatch.setattr(HybridKVCacheManager, "decode_skips_allocation", skip)
+        sim = make_simulation(dep, make_specs(dep))
+        res = sim.run()
+        runs.append(res)
+    a, b = runs
+    assert int(a.requests["num_preemptions"].sum()) > 0
+    if caching:
+        assert int(a.requests["num_cached_tokens"].sum()) > 0
+    for k in a.requests:
+        assert np.array_equal(a.requests[k], b.requests[k]), k
+    assert a.num_steps == b.num_steps

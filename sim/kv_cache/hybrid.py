@@ -97,8 +97,10 @@ class HybridKVCacheManager(PrefixCacheStats):
     """
 
     grows_by_block = True
-    #: every decode calls allocate_slots (a sliding window frees blocks as it moves)
-    decode_skips_allocation = False
+    #: a decode's allocate_slots is a no-op while ``num_computed_tokens < kv_capacity``:
+    #: here kv_capacity is the next token count at which it changes anything
+    #: (:meth:`_update_capacity`), so schedulers may skip the call below it
+    decode_skips_allocation = True
     grows_decode_in_bulk = False
     #: declared: merged steps cannot represent per-group tables (sim/runner.py)
     supports_accelerated_stepping = False
@@ -165,6 +167,26 @@ class HybridKVCacheManager(PrefixCacheStats):
                 table[start:n] = [_NULL] * (n - start)
                 st.num_null[g] = n
                 pool.free_blocks(removed)
+        self._update_capacity(st)
+
+    def _update_capacity(self, st: _HybridState) -> None:
+        """``request.kv_capacity`` = the fewest computed tokens at which a
+        decode's ``allocate_slots(request, 1)`` would change anything: the
+        held slots (a new block), a sliding group's next block leaving the
+        window (``sliding_window - 1 + (nulls + 1) x block_size``), and with
+        prefix caching the next block to fill (``(cached + 1) x block_size - 1``).
+        Below it the call is a no-op returning ``[]``, as vLLM's every-step call is."""
+        bs = self.block_size
+        cap = len(st.tables[self._a0]) * bs
+        for g in self._sliding_ids:
+            nxt = self._windows[g] - 1 + (st.num_null[g] + 1) * bs
+            if nxt < cap:
+                cap = nxt
+        if self.enable_prefix_caching:
+            nxt = (min(st.num_cached) + 1) * bs - 1
+            if nxt < cap:
+                cap = nxt
+        st.request.kv_capacity = cap
 
     # ---- prefix cache -----------------------------------------------------------
     def _cached(self, h: int, gids: list[int]) -> list[int] | None:
@@ -307,9 +329,9 @@ class HybridKVCacheManager(PrefixCacheStats):
                 got = pool.get_new_blocks(n)
                 table += got
                 new += got
-        request.kv_capacity = len(st.tables[self._a0]) * bs
         if self.enable_prefix_caching:
             self._cache_full(st, min(computed + num_new_tokens, request.num_tokens))
+        self._update_capacity(st)
         return new
 
     def free(self, request) -> None:
