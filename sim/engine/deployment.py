@@ -204,8 +204,9 @@ def hybrid_kv_cache_off_reason(cfg: SimConfig, model: ModelSpec | None = None) -
     one block table (sliding layers at full length, linear-attention state
     reserved for max_num_seqs) instead of vLLM's kv_cache_groups, or None
     (sim/kv_cache/hybrid.py). The hybrid manager is vLLM's: other engines'
-    sliding-window pools (SGLang's SWA pool, TensorRT-LLM's per-window pools)
-    are not modelled, and nor are schedulers that read free blocks as tokens
+    sliding-window pools (SGLang's SWA pool; TensorRT-LLM's one pool per
+    attention window, memory split between them at start,
+    nvidia.github.io/TensorRT-LLM/features/kvcache.html) are not modelled, and nor are schedulers that read free blocks as tokens
     or plan blocks to completion, nor vLLM's prefix caching of
     linear-attention states (mamba_cache_mode 'align')."""
     if model is not None and cfg.enable_prefix_caching and model.layer_type_counts().get("linear_attention"):
@@ -216,7 +217,7 @@ def hybrid_kv_cache_off_reason(cfg: SimConfig, model: ModelSpec | None = None) -
         return f"kv_allocation {cfg.kv_allocation}"
     if cfg.engine not in (None, "vllm"):
         return f"engine {cfg.engine}: its sliding-window KV pools are not modelled"
-    if not get_scheduler_class(cfg.scheduler).kv_cache_groups:
+    if not get_scheduler_class(cfg.scheduler).supports_kv_cache_groups:
         return f"scheduler {cfg.scheduler} does not run on per-group block tables"
     if cfg.capacity_scheduler_policy:
         return f"capacity_scheduler_policy {cfg.capacity_scheduler_policy} plans one block table"

@@ -1,7 +1,8 @@
 """KV cache groups of a hybrid model: vLLM v1's layout of layers of different
-kinds (full attention and sliding-window attention) in ONE block pool.
+kinds (full attention, sliding-window attention, linear-attention state) in
+ONE block pool.
 
-Follows vLLM v1 (docs.vllm.ai/en/latest/design/hybrid_kv_cache_manager.html;
+Follows vLLM v1 (docs.vllm.ai/en/latest/design/hybrid_kv_cache_manager/;
 ``vllm/v1/core/kv_cache_utils.py::_get_kv_cache_groups_uniform_page_size``,
 ``get_num_blocks``, ``get_max_concurrency_for_kv_cache_config``;
 ``vllm/v1/kv_cache_interface.py::SlidingWindowSpec.max_memory_usage_bytes``):

@@ -7,7 +7,7 @@ Follows ``vllm/v1/core/kv_cache_manager.py::allocate_slots``,
 ``KVCacheCoordinatorNoPrefixCache``) and
 ``single_type_kv_cache_manager.py`` (``FullAttentionManager``,
 ``SlidingWindowManager``); design notes:
-docs.vllm.ai/en/latest/design/hybrid_kv_cache_manager.html. The groups come
+docs.vllm.ai/en/latest/design/hybrid_kv_cache_manager/. The groups come
 from :mod:`sim.kv_cache.groups`.
 
 - ONE :class:`BlockPool` (block 0 = the null block); each KV cache group

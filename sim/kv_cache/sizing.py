@@ -21,25 +21,25 @@ That is ``kv_memory_rule="utilization"`` (vLLM). Two other engines' rules
 Layer kinds (``ModelSpec.kv_bytes_per_token_by_layer_type``): MLA layers hold
 one latent per token (kv_lora_rank + qk_rope_head_dim elements, the same on every
 TP rank); linear-attention (Gated DeltaNet) layers hold no per-token KV but a
-constant state per sequence, reserved here up front for ``max_num_seqs``
-sequences (``state_bytes_reserved``; vLLM instead gives each running request a
-state page from the same pool, its hybrid allocator sizing the attention
-block so pages match: reserving the full concurrency is the conservative
-bound, and says so).
+constant state per sequence.
 
-Sliding-window layers (``hybrid_kv_cache=True``, the engine's manager is
-:class:`~sim.kv_cache.hybrid.HybridKVCacheManager`): vLLM's hybrid KV cache
-manager (docs.vllm.ai/en/latest/design/hybrid_kv_cache_manager.html) puts
-the layers in ``kv_cache_groups`` of ``group_size`` layers sharing one block
-pool (:mod:`sim.kv_cache.groups`): ``num_gpu_blocks = available //
+Sliding-window and linear-attention layers with ``hybrid_kv_cache=True`` (the
+engine's manager is :class:`~sim.kv_cache.hybrid.HybridKVCacheManager`):
+vLLM's hybrid KV cache manager
+(docs.vllm.ai/en/latest/design/hybrid_kv_cache_manager/) puts the layers
+in ``kv_cache_groups`` of ``group_size`` layers sharing one block pool
+(:mod:`sim.kv_cache.groups`): ``num_gpu_blocks = available //
 (page_size_bytes x group_size)`` (``kv_cache_utils.py::get_num_blocks``) and
 a ``max_model_len`` request needs the sum over groups of its blocks, a
-sliding group's bounded by its window. Otherwise (another engine's
-scheduler, ``kv_allocation: contiguous``, ``disable_hybrid_kv_cache_manager``,
-or layer kinds whose pages differ) the layers share one block table and
-sliding layers are counted at full length (conservative: capacity is
-understated for sequences longer than the window, never overstated; the
-``servesim kv`` report says which).
+sliding group's bounded by its window, a linear group's one state page
+(the attention block size raised so a page holds a state). Otherwise
+(another engine's scheduler, ``kv_allocation: contiguous``,
+``disable_hybrid_kv_cache_manager``, prefix caching with linear-attention
+layers, or layer kinds whose pages differ) the attention layers share one
+block table, sliding layers counted at full length, and the linear-attention
+state is reserved up front for ``max_num_seqs`` sequences
+(``state_bytes_reserved``): conservative, capacity understated, never
+overstated; the ``servesim kv`` report says which and why.
 
 Activation/workspace estimate (vLLM profiles a dummy forward pass of
 ``max_num_batched_tokens`` tokens and the sampler on ``max_num_seqs`` rows):
@@ -144,9 +144,10 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
     Raises InfeasibleError when the weights (plus the activation estimate) do
     not fit in memory x utilization, or when one ``max_model_len`` sequence
     needs more blocks than exist (vLLM ``check_enough_kv_cache_memory``).
-    ``hybrid_kv_cache``: size a model with sliding-window layers as vLLM's
-    kv_cache_groups (module docstring); ``hybrid_off_reason``: why not, when
-    False (shown by ``servesim kv``).
+    ``hybrid_kv_cache``: size a model with sliding-window or linear-attention
+    layers as vLLM's kv_cache_groups (module docstring; ``block_size`` then at
+    least :func:`~sim.kv_cache.groups.attention_block_size`);
+    ``hybrid_off_reason``: why not, when False (shown by ``servesim kv``).
     """
     tp = tensor_parallel_size
     model.check_tensor_parallel_size(tp)
