@@ -210,7 +210,7 @@ def hybrid_kv_cache_off_reason(cfg: SimConfig, model: ModelSpec | None = None) -
     or plan blocks to completion, nor vLLM's prefix caching of
     linear-attention states (mamba_cache_mode 'align')."""
     if model is not None and cfg.enable_prefix_caching and model.layer_type_counts().get("linear_attention"):
-        return ("prefix caching with linear-attention layers (vLLM mamba_cache_mode 'align') is not modelled")
+        return "prefix caching of linear-attention states (vLLM mamba_cache_mode 'align') not modelled"
     if cfg.disable_hybrid_kv_cache_manager:
         return "disable_hybrid_kv_cache_manager is set"
     if cfg.kv_allocation != "paged":

@@ -278,7 +278,7 @@ def _layer_type_rows(sizing: KVSizing) -> dict:
         else:
             why = sizing.hybrid_off_reason
             rows["linear_attention_state_gib_reserved"] = sizing.state_bytes_reserved / GiB
-            rows["linear_attention_state_reserved_for"] = f"max_num_seqs sequences (conservative: {why})"
+            rows["linear_attention_state_reserved_for"] = f"max_num_seqs sequences ({why})"
     if sizing.hybrid:
         rows.update(_group_rows(sizing))
     return rows
