@@ -25,8 +25,12 @@ from :mod:`sim.kv_cache.groups`.
   blocks of the whole current sequence must fit too, a sliding-window group
   counting at most its admission cap ``ceil(min(sliding_window - 1 +
   max_num_batched_tokens, max_model_len) / block_size) + 1`` blocks
-  (``SlidingWindowSpec.max_admission_blocks_per_request``, the same bound
-  as the pool's sizing).
+  (``get_num_blocks_to_allocate(..., apply_admission_cap=True)``,
+  ``SlidingWindowSpec.max_admission_blocks_per_request``, the same bound as
+  the pool's sizing; vllm-project/vllm@b8142294 ``kv_cache_manager.py``
+  L348-L420). Here the skipped blocks are released before that check, vLLM
+  releases them after it: the same for the requests it applies to (waiting
+  ones, which hold no blocks).
 - a linear-attention (Gated DeltaNet) group (``MambaManager``,
   ``mamba_cache_mode`` "none", block size ``max_model_len``): one state page
   per request from its first allocation to its end; refused with prefix
