@@ -90,6 +90,9 @@ class SimConfig(BaseModel):
     kv_cache_dtype: Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
     kv_allocation: Literal["paged", "contiguous"] = "paged"
     contiguous_reserve: Literal["max_model_len", "max_tokens"] = "max_model_len"
+    # vLLM --disable-hybrid-kv-cache-manager: one block table for every layer (sliding-window
+    # layers at full length) instead of kv_cache_groups (sim/kv_cache/groups.py)
+    disable_hybrid_kv_cache_manager: StrictBool = False
     watermark: float = Field(default=0.0, ge=0.0, lt=1.0)
 
     # Precision

@@ -202,6 +202,8 @@ def _vllm(cfg: dict[str, Any]) -> Launch:
           "--max-model-len", str(cfg["max_model_len"]),
           "--gpu-memory-utilization", f"{cfg['gpu_memory_utilization']:g}", "--block-size", str(cfg["block_size"])]
     a += ["--enable-prefix-caching" if cfg.get("enable_prefix_caching") else "--no-enable-prefix-caching"]
+    if cfg.get("disable_hybrid_kv_cache_manager"):
+        a += ["--disable-hybrid-kv-cache-manager"]
     if cfg["scheduler"] in _VLLM_MODES:
         a += ["--enable-chunked-prefill" if _VLLM_MODES[cfg["scheduler"]] else "--no-enable-chunked-prefill"]
     if cfg.get("long_prefill_token_threshold"):

@@ -515,10 +515,11 @@ class ModelSpec:
         - sliding_attention: as full GQA per token held. Its tokens older than
           ``sliding_window`` are not needed: vLLM's hybrid KV cache manager gives
           each layer type its own KV cache group and frees a sliding group's
-          blocks outside the window (docs.vllm.ai/en/latest/design/hybrid_kv_cache_manager).
-          servesim's block pool has one group: :meth:`kv_bytes_per_token`
-          counts sliding layers at full length (conservative: capacity is
-          under-, never over-stated for long sequences);
+          blocks outside the window (docs.vllm.ai/en/latest/design/hybrid_kv_cache_manager/;
+          servesim: :mod:`sim.kv_cache.groups`, :mod:`sim.kv_cache.hybrid`).
+          :meth:`kv_bytes_per_token` counts sliding layers at full length (what
+          one block table for every layer holds: the conservative pool of the
+          engines whose sliding-window pools are not modelled);
         - linear_attention: 0 per token (a constant state per sequence:
           :meth:`state_bytes_per_sequence`).
         """

@@ -91,7 +91,9 @@ class Request:
         self.preempted_s = 0.0
         #: KV slots (tokens) its block table holds, kept by the KV-cache manager
         #: so the scheduler's decode hot path can skip ``allocate_slots`` when
-        #: the next token fits in the blocks already held
+        #: the next token fits in the blocks already held (the hybrid manager
+        #: sets it lower: the next token count at which its call does anything,
+        #: sim/kv_cache/hybrid.py)
         self.kv_capacity = 0
 
     @property

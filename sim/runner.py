@@ -45,11 +45,20 @@ def make_simulation(dep: Deployment, specs: RequestSpecs, *, progress=None) -> S
     ``exact_steps``, else with the accelerated stepping (same results; it serves
     only the policies that declare it, :mod:`sim.accelerated.policies`)."""
     cfg = dep.cfg
-    # disaggregated runs (two pools, KV transfers) and DP groups (attention data parallelism)
-    # use the reference stepping: the accelerated one is not taught either
+    # disaggregated runs (two pools, KV transfers), DP groups (attention data parallelism) and
+    # hybrid KV caches (per-group block tables, sim/kv_cache/hybrid.py) use the reference
+    # stepping: the accelerated one is not taught them
     stepping = (None if cfg.exact_steps or dep.disagg is not None or dep.layout.attention_dp
-                else AcceleratedStepping)
+                or not accelerated_stepping_supported(dep) else AcceleratedStepping)
     return Simulation(dep, specs, seed=cfg.seed, progress=progress, stepping=stepping)
+
+
+def accelerated_stepping_supported(dep: Deployment) -> bool:
+    """False for a KV cache the accelerated stepping cannot represent:
+    vLLM's hybrid manager (``dep.sizing.hybrid``: sliding-window groups free
+    blocks while a request runs, which merged steps' bulk growth does not
+    model) — declared, never wrong numbers."""
+    return not dep.sizing.hybrid
 
 
 def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, specs: RequestSpecs | None = None,

@@ -14,6 +14,7 @@ from sim.engine.kv_transfer import KVTransferSpec
 from sim.errors import ConfigError, InfeasibleError
 from sim.hardware.profile import HardwareProfile, get_hardware
 from sim.kv_cache import make_kv_cache_manager
+from sim.kv_cache.groups import attention_block_size
 from sim.kv_cache.sizing import KVSizing, compute_kv_sizing
 from sim.model_spec import ModelSpec, get_model
 from sim.presets import get_preset
@@ -57,6 +58,8 @@ class Deployment:
             c.kv_allocation, self.sizing.num_gpu_blocks, c.block_size,
             enable_prefix_caching=c.enable_prefix_caching, max_model_len=self.limits.max_model_len,
             watermark=c.watermark, contiguous_reserve=c.contiguous_reserve,
+            kv_cache_groups=self.sizing.kv_cache_groups if self.sizing.hybrid else None,
+            max_num_batched_tokens=self.limits.max_num_batched_tokens,
         )
 
     def make_scheduler(self, kv):
@@ -163,14 +166,19 @@ def _build_one(cfg: SimConfig) -> Deployment:
     max_model_len = cfg.max_model_len or model.max_position_embeddings
     cfg = resolve_scheduler_limits(cfg, hw.memory_bytes, hw.name, max_model_len,
                                    chunked_prefill=get_scheduler_class(cfg.scheduler).chunked_prefill)
+    hybrid_off = hybrid_kv_cache_off_reason(cfg, model)
+    if hybrid_off is None:  # vLLM raises the attention block size so a page holds a linear-attention state
+        bs = attention_block_size(model, cfg.kv_cache_dtype, cfg.tensor_parallel_size, cfg.block_size)
+        if bs != cfg.block_size:
+            cfg = cfg.model_copy(update={"block_size": bs})
     sizing = compute_kv_sizing(
         model, hw, tensor_parallel_size=cfg.tensor_parallel_size,
         gpu_memory_utilization=cfg.gpu_memory_utilization, block_size=cfg.block_size,
         kv_cache_dtype=cfg.kv_cache_dtype, quantization=cfg.quantization,
         max_num_batched_tokens=cfg.max_num_batched_tokens, max_model_len=max_model_len,
         num_gpu_blocks_override=cfg.num_gpu_blocks_override, max_num_seqs=cfg.max_num_seqs or 2048,
-        kv_memory_rule=cfg.kv_memory_rule,
-    ) if not expert_parallel else _sizing_per_gpu(model, hw, cfg, max_model_len, layout)
+        kv_memory_rule=cfg.kv_memory_rule, hybrid_kv_cache=hybrid_off is None, hybrid_off_reason=hybrid_off,
+    ) if not expert_parallel else _sizing_per_gpu(model, hw, cfg, max_model_len, layout, hybrid_off)
     if cfg.max_num_seqs is None:  # SGLang: the request pool, sized from the KV pool
         kv_tokens = (sizing.num_gpu_blocks - 1) * cfg.block_size
         from_kv = get_preset(cfg.engine or "vllm").max_num_seqs_from_kv
@@ -191,7 +199,32 @@ def _build_one(cfg: SimConfig) -> Deployment:
     return Deployment(cfg, model, hw, cost, sizing, limits, overheads, layout=layout)
 
 
-def _sizing_per_gpu(model, hw, cfg, max_model_len, layout):
+def hybrid_kv_cache_off_reason(cfg: SimConfig, model: ModelSpec | None = None) -> str | None:
+    """Why a model with sliding-window (or linear-attention) layers runs on
+    one block table (sliding layers at full length, linear-attention state
+    reserved for max_num_seqs) instead of vLLM's kv_cache_groups, or None
+    (sim/kv_cache/hybrid.py). The hybrid manager is vLLM's: other engines'
+    sliding-window pools (SGLang's SWA pool; TensorRT-LLM's one pool per
+    attention window, memory split between them at start,
+    nvidia.github.io/TensorRT-LLM/features/kvcache.html) are not modelled, and nor are schedulers that read free blocks as tokens
+    or plan blocks to completion, nor vLLM's prefix caching of
+    linear-attention states (mamba_cache_mode 'align')."""
+    if model is not None and cfg.enable_prefix_caching and model.layer_type_counts().get("linear_attention"):
+        return "prefix caching of linear-attention states (vLLM mamba_cache_mode 'align') not modelled"
+    if cfg.disable_hybrid_kv_cache_manager:
+        return "disable_hybrid_kv_cache_manager is set"
+    if cfg.kv_allocation != "paged":
+        return f"kv_allocation {cfg.kv_allocation}"
+    if cfg.engine not in (None, "vllm"):
+        return f"engine {cfg.engine}: its sliding-window KV pools are not modelled"
+    if not get_scheduler_class(cfg.scheduler).supports_kv_cache_groups:
+        return f"scheduler {cfg.scheduler} does not run on per-group block tables"
+    if cfg.capacity_scheduler_policy:
+        return f"capacity_scheduler_policy {cfg.capacity_scheduler_policy} plans one block table"
+    return None
+
+
+def _sizing_per_gpu(model, hw, cfg, max_model_len, layout, hybrid_off=None):
     """KV sizing of one attention rank's GPU under expert parallelism (its share
     of the experts, the attention weights of its TP shard); an infeasible
     layout says which."""
@@ -202,6 +235,7 @@ def _sizing_per_gpu(model, hw, cfg, max_model_len, layout):
             kv_cache_dtype=cfg.kv_cache_dtype, quantization=cfg.quantization,
             max_num_batched_tokens=cfg.max_num_batched_tokens, max_model_len=max_model_len,
             num_gpu_blocks_override=cfg.num_gpu_blocks_override, max_num_seqs=cfg.max_num_seqs or 2048,
-            kv_memory_rule=cfg.kv_memory_rule, weight_bytes=weight_bytes_per_gpu(model, layout, cfg.quantization))
+            kv_memory_rule=cfg.kv_memory_rule, weight_bytes=weight_bytes_per_gpu(model, layout, cfg.quantization),
+            hybrid_kv_cache=hybrid_off is None, hybrid_off_reason=hybrid_off)
     except InfeasibleError as e:
         raise InfeasibleError(f"{layout.describe()}: {e}") from None

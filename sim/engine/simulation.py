@@ -151,6 +151,8 @@ class Simulation:
         self.recorder.on_done = self.traffic.on_done
         self.num_events = 0
         self.num_steps = 0
+        if stepping is not None and not getattr(self.replicas[0].kv, "supports_accelerated_stepping", True):
+            raise ValueError("a hybrid KV cache (per-group block tables) uses the reference stepping (exact_steps)")
         # a DP group steps in the reference mode only (sim/engine/dp_group.py)
         self.stepping = stepping(self) if stepping is not None and not self.dp_groups else None
 

@@ -39,8 +39,9 @@ it is not in the free queue (:attr:`BlockPool.ref_cnt` derives the rest).
 Without prefix caching no block ever carries a hash, so every free goes to
 the head and every allocation pops the head: the queue is a stack, kept as a
 Python list (head = its end) — the same block ids in the same order.
-Simplification: one KV-cache group (full attention); no KV events, no
-sliding window, no hybrid models.
+No KV events. Several KV cache groups share one pool through
+:class:`~sim.kv_cache.hybrid.HybridKVCacheManager` (a block's hash then
+carries its group, as vLLM's ``BlockHashWithGroupId``).
 """
 
 from __future__ import annotations

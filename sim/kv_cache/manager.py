@@ -9,8 +9,10 @@ come from ``get_computed_blocks`` at admission.
 Clock-free: it counts tokens and blocks only. The scheduler owns
 ``request.num_computed_tokens`` and sets it *after* ``allocate_slots``.
 
-Simplifications: one KV-cache group (full attention), no KV connector /
-external tokens, no encoder tokens, no sliding window; the v0.24
+Simplifications: one KV-cache group (every layer in one block table; a
+model with sliding-window layers runs on :mod:`sim.kv_cache.hybrid` when
+its engine is vLLM's), no KV connector / external tokens, no encoder
+tokens; the v0.24
 ``reserved_blocks`` argument (async KV loads) is absent. Block hashes come
 from content keys (``sim/kv_cache/hashing.py``), not token ids.
 

@@ -21,14 +21,25 @@ That is ``kv_memory_rule="utilization"`` (vLLM). Two other engines' rules
 Layer kinds (``ModelSpec.kv_bytes_per_token_by_layer_type``): MLA layers hold
 one latent per token (kv_lora_rank + qk_rope_head_dim elements, the same on every
 TP rank); linear-attention (Gated DeltaNet) layers hold no per-token KV but a
-constant state per sequence, reserved here up front for ``max_num_seqs``
-sequences (``state_bytes_reserved``; vLLM instead gives each running request a
-state page from the same pool, its hybrid allocator sizing the attention
-block so pages match: reserving the full concurrency is the conservative
-bound, and says so); sliding-window layers are counted at full length (one
-block pool: vLLM's hybrid KV cache manager frees their blocks outside the
-window, docs.vllm.ai/en/latest/design/hybrid_kv_cache_manager; here capacity
-is understated for sequences longer than the window, never overstated).
+constant state per sequence.
+
+Sliding-window and linear-attention layers with ``hybrid_kv_cache=True`` (the
+engine's manager is :class:`~sim.kv_cache.hybrid.HybridKVCacheManager`):
+vLLM's hybrid KV cache manager
+(docs.vllm.ai/en/latest/design/hybrid_kv_cache_manager/) puts the layers
+in ``kv_cache_groups`` of ``group_size`` layers sharing one block pool
+(:mod:`sim.kv_cache.groups`): ``num_gpu_blocks = available //
+(page_size_bytes x group_size)`` (``kv_cache_utils.py::get_num_blocks``) and
+a ``max_model_len`` request needs the sum over groups of its blocks, a
+sliding group's bounded by its window, a linear group's one state page
+(the attention block size raised so a page holds a state). Otherwise
+(another engine's scheduler, ``kv_allocation: contiguous``,
+``disable_hybrid_kv_cache_manager``, prefix caching with linear-attention
+layers, or layer kinds whose pages differ) the attention layers share one
+block table, sliding layers counted at full length, and the linear-attention
+state is reserved up front for ``max_num_seqs`` sequences
+(``state_bytes_reserved``): conservative, capacity understated, never
+overstated; the ``servesim kv`` report says which and why.
 
 Activation/workspace estimate (vLLM profiles a dummy forward pass of
 ``max_num_batched_tokens`` tokens and the sampler on ``max_num_seqs`` rows):
@@ -50,6 +61,7 @@ from dataclasses import dataclass
 
 from sim.errors import ConfigError, InfeasibleError
 from sim.hardware.profile import HardwareProfile
+from sim.kv_cache.groups import LINEAR, KVCacheGroups, attention_block_size, kv_cache_groups
 from sim.model_spec import ModelSpec
 
 GiB = float(1 << 30)
@@ -81,6 +93,14 @@ class KVSizing:
     sliding_window: int | None = None
     kv_layout: str = "gqa"                #: "gqa" (K and V per KV head) or "mla" (one latent)
     classic: bool = True                  #: every layer full GQA attention
+    #: the model's vLLM kv_cache_groups (empty groups: one pool; see its reason)
+    kv_cache_groups: KVCacheGroups = KVCacheGroups()
+    #: the pool is sized and run as those groups (HybridKVCacheManager)
+    hybrid: bool = False
+    #: why a model with kv_cache_groups runs as one pool, sliding layers at full length
+    hybrid_off_reason: str | None = None
+    blocks_per_request: int = 0           #: blocks of one max_model_len request, all groups
+    max_num_batched_tokens: int = 8192    #: (a sliding-window group's admission cap)
 
 
 def activation_bytes_estimate(model: ModelSpec, *, tensor_parallel_size: int = 1,
@@ -117,12 +137,17 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
                       max_num_batched_tokens: int = 8192, max_model_len: int | None = None,
                       num_gpu_blocks_override: int | None = None,
                       max_num_seqs: int = 1024, kv_memory_rule: str = "utilization",
-                      weight_bytes: float | None = None) -> KVSizing:
+                      weight_bytes: float | None = None, hybrid_kv_cache: bool = False,
+                      hybrid_off_reason: str | None = None) -> KVSizing:
     """Number of KV blocks per rank (defaults: vLLM 0.24 serve on a large GPU).
 
     Raises InfeasibleError when the weights (plus the activation estimate) do
     not fit in memory x utilization, or when one ``max_model_len`` sequence
     needs more blocks than exist (vLLM ``check_enough_kv_cache_memory``).
+    ``hybrid_kv_cache``: size a model with sliding-window or linear-attention
+    layers as vLLM's kv_cache_groups (module docstring; ``block_size`` then at
+    least :func:`~sim.kv_cache.groups.attention_block_size`);
+    ``hybrid_off_reason``: why not, when False (shown by ``servesim kv``).
     """
     tp = tensor_parallel_size
     model.check_tensor_parallel_size(tp)
@@ -145,7 +170,14 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
                "must be an integer >= 1")
 
     kv_tok = model.kv_bytes_per_token(kv_cache_dtype, tp)
-    block_bytes = block_size * kv_tok
+    if hybrid_kv_cache and block_size < attention_block_size(model, kv_cache_dtype, tp, block_size):
+        raise ConfigError(f"block_size: invalid value {block_size!r}; an attention page must hold one "
+                          f"linear-attention layer's state: vLLM raises it to "
+                          f"{attention_block_size(model, kv_cache_dtype, tp, block_size)}")
+    groups = kv_cache_groups(model, kv_cache_dtype, tp, block_size, linear_state_pages=bool(hybrid_kv_cache))
+    hybrid = bool(hybrid_kv_cache) and groups.hybrid
+    # one block id: a page in every layer (one pool), or in each layer of one group
+    block_bytes = groups.block_bytes if hybrid else block_size * kv_tok
     if num_gpu_blocks_override is not None and num_gpu_blocks_override * block_bytes > hw.memory_bytes:
         # vLLM takes any override (a testing knob); here a pool larger than the
         # whole GPU is a typo, and would only exhaust this machine's memory.
@@ -172,7 +204,8 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
         act = NON_TORCH_BYTES_TP1 if tp == 1 else NON_TORCH_BYTES_TP_GT1
         available = usable - weights - act
     state_seq = model.state_bytes_per_sequence(tp)
-    state = float(state_seq * max_num_seqs)
+    # linear-attention states as pages of the pool (hybrid), else reserved for max_num_seqs
+    state = 0.0 if hybrid and groups.has_linear else float(state_seq * max_num_seqs)
     if state:
         if num_gpu_blocks_override is None and available >= block_bytes > available - state:
             raise InfeasibleError(
@@ -191,11 +224,14 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
             f"{usable / GiB:.2f} GiB usable under kv_memory_rule {kv_memory_rule} with "
             f"gpu_memory_utilization {gpu_memory_utilization})")
     num_blocks = (num_gpu_blocks_override if num_gpu_blocks_override is not None
-                  else int(available // block_bytes))
-    blocks_per_seq = math.ceil(max_model_len / block_size)
+                  else groups.num_gpu_blocks(available) if hybrid else int(available // block_bytes))
+    blocks_per_seq = (groups.blocks_per_request(block_size, max_model_len, max_num_batched_tokens) if hybrid
+                      else math.ceil(max_model_len / block_size))
     if blocks_per_seq > num_blocks - 1:  # block 0 is the pool's null block (vLLM BlockPool)
         raise InfeasibleError(
             f"one sequence of max_model_len {max_model_len} needs {blocks_per_seq} blocks "
+            + (f"over {len(groups.groups)} KV cache groups " if hybrid else "")
+            +
             f"({blocks_per_seq * block_bytes / GiB:.2f} GiB of KV cache per rank) but only "
             f"{num_blocks - 1} usable blocks ({num_blocks} less the null block; "
             f"{num_blocks * block_bytes / GiB:.2f} GiB) fit on {hw.name} "
@@ -207,7 +243,9 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
                     hw.memory_bytes, float(gpu_memory_utilization),
                     model.kv_bytes_per_token_by_layer_type(kv_cache_dtype, tp), model.layer_type_counts(),
                     state_seq, state, model.sliding_window, "mla" if model.is_mla else "gqa",
-                    model.is_classic)
+                    model.is_classic, groups, hybrid,
+                    None if hybrid else (hybrid_off_reason or groups.reason or "hybrid KV cache manager off"),
+                    blocks_per_seq, max_num_batched_tokens)
 
 
 def _layer_type_rows(sizing: KVSizing) -> dict:
@@ -225,13 +263,44 @@ def _layer_type_rows(sizing: KVSizing) -> dict:
         rows[f"{t}_kv_bytes_per_token"] = per.get(t, 0) * n
     if sizing.sliding_window:
         rows["sliding_window"] = sizing.sliding_window
-        rows["sliding_attention_counted_at"] = "full length (one block pool; conservative)"
+        if sizing.hybrid:
+            rows["sliding_attention_counted_at"] = "its window (vLLM hybrid KV cache manager: kv_cache_groups)"
+        else:
+            why = sizing.hybrid_off_reason
+            rows["sliding_attention_counted_at"] = f"full length (one block pool, conservative: {why})"
         # what a token past the window costs where sliding layers free their blocks (vLLM hybrid manager)
         rows["kv_bytes_per_token_beyond_window"] = sum(
             per.get(t, 0) * n for t, n in counts.items() if t != "sliding_attention")
     if sizing.state_bytes_per_sequence:
         rows["linear_attention_state_bytes_per_sequence"] = sizing.state_bytes_per_sequence
-        rows["linear_attention_state_gib_reserved"] = sizing.state_bytes_reserved / GiB
+        if sizing.hybrid and sizing.kv_cache_groups.has_linear:
+            rows["linear_attention_state_held_as"] = "one page per linear group per running request (block pool)"
+        else:
+            why = sizing.hybrid_off_reason
+            rows["linear_attention_state_gib_reserved"] = sizing.state_bytes_reserved / GiB
+            rows["linear_attention_state_reserved_for"] = f"max_num_seqs sequences ({why})"
+    if sizing.hybrid:
+        rows.update(_group_rows(sizing))
+    return rows
+
+
+def _group_rows(sizing: KVSizing) -> dict:
+    """The kv_cache_groups (vLLM names): per group its kind, layers, page
+    bytes and blocks held by one ``max_model_len`` request."""
+    groups = sizing.kv_cache_groups
+    bs, mml = sizing.block_size, sizing.max_model_len
+    mnbt = sizing.max_num_batched_tokens
+    rows: dict = {"kv_cache_groups": len(groups.groups), "layers_per_kv_cache_group": groups.group_size,
+                  "page_size_bytes": groups.page_size_bytes}
+    for i, g in enumerate(groups.groups):
+        kind = g.kind if g.sliding_window is None else f"{g.kind} (window {g.sliding_window})"
+        if g.kind == LINEAR:
+            kind = f"{g.kind} (state {g.state_bytes:,} B per layer, padded to the page)"
+        rows[f"kv_cache_group_{i}"] = kind
+        rows[f"kv_cache_group_{i}_layers"] = (g.num_layers if not g.num_padding_layers
+                                              else f"{g.num_layers} ({g.num_padding_layers} padding)")
+        rows[f"kv_cache_group_{i}_blocks_at_max_model_len"] = g.max_blocks_per_request(bs, mml, mnbt)
+    rows["blocks_per_request_at_max_model_len"] = sizing.blocks_per_request
     return rows
 
 
@@ -262,14 +331,27 @@ def kv_report(sizing: KVSizing, lengths: tuple[int, ...] = (1024, 4096, 32768),
         "activation_gib_estimate": sizing.activation_bytes_estimate / GiB,
         "kv_cache_gib": sizing.kv_cache_bytes / GiB,
         "num_gpu_blocks": sizing.num_gpu_blocks,
-        "kv_cache_tokens": sizing.num_gpu_blocks * bs,
+        # hybrid: vLLM's "GPU KV cache size" (max concurrency x max_model_len), tokens of
+        # max_model_len requests that fit; else blocks x block_size
+        "kv_cache_tokens": (int(sizing.max_concurrency * sizing.max_model_len) if sizing.hybrid
+                            else sizing.num_gpu_blocks * bs),
         "max_model_len": sizing.max_model_len,
         "max_concurrency_at_max_model_len": sizing.max_concurrency,
-        "sequences_at_max_model_len": sizing.num_gpu_blocks // math.ceil(sizing.max_model_len / bs),
+        "sequences_at_max_model_len": sizing.num_gpu_blocks // _blocks_per_sequence(sizing, sizing.max_model_len),
     }
     report["kv_allocation"] = kv_allocation
     for n in lengths:  # flat keys, one per length: sequences_of_<n>_tokens
         whole = kv_allocation == "contiguous" and contiguous_reserve == "max_model_len"
         held = max(int(n), sizing.max_model_len) if whole else int(n)
-        report[f"sequences_of_{int(n)}_tokens"] = sizing.num_gpu_blocks // math.ceil(held / bs)
+        report[f"sequences_of_{int(n)}_tokens"] = sizing.num_gpu_blocks // _blocks_per_sequence(sizing, held)
     return report
+
+
+def _blocks_per_sequence(sizing: KVSizing, num_tokens: int) -> int:
+    """Blocks one sequence of ``num_tokens`` holds at most: ceil(n / block_size),
+    or with kv_cache_groups that per group, a sliding group's at most its cap."""
+    n = math.ceil(num_tokens / sizing.block_size)
+    if not sizing.hybrid:
+        return n
+    bs, mml, mnbt = sizing.block_size, sizing.max_model_len, sizing.max_num_batched_tokens
+    return sum(min(n, g.max_blocks_per_request(bs, mml, mnbt)) for g in sizing.kv_cache_groups.groups)

@@ -35,6 +35,10 @@ class Scheduler:
     """
 
     name = "base"
+    #: runs on vLLM's hybrid KV cache manager (per-group block tables:
+    #: sim/kv_cache/hybrid.py) when the model has sliding-window layers; a
+    #: scheduler reading free blocks as tokens (SGLang's) does not
+    supports_kv_cache_groups = False
     frees_on_finish = True  # static batching holds finished sequences' KV to batch end
 
     def __init__(self, limits: SchedulerLimits, kv) -> None:

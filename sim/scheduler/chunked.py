@@ -39,6 +39,7 @@ from sim.scheduler.base import Scheduler, SchedulerOutput
 class ChunkedPrefillScheduler(Scheduler):
     name = "chunked"
     chunked_prefill = True
+    supports_kv_cache_groups = True  # only allocate_slots / free / get_computed_blocks (and subclasses')
 
     def _schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
