@@ -18,7 +18,7 @@ import difflib
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, ValidationError, model_validator
@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, Vali
 from sim.disaggregation import POOL_KEYS, DisaggregationConfig
 from sim.errors import ConfigError, require_file
 from sim.presets import PRESETS, apply_preset, get_preset
-from sim.schema import reject_bool_numbers
+from sim.schema import error_text, reject_bool_numbers
 from sim.vocabulary import canonicalize, check_requirements, lookup
 from sim.workload.config import WorkloadConfig
 from sim.yaml_io import safe_load_unique
@@ -439,9 +439,11 @@ def _flatten_dotted(d: dict, source: str = "config") -> dict:
     return out
 
 
-def format_validation_error(e: ValidationError, source: str) -> str:
+def format_validation_error(e: ValidationError, source: str | Callable[[str], str]) -> str:
     """One line per offending key: ``SOURCE: KEY: why (got VALUE)``; the members
-    of a union (``workload.max_tokens``: an int or 'output_len') share one line."""
+    of a union (``workload.max_tokens``: an int or 'output_len') share one line.
+    ``source``: the source of every key, or a function of the key (dotted; for
+    an error of the whole config, the key its message starts with) giving its source."""
     from sim.workload.config import _UNION_TAGS
 
     lines: dict[str, list] = {}
@@ -449,13 +451,18 @@ def format_validation_error(e: ValidationError, source: str) -> str:
         loc = ".".join(str(x) for x in err["loc"]
                        if not str(x).startswith("function-") and str(x) not in _UNION_TAGS)
         val = err.get("input")
-        msg = err["msg"].removeprefix("Value error, ")
+        msg = error_text(err)
         if loc in lines:  # another member of a union: say every alternative
             lines[loc][1] += f" or {msg[0].lower()}{msg[1:]}"
             continue
         # Our own validators already quote the value; pydantic's built-in checks do not.
         val_s = "" if isinstance(val, dict) or "got " in msg else f" (got {val!r})"
-        lines[loc] = [f"{source}: {loc + ': ' if loc else ''}", msg, val_s]
+        if callable(source):
+            m = _KEY_AT_START.match(msg) if not loc else None
+            src = source(loc or (m.group(1) if m else ""))
+        else:
+            src = source
+        lines[loc] = [f"{src}: {loc + ': ' if loc else ''}", msg, val_s]
     return "\n".join("".join(parts) for parts in lines.values())
 
 
@@ -511,12 +518,16 @@ def build_config(
     overrides: dict[str, Any] | None = None,
     set_args: list[str] | None = None,
     workload: str | None = None,
+    api: str | None = None,
 ) -> SimConfig:
     """Merge the sources (see module docstring) and validate.
 
     ``overrides`` are dotted keys → values from CLI options (``--model``...);
     ``set_args`` are raw ``key=value`` strings from ``--set``.
-    Raises ConfigError naming the source, key and value.
+    Raises ConfigError naming the source, key and value. ``api``: the Python
+    function the ``overrides`` are the keyword arguments of (``servesim.simulate()``):
+    errors then name it and the key path (``simulate(): max_num_seqs: ...``), not
+    the command line's ``--set`` / ``--max-num-seqs``.
     """
     from sim.workload import merge_workload_dicts, resolve_workload_dict
     from sim.workload.builtin import absolute_paths
@@ -538,7 +549,7 @@ def build_config(
     if workload is not None:
         wl = merge_workload_dicts(wl, {"name": workload})
         name_src = None  # its errors name the option's value already (workload file: PATH ...)
-    set_src = "--set"
+    set_src = api or "--set"
     flat: dict = {}
     for k, v in (overrides or {}).items():
         if v is not None:
@@ -585,23 +596,33 @@ def build_config(
             raise
         raise ConfigError(f"{name_src}: {e}") from None
     _closed_loop_default(wl, data["workload"])
-    try:
-        cfg = SimConfig.model_validate(data)
-    except ValidationError as e:
-        src = str(config_file) if config_file else set_src
-        msg = format_validation_error(e, src)
-        for key, (spelled, text) in raw_text.items():  # a key given as a flag: name the flag
-            if spelled.startswith("-"):
-                msg = msg.replace(f"{set_src}: {key}: ", f"{spelled} {text}: ")
-        raise ConfigError(msg) from None
-    check_requirements(cfg, used, None)
     sources: dict[str, str] = {}
     if config_file is not None:
         sources.update({k: str(config_file) for k in file_data})
         sources.update({f"workload.{k}": str(config_file) for k in file_wl})
     sources.update({k: set_src for k in flat})  # flat holds the options' keys too: named below
     sources.update({f"workload.{k}": set_src for k in set_wl})
-    sources.update({k: f"--{k.replace('_', '-')}" for k, v in (overrides or {}).items() if v is not None})
+    if api is None:
+        sources.update({k: f"--{k.replace('_', '-')}" for k, v in (overrides or {}).items() if v is not None})
+    try:
+        cfg = SimConfig.model_validate(data)
+    except ValidationError as e:
+        fallback = str(config_file) if config_file else set_src
+
+        def source_of(key: str) -> str:  # where the offending key was given (a --set over a file: --set)
+            parts = key.split(".") if key else []
+            while parts:
+                if ".".join(parts) in sources:
+                    return sources[".".join(parts)]
+                parts.pop()
+            return fallback
+
+        msg = format_validation_error(e, source_of)
+        for key, (spelled, text) in raw_text.items():  # a key given as a flag: name the flag
+            if spelled.startswith("-"):
+                msg = msg.replace(f"{set_src}: {key}: ", f"{spelled} {text}: ")
+        raise ConfigError(msg) from None
+    check_requirements(cfg, used, None)
     cfg._key_sources = sources
     return cfg
 

@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from sim.errors import ConfigError
+from sim.schema import error_text
 # the length specs live in sim/workload/lengths.py; re-exported for sim.workload's users
 from sim.workload.lengths import (MAX_LENGTH_TOKENS, EmpiricalLen, FixedLen, LengthSpec,  # noqa: F401
                                   LognormalLen, UniformLen)
@@ -340,7 +341,7 @@ def format_validation_error(exc: ValidationError, source: str, key_lines: dict[s
     for err in exc.errors():
         loc = [str(p) for p in err["loc"] if str(p) not in _UNION_TAGS and not str(p).startswith("function-")]
         key = "workload." + ".".join(loc) if loc else "workload"
-        msg = err["msg"].removeprefix("Value error, ")
+        msg = error_text(err)
         if err["type"] == "extra_forbidden":
             valid = f"; valid keys: {', '.join(WorkloadConfig.model_fields)}" if len(loc) == 1 else ""
             msg = f"unknown key{valid}"

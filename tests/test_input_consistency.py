@@ -1,0 +1,119 @@
+"""One rule per input across channels (YAML file, ``--set``, command-line flags, the
+Python API) and messages in each channel's vocabulary (issue #23's leftovers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim.config import build_config
+from sim.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args, cwd=None):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
+    return subprocess.run([sys.executable, "-m", "sim", *args], capture_output=True, text=True, timeout=300,
+                          cwd=cwd, env=env)
+
+
+def one_line_error(r) -> str:
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    return lines[0]
+
+
+# --------------------------------------------------------------------------- booleans
+
+@pytest.mark.parametrize("text, value", [("true", True), ("yes", True), ("on", True), ("True", True),
+                                         ("false", False), ("no", False), ("OFF", False)])
+def test_yaml_and_set_take_the_same_boolean_spellings(tmp_path, text, value):
+    p = tmp_path / "c.yaml"
+    p.write_text(f"enable_prefix_caching: {text}\n")
+    assert build_config(p).enable_prefix_caching is value
+    assert build_config(set_args=[f"enable_prefix_caching={text}"]).enable_prefix_caching is value
+    assert build_config(set_args=[f"--enable-prefix-caching={text}"]).enable_prefix_caching is value
+
+
+@pytest.mark.parametrize("text", ["1", "0", '"true"', "'yes'", "y", "tRuE"])
+def test_a_number_or_quoted_string_is_refused_with_the_rule_in_every_channel(tmp_path, text):
+    """The message was pydantic's "Input should be a valid boolean": it did not say
+    which spellings are booleans."""
+    p = tmp_path / "c.yaml"
+    p.write_text(f"enable_prefix_caching: {text}\n")
+    rule = r"enable_prefix_caching: expected true or false \(yes/no and on/off are read as booleans too; 1, 0"
+    with pytest.raises(ConfigError, match=rf"c.yaml: {rule}"):
+        build_config(p)
+    with pytest.raises(ConfigError, match=rf"--set: {rule}"):
+        build_config(set_args=[f"enable_prefix_caching={text}"])
+    with pytest.raises(ConfigError, match=r"servesim.simulate\(\): " + rule):
+        build_config(overrides={"enable_prefix_caching": text.strip("\"'")}, api="servesim.simulate()")
+
+
+def test_a_workload_boolean_follows_the_same_rule():
+    with pytest.raises(ConfigError, match=r"^--set: workload.skip_bad_rows: expected true or false .*\(got 1\)"):
+        build_config(set_args=["workload.skip_bad_rows=1"], workload="chat")
+
+
+@pytest.mark.parametrize("word", ["true", "false", "yes", "1"])
+def test_a_boolean_flag_followed_by_a_value_says_it_takes_none(tmp_path, word):
+    """``--enable-prefix-caching true`` took ``true`` as the CONFIG argument:
+    "config file: file not found: true"."""
+    msg = one_line_error(cli("kv", "--enable-prefix-caching", word, cwd=tmp_path))
+    assert msg == (f"error: --enable-prefix-caching {word}: --enable-prefix-caching is a flag and takes no separate "
+                   "value; write --enable-prefix-caching (true) or --no-enable-prefix-caching (false), or "
+                   f"--enable-prefix-caching={word}")
+
+
+# --------------------------------------------------------------------------- sources
+
+def test_a_bad_set_value_over_a_config_file_names_set_not_the_file(tmp_path):
+    """``servesim kv c.yaml --set max_num_batched_tokens=0`` blamed c.yaml, which
+    does not set that key; a flag was not named either."""
+    p = tmp_path / "c.yaml"
+    p.write_text("max_num_seqs: 8\n")
+    with pytest.raises(ConfigError, match=r"^--set: max_num_batched_tokens: Input should be greater"):
+        build_config(p, set_args=["max_num_batched_tokens=0"])
+    with pytest.raises(ConfigError, match=r"^--max-num-batched-tokens 0: Input should be greater"):
+        build_config(p, set_args=["--max-num-batched-tokens=0"])
+    with pytest.raises(ConfigError, match=r"^--set: tensor_parallel_size must be a power of two, got 3"):
+        build_config(p, set_args=["tensor_parallel_size=3"])
+    p.write_text("max_num_seqs: 0\n")
+    with pytest.raises(ConfigError, match=r"c.yaml: max_num_seqs: Input should be greater"):
+        build_config(p, set_args=["max_num_batched_tokens=10"])
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"max_num_seqs": 0}, "servesim.simulate(): max_num_seqs: Input should be greater than or equal to 1 (got 0)"),
+    ({"bogus_key": 3}, "servesim.simulate(): unknown config key 'bogus_key'"),
+    ({"tensor_parallel_size": 3}, "servesim.simulate(): tensor_parallel_size must be a power of two, got 3"),
+    ({"workload": {"request_rate": -1}},
+     "servesim.simulate(): workload.request_rate: request_rate must be > 0 req/s or inf, got -1.0"),
+    ({"max_num_batched_tokens": 10, "max_num_seqs": 64},
+     "servesim.simulate(): max_num_batched_tokens (10) must be >= max_num_seqs (64)"),
+    ({"model": "nope-model"}, "servesim.simulate(): model: unknown model 'nope-model'"),
+])
+def test_python_api_errors_name_the_function_and_key_path_not_cli_flags(kw, message):
+    """They said ``--set: ...`` or ``--max-num-batched-tokens: ...``: options a
+    Python caller never gave."""
+    import servesim
+
+    with pytest.raises(ConfigError) as e:
+        servesim.simulate(**kw)
+    assert str(e.value).startswith(message), str(e.value)
+    assert "--" not in str(e.value).split(":")[0]
+
+
+def test_python_compare_errors_name_compare():
+    import servesim
+
+    with pytest.raises(ConfigError, match=r"^servesim.compare\(\): max_num_seqs: Input should be greater"):
+        servesim.compare(["chunked"], max_num_seqs=0)
