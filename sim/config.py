@@ -290,6 +290,43 @@ def resolve_scheduler_limits(cfg: SimConfig, hbm_bytes: float, hardware_name: st
     return cfg.model_copy(update=upd)
 
 
+#: vLLM's smallest default max_num_seqs (256 on small GPUs, 1024 on large ones:
+#: vllm/engine/arg_utils.py get_batch_defaults); below it a default was lowered
+VLLM_MIN_DEFAULT_MAX_NUM_SEQS = 256
+
+
+def scheduler_limit_warnings(given: SimConfig, resolved: SimConfig, chunked_prefill: bool) -> list[str]:
+    """What vLLM would only warn about, or run slowly without a word, in the
+    scheduler limits: ``given`` the config as the user gave it, ``resolved`` with
+    the hardware-dependent limits filled in (:func:`resolve_scheduler_limits`,
+    which raises vLLM's errors). vLLM's checks are ``SchedulerConfig.verify_max_model_len``
+    (vllm/config/scheduler.py): an error when ``max_num_batched_tokens`` <
+    ``max_model_len`` without chunked prefill or < ``max_num_seqs``, a warning when it
+    exceeds ``max_num_seqs * max_model_len``; and ``EngineArgs`` (vllm/engine/arg_utils.py)
+    lowers a default ``max_num_seqs`` to ``max_num_batched_tokens``. Recorded in
+    summary.json's ``warnings`` and printed by run."""
+    out: list[str] = []
+    mnbt, mns, mml = resolved.max_num_batched_tokens, resolved.max_num_seqs, resolved.max_model_len
+    if mnbt is None or mns is None or mml is None:
+        return out
+    vllm_like = resolved.engine in (None, "vllm")
+    if vllm_like and mnbt > mns * mml:
+        out.append(f"max_num_batched_tokens ({mnbt:,}) exceeds max_num_seqs * max_model_len ({mns * mml:,}): "
+                   "no step can fill it; vLLM warns that this may lead to unexpected behavior "
+                   "(vllm/config/scheduler.py)")
+    if chunked_prefill and given.max_num_batched_tokens is not None and mnbt < resolved.block_size:
+        out.append(f"max_num_batched_tokens {mnbt:,} is below one KV block (block_size {resolved.block_size}): "
+                   f"each step computes at most {mnbt:,} token(s), so a prompt of L tokens takes L/{mnbt:,} steps, "
+                   "each paying the step's whole fixed cost (the weights are read once per step); engines accept "
+                   "it and run as slowly (their defaults are 2,048 to 16,384 tokens)")
+    if (vllm_like and chunked_prefill and given.max_num_seqs is None and mns == mnbt
+            and mnbt < VLLM_MIN_DEFAULT_MAX_NUM_SEQS):
+        out.append(f"max_num_seqs defaults to {mns:,} here: vLLM lowers its default max_num_seqs to "
+                   f"max_num_batched_tokens ({mnbt:,}) (vllm/engine/arg_utils.py), so at most {mns:,} "
+                   "sequence(s) run per step; set max_num_seqs, or raise max_num_batched_tokens")
+    return out
+
+
 def _sglang_no_room(hbm_bytes: float, hardware_name: str, cfg: SimConfig, mnbt: int, frac: float) -> str:
     """Why ``engine: sglang`` derived a ``gpu_memory_utilization`` (SGLang's
     ``mem_fraction_static``) of zero or less, and what to change."""

@@ -117,3 +117,94 @@ def test_python_compare_errors_name_compare():
 
     with pytest.raises(ConfigError, match=r"^servesim.compare\(\): max_num_seqs: Input should be greater"):
         servesim.compare(["chunked"], max_num_seqs=0)
+
+
+# --------------------------------------------------------------------------- kv checks the workload as run does
+
+def test_kv_refuses_a_bad_trace_row_as_run_does(tmp_path):
+    """kv computed capacity for a config whose trace run refuses (exit 0)."""
+    (tmp_path / "t.csv").write_text("num_prefill_tokens,num_decode_tokens\nabc,10\n")
+    (tmp_path / "c.yaml").write_text("workload:\n  trace: t.csv\n")
+    want = "t.csv:2: field 'num_prefill_tokens' = 'abc': not a number"
+    assert want in one_line_error(cli("kv", "c.yaml", cwd=tmp_path))
+    assert want in one_line_error(cli("run", "c.yaml", "--out", "o", "--quiet", cwd=tmp_path))
+
+
+def test_kv_refuses_a_missing_trace_file(tmp_path):
+    msg = one_line_error(cli("kv", "--set", "workload.trace=missing.csv", cwd=tmp_path))
+    assert msg == "error: --set: workload.trace: file not found: missing.csv"
+
+
+# --------------------------------------------------------------------------- scheduler limits
+
+def _warnings(**keys):
+    from sim.runner import run_simulation
+
+    wl = {"name": "chat", "num_requests": 4, "request_rate": 8.0, "input_len": 64, "output_len": 4}
+    cfg = build_config(overrides={**keys, "workload": wl})
+    return run_simulation(cfg).summary["warnings"]
+
+
+def test_a_budget_below_one_kv_block_warns_and_names_the_lowered_max_num_seqs():
+    """max_num_batched_tokens 8 ran 1 token... 8 tokens a step and max_num_seqs 8
+    (vLLM's default lowered to the budget) without a word."""
+    w = _warnings(max_num_batched_tokens=8)
+    assert any(x.startswith("max_num_batched_tokens 8 is below one KV block (block_size 16): each step "
+                            "computes at most 8 token(s)") for x in w), w
+    assert any(x.startswith("max_num_seqs defaults to 8 here: vLLM lowers its default max_num_seqs to "
+                            "max_num_batched_tokens (8) (vllm/engine/arg_utils.py)") for x in w), w
+
+
+def test_an_explicit_max_num_seqs_is_not_called_lowered():
+    w = _warnings(max_num_batched_tokens=8, max_num_seqs=4)
+    assert not any(x.startswith("max_num_seqs defaults") for x in w), w
+    assert any(x.startswith("max_num_batched_tokens 8 is below one KV block") for x in w), w
+
+
+def test_ordinary_limits_give_no_limit_warning():
+    w = _warnings(max_num_batched_tokens=512)
+    assert not any("max_num_batched_tokens" in x or "max_num_seqs" in x for x in w), w
+
+
+def test_vllms_warning_for_a_budget_no_step_can_fill():
+    """vllm/config/scheduler.py warns when max_num_batched_tokens > max_num_seqs * max_model_len."""
+    w = _warnings(max_num_batched_tokens=100_000, max_num_seqs=4, max_model_len=1024)
+    assert ("max_num_batched_tokens (100,000) exceeds max_num_seqs * max_model_len (4,096): no step can fill it; "
+            "vLLM warns that this may lead to unexpected behavior (vllm/config/scheduler.py)") in w
+
+
+def test_vllms_errors_stay_errors():
+    from sim.engine.deployment import build_deployment
+
+    with pytest.raises(ConfigError, match=r"max_num_batched_tokens \(10\) must be >= max_num_seqs \(64\)"):
+        build_deployment(build_config(overrides={"max_num_batched_tokens": 10, "max_num_seqs": 64}))
+    with pytest.raises(ConfigError, match=r"max_num_batched_tokens \(100\) is smaller than max_model_len \(4096\)"):
+        build_deployment(build_config(overrides={"max_num_batched_tokens": 100, "max_model_len": 4096,
+                                                 "scheduler": "continuous"}))
+
+
+# --------------------------------------------------------------------------- disaggregation: {}
+
+def test_an_empty_disaggregation_mapping_is_1p1d_and_null_is_aggregated(tmp_path):
+    """``{}`` is the explicit choice of every default (1P1D), as the README says; a key
+    with no value restores the default (aggregated), as for every key. The run states which."""
+    (tmp_path / "d.yaml").write_text("disaggregation: {}\nworkload: {name: chat, num_requests: 4, "
+                                     "input_len: 64, output_len: 4}\n")
+    (tmp_path / "n.yaml").write_text("disaggregation:\nworkload: {name: chat, num_requests: 4, "
+                                     "input_len: 64, output_len: 4}\n")
+    assert build_config(tmp_path / "d.yaml").disaggregation.num_prefill_workers == 1
+    assert build_config(tmp_path / "n.yaml").disaggregation is None
+    r = cli("run", "d.yaml", "--out", "o", "--quiet", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "1P x TP1 h100_sxm (chunked) + 1D x TP1 h100_sxm" in " ".join(r.stdout.split())
+    d = json.loads((tmp_path / "o" / "summary.json").read_text())["config"]["disaggregation"]
+    assert (d["num_prefill_workers"], d["num_decode_workers"]) == (1, 1)
+
+
+# --------------------------------------------------------------------------- validate's exit status
+
+def test_validate_help_states_the_exit_status_policy():
+    r = cli("validate", "--help")
+    text = " ".join(r.stdout.split())
+    assert "Exit status: 0 when at least one row was simulated and scored" in text
+    assert "2 when the file itself is bad" in text and "or when no row could be simulated" in text
