@@ -317,6 +317,8 @@ def set_cases(r: random.Random) -> list[Case]:
         text = r.choice(pool)
         if (leaf, text) in {("seed", "true"), ("long_prefill_token_threshold", "true")}:
             text = "abc"
+        if (leaf, text) == ("request_rate", "inf"):  # valid: every request at t = 0 (vllm bench serve's default)
+            text = "-inf"
         cmd, base = cmds[slot % len(cmds)]
         slot += 1
         cases.append(Case("set", cmd, base + ["--set", f"{key}={text}"], {}, [["--set"], [leaf]],
@@ -437,7 +439,7 @@ def trace_cases(r: random.Random) -> list[Case]:
     # JSONL (Mooncake layout)
     jgood = [{"timestamp": 0, "input_length": 100, "output_length": 10},
              {"timestamp": 500, "input_length": 200, "output_length": 20}]
-    jbad = [("timestamp", -1e12), ("timestamp", "abc"), ("timestamp", 1e14), ("input_length", -3),
+    jbad = [("timestamp", -1e16), ("timestamp", "abc"), ("timestamp", 1e14), ("input_length", -3),
             ("input_length", 1.5), ("input_length", "12"), ("output_length", 0), ("output_length", 2 ** 64),
             ("output_length", None), ("hash_ids", [1, -2]), ("hash_ids", "abc"), ("hash_ids", [2 ** 61]),
             ("input_length", True), ("timestamp", [1])]
@@ -479,6 +481,8 @@ def hf_config_cases(r: random.Random) -> list[Case]:
                  ("quantization_config", {"quant_method": "gptq", "bits": "4"}), ("layer_types", ["bogus"] * 4),
                  ("layer_types", ["full_attention"]), ("num_experts_per_tok", 0)]:
         cfg = dict(TEST_MODEL, **{k: v})
+        if k == "num_experts_per_tok":  # on a dense model it is unused (0 = dense); bad on an MoE model
+            cfg["num_local_experts"] = 8
         cmd, base = r.choice(cmds)
         cases.append(Case("hf_config", cmd, base + ["--model", "m/config.json"], {"m/config.json": json.dumps(cfg)},
                           [["config.json"], [k, "num_experts_per_tok"] if k == "num_local_experts" else [k]],

@@ -208,3 +208,48 @@ def test_validate_help_states_the_exit_status_policy():
     text = " ".join(r.stdout.split())
     assert "Exit status: 0 when at least one row was simulated and scored" in text
     assert "2 when the file itself is bad" in text and "or when no row could be simulated" in text
+
+
+# --------------------------------------------------------------------------- found by the bad-input corpus
+
+def test_a_jsonl_number_written_as_a_string_is_refused_naming_file_row_and_field(tmp_path):
+    """``"input_length": "12"`` in a JSONL trace was read as 12 (config.json refuses
+    a string for a number; so does a JSONL trace now)."""
+    (tmp_path / "t.jsonl").write_text('{"timestamp": 0, "input_length": 100, "output_length": 10}\n'
+                                      '{"timestamp": 500, "input_length": "12", "output_length": 10}\n')
+    msg = one_line_error(cli("run", "--set", "workload.trace=t.jsonl", "--out", "o", "--quiet", cwd=tmp_path))
+    assert msg.startswith("error: t.jsonl:2: field 'input_length' = \"12\": not a number")
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+def test_a_trace_ending_at_the_send_limit_runs_rather_than_failing_at_the_clock():
+    """A Mooncake row at -1e12 ms puts the last send 1e9 s (the send limit) after the
+    first: the trace check let it pass, then the run failed at the clock's check
+    (also 1e9 s), naming no file or row. The clock may run to twice the send limit."""
+    from sim.runner import run_simulation
+    from sim.workload.config import MAX_SIMULATED_CLOCK_S, MAX_SIMULATED_SPAN_S
+    import numpy as np
+
+    assert MAX_SIMULATED_CLOCK_S == 2 * MAX_SIMULATED_SPAN_S
+    assert np.spacing(MAX_SIMULATED_CLOCK_S) <= 2.0 ** -22  # 0.24 us: latencies still resolved
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "t.jsonl"
+        p.write_text('{"timestamp": 0, "input_length": 100, "output_length": 10}\n'
+                     '{"timestamp": -1000000000000.0, "input_length": 100, "output_length": 10}\n')
+        res = run_simulation(build_config(set_args=[f"workload.trace={p}"]))
+    s = res.summary
+    assert s["completed"] == 2 and s["num_out_of_order_trace_rows"] == 1
+    assert 0 < s["mean_ttft_ms"] < 1000  # resolved, not rounded to 0
+
+
+def test_plan_and_kv_name_the_config_file_of_a_bad_hardware(tmp_path):
+    (tmp_path / "c.yaml").write_text("hardware: missing.yaml\n")
+    want = "error: c.yaml: hardware: unknown hardware 'missing.yaml'"
+    assert one_line_error(cli("kv", "c.yaml", cwd=tmp_path)).startswith(want)
+    assert one_line_error(cli("plan", "c.yaml", "--slo", "p99_ttft_ms=1000", "--replicas", "1", "--out", "out",
+                              "--quiet", "--workers", "1", cwd=tmp_path)).startswith(want)
+    msg = one_line_error(cli("plan", "--hardware", "h100_sxm,nope.yaml", "--slo", "p99_ttft_ms=1000",
+                             "--replicas", "1", "--out", "out", "--quiet", "--workers", "1", cwd=tmp_path))
+    assert msg.startswith("error: --hardware: unknown hardware 'nope.yaml'")

@@ -47,6 +47,10 @@ MAX_NUM_REQUESTS = 50_000_000
 #: (:func:`sim.workload.generate._check_replayed_span`) and trace timestamps
 #: (:data:`sim.workload.traces.MAX_TRACE_TIMESTAMP_S`) are refused beyond it.
 MAX_SIMULATED_SPAN_S = 1e9
+#: The simulated clock's own limit: requests are sent by MAX_SIMULATED_SPAN_S and the
+#: run may drain for as long again (spacing at 2e9 s: 2^-22 s ≈ 0.24 µs). A trace that
+#: ends at the send limit must not fail at the clock's (it did, naming no file or row).
+MAX_SIMULATED_CLOCK_S = 2 * MAX_SIMULATED_SPAN_S
 #: Priorities are stored as int64.
 _INT64 = (-(2 ** 63), 2 ** 63 - 1)
 TRACE_FORMATS = ("azure", "mooncake", "burstgpt", "lengths", "generic")
