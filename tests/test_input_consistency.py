@@ -253,3 +253,16 @@ def test_plan_and_kv_name_the_config_file_of_a_bad_hardware(tmp_path):
     msg = one_line_error(cli("plan", "--hardware", "h100_sxm,nope.yaml", "--slo", "p99_ttft_ms=1000",
                              "--replicas", "1", "--out", "out", "--quiet", "--workers", "1", cwd=tmp_path))
     assert msg.startswith("error: --hardware: unknown hardware 'nope.yaml'")
+
+
+@pytest.mark.parametrize("col, want", [("model_path", "model_path: empty; give a Hugging Face id or model preset"),
+                                       ("system", "system: empty; give a hardware profile name")])
+def test_validate_names_an_empty_model_or_system_cell(col, want):
+    """An empty model_path was read as the path '' (the working directory):
+    "model:  is a folder without a config.json"."""
+    from sim.validate.rows import ValidateOptions, row_overrides
+
+    row = {"backend": "vllm", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "system": "h100_sxm", "isl": 128,
+           "osl": 8, "concurrency": 2, "tp_size": 1, "silicon_ttft_ms": 50, "silicon_tpot_ms": 10, col: ""}
+    with pytest.raises(ConfigError, match=rf"^{want}$"):
+        row_overrides(row, ValidateOptions())
