@@ -563,7 +563,7 @@ def build_config(
     ``set_args`` are raw ``key=value`` strings from ``--set``.
     Raises ConfigError naming the source, key and value. ``api``: the Python
     function the ``overrides`` are the keyword arguments of (``servesim.simulate()``):
-    errors then name it and the key path (``simulate(): max_num_seqs: ...``), not
+    errors then name it and the key path (``servesim.simulate(): max_num_seqs: ...``), not
     the command line's ``--set`` / ``--max-num-seqs``.
     """
     from sim.workload import merge_workload_dicts, resolve_workload_dict
@@ -639,8 +639,6 @@ def build_config(
         sources.update({f"workload.{k}": str(config_file) for k in file_wl})
     sources.update({k: set_src for k in flat})  # flat holds the options' keys too: named below
     sources.update({f"workload.{k}": set_src for k in set_wl})
-    if api is None:
-        sources.update({k: f"--{k.replace('_', '-')}" for k, v in (overrides or {}).items() if v is not None})
     try:
         cfg = SimConfig.model_validate(data)
     except ValidationError as e:
@@ -660,6 +658,8 @@ def build_config(
                 msg = msg.replace(f"{set_src}: {key}: ", f"{spelled} {text}: ")
         raise ConfigError(msg) from None
     check_requirements(cfg, used, None)
+    if api is None:  # the options' keys, for errors found when the deployment is built (locate_error)
+        sources.update({k: f"--{k.replace('_', '-')}" for k, v in (overrides or {}).items() if v is not None})
     cfg._key_sources = sources
     return cfg
 

@@ -55,7 +55,7 @@ def test_infinite_times_are_refused(tmp_path, key):
     """An infinite overhead or latency ran to empty metrics (or a traceback for
     the start spread); it is refused like a negative one, from --set and YAML."""
     with pytest.raises(ConfigError, match=rf"--set: {key}: Input should be a finite number \(got inf\)"):
-        build_config(set_args=[f"{key}=inf"])
+        build_config(overrides={key: float("inf")})
     p = tmp_path / "c.yaml"
     p.write_text(f"{key}: .inf\n")
     with pytest.raises(ConfigError, match=rf"c.yaml: {key}: Input should be a finite number"):
