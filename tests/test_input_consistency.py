@@ -266,3 +266,14 @@ def test_validate_names_an_empty_model_or_system_cell(col, want):
            "osl": 8, "concurrency": 2, "tp_size": 1, "silicon_ttft_ms": 50, "silicon_tpot_ms": 10, col: ""}
     with pytest.raises(ConfigError, match=rf"^{want}$"):
         row_overrides(row, ValidateOptions())
+
+
+def test_calibrate_names_a_table_whose_gemm_dtype_is_not_modelled(tmp_path):
+    """"no kernel tables with modelled rows" named neither the table nor the dtype."""
+    from calibration.datasets import family_rows
+
+    (tmp_path / "vllm-0.24.0_gemm.csv").write_text(
+        "version,device,kernel_source,gemm_dtype,m,n,k,latency\n0.24.0,H100,torch,bogus16,1,4096,4096,0.02\n")
+    with pytest.raises(ConfigError, match=r"vllm-0.24.0_gemm.csv: gemm_dtype 'bogus16' not modelled \(modelled: "
+                                          r"bf16, bfloat16, float16, fp16, fp8, fp8_block\)"):
+        family_rows(tmp_path)
