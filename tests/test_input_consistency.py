@@ -146,8 +146,8 @@ def _warnings(**keys):
 
 
 def test_a_budget_below_one_kv_block_warns_and_names_the_lowered_max_num_seqs():
-    """max_num_batched_tokens 8 ran 1 token... 8 tokens a step and max_num_seqs 8
-    (vLLM's default lowered to the budget) without a word."""
+    """max_num_batched_tokens 8 ran at most 8 tokens a step with max_num_seqs 8 (vLLM's
+    default lowered to the budget) without a word: a run many times slower than any engine default."""
     w = _warnings(max_num_batched_tokens=8)
     assert any(x.startswith("max_num_batched_tokens 8 is below one KV block (block_size 16): each step "
                             "computes at most 8 token(s)") for x in w), w
