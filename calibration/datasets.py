@@ -92,10 +92,15 @@ def family_rows(directory: str | Path, engine: str | None = None) -> dict[str, F
         else:
             out[family] = FamilyRows(family, rows.reset_index(drop=True), [source])
 
+    unmodelled: list[str] = []  # tables whose GEMM dtypes are none servesim models (named if nothing is left)
     for kind, path in find_tables(directory, engine):
         df = READERS[kind](path)
         if kind == "gemm":
             fam = df["gemm_dtype"].astype(str).map(GEMM_DTYPE_FAMILY)
+            if len(df) and fam.isna().all():
+                vals = sorted(df["gemm_dtype"].astype(str).unique())
+                unmodelled.append(f"{path.name}: gemm_dtype {', '.join(map(repr, vals[:5]))} not modelled "
+                                  f"(modelled: {', '.join(sorted(GEMM_DTYPE_FAMILY))})")
             for name in sorted(fam.dropna().unique()):
                 sub = df[fam == name]
                 src = sub["kernel_source"].astype(str) if "kernel_source" in sub else None
@@ -131,8 +136,9 @@ def family_rows(directory: str | Path, engine: str | None = None) -> dict[str, F
     if not out:
         subs = sorted(p.name for p in Path(directory).iterdir() if p.is_dir()) if Path(directory).is_dir() else []
         hint = f"; the tables are per GPU: give one of its folders ({', '.join(subs)})" if subs else ""
+        why = f"; {'; '.join(unmodelled)}" if unmodelled else ""
         raise ConfigError(f"{directory}: no kernel tables with modelled rows "
-                          f"(*_gemm, *_context_attention, *_generation_attention, nccl_*){hint}")
+                          f"(*_gemm, *_context_attention, *_generation_attention, nccl_*){why}{hint}")
     return out
 
 

@@ -36,7 +36,8 @@ __all__ = ["simulate", "compare", "Result", "Comparison", "ConfigError", "Infeas
            "__version__"]
 
 
-def _config(config, model, hardware, engine, workload, keys: dict, default_workload: str | None = None):
+def _config(config, model, hardware, engine, workload, keys: dict, default_workload: str | None = None,
+            api: str = "servesim.simulate()"):
     from sim.config import build_config
 
     overrides = {"model": model, "hardware": hardware, "engine": engine, **keys}
@@ -47,7 +48,8 @@ def _config(config, model, hardware, engine, workload, keys: dict, default_workl
         wl_name = str(workload)
     elif config is None and not any(k == "workload" or k.startswith("workload.") for k in keys):
         wl_name = default_workload
-    return build_config(config, {k: v for k, v in overrides.items() if v is not None}, None, wl_name)
+    # errors name the function and the key path (``servesim.simulate(): max_num_seqs: ...``)
+    return build_config(config, {k: v for k, v in overrides.items() if v is not None}, None, wl_name, api=api)
 
 
 @dataclass
@@ -153,7 +155,8 @@ def compare(variants: Iterable[str] | Mapping[str, Mapping[str, Any]] | None = N
     from sim.cli.common import DEFAULT_COMPARE_WORKLOAD
     from sim.compare.variants import run_variants, variants_from_args, variants_from_mapping
 
-    base = _config(config, model, hardware, engine, workload, keys, default_workload=DEFAULT_COMPARE_WORKLOAD)
+    base = _config(config, model, hardware, engine, workload, keys, default_workload=DEFAULT_COMPARE_WORKLOAD,
+                   api="servesim.compare()")
     if variants is None:
         vs = variants_from_args(None, None, None)
     elif isinstance(variants, Mapping):

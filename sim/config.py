@@ -18,7 +18,7 @@ import difflib
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, ValidationError, model_validator
@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, Vali
 from sim.disaggregation import POOL_KEYS, DisaggregationConfig
 from sim.errors import ConfigError, require_file
 from sim.presets import PRESETS, apply_preset, get_preset
-from sim.schema import reject_bool_numbers
+from sim.schema import error_text, reject_bool_numbers
 from sim.vocabulary import canonicalize, check_requirements, lookup
 from sim.workload.config import WorkloadConfig
 from sim.yaml_io import safe_load_unique
@@ -293,6 +293,43 @@ def resolve_scheduler_limits(cfg: SimConfig, hbm_bytes: float, hardware_name: st
     return cfg.model_copy(update=upd)
 
 
+#: vLLM's smallest default max_num_seqs (256 on small GPUs, 1024 on large ones:
+#: vllm/engine/arg_utils.py get_batch_defaults); below it a default was lowered
+VLLM_MIN_DEFAULT_MAX_NUM_SEQS = 256
+
+
+def scheduler_limit_warnings(given: SimConfig, resolved: SimConfig, chunked_prefill: bool) -> list[str]:
+    """What vLLM would only warn about, or run slowly without a word, in the
+    scheduler limits: ``given`` the config as the user gave it, ``resolved`` with
+    the hardware-dependent limits filled in (:func:`resolve_scheduler_limits`,
+    which raises vLLM's errors). vLLM's checks are ``SchedulerConfig.verify_max_model_len``
+    (vllm/config/scheduler.py): an error when ``max_num_batched_tokens`` <
+    ``max_model_len`` without chunked prefill or < ``max_num_seqs``, a warning when it
+    exceeds ``max_num_seqs * max_model_len``; and ``EngineArgs`` (vllm/engine/arg_utils.py)
+    lowers a default ``max_num_seqs`` to ``max_num_batched_tokens``. Recorded in
+    summary.json's ``warnings`` and printed by run."""
+    out: list[str] = []
+    mnbt, mns, mml = resolved.max_num_batched_tokens, resolved.max_num_seqs, resolved.max_model_len
+    if mnbt is None or mns is None or mml is None:
+        return out
+    vllm_like = resolved.engine in (None, "vllm")
+    if vllm_like and mnbt > mns * mml:
+        out.append(f"max_num_batched_tokens ({mnbt:,}) exceeds max_num_seqs * max_model_len ({mns * mml:,}): "
+                   "no step can fill it; vLLM warns that this may lead to unexpected behavior "
+                   "(vllm/config/scheduler.py)")
+    if chunked_prefill and given.max_num_batched_tokens is not None and mnbt < resolved.block_size:
+        out.append(f"max_num_batched_tokens {mnbt:,} is below one KV block (block_size {resolved.block_size}): "
+                   f"each step computes at most {mnbt:,} token(s), so a prompt of L tokens takes L/{mnbt:,} steps, "
+                   "each paying the step's whole fixed cost (the weights are read once per step); engines accept "
+                   "it and run as slowly (their defaults are 2,048 to 16,384 tokens)")
+    if (vllm_like and chunked_prefill and given.max_num_seqs is None and mns == mnbt
+            and mnbt < VLLM_MIN_DEFAULT_MAX_NUM_SEQS):
+        out.append(f"max_num_seqs defaults to {mns:,} here: vLLM lowers its default max_num_seqs to "
+                   f"max_num_batched_tokens ({mnbt:,}) (vllm/engine/arg_utils.py), so at most {mns:,} "
+                   "sequence(s) run per step; set max_num_seqs, or raise max_num_batched_tokens")
+    return out
+
+
 def _sglang_no_room(hbm_bytes: float, hardware_name: str, cfg: SimConfig, mnbt: int, frac: float) -> str:
     """Why ``engine: sglang`` derived a ``gpu_memory_utilization`` (SGLang's
     ``mem_fraction_static``) of zero or less, and what to change."""
@@ -442,9 +479,11 @@ def _flatten_dotted(d: dict, source: str = "config") -> dict:
     return out
 
 
-def format_validation_error(e: ValidationError, source: str) -> str:
+def format_validation_error(e: ValidationError, source: str | Callable[[str], str]) -> str:
     """One line per offending key: ``SOURCE: KEY: why (got VALUE)``; the members
-    of a union (``workload.max_tokens``: an int or 'output_len') share one line."""
+    of a union (``workload.max_tokens``: an int or 'output_len') share one line.
+    ``source``: the source of every key, or a function of the key (dotted; for
+    an error of the whole config, the key its message starts with) giving its source."""
     from sim.workload.config import _UNION_TAGS
 
     lines: dict[str, list] = {}
@@ -452,13 +491,18 @@ def format_validation_error(e: ValidationError, source: str) -> str:
         loc = ".".join(str(x) for x in err["loc"]
                        if not str(x).startswith("function-") and str(x) not in _UNION_TAGS)
         val = err.get("input")
-        msg = err["msg"].removeprefix("Value error, ")
+        msg = error_text(err)
         if loc in lines:  # another member of a union: say every alternative
             lines[loc][1] += f" or {msg[0].lower()}{msg[1:]}"
             continue
         # Our own validators already quote the value; pydantic's built-in checks do not.
         val_s = "" if isinstance(val, dict) or "got " in msg else f" (got {val!r})"
-        lines[loc] = [f"{source}: {loc + ': ' if loc else ''}", msg, val_s]
+        if callable(source):
+            m = _KEY_AT_START.match(msg) if not loc else None
+            src = source(loc or (m.group(1) if m else ""))
+        else:
+            src = source
+        lines[loc] = [f"{src}: {loc + ': ' if loc else ''}", msg, val_s]
     return "\n".join("".join(parts) for parts in lines.values())
 
 
@@ -514,12 +558,16 @@ def build_config(
     overrides: dict[str, Any] | None = None,
     set_args: list[str] | None = None,
     workload: str | None = None,
+    api: str | None = None,
 ) -> SimConfig:
     """Merge the sources (see module docstring) and validate.
 
     ``overrides`` are dotted keys → values from CLI options (``--model``...);
     ``set_args`` are raw ``key=value`` strings from ``--set``.
-    Raises ConfigError naming the source, key and value.
+    Raises ConfigError naming the source, key and value. ``api``: the Python
+    function the ``overrides`` are the keyword arguments of (``servesim.simulate()``):
+    errors then name it and the key path (``servesim.simulate(): max_num_seqs: ...``), not
+    the command line's ``--set`` / ``--max-num-seqs``.
     """
     from sim.workload import merge_workload_dicts, resolve_workload_dict
     from sim.workload.builtin import absolute_paths
@@ -541,7 +589,7 @@ def build_config(
     if workload is not None:
         wl = merge_workload_dicts(wl, {"name": workload})
         name_src = None  # its errors name the option's value already (workload file: PATH ...)
-    set_src = "--set"
+    set_src = api or "--set"
     flat: dict = {}
     for k, v in (overrides or {}).items():
         if v is not None:
@@ -588,23 +636,33 @@ def build_config(
             raise
         raise ConfigError(f"{name_src}: {e}") from None
     _closed_loop_default(wl, data["workload"])
-    try:
-        cfg = SimConfig.model_validate(data)
-    except ValidationError as e:
-        src = str(config_file) if config_file else set_src
-        msg = format_validation_error(e, src)
-        for key, (spelled, text) in raw_text.items():  # a key given as a flag: name the flag
-            if spelled.startswith("-"):
-                msg = msg.replace(f"{set_src}: {key}: ", f"{spelled} {text}: ")
-        raise ConfigError(msg) from None
-    check_requirements(cfg, used, None)
     sources: dict[str, str] = {}
     if config_file is not None:
         sources.update({k: str(config_file) for k in file_data})
         sources.update({f"workload.{k}": str(config_file) for k in file_wl})
     sources.update({k: set_src for k in flat})  # flat holds the options' keys too: named below
     sources.update({f"workload.{k}": set_src for k in set_wl})
-    sources.update({k: f"--{k.replace('_', '-')}" for k, v in (overrides or {}).items() if v is not None})
+    try:
+        cfg = SimConfig.model_validate(data)
+    except ValidationError as e:
+        fallback = str(config_file) if config_file else set_src
+
+        def source_of(key: str) -> str:  # where the offending key was given (a --set over a file: --set)
+            parts = key.split(".") if key else []
+            while parts:
+                if ".".join(parts) in sources:
+                    return sources[".".join(parts)]
+                parts.pop()
+            return fallback
+
+        msg = format_validation_error(e, source_of)
+        for key, (spelled, text) in raw_text.items():  # a key given as a flag: name the flag
+            if spelled.startswith("-"):
+                msg = msg.replace(f"{set_src}: {key}: ", f"{spelled} {text}: ")
+        raise ConfigError(msg) from None
+    check_requirements(cfg, used, None)
+    if api is None:  # the options' keys, for errors found when the deployment is built (locate_error)
+        sources.update({k: f"--{k.replace('_', '-')}" for k, v in (overrides or {}).items() if v is not None})
     cfg._key_sources = sources
     return cfg
 

@@ -15,6 +15,12 @@ engines and ``num_decode_workers`` decode engines behind one router::
       kv_connector: NixlConnector
       kv_transfer_link: auto         # nvlink | network | auto
 
+``disaggregation: {}`` is an explicit choice of every default (1P1D, NIXL,
+``kv_transfer_link: auto``); ``disaggregation: null`` (or a key with no value)
+restores the key's default, aggregated serving, as ``null`` does for every
+config key. The run's title line and ``summary.json`` (``config.disaggregation``)
+state the pools either way.
+
 Each pool's engine config is the run's top-level keys with the pool's
 overrides on top (``prefill:`` / ``decode:``, engine-level keys only: the
 model, workload, router and seed are the deployment's). The vocabulary is the

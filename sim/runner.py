@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from sim import __version__
 from sim.accelerated import AcceleratedStepping
-from sim.config import SimConfig, locate_error
+from sim.config import SimConfig, locate_error, scheduler_limit_warnings
 from sim.engine.deployment import Deployment, build_deployment
 from sim.engine.simulation import Simulation
 from sim.model_spec import normalize_quantization
@@ -20,7 +20,7 @@ from sim.results.metrics import PERCENTILE_METRICS, summarize
 from sim.results.intervals import summary_intervals
 from sim.results.pools import pool_summary
 from sim.results.warnings import grid_warnings, ground_warnings
-from sim.scheduler.registry import get_scheduler_class
+from sim.scheduler import get_scheduler_class
 from sim.workload import RequestSpecs, generate_requests
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,21 @@ def accelerated_stepping_supported(dep: Deployment) -> bool:
     return not dep.sizing.hybrid
 
 
+def prepare(cfg: SimConfig, specs: RequestSpecs | None = None) -> tuple[Deployment, RequestSpecs]:
+    """The deployment of ``cfg`` and its workload's requests (``specs`` when given):
+    every check of the config a run makes before simulating -- the engine keys and
+    the workload's (trace files and rows, lengths). ConfigError / InfeasibleError
+    naming where the offending key was set (:func:`sim.config.locate_error`).
+    ``servesim kv`` calls it too, so that a config ``run`` refuses, ``kv`` refuses."""
+    try:
+        dep = build_deployment(cfg)
+        if specs is None:
+            specs = make_specs(dep)
+    except (ConfigError, InfeasibleError) as e:
+        raise type(e)(locate_error(cfg, str(e))) from None
+    return dep, specs
+
+
 def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, specs: RequestSpecs | None = None,
                    progress=None, percentiles: tuple[float, ...] = (),
                    percentile_metrics: tuple[str, ...] = PERCENTILE_METRICS) -> RunOutput:
@@ -70,12 +85,7 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
     (:func:`sim.results.bench.bench_header`: ``date``, ``backend``, ``model_id``,
     ``num_prompts``, ``request_rate``, ...); ``percentiles`` (``--metric-percentiles``)
     add ``p{P}_{metric}_ms`` keys for ``percentile_metrics``."""
-    try:
-        dep = build_deployment(cfg)
-        if specs is None:
-            specs = make_specs(dep)
-    except (ConfigError, InfeasibleError) as e:
-        raise type(e)(locate_error(cfg, str(e))) from None
+    dep, specs = prepare(cfg, specs)
     if progress is not None and hasattr(progress, "set_total"):
         progress.set_total(len(specs))  # the bar shows a total and an ETA
     log.info("simulating %s on %s (%s, TP %d x %d replicas, %d KV blocks): %d requests from %s",
@@ -121,9 +131,11 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
     summary["weight_precision"] = normalize_quantization(dep.cfg.quantization or dep.model.quantization,
                                                          dep.model.dtype)
     summary["servesim_version"] = __version__
-    summary["warnings"] = ground_warnings(dep.cfg, dep.hardware, dep.model, summary) + grid_warnings(
+    chunked = get_scheduler_class(dep.cfg.scheduler).chunked_prefill
+    limit_warnings = [] if dep.disagg is not None else scheduler_limit_warnings(cfg, dep.cfg, chunked)
+    summary["warnings"] = limit_warnings + ground_warnings(dep.cfg, dep.hardware, dep.model, summary) + grid_warnings(
         dep.hardware, dep.limits, result.requests, attention_dp=dep.layout.data_parallel_size,
-        is_moe=dep.model.is_moe, chunked_prefill=get_scheduler_class(dep.cfg.scheduler).chunked_prefill)
+        is_moe=dep.model.is_moe, chunked_prefill=chunked)
     # the nominal 80 % interval of the mean TTFT / TPOT from cross-validated residuals
     summary.update(summary_intervals(dep.cfg.engine, summary))
     measured = len(specs) - specs.num_warmup

@@ -18,3 +18,22 @@ def reject_bool_numbers(model_cls, data: Any, expected: str = "a number") -> Any
             if isinstance(v, bool) and f is not None and "bool" not in str(f.annotation):
                 raise ValueError(f"{k}: expected {expected}, got {v!r}")
     return data
+
+
+#: the one rule for a boolean key, in every channel (YAML file, ``--set key=value``,
+#: ``--flag=value``, the Python API): YAML's booleans, nothing else. ``--set`` and
+#: ``--flag=VALUE`` values are read as YAML scalars, so they take the same spellings
+#: (YAML 1.1: ``true``/``false``, ``yes``/``no``, ``on``/``off``, each in lower,
+#: Title or UPPER case); numbers (``1``) and quoted strings (``"true"``) are refused
+#: (pydantic's StrictBool), as they are almost always a typo for something else.
+BOOL_RULE = ("expected true or false (yes/no and on/off are read as booleans too; "
+             "1, 0 and quoted strings are not)")
+
+
+def error_text(err: dict) -> str:
+    """The reason of one pydantic error (``ValidationError.errors()`` item) as
+    servesim says it: without pydantic's ``Value error, `` prefix, a boolean's
+    rule (:data:`BOOL_RULE`) for pydantic's terse "Input should be a valid boolean"."""
+    if err.get("type") in ("bool_type", "bool_parsing"):
+        return BOOL_RULE
+    return err["msg"].removeprefix("Value error, ")

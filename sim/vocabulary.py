@@ -43,6 +43,7 @@ This module holds data and pure functions; it imports nothing from ``sim`` but e
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sim.errors import ConfigError
@@ -259,6 +260,10 @@ def check_requirements(cfg: Any, used: list[tuple[str, Alias]], source: str | No
 MULTI_VALUE_OPTIONS = ("--goodput", "--metadata")
 
 
+#: words a boolean flag might be followed by by mistake (``--enable-prefix-caching true``)
+BOOL_WORDS = ("true", "false", "yes", "no", "on", "off", "1", "0")
+
+
 def flag_args_to_set(args: list[str], native: dict[str, bool], keys: dict[str, bool]) -> list[str]:
     """Command-line ``args`` with every vocabulary flag (``--max-num-seqs 64``,
     ``--enable-prefix-caching``, ``--no-enable-prefix-caching``, ``-tp 2``,
@@ -313,6 +318,13 @@ def flag_args_to_set(args: list[str], native: dict[str, bool], keys: dict[str, b
             value = "false"
             i += 1
         elif boolean and not eq:
+            nxt = args[i + 1] if i + 1 < n else None
+            if nxt is not None and nxt.strip().lower() in BOOL_WORDS and not Path(nxt).exists():
+                # vLLM's flags take no value (argparse BooleanOptionalAction): ``true`` would
+                # become the CONFIG argument and fail as a missing file
+                neg = "--no-" + flag[2:] if flag.startswith("--") else f"--set {key}=false"
+                raise ConfigError(f"{name} {nxt}: {name} is a flag and takes no separate value; write {flag} "
+                                  f"(true) or {neg} (false), or {flag}={nxt.strip().lower()}")
             value = "true"
             i += 1
         elif eq:

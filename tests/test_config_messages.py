@@ -226,7 +226,7 @@ def test_calibrate_refuses_to_overwrite_a_file_that_is_not_a_profile(tmp_path):
 @pytest.mark.parametrize("value", ["yes", "true", 1, "no"])
 def test_a_string_or_number_is_not_a_boolean(value):
     """``enable_prefix_caching: "yes"`` (quoted in YAML) was silently true."""
-    with pytest.raises(ConfigError, match=r"enable_prefix_caching: Input should be a valid boolean"):
+    with pytest.raises(ConfigError, match=r"enable_prefix_caching: expected true or false \(yes/no and on/off"):
         build_config(overrides={"enable_prefix_caching": value})
 
 

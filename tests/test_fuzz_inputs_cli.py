@@ -82,6 +82,26 @@ def test_the_checker_flags_a_silently_accepted_input():
     assert fi.check_case(case)["status"] == "silent"
 
 
+def test_validates_listed_rows_are_its_policy_not_a_failure():
+    """validate scores the good rows and lists a bad one with its line and reason (exit 0):
+    its documented policy (``servesim validate --help``), counted as 'warned', not a failure."""
+    case = BY_DESC[("validate_csv", "validate row 2 model_path='nosuch/model'")]
+    res = fi.check_case(case, timeout=120)
+    assert res["status"] == "warned", res
+    assert "warned" in fi.STATUSES and "warned" not in fi.BAD_STATUSES
+
+
+@pytest.mark.parametrize("kind, desc", [("set", "--set workload.request_rate=-inf"),
+                                        ("hf_config", "config.json num_experts_per_tok=0"),
+                                        ("trace", "jsonl row 2 timestamp=-1e+16")])
+def test_corpus_cases_that_were_valid_inputs_are_now_bad_ones(kind, desc):
+    """request_rate inf (every request at t = 0), a dense model's num_experts_per_tok 0
+    and a Mooncake timestamp of -1e12 ms (within the replay limit) were valid: the
+    corpus counted their acceptance as silent. Each case is now a bad input, refused."""
+    case = BY_DESC[(kind, desc)]
+    assert fi.check_case(case, timeout=120)["status"] == "ok", case.repro()
+
+
 def test_the_checker_flags_a_message_not_naming_the_input():
     case = fi.Case("set", "kv", ["kv", "--set", "max_num_seqs=abc"], {}, [["--set"], ["some_other_key"]], "x")
     res = fi.check_case(case)

@@ -229,18 +229,22 @@ def kv(
     set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
     length: Optional[List[int]] = typer.Option(None, help="Also report how many sequences of this many tokens fit (repeatable)."),
 ) -> None:
-    """KV-cache capacity arithmetic: bytes/token, weights, KV memory, blocks, sequences that fit."""
+    """KV-cache capacity arithmetic: bytes/token, weights, KV memory, blocks, sequences that fit.
+
+    The whole config is checked as run checks it, the workload included (its trace
+    file and rows, its lengths), though the numbers depend on the engine keys only:
+    a config run refuses, kv refuses."""
     from sim.config import build_config
-    from sim.engine.deployment import build_deployment
     from sim.kv_cache.sizing import kv_report
     from sim.cli.tables import print_kv_report
+    from sim.runner import prepare
 
     cfg = build_config(config, _overrides(model=model, hardware=hardware), set_)
     if cfg.disaggregation is not None:  # one table is one engine's KV cache: name the pool to show
         raise ServesimError("kv: shows one engine's KV cache; for a disaggregated deployment run it per pool "
                           "with that pool's keys (e.g. --set tensor_parallel_size=8 for the decode pool), "
                           "without the disaggregation keys")
-    dep = build_deployment(cfg)
+    dep, _ = prepare(cfg)  # (the requests are generated only to check the workload)
     lengths = tuple(length) if length else (1024, 4096, dep.limits.max_model_len)
     from sim.cost_model.parallel import layout_report
     rep = kv_report(dep.sizing, lengths=lengths, kv_allocation=cfg.kv_allocation,

@@ -29,7 +29,14 @@ def validate(
     seed: int = typer.Option(0, help="Seed of every row's simulation."),
     quiet: bool = typer.Option(False, help="No progress bar."),
 ) -> None:
-    """Simulate every row of a measured benchmark table and score the predicted TTFT and TPOT."""
+    """Simulate every row of a measured benchmark table and score the predicted TTFT and TPOT.
+
+    Exit status: 0 when at least one row was simulated and scored; rows that were
+    not (a non-numeric cell: skipped; an unknown model, a layout that does not fit:
+    not simulated) are each listed with the line and reason on stderr / stdout and
+    in summary.json and summary.md. 2 when the file itself is bad (missing, not a
+    CSV, no data rows, a required column missing) or when no row could be
+    simulated, with the reasons."""
     from sim.config import MAX_TIME_KEY_S
     from sim.errors import ConfigError
     from sim.validate.harness import load_campaign_map, load_harness

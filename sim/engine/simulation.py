@@ -65,7 +65,7 @@ from sim.errors import InfeasibleError
 from sim.request import Request, RequestStatus
 from sim.results.run_result import RunResult
 from sim.workload import RequestSpecs
-from sim.workload.config import MAX_SIMULATED_SPAN_S
+from sim.workload.config import MAX_SIMULATED_CLOCK_S
 
 #: SimPy's interrupt, for the accelerated stepping (only sim/engine imports simpy)
 Interrupt = simpy.Interrupt
@@ -312,9 +312,9 @@ class Simulation:
         finally:
             if was_enabled:
                 gc.enable()
-        if env.now > MAX_SIMULATED_SPAN_S:
+        if env.now > MAX_SIMULATED_CLOCK_S:
             raise InfeasibleError(
-                f"the run's simulated clock reached {env.now:.3g} s, beyond {MAX_SIMULATED_SPAN_S:g} s (~32 "
+                f"the run's simulated clock reached {env.now:.3g} s, beyond {MAX_SIMULATED_CLOCK_S:g} s (~63 "
                 "years), where float64 time no longer resolves a microsecond: its latencies would be rounded; "
                 "the hardware profile or the workload is far outside what servesim can time (a profile "
                 "thousands of times too slow, or a backlog that never drains)")

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from sim.compare.variants import Variant, apply_variant
-from sim.config import SimConfig
+from sim.config import SimConfig, locate_error
 from sim.errors import ConfigError, InfeasibleError
 
 _LAT = [f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "std", "p90", "p99")]
@@ -453,7 +453,13 @@ def check_models_and_hardware(base: SimConfig, candidates: list[Candidate]) -> N
         for key, name, load in (("model", cfg.model, get_model), ("hardware", cfg.hardware, get_hardware)):
             if (key, name) not in seen:
                 seen.add((key, name))
-                load(name)  # ConfigError names the key and value
+                try:
+                    load(name)  # ConfigError names the key and value
+                except ConfigError as e:
+                    # the base config's value: where it was set (the config file, --set ...);
+                    # else plan's own list option (--hardware A,B)
+                    raise ConfigError(locate_error(base, str(e)) if name == getattr(base, key)
+                                      else f"--{key}: {e}") from None
 
 
 def plan_candidate(base: SimConfig, c: Candidate, s: PlanSettings) -> CandidatePlan:

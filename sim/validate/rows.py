@@ -205,6 +205,9 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
     engine = _cell(row, "backend").lower()
     if engine not in ENGINES:
         raise ConfigError(f"backend: unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    for col, what in (("model_path", "a Hugging Face id or model preset"), ("system", "a hardware profile name")):
+        if not _cell(row, col):  # (an empty path would name the working directory)
+            raise ConfigError(f"{col}: empty; give {what}")
     shape = {}
     for col in ("isl", "osl", "concurrency", "tp_size"):
         try:

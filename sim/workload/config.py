@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from sim.errors import ConfigError
+from sim.schema import error_text
 # the length specs live in sim/workload/lengths.py; re-exported for sim.workload's users
 from sim.workload.lengths import (MAX_LENGTH_TOKENS, EmpiricalLen, FixedLen, LengthSpec,  # noqa: F401
                                   LognormalLen, UniformLen)
@@ -46,6 +47,10 @@ MAX_NUM_REQUESTS = 50_000_000
 #: (:func:`sim.workload.generate._check_replayed_span`) and trace timestamps
 #: (:data:`sim.workload.traces.MAX_TRACE_TIMESTAMP_S`) are refused beyond it.
 MAX_SIMULATED_SPAN_S = 1e9
+#: The simulated clock's own limit: requests are sent by MAX_SIMULATED_SPAN_S and the
+#: run may drain for as long again (spacing at 2e9 s: 2^-22 s ≈ 0.24 µs). A trace that
+#: ends at the send limit must not fail at the clock's (it did, naming no file or row).
+MAX_SIMULATED_CLOCK_S = 2 * MAX_SIMULATED_SPAN_S
 #: Priorities are stored as int64.
 _INT64 = (-(2 ** 63), 2 ** 63 - 1)
 TRACE_FORMATS = ("azure", "mooncake", "burstgpt", "lengths", "generic")
@@ -340,7 +345,7 @@ def format_validation_error(exc: ValidationError, source: str, key_lines: dict[s
     for err in exc.errors():
         loc = [str(p) for p in err["loc"] if str(p) not in _UNION_TAGS and not str(p).startswith("function-")]
         key = "workload." + ".".join(loc) if loc else "workload"
-        msg = err["msg"].removeprefix("Value error, ")
+        msg = error_text(err)
         if err["type"] == "extra_forbidden":
             valid = f"; valid keys: {', '.join(WorkloadConfig.model_fields)}" if len(loc) == 1 else ""
             msg = f"unknown key{valid}"

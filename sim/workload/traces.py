@@ -259,8 +259,9 @@ def _read_jsonl(path: Path, fields: dict[str, str], keys_field: str | None, skip
                 raise ConfigError(f"{path}:{lineno}: malformed row: {exc}{_HINT}") from None
             for f, src in fields.items():
                 v = obj.get(src)
-                # true/false, lists and objects are no numbers (a numeric string is read as CSV reads it)
-                cols[f].append(_JsonNonNumber(v) if isinstance(v, (bool, list, dict)) else v)
+                # true/false, strings, lists and objects are no numbers: a JSON number is written
+                # bare (12, not "12"), as config.json's fields must be (sim.model_spec.HFConfig)
+                cols[f].append(_JsonNonNumber(v) if isinstance(v, (bool, str, list, dict)) else v)
             keys.append(k)
             lines.append(lineno)
     return cols, np.array(lines, dtype=np.int64), keys, num_bad
