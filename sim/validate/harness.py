@@ -52,7 +52,20 @@ class Harness:
     generated token budget and batch) or ``engine_defaults``;
     ``max_num_seqs_from``: the row column the engine's max batch was set from
     (recipes pass ``--max-num-seqs``), when the row records it;
-    ``engine_args``: engine -> config keys of its recipe."""
+    ``engine_args``: engine -> config keys of its recipe.
+
+    ``warmup_drained``: the warm-up is a phase of its own that finishes before
+    the measured run starts (True), not the first requests of one continuous
+    stream (False). ``benchmark_serving.py`` (vLLM's before 0.9, InferenceMAX's
+    copy ``utils/bench_serving/benchmark_serving.py``) sends its
+    ``--num-warmups`` requests through the concurrency semaphore and awaits
+    them all (``asyncio.gather(*warmup_tasks)``) before "Starting main
+    benchmark run": the measured run then starts from an idle server with C
+    requests sent at once, its initial burst measured like every later
+    request. The simulator has no warm-up effect to model (no compilation,
+    no allocator or cache state that outlives a request: prefix caching is
+    off), so a drained warm-up is simulated as none: the measured run
+    starts cold (:meth:`simulated_warmup_per_client`)."""
     name: str
     description: str = ""
     source: str = ""
@@ -65,11 +78,17 @@ class Harness:
     max_num_seqs_from: str | None = None
     engine_args: dict[str, dict[str, Any]] = field(default_factory=dict)
     think_time_s: float = 0.002
+    warmup_drained: bool = False
     #: legacy ``steady`` only: spread the clients' phases by the engine's fitted value
     fitted_phase_spread: bool = False
 
     def num_requests(self, concurrency: int) -> int:
         return self.num_prompts if self.num_prompts is not None else int(self.prompts_per_client or 1) * concurrency
+
+    def simulated_warmup_per_client(self) -> int:
+        """Warm-up requests per client the simulation runs and excludes: 0 when
+        the harness drains its warm-up before the measured run (``warmup_drained``)."""
+        return 0 if self.warmup_drained else self.warmup_per_client
 
     def length_spec(self, nominal: int) -> dict[str, Any]:
         """The workload length spec of a nominal length under this harness."""
@@ -105,14 +124,16 @@ HARNESSES: dict[str, Harness] = {h.name: h for h in (
     Harness(
         "inferencemax", "nightly benchmark of the InferenceMAX kind: official container, per-model recipe "
                         "(engine defaults, --max-num-seqs / max_batch_size from the recipe, prefix caching "
-                        "off), benchmark_serving.py at fixed concurrency, 2·C warm-ups, 10·C prompts, "
+                        "off), benchmark_serving.py at fixed concurrency, 2·C warm-ups run and awaited "
+                        "before the measured run (which starts cold with C requests at once), 10·C prompts, "
                         "lengths uniform on [0.8 L, L]",
         "InferenceMAX benchmarks/benchmark_lib.sh run_benchmark_serving (--num-prompts CONC*10, "
         "--max-concurrency CONC, --num-warmups 2*CONC, --request-rate inf, --ignore-eos, "
         "--random-range-ratio $RANDOM_RANGE_RATIO = 0.8 in its README); utils/bench_serving/"
-        "benchmark_serving.py sample_random_requests: randint(int(L * r), L + 1)",
+        "benchmark_serving.py sample_random_requests: randint(int(L * r), L + 1); its benchmark(): "
+        "warm-up tasks awaited with asyncio.gather before the main run",
         prompts_per_client=10, warmup_per_client=2, range_ratio=0.8, length_range="below",
-        max_num_seqs_from="batch_size"),
+        max_num_seqs_from="batch_size", warmup_drained=True),
     Harness(
         "genai-perf", "genai-perf at fixed concurrency as aiconfigurator's runner calls it: 2·C warm-up "
                       "requests, 10·C measured, synthetic lengths with stddev 0 (exact); engine defaults",
@@ -142,6 +163,8 @@ YAML_KEYS = {
     "prompts_per_client": "measured requests per client, a whole number >= 1 (or num_prompts)",
     "num_prompts": "measured requests in all, a whole number >= 1 (or prompts_per_client)",
     "warmup_per_client": "warm-up requests per client, excluded from the means, a whole number >= 0",
+    "warmup_drained": "true if the warm-up is a phase that finishes before the measured run starts "
+                      "(simulated as none), false if it is the first requests of one stream",
     "lengths": "'exact', or a mapping {range_ratio: r in [0, 1), range: below | around}",
     "deployment": f"one of {', '.join(DEPLOYMENTS)}",
     "max_num_seqs_from": "row column that set the engine's max batch: batch_size or concurrency",
@@ -181,6 +204,10 @@ def harness_from_dict(data: Any, path: str = "harness") -> Harness:
         kw["prompts_per_client"] = _whole(path, "prompts_per_client", data["prompts_per_client"], 1)
     if "warmup_per_client" in data:
         kw["warmup_per_client"] = _whole(path, "warmup_per_client", data["warmup_per_client"], 0)
+    if "warmup_drained" in data:
+        if not isinstance(data["warmup_drained"], bool):
+            raise ConfigError(f"{path}: warmup_drained: must be true or false, got {data['warmup_drained']!r}")
+        kw["warmup_drained"] = data["warmup_drained"]
     if "lengths" in data:
         ln = data["lengths"]
         if ln == "exact":

@@ -174,11 +174,14 @@ def row_harness(row: dict, opts: ValidateOptions) -> Harness:
 
 
 def warmup_per_client(opts: ValidateOptions, harness: Harness | None = None) -> int:
-    """Warm-up requests per client: the option if set, else the harness's
-    (``harness``, else the options' own harness or the default ``aic``)."""
+    """Warm-up requests per client the simulation runs and excludes: the
+    option if set (the first requests of the stream), else the harness's
+    (``harness``, else the options' own harness or the default ``aic``): none
+    when it drains its warm-up before the measured run
+    (:meth:`~sim.validate.harness.Harness.simulated_warmup_per_client`)."""
     if opts.warmup_per_client is not None:
         return opts.warmup_per_client
-    return (harness or row_harness({}, opts)).warmup_per_client
+    return (harness or row_harness({}, opts)).simulated_warmup_per_client()
 
 
 def aic_deploy_overrides(engine: str, isl: int, concurrency: int) -> dict[str, Any]:
