@@ -96,6 +96,10 @@ class SimConfig(BaseModel):
     dtype: Literal["bfloat16", "float16", "auto"] = "bfloat16"
     quantization: Literal["fp8", "fp8_block", "int8", "int4_wo", "nvfp4", "mxfp4"] | None = None
     attention_impl: Literal["flash", "naive"] = "flash"
+    # The engine's fused-MoE kernel when it is not the default one of the experts' weight
+    # format (sim/cost_model/fitted_step.py MOE_BACKENDS): "marlin" = vLLM's fused_marlin_moe
+    # (VLLM_MXFP4_USE_MARLIN=1 for MXFP4 experts; w4a16). None = the format's default kernel.
+    moe_backend: Literal["marlin"] | None = None
 
     # Parallelism and routing
     tensor_parallel_size: int = Field(default=1, ge=1)

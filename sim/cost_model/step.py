@@ -22,7 +22,7 @@ from sim.cost_model.decode_clock import DecodeClock
 from sim.cost_model.operators import (ATTENTION_IMPLS, ATTENTION_KERNELS, attention_cost,
                                       attention_peak_flops, gemm_cost)
 from sim.cost_model.fitted_step import (FittedAllReduce, FittedAttention, FittedGemm,
-                                        FittedMoe, inter_node_all_reduce_s)
+                                        FittedMoe, inter_node_all_reduce_s, moe_backend_family)
 from sim.cost_model.layer_kinds import GatedDeltaNet, MlaAttention, SlidingAttention
 from sim.cost_model.moe import expected_experts_touched
 from sim.cost_model.roofline import ACT_BYTES, gemm_precision
@@ -109,11 +109,17 @@ class CostModel:
     ``quantization`` (None = the checkpoint's, else bf16/fp16/fp8/fp8_block/
     int8/int4_wo/nvfp4) sets weight bytes and GEMM peak; ``kv_cache_dtype``
     (auto, fp8, ...) sets KV bytes; ``attention_impl`` is flash or naive.
+    ``moe_backend`` (None = the profile's fused-MoE kernel of the experts' weight
+    format): the engine's fused-MoE kernel, timed by another ``fitted_v1`` ``moe``
+    family (:data:`~sim.cost_model.fitted_step.MOE_BACKENDS`, e.g. ``marlin``).
+    It applies to tensor-sharded experts on a fitted profile; the expert-parallel
+    path (``routed_experts``) and scalar profiles time experts as grouped GEMMs
+    whatever the backend, as for every format.
     """
 
     def __init__(self, model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_size: int = 1,
                  quantization: str | None = None, kv_cache_dtype: str = "auto",
-                 attention_impl: str = "flash", routed_experts=None) -> None:
+                 attention_impl: str = "flash", routed_experts=None, moe_backend: str | None = None) -> None:
         model.check_tensor_parallel_size(tensor_parallel_size)
         # expert / attention-data parallelism: the routed part (router + experts +
         # dispatch) as a callable of T with ``table`` (sim/cost_model/parallel.py ParallelMoe);
@@ -172,9 +178,11 @@ class CostModel:
             im_r = model.moe_intermediate_size // tp
             self._router = gemm(model.num_experts, h, p=bf16, layers=L_moe)
             if self.fitted:
+                kernel = moe_backend_family(eff, moe_backend, prec.quantization) if moe_backend else None
                 self._moe_fitted = FittedMoe(self._router, gemm(2 * im_r, h, layers=L_moe),
                                              gemm(h, im_r, layers=L_moe),
-                                             model.num_experts, model.num_experts_per_tok)
+                                             model.num_experts, model.num_experts_per_tok, moe_backend,
+                                             gemm_precision(hw, kernel) if kernel else None)
                 if routed_experts is not None:
                     self._moe_fitted = routed_experts
             # grouped expert GEMMs w13 (n=2I, k=h) and w2 (n=h, k=I), all MoE layers:

@@ -245,6 +245,11 @@ class FittedEfficiency(EfficiencyBase):
     generation_attention: GenerationAttentionParams
     elementwise: ElementwiseParams
     all_reduce: AllReduceParams
+    #: optional: the engines' own all-reduce kernels replayed in CUDA graphs (vLLM
+    #: ``CustomAllreduce``, SGLang's, TensorRT-LLM's one-/two-shot; ``calibration.custom_all_reduce``),
+    #: in the NCCL family's form; a step's all-reduce inside one NVLink domain takes the
+    #: faster of the two (``sim/cost_model/fitted_step.FittedAllReduce``); absent: NCCL only
+    custom_all_reduce: AllReduceParams | None = None
     #: optional: fused-MoE kernels per expert weight format (``MOE_FAMILIES``); a
     #: format not listed (or a profile without the section) times the experts as
     #: grouped GEMMs of the ``gemm`` family (``sim/cost_model/fitted_step.FittedMoe``)

@@ -42,6 +42,23 @@ BATCH_FROM = ("batch_size", "concurrency", None)
 
 
 @dataclass(frozen=True)
+class RecipeArgs:
+    """Engine settings a harness's per-model recipe adds for some rows: every row
+    whose ``model_path`` matches ``model`` (glob), whose ``system`` matches one of
+    ``systems`` (globs) and whose engine is ``engine`` gets the config keys
+    ``args``; ``source`` says where the recipe sets them."""
+    model: str
+    systems: tuple[str, ...]
+    engine: str
+    args: dict[str, Any]
+    source: str = ""
+
+    def matches(self, model_path: str, system: str, engine: str) -> bool:
+        return (engine == self.engine and fnmatch.fnmatchcase(model_path, self.model)
+                and any(fnmatch.fnmatchcase(system, g) for g in self.systems))
+
+
+@dataclass(frozen=True)
 class Harness:
     """How a benchmark was run (module docstring). ``prompts_per_client`` x C
     measured requests (or ``num_prompts`` in all), after ``warmup_per_client``
@@ -79,11 +96,21 @@ class Harness:
     engine_args: dict[str, dict[str, Any]] = field(default_factory=dict)
     think_time_s: float = 0.002
     warmup_drained: bool = False
+    #: per-model recipe settings (:class:`RecipeArgs`), applied after ``engine_args``
+    recipe_args: tuple[RecipeArgs, ...] = ()
     #: legacy ``steady`` only: spread the clients' phases by the engine's fitted value
     fitted_phase_spread: bool = False
 
     def num_requests(self, concurrency: int) -> int:
         return self.num_prompts if self.num_prompts is not None else int(self.prompts_per_client or 1) * concurrency
+
+    def recipe_overrides(self, model_path: str, system: str, engine: str) -> dict[str, Any]:
+        """Config keys of the recipe settings matching a row (later entries win)."""
+        out: dict[str, Any] = {}
+        for r in self.recipe_args:
+            if r.matches(model_path, system, engine):
+                out.update(r.args)
+        return out
 
     def simulated_warmup_per_client(self) -> int:
         """Warm-up requests per client the simulation runs and excludes: 0 when
@@ -104,6 +131,14 @@ class Harness:
         spec = self.length_spec(nominal)
         return spec.get("value", spec.get("high", nominal))
 
+
+#: InferenceMAX per-model recipe settings that change a modelled cost (the recipes'
+#: other arguments are the engines' defaults or already the row's columns)
+INFERENCEMAX_RECIPE_ARGS: tuple[RecipeArgs, ...] = (
+    RecipeArgs("openai/gpt-oss-*", ("h100_sxm", "h200_sxm"), "vllm", {"moe_backend": "marlin"},
+               "SemiAnalysisAI/InferenceX benchmarks/gptoss_fp4_h100.sh and gptoss_fp4_h200.sh: "
+               "export VLLM_MXFP4_USE_MARLIN=1 (vLLM serves the MXFP4 experts with fused_marlin_moe)"),
+)
 
 HARNESSES: dict[str, Harness] = {h.name: h for h in (
     Harness(
@@ -133,7 +168,7 @@ HARNESSES: dict[str, Harness] = {h.name: h for h in (
         "benchmark_serving.py sample_random_requests: randint(int(L * r), L + 1); its benchmark(): "
         "warm-up tasks awaited with asyncio.gather before the main run",
         prompts_per_client=10, warmup_per_client=2, range_ratio=0.8, length_range="below",
-        max_num_seqs_from="batch_size", warmup_drained=True),
+        max_num_seqs_from="batch_size", warmup_drained=True, recipe_args=INFERENCEMAX_RECIPE_ARGS),
     Harness(
         "genai-perf", "genai-perf at fixed concurrency as aiconfigurator's runner calls it: 2·C warm-up "
                       "requests, 10·C measured, synthetic lengths with stddev 0 (exact); engine defaults",
@@ -170,6 +205,8 @@ YAML_KEYS = {
     "max_num_seqs_from": "row column that set the engine's max batch: batch_size or concurrency",
     "engine_args": "mapping engine -> mapping of servesim config keys",
     "think_time_ms": "mean client think time between a response and the next send, ms, >= 0",
+    "recipe_args": "list of {model: glob, systems: [glob, ...], engine, args: mapping of config keys, "
+                   "source: text}",
 }
 
 
@@ -245,12 +282,43 @@ def harness_from_dict(data: Any, path: str = "harness") -> Harness:
             if eng not in PRESETS:
                 raise ConfigError(f"{path}: engine_args.{eng}: unknown engine; valid: {', '.join(PRESETS)}")
         kw["engine_args"] = {str(k): dict(v) for k, v in ea.items()}
+    if "recipe_args" in data:
+        kw["recipe_args"] = _recipe_args(path, data["recipe_args"])
     if "think_time_ms" in data:
         t = data["think_time_ms"]
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not (0 <= t <= 3.6e6):
             raise ConfigError(f"{path}: think_time_ms: must be a number from 0 to 3,600,000, got {t!r}")
         kw["think_time_s"] = float(t) / 1e3
     return Harness(**kw)
+
+
+def _recipe_args(path: str, items: Any) -> tuple[RecipeArgs, ...]:
+    """``recipe_args`` of a harness YAML, checked (one-line errors naming the entry)."""
+    from sim.presets import PRESETS
+
+    if not isinstance(items, list):
+        raise ConfigError(f"{path}: recipe_args: must be a list of mappings, got {items!r}")
+    out = []
+    for i, it in enumerate(items):
+        where = f"{path}: recipe_args[{i}]"
+        if not isinstance(it, dict):
+            raise ConfigError(f"{where}: must be a mapping of model, systems, engine, args, source")
+        bad = [k for k in it if k not in ("model", "systems", "engine", "args", "source")]
+        if bad:
+            raise ConfigError(f"{where}.{bad[0]}: unknown key; valid: model, systems, engine, args, source")
+        model, systems, engine, args = it.get("model"), it.get("systems"), it.get("engine"), it.get("args")
+        if not isinstance(model, str) or not model:
+            raise ConfigError(f"{where}.model: required, a model path glob")
+        if isinstance(systems, str):
+            systems = [systems]
+        if not isinstance(systems, list) or not systems or not all(isinstance(g, str) for g in systems):
+            raise ConfigError(f"{where}.systems: required, a list of system globs, got {systems!r}")
+        if engine not in PRESETS:
+            raise ConfigError(f"{where}.engine: unknown engine {engine!r}; valid: {', '.join(PRESETS)}")
+        if not isinstance(args, dict) or not args:
+            raise ConfigError(f"{where}.args: required, a mapping of servesim config keys, got {args!r}")
+        out.append(RecipeArgs(model, tuple(systems), engine, dict(args), str(it.get("source", ""))))
+    return tuple(out)
 
 
 def load_harness(spec: str | Path | Harness) -> Harness:
