@@ -150,13 +150,36 @@ def _cell(row: dict, key: str) -> str:
     return str(v).strip()
 
 
+#: 4-bit weight formats: a row's 4-bit label on a checkpoint published in another 4-bit
+#: format names that checkpoint (row_quantization)
+FOUR_BIT = ("nvfp4", "mxfp4", "int4_wo")
+
+
 def row_quantization(row: dict) -> str | None:
-    """servesim ``quantization`` of a row (``gemm_quant_mode``, else ``precision``)."""
+    """servesim ``quantization`` of a row (``gemm_quant_mode``, else ``precision``).
+
+    A 4-bit label on a checkpoint that is itself published in another 4-bit
+    format means that checkpoint, served as it is: ``moe_agg_dev.csv`` labels
+    gpt-oss-120b's experts ``nvfp4`` while the checkpoint is MXFP4
+    (``../shared/silicon/README``; ``openai/gpt-oss-120b`` ``quantization_config``
+    ``quant_method: mxfp4``), and no engine re-quantizes MXFP4 weights to NVFP4
+    (InferenceMAX's gpt-oss recipes serve ``openai/gpt-oss-120b`` as published).
+    Such a row runs with the checkpoint's own format (None)."""
     q = _cell(row, "gemm_quant_mode") or _cell(row, "precision")
     if q.lower() not in _QUANT:
         raise ConfigError(f"gemm_quant_mode/precision: unknown value {q!r}; valid: "
                           f"{', '.join(k or '(empty)' for k in _QUANT)}")
-    return _QUANT[q.lower()]
+    quant = _QUANT[q.lower()]
+    if quant in FOUR_BIT:
+        from sim.model_spec import get_model
+
+        try:
+            own = get_model(_cell(row, "model_path")).quantization
+        except ConfigError:
+            return quant  # an unknown model is named when the deployment is built
+        if own in FOUR_BIT and own != quant:
+            return None
+    return quant
 
 
 def check_protocol(protocol: str) -> str:
@@ -261,6 +284,7 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
         if math.isfinite(b) and b >= 1:
             ov["max_num_seqs"] = int(b)
     ov.update(h.engine_args.get(engine, {}))
+    ov.update(h.recipe_overrides(_cell(row, "model_path"), _cell(row, "system"), engine))
     if engine == "trtllm" and ov["quantization"] in ("fp8", "fp8_block"):
         ov["kv_cache_dtype"] = "fp8"
     ov.update({k: v for k, v in opts.engine_overrides.get(engine, {}).items() if k != PHASE_KEY})
