@@ -179,7 +179,7 @@ def _build_one(cfg: SimConfig) -> Deployment:
         model, hw, tensor_parallel_size=cfg.tensor_parallel_size, quantization=cfg.quantization,
         kv_cache_dtype=cfg.kv_cache_dtype, attention_impl=cfg.attention_impl,
         routed_experts=ParallelMoe(model, hw, layout, cfg.quantization) if expert_parallel else None,
-        moe_backend=cfg.moe_backend,
+        moe_backend=cfg.moe_backend, engine=cfg.engine,
     )
     limits = SchedulerLimits(
         max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,

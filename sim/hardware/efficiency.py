@@ -257,6 +257,14 @@ class FittedEfficiency(EfficiencyBase):
     #: optional: MLA attention fitted to whole-module tables; absent: MLA runs at the
     #: context / generation attention families' large-size limits
     mla: MlaParams | None = None
+    #: optional: engine -> MLA module parameters fitted to that engine's own module
+    #: tables (its MLA implementation: TensorRT-LLM's fused module is ~1.5x faster at
+    #: decode than vLLM's, whose tables ``mla`` is fitted to); an engine not listed uses ``mla``
+    mla_engines: dict[str, MlaParams] = Field(default_factory=dict)
+
+    def mla_for(self, engine: str | None) -> MlaParams | None:
+        """The MLA parameters of ``engine`` (its own fit if listed, else ``mla``)."""
+        return self.mla_engines.get(engine or "", self.mla)
     #: optional: Gated DeltaNet fitted to the GDN kernel tables; absent: the attention
     #: families' limits
     gdn: GdnParams | None = None
