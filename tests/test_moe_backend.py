@@ -61,7 +61,8 @@ def test_inferencemax_recipe_sets_marlin_for_gpt_oss_on_hopper_vllm_only():
     assert row_overrides(_row(), ValidateOptions())["moe_backend"] == "marlin"
     assert row_overrides(_row(system="h100_sxm"), ValidateOptions())["moe_backend"] == "marlin"
     assert "moe_backend" not in row_overrides(_row(system="b200_sxm"), ValidateOptions())
-    assert "moe_backend" not in row_overrides(_row(backend="trtllm"), ValidateOptions())
+    trt = row_overrides(_row(backend="trtllm"), ValidateOptions())
+    assert "moe_backend" not in trt and trt["max_num_batched_tokens"] == 20000  # --max_num_tokens 20000
     assert "moe_backend" not in row_overrides(_row(campaign="aic-gap-analysis"), ValidateOptions())
     assert all(r.source for r in HARNESSES["inferencemax"].recipe_args)
 

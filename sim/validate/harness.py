@@ -138,6 +138,9 @@ INFERENCEMAX_RECIPE_ARGS: tuple[RecipeArgs, ...] = (
     RecipeArgs("openai/gpt-oss-*", ("h100_sxm", "h200_sxm"), "vllm", {"moe_backend": "marlin"},
                "SemiAnalysisAI/InferenceX benchmarks/gptoss_fp4_h100.sh and gptoss_fp4_h200.sh: "
                "export VLLM_MXFP4_USE_MARLIN=1 (vLLM serves the MXFP4 experts with fused_marlin_moe)"),
+    RecipeArgs("openai/gpt-oss-*", ("h200_sxm", "b200_sxm"), "trtllm", {"max_num_batched_tokens": 20000},
+               "SemiAnalysisAI/InferenceX benchmarks/gptoss_fp4_h200_trt.sh and gptoss_fp4_b200_trt.sh: "
+               "trtllm-serve --max_num_tokens 20000 (the preset's default is 8192)"),
 )
 
 HARNESSES: dict[str, Harness] = {h.name: h for h in (
