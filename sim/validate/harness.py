@@ -19,6 +19,11 @@ Named harnesses (:data:`HARNESSES`), each with its source:
   excluded, client phases spread by the per-engine fitted
   ``client_phase_spread``); kept for comparison only.
 
+A harness may also carry per-model recipe settings (:class:`RecipeArgs`: rows
+of a model glob on given GPUs under one engine get config keys, each with its
+source), e.g. InferenceMAX's gpt-oss recipes' ``VLLM_MXFP4_USE_MARLIN=1`` on
+Hopper (:data:`INFERENCEMAX_RECIPE_ARGS`).
+
 A user's own harness is a YAML file (:func:`load_harness`; keys in
 :data:`YAML_KEYS`); a bad key or value is refused with one line naming it.
 Which harness a row runs under (:func:`harness_for_row`): a ``harness`` cell
@@ -73,8 +78,8 @@ class Harness:
 
     ``warmup_drained``: the warm-up is a phase of its own that finishes before
     the measured run starts (True), not the first requests of one continuous
-    stream (False). ``benchmark_serving.py`` (vLLM's before 0.9, InferenceMAX's
-    copy ``utils/bench_serving/benchmark_serving.py``) sends its
+    stream (False). InferenceMAX's ``utils/bench_serving/benchmark_serving.py``
+    (SemiAnalysisAI/InferenceX, ``benchmark()``) sends its
     ``--num-warmups`` requests through the concurrency semaphore and awaits
     them all (``asyncio.gather(*warmup_tasks)``) before "Starting main
     benchmark run": the measured run then starts from an idle server with C

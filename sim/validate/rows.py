@@ -16,6 +16,11 @@ Each row is simulated as it was run (:func:`row_overrides`):
   (never fitted): ``--harness`` for every row, else the row's ``harness``
   cell, else its ``campaign`` through the campaign map (``2026-*`` and
   ``db-dump/*``: ``inferencemax``; ``*-gap-analysis``: ``aic``), else ``aic``.
+  A harness that drains its warm-up before the measured run (``inferencemax``:
+  ``benchmark_serving.py`` awaits the warm-up tasks) is simulated without one:
+  the measured run starts cold, its initial burst of C requests measured.
+  Its per-model recipe settings (``Harness.recipe_args``) are applied after
+  ``engine_args``.
   The engine release (``backend_version``) is passed as ``engine_version``
   (``sim/presets/versions.py``). ``aic`` reproduces aiconfigurator's own
   serving evaluation, which produced the dense table (``silicon_data_source``: the ``aic-auto-gap-analysis`` data;
