@@ -126,6 +126,11 @@ class SimConfig(BaseModel):
     cpu_step_overhead_s: float = Field(default=0.0, ge=0.0, le=MAX_TIME_KEY_S)
     cpu_seq_overhead_s: float = Field(default=0.0, ge=0.0, le=MAX_TIME_KEY_S)
     overlap_scheduling: StrictBool = False
+    # SGLang --scheduler-recv-interval (default 1): the scheduler takes new requests from the
+    # tokenizer only when a counter of its forward passes reaches this many (decode passes
+    # count 1, a pass with prefill 1000, an idle poll 1): while only decodes run, arrivals wait
+    # up to this many steps (sglang/srt/managers/scheduler_recv_skipper.py). Reference mode.
+    scheduler_recv_interval: int = Field(default=1, ge=1, le=100000)
     # Extra host time (s) of a step with prefill tokens (no CUDA graph: every kernel launched).
     eager_step_overhead_s: float = Field(default=0.0, ge=0.0, le=MAX_TIME_KEY_S)
     # Per request (s): sent → seen by the engine's scheduler (HTTP, tokenization,

@@ -46,8 +46,9 @@ def make_simulation(dep: Deployment, specs: RequestSpecs, *, progress=None) -> S
     cfg = dep.cfg
     # disaggregated runs (two pools, KV transfers) and DP groups (attention data parallelism)
     # use the reference stepping: the accelerated one is not taught either
+    # and so does SGLang's scheduler_recv_interval (arrivals held for a count of passes)
     stepping = (None if cfg.exact_steps or dep.disagg is not None or dep.layout.attention_dp
-                else AcceleratedStepping)
+                or cfg.scheduler_recv_interval > 1 else AcceleratedStepping)
     return Simulation(dep, specs, seed=cfg.seed, progress=progress, stepping=stepping)
 
 

@@ -70,10 +70,31 @@ def test_inferencemax_recipe_sets_marlin_for_gpt_oss_on_hopper_vllm_only():
 def test_yaml_recipe_args():
     h = harness_from_dict({"name": "r", "recipe_args": [
         {"model": "openai/*", "systems": ["h1*"], "engine": "vllm", "args": {"moe_backend": "marlin"}}]})
-    assert h.recipe_overrides(GPT_OSS, "h100_sxm", "vllm") == {"moe_backend": "marlin"}
-    assert h.recipe_overrides(GPT_OSS, "b200_sxm", "vllm") == {}
+    assert h.recipe_overrides(_row(system="h100_sxm"), "vllm") == {"moe_backend": "marlin"}
+    assert h.recipe_overrides(_row(system="b200_sxm"), "vllm") == {}
     with pytest.raises(ConfigError, match=r"recipe_args\[0\].engine: unknown engine 'tgi'"):
         harness_from_dict({"name": "r", "recipe_args": [
             {"model": "*", "systems": ["*"], "engine": "tgi", "args": {"moe_backend": "marlin"}}]})
     with pytest.raises(ConfigError, match=r"recipe_args\[0\].when: unknown key"):
         harness_from_dict({"name": "r", "recipe_args": [{"model": "*", "when": 1}]})
+
+
+def test_sglang_recipes_set_the_scheduler_recv_interval_by_concurrency():
+    ds = dict(backend="sglang", model_path="deepseek-ai/DeepSeek-R1", system="b200_sxm", gemm_quant_mode="fp8",
+              isl=1024, osl=1024, concurrency=8, tp_size=8, silicon_ttft_ms=200.0, silicon_tpot_ms=9.0,
+              campaign="2026-03-25", batch_size=8)
+    assert row_overrides(ds, ValidateOptions())["scheduler_recv_interval"] == 10      # C < 16
+    assert row_overrides(dict(ds, concurrency=16), ValidateOptions())["scheduler_recv_interval"] == 30
+    assert row_overrides(dict(ds, tp_size=4, concurrency=64), ValidateOptions())["scheduler_recv_interval"] == 10
+    assert "scheduler_recv_interval" not in row_overrides(dict(ds, system="h200_sxm"), ValidateOptions())
+    qw = dict(ds, model_path="Qwen/Qwen3.5-397B-A17B", concurrency=32)
+    assert row_overrides(qw, ValidateOptions())["scheduler_recv_interval"] == 30
+    assert "scheduler_recv_interval" not in row_overrides(dict(qw, gemm_quant_mode=""), ValidateOptions())
+    h = harness_from_dict({"name": "r", "recipe_args": [
+        {"model": "*", "systems": ["*"], "engine": "sglang", "args": {"scheduler_recv_interval": 5},
+         "concurrency": [None, 9], "tp": [8], "quant": ["FP8"]}]})
+    assert h.recipe_overrides(ds, "sglang") == {"scheduler_recv_interval": 5}
+    assert h.recipe_overrides(dict(ds, concurrency=10), "sglang") == {}
+    with pytest.raises(ConfigError, match="concurrency \\[min, max\\]"):
+        harness_from_dict({"name": "r", "recipe_args": [{"model": "*", "systems": ["*"], "engine": "sglang",
+                                                         "args": {"x": 1}, "concurrency": 4}]})

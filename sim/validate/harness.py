@@ -51,16 +51,34 @@ class RecipeArgs:
     """Engine settings a harness's per-model recipe adds for some rows: every row
     whose ``model_path`` matches ``model`` (glob), whose ``system`` matches one of
     ``systems`` (globs) and whose engine is ``engine`` gets the config keys
-    ``args``; ``source`` says where the recipe sets them."""
+    ``args``; optionally only rows whose ``gemm_quant_mode`` is one of ``quant``,
+    whose ``tp_size`` is one of ``tp`` and whose concurrency lies in
+    ``concurrency`` (inclusive bounds, None = open), as recipes branch on them;
+    ``source`` says where the recipe sets them."""
     model: str
     systems: tuple[str, ...]
     engine: str
     args: dict[str, Any]
     source: str = ""
+    quant: tuple[str, ...] = ()
+    tp: tuple[int, ...] = ()
+    concurrency: tuple[int | None, int | None] = (None, None)
 
-    def matches(self, model_path: str, system: str, engine: str) -> bool:
-        return (engine == self.engine and fnmatch.fnmatchcase(model_path, self.model)
-                and any(fnmatch.fnmatchcase(system, g) for g in self.systems))
+    def matches(self, row: dict, engine: str) -> bool:
+        if engine != self.engine or not fnmatch.fnmatchcase(_cell(row, "model_path"), self.model):
+            return False
+        if not any(fnmatch.fnmatchcase(_cell(row, "system"), g) for g in self.systems):
+            return False
+        if self.quant and _cell(row, "gemm_quant_mode").lower() not in self.quant:
+            return False
+        try:
+            tp, conc = float(_cell(row, "tp_size") or "nan"), float(_cell(row, "concurrency") or "nan")
+        except ValueError:
+            return False
+        if self.tp and tp not in self.tp:
+            return False
+        lo, hi = self.concurrency
+        return not ((lo is not None and not conc >= lo) or (hi is not None and not conc <= hi))
 
 
 @dataclass(frozen=True)
@@ -109,11 +127,11 @@ class Harness:
     def num_requests(self, concurrency: int) -> int:
         return self.num_prompts if self.num_prompts is not None else int(self.prompts_per_client or 1) * concurrency
 
-    def recipe_overrides(self, model_path: str, system: str, engine: str) -> dict[str, Any]:
+    def recipe_overrides(self, row: dict, engine: str) -> dict[str, Any]:
         """Config keys of the recipe settings matching a row (later entries win)."""
         out: dict[str, Any] = {}
         for r in self.recipe_args:
-            if r.matches(model_path, system, engine):
+            if r.matches(row, engine):
                 out.update(r.args)
         return out
 
@@ -146,6 +164,19 @@ INFERENCEMAX_RECIPE_ARGS: tuple[RecipeArgs, ...] = (
     RecipeArgs("openai/gpt-oss-*", ("h200_sxm", "b200_sxm"), "trtllm", {"max_num_batched_tokens": 20000},
                "SemiAnalysisAI/InferenceX benchmarks/gptoss_fp4_h200_trt.sh and gptoss_fp4_b200_trt.sh: "
                "trtllm-serve --max_num_tokens 20000 (the preset's default is 8192)"),
+    # SGLang --scheduler-recv-interval: "recv every ~10 requests; if CONC >= 16, relax to ~30"
+    *(RecipeArgs(model, ("b200_sxm",), "sglang", {"scheduler_recv_interval": iv}, src, quant, tps, conc)
+      for model, quant, tps, src in (
+          ("deepseek-ai/DeepSeek-R1*", ("fp8",), (8,), "SemiAnalysisAI/InferenceX benchmarks/dsr1_fp8_b200.sh "
+           "(TP 8): --scheduler-recv-interval 10 below 16 clients, else 30"),
+          ("deepseek-ai/DeepSeek-R1*", ("nvfp4",), (), "SemiAnalysisAI/InferenceX benchmarks/dsr1_fp4_b200.sh: "
+           "--scheduler-recv-interval 10 below 16 clients, else 30"),
+          ("Qwen/Qwen3.5-397B-A17B*", ("fp8",), (), "SemiAnalysisAI/InferenceX benchmarks/single_node/"
+           "qwen3.5_fp8_b200.sh: --scheduler-recv-interval 10 below 16 clients, else 30"))
+      for iv, conc in ((10, (None, 15)), (30, (16, None)))),
+    RecipeArgs("deepseek-ai/DeepSeek-R1*", ("b200_sxm",), "sglang", {"scheduler_recv_interval": 10},
+               "SemiAnalysisAI/InferenceX benchmarks/dsr1_fp8_b200.sh (TP 4): --scheduler-recv-interval 10",
+               ("fp8",), (4,)),
 )
 
 HARNESSES: dict[str, Harness] = {h.name: h for h in (
@@ -311,9 +342,11 @@ def _recipe_args(path: str, items: Any) -> tuple[RecipeArgs, ...]:
         where = f"{path}: recipe_args[{i}]"
         if not isinstance(it, dict):
             raise ConfigError(f"{where}: must be a mapping of model, systems, engine, args, source")
-        bad = [k for k in it if k not in ("model", "systems", "engine", "args", "source")]
+        bad = [k for k in it if k not in ("model", "systems", "engine", "args", "source", "quant", "tp",
+                                          "concurrency")]
         if bad:
-            raise ConfigError(f"{where}.{bad[0]}: unknown key; valid: model, systems, engine, args, source")
+            raise ConfigError(f"{where}.{bad[0]}: unknown key; valid: model, systems, engine, args, source, "
+                              "quant, tp, concurrency")
         model, systems, engine, args = it.get("model"), it.get("systems"), it.get("engine"), it.get("args")
         if not isinstance(model, str) or not model:
             raise ConfigError(f"{where}.model: required, a model path glob")
@@ -325,7 +358,17 @@ def _recipe_args(path: str, items: Any) -> tuple[RecipeArgs, ...]:
             raise ConfigError(f"{where}.engine: unknown engine {engine!r}; valid: {', '.join(PRESETS)}")
         if not isinstance(args, dict) or not args:
             raise ConfigError(f"{where}.args: required, a mapping of servesim config keys, got {args!r}")
-        out.append(RecipeArgs(model, tuple(systems), engine, dict(args), str(it.get("source", ""))))
+        quant = it.get("quant", [])
+        tps = it.get("tp", [])
+        conc = it.get("concurrency", [None, None])
+        if (not isinstance(quant, list) or not all(isinstance(q, str) for q in quant)
+                or not isinstance(tps, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tps)
+                or not isinstance(conc, list) or len(conc) != 2
+                or not all(c is None or (isinstance(c, int) and not isinstance(c, bool)) for c in conc)):
+            raise ConfigError(f"{where}: quant must be a list of labels, tp a list of whole numbers, "
+                              f"concurrency [min, max] (null = open); got {quant!r}, {tps!r}, {conc!r}")
+        out.append(RecipeArgs(model, tuple(systems), engine, dict(args), str(it.get("source", "")),
+                              tuple(q.lower() for q in quant), tuple(tps), (conc[0], conc[1])))
     return tuple(out)
 
 

@@ -289,7 +289,7 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
         if math.isfinite(b) and b >= 1:
             ov["max_num_seqs"] = int(b)
     ov.update(h.engine_args.get(engine, {}))
-    ov.update(h.recipe_overrides(_cell(row, "model_path"), _cell(row, "system"), engine))
+    ov.update(h.recipe_overrides(row, engine))
     if engine == "trtllm" and ov["quantization"] in ("fp8", "fp8_block"):
         ov["kv_cache_dtype"] = "fp8"
     ov.update({k: v for k, v in opts.engine_overrides.get(engine, {}).items() if k != PHASE_KEY})
