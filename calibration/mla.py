@@ -117,3 +117,51 @@ def holdout_heads(rows: pd.DataFrame, seed: int = 0, frac: float = 0.3) -> np.nd
     n_out = min(max(1, int(round(frac * len(heads)))), len(heads) - 1)
     held = set(np.random.default_rng(seed).permutation(heads)[:n_out].tolist())
     return rows["num_heads"].isin(held).to_numpy()
+
+
+def engine_fit(directory: str | Path, engine: str, hw: HardwareProfile, max_rows: int | None = 3000,
+               seed: int = 0) -> tuple[MlaParams, dict[str, tuple[int, float, float]]]:
+    """``engine``'s own MLA module fit (the ``fitted_v1`` ``mla_engines`` entry) on its
+    module tables (a seeded sample of ``max_rows``), and scores (rows, MAPE %, median
+    APE %): ``held_out`` (fitted without a seeded 30 % of the head counts, scored on
+    them), ``in_sample`` and ``default`` (the profile's ``mla``, fitted on vLLM's
+    tables, on the same rows as the step model times them)."""
+    rows = read_module_tables(directory, engine)
+    if max_rows is not None and len(rows) > max_rows:
+        rows = rows.sample(n=max_rows, random_state=seed)
+    rows = rows.reset_index(drop=True)
+    y = rows["latency_s"].to_numpy(float)
+    a = inputs(rows, hw)
+    ho = holdout_heads(rows, seed)
+    held = fit_mla(rows[~ho].reset_index(drop=True), hw, {k: v[~ho] for k, v in a.items()})
+    e_ho = np.abs(predict(held, {k: v[ho] for k, v in a.items()}, hw) / y[ho] - 1)
+    full = fit_mla(rows, hw, a)
+    e_in = np.abs(predict(full, a, hw) / y - 1)
+    e_def = np.abs(step_model_predict(rows, hw) / y - 1)
+    sc = lambda e: (len(e), 100 * float(e.mean()), 100 * float(np.median(e)))  # noqa: E731
+    return full, {"held_out": sc(e_ho), "in_sample": sc(e_in), "default": sc(e_def)}
+
+
+def main(argv=None) -> int:
+    """``python -m calibration.mla DIR --engine trtllm [--profile h100_sxm]``: an engine's
+    MLA module fit and its scores (``engine_fit``)."""
+    import argparse
+
+    from sim.hardware.profile import get_hardware
+
+    ap = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    ap.add_argument("directory")
+    ap.add_argument("--engine", required=True)
+    ap.add_argument("--profile", default="h100_sxm")
+    ap.add_argument("--max-rows", type=int, default=3000)
+    a = ap.parse_args(argv)
+    params, scores = engine_fit(a.directory, a.engine, get_hardware(a.profile), a.max_rows)
+    for k, (n, mape, md) in scores.items():
+        print(f"{k}: {n} rows, MAPE {mape:.1f} %, median APE {md:.1f} %")
+    print(params.model_dump_json())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+

@@ -174,8 +174,10 @@ def read_mla_module_table(path: str | Path, nrows: int | None = None) -> pd.Data
     new token) or context (``isl`` new); adds ``decode``, ``new``, ``cached``."""
     path = Path(path)
     gen = "_mla_generation_module" in path.name
+    # TensorRT-LLM's module tables have no kernel column (one implementation): named by the engine
     df = _read(path, ("kernel_source", "kv_cache_dtype", "gemm_type", "num_heads", "batch_size",
-                      "step" if gen else "isl", "latency"), nrows)
+                      "step" if gen else "isl", "latency"), nrows,
+               constants={"kernel_source": path.name.split("-")[0] + "_module"})
     df["decode"] = gen
     df["new"] = 1 if gen else df["isl"]
     df["cached"] = df["step"] if gen else 0

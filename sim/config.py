@@ -99,6 +99,10 @@ class SimConfig(BaseModel):
     dtype: Literal["bfloat16", "float16", "auto"] = "bfloat16"
     quantization: Literal["fp8", "fp8_block", "int8", "int4_wo", "nvfp4", "mxfp4"] | None = None
     attention_impl: Literal["flash", "naive"] = "flash"
+    # The engine's fused-MoE kernel when it is not the default one of the experts' weight
+    # format (sim/cost_model/fitted_step.py MOE_BACKENDS): "marlin" = vLLM's fused_marlin_moe
+    # (VLLM_MXFP4_USE_MARLIN=1 for MXFP4 experts; w4a16). None = the format's default kernel.
+    moe_backend: Literal["marlin"] | None = None
 
     # Parallelism and routing
     tensor_parallel_size: int = Field(default=1, ge=1)
@@ -125,6 +129,11 @@ class SimConfig(BaseModel):
     cpu_step_overhead_s: float = Field(default=0.0, ge=0.0, le=MAX_TIME_KEY_S)
     cpu_seq_overhead_s: float = Field(default=0.0, ge=0.0, le=MAX_TIME_KEY_S)
     overlap_scheduling: StrictBool = False
+    # SGLang --scheduler-recv-interval (default 1): the scheduler takes new requests from the
+    # tokenizer only when a counter of its forward passes reaches this many (decode passes
+    # count 1, a pass with prefill 1000, an idle poll 1): while only decodes run, arrivals wait
+    # up to this many steps (sglang/srt/managers/scheduler_recv_skipper.py). Reference mode.
+    scheduler_recv_interval: int = Field(default=1, ge=1, le=100000)
     # Extra host time (s) of a step with prefill tokens (no CUDA graph: every kernel launched).
     eager_step_overhead_s: float = Field(default=0.0, ge=0.0, le=MAX_TIME_KEY_S)
     # Per request (s): sent → seen by the engine's scheduler (HTTP, tokenization,

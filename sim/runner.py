@@ -45,11 +45,13 @@ def make_simulation(dep: Deployment, specs: RequestSpecs, *, progress=None) -> S
     ``exact_steps``, else with the accelerated stepping (same results; it serves
     only the policies that declare it, :mod:`sim.accelerated.policies`)."""
     cfg = dep.cfg
-    # disaggregated runs (two pools, KV transfers), DP groups (attention data parallelism) and
-    # hybrid KV caches (per-group block tables, sim/kv_cache/hybrid.py) use the reference
+    # disaggregated runs (two pools, KV transfers), DP groups (attention data parallelism),
+    # hybrid KV caches (per-group block tables, sim/kv_cache/hybrid.py) and SGLang's
+    # scheduler_recv_interval (arrivals held for a count of passes) use the reference
     # stepping: the accelerated one is not taught them
     stepping = (None if cfg.exact_steps or dep.disagg is not None or dep.layout.attention_dp
-                or not accelerated_stepping_supported(dep) else AcceleratedStepping)
+                or cfg.scheduler_recv_interval > 1 or not accelerated_stepping_supported(dep)
+                else AcceleratedStepping)
     return Simulation(dep, specs, seed=cfg.seed, progress=progress, stepping=stepping)
 
 

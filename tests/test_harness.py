@@ -38,10 +38,15 @@ def test_campaign_map():
 
 
 def test_inferencemax_row_hand_computed():
-    # 2·C warm-ups, 10·C measured; lengths uniform on [int(0.8 L), L]; the recipe's batch from batch_size;
+    # 2·C warm-ups drained before the measured run (simulated as none: the run starts cold),
+    # 10·C measured; lengths uniform on [int(0.8 L), L]; the recipe's batch from batch_size;
     # engine defaults (no aic token budget).
     ov = row_overrides(dict(ROW, campaign="2026-03-25", batch_size=64.0), ValidateOptions())
-    assert ov["workload.num_requests"] == 40 and ov["workload.num_warmup_requests"] == 8
+    assert HARNESSES["inferencemax"].warmup_per_client == 2 and HARNESSES["inferencemax"].warmup_drained
+    assert ov["workload.num_requests"] == 40 and ov["workload.num_warmup_requests"] == 0
+    # an explicit --warmup-per-client still excludes the stream's first requests
+    ov2 = row_overrides(dict(ROW, campaign="2026-03-25"), ValidateOptions(warmup_per_client=2))
+    assert ov2["workload.num_warmup_requests"] == 8
     assert ov["workload.input_len"] == {"dist": "uniform", "low": 800, "high": 1000}
     assert ov["workload.output_len"] == {"dist": "uniform", "low": 80, "high": 100}
     assert ov["max_model_len"] == 1100
@@ -73,6 +78,9 @@ def test_yaml_harness(tmp_path):
     assert ov["workload.num_requests"] == 20 and ov["workload.num_warmup_requests"] == 4
     assert ov["max_num_batched_tokens"] == 4096
     assert ov["workload.input_len"] == {"dist": "uniform", "low": 900, "high": 1000}
+    drained = tmp_path / "drained.yaml"
+    drained.write_text("name: d\nwarmup_per_client: 2\nwarmup_drained: true\n")
+    assert row_overrides(ROW, ValidateOptions(harness=str(drained)))["workload.num_warmup_requests"] == 0
 
 
 @pytest.mark.parametrize("data, key", [
@@ -80,6 +88,7 @@ def test_yaml_harness(tmp_path):
     ({"name": "x", "prompts_per_client": 0}, "prompts_per_client"),
     ({"name": "x", "prompts_per_client": True}, "prompts_per_client"),
     ({"name": "x", "warmup_per_client": -1}, "warmup_per_client"),
+    ({"name": "x", "warmup_drained": "yes"}, "warmup_drained"),
     ({"name": "x", "lengths": {"range_ratio": 1.5}}, "lengths.range_ratio"),
     ({"name": "x", "lengths": {"range_ratio": 0.5, "range": "above"}}, "lengths.range"),
     ({"name": "x", "lengths": {"ratio": 0.5}}, "lengths.ratio"),

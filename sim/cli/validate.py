@@ -23,7 +23,7 @@ def validate(
     protocol: Optional[str] = typer.Option(None, help="Earlier name of --harness (a harness name)."),
     requests_per_client: Optional[int] = typer.Option(None, help="Measured requests per client (default: the harness's)."),
     warmup_per_client: Optional[int] = typer.Option(None, help="Warm-up requests per client, excluded from the "
-                                                    "scores (default: the harness's, aic 0, inferencemax 2)."),
+                                                    "scores, taken from the start of the stream (default: the harness's: aic 0; inferencemax drains its 2·C before the measured run, simulated as 0)."),
     think_time_ms: Optional[float] = typer.Option(None, help="Mean client think time between a response and the next send, ms (default: the harness's, 2)."),
     workers: Optional[int] = typer.Option(None, help="Parallel processes (default: one per CPU)."),
     seed: int = typer.Option(0, help="Seed of every row's simulation."),

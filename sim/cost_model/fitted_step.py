@@ -77,6 +77,40 @@ class FittedGemm:
 #: ``moe_align_block_size`` pads each expert's rows to it).
 MOE_SMALL_BLOCK_M = 16.0
 
+#: ``moe_backend`` -> (the ``fitted_v1`` ``moe`` family that times it, the expert weight
+#: formats it serves). ``marlin``: vLLM's ``fused_marlin_moe``, weight-only 4-bit experts
+#: with 16-bit activations, one kernel behind both int4 checkpoints
+#: (``CompressedTensorsWNA16MarlinMoEMethod``; the H100 table's
+#: ``vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts``, fitted as ``int4_wo``)
+#: and MXFP4 under ``VLLM_MXFP4_USE_MARLIN=1`` (vLLM ``Mxfp4MoeBackend.MARLIN``; the table's
+#: ``vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts``): the ``int4_wo`` family
+#: predicts the latter's rows (a model shape it never saw) at MAPE 16.5 % / median APE
+#: 14.2 %, the Triton ``mxfp4`` family at 32 % / 27 % (2.4x too fast above 4,096 tokens);
+#: reports/validation/moe_notes.md.
+MOE_BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "marlin": ("int4_wo", ("int4_wo", "mxfp4", "nvfp4")),
+}
+
+
+def moe_backend_family(eff: FittedEfficiency, backend: str | None, weight_format: str) -> str:
+    """The ``fitted_v1`` ``moe`` family timing experts of ``weight_format`` under
+    ``moe_backend`` ``backend`` (None: the format's own family); ConfigError naming
+    the key for a backend that does not serve the format or a profile without its family."""
+    from sim.errors import ConfigError  # noqa: PLC0415
+
+    if backend is None:
+        return weight_format
+    if backend not in MOE_BACKENDS:
+        raise ConfigError(f"moe_backend: unknown value {backend!r}; valid: {', '.join(MOE_BACKENDS)}")
+    family, formats = MOE_BACKENDS[backend]
+    if weight_format not in formats:
+        raise ConfigError(f"moe_backend: {backend!r} serves {', '.join(formats)} expert weights, "
+                          f"got {weight_format!r}")
+    if family not in eff.moe:
+        raise ConfigError(f"moe_backend: {backend!r} is timed by the profile's fitted_v1 moe.{family} "
+                          "section, which this hardware profile lacks")
+    return family
+
 
 class FittedMoe:
     """Router GEMM + the routed experts over all layers. Where the profile has a
@@ -89,9 +123,13 @@ class FittedMoe:
     GEMM family's tile)."""
 
     def __init__(self, router: FittedGemm, w13: FittedGemm, w2: FittedGemm, num_experts: int,
-                 top_k: int) -> None:
+                 top_k: int, moe_backend: str | None = None, kernel_prec: GemmPrecision | None = None) -> None:
         self.router, self.w13, self.w2, self.E, self.k = router, w13, w2, num_experts, top_k
-        self.fused = w13.eff.moe.get(w13.prec.quantization)
+        # the fused kernel of the weight format, or the one ``moe_backend`` selects (MOE_BACKENDS):
+        # the weights keep their own format's bytes, the math runs at the kernel's precision
+        # (``kernel_prec``: its peak and activation bytes; Marlin: 16-bit activations)
+        self.fused = w13.eff.moe.get(moe_backend_family(w13.eff, moe_backend, w13.prec.quantization))
+        self.kernel_prec = kernel_prec if moe_backend is not None else None
         self.ep = 1.0  #: expert-parallel size: the rank holds E / ep experts, gets T top_k / ep rows
 
     def experts_s(self, T):
@@ -99,9 +137,13 @@ class FittedMoe:
         E, k = self.E, self.k
         if self.fused:
             pr = self.w13.prec
+            kp = self.kernel_prec
+            if kp is not None:
+                peak, act = kp.peak_flops_per_s, (kp.act_quant_bytes if kp.act_quant_bytes > 0 else ACT_BYTES)
+            else:
+                peak, act = pr.peak_flops_per_s, (pr.act_quant_bytes if self.w13.w8a8 else ACT_BYTES)
             return moe_fitted_s(self.fused, T, self.w13.k, self.w13.n / 2.0, E, k,
-                                pr.peak_flops_per_s, self.w13.bw, weight_bytes=pr.weight_bytes,
-                                act_bytes=pr.act_quant_bytes if self.w13.w8a8 else ACT_BYTES, ep=self.ep)
+                                peak, self.w13.bw, weight_bytes=pr.weight_bytes, act_bytes=act, ep=self.ep)
         touched = E / self.ep * (1.0 - (1.0 - k / E) ** T)
         m = T * k / self.ep
         if isinstance(T, np.ndarray):
@@ -140,7 +182,14 @@ class FittedAllReduce:
     """``count`` all-reduces of T x hidden bf16 activations per step
     (``fitted.all_reduce_fitted_s`` with the GPU count's constants folded); a TP
     group beyond one NVLink domain adds :func:`inter_node_all_reduce_s` to the
-    all-reduce inside each domain."""
+    all-reduce inside each domain.
+
+    Inside one NVLink domain, where the profile has the engines' CUDA-graph custom
+    all-reduce (``custom_all_reduce``), each call takes the faster of it and NCCL:
+    the engines reduce small messages with their own one-/two-shot peer-to-peer
+    kernels (vLLM ``CustomAllreduce`` below its 8 MiB ``max_size``, SGLang's, and
+    TensorRT-LLM's ``AllReduceStrategy.AUTO``) and large ones with NCCL. Across
+    nodes the custom kernels do not apply (they need peer access to every GPU)."""
 
     def __init__(self, eff: FittedEfficiency, hw: HardwareProfile, hidden: int, tp: int,
                  count: int) -> None:
@@ -149,18 +198,30 @@ class FittedAllReduce:
         self.hw, self.tp_all = hw, tp
         self.multi_node = hw.tensor_parallel_nodes(tp) > 1
         tp = tp // hw.tensor_parallel_nodes(tp)  # the NVLink part runs inside one domain
+        self.custom = None
         if count:
-            self.lat = p.latency_s + p.latency_per_gpu_s * (tp - 1.0)
-            # bytes/s of the message: link x bus efficiency / (2 (p-1) / p)
-            rate = (hw.interconnect.bandwidth_bytes_per_s * float(bus_efficiency(p, tp))
-                    * tp / (2.0 * (tp - 1.0)))
-            self.c1, self.c2, self.ex = _power_terms(rate, p.half_bytes, p.exponent)
+            self.lat, self.c1, self.c2, self.ex = self._terms(hw, p, tp)
+            cp = eff.custom_all_reduce
+            if cp is not None and not self.multi_node:
+                self.custom = self._terms(hw, cp, tp)
+
+    @staticmethod
+    def _terms(hw: HardwareProfile, p, tp: int) -> tuple[float, float, float, float]:
+        lat = p.latency_s + p.latency_per_gpu_s * (tp - 1.0)
+        # bytes/s of the message: link x bus efficiency / (2 (p-1) / p)
+        rate = (hw.interconnect.bandwidth_bytes_per_s * float(bus_efficiency(p, tp))
+                * tp / (2.0 * (tp - 1.0)))
+        return (lat,) + _power_terms(rate, p.half_bytes, p.exponent)
 
     def __call__(self, T: float) -> float:
         if self.count == 0:
             return 0.0
         b = self.bytes_per_tok * T
         t = self.lat + self.c1 * b + self.c2 * b ** self.ex
+        if self.custom is not None:
+            lat, c1, c2, ex = self.custom
+            tc = lat + c1 * b + c2 * b ** ex
+            t = np.minimum(t, tc) if isinstance(t, np.ndarray) else min(t, tc)
         if self.multi_node:
             t += inter_node_all_reduce_s(self.hw, self.tp_all, b)
         return self.count * t

@@ -90,14 +90,16 @@ class MlaAttention:
     causal, while SGLang 0.5.14's table shows ~170 TFLOP/s.
     """
 
-    def __init__(self, model: ModelSpec, hw: HardwareProfile, tp: int, kv_bytes: float, layers: int) -> None:
+    def __init__(self, model: ModelSpec, hw: HardwareProfile, tp: int, kv_bytes: float, layers: int,
+                 engine: str | None = None) -> None:
         self.H = model.num_attention_heads // tp
         self.kvl, self.rope = model.kv_lora_rank, model.qk_rope_head_dim
         self.nope, self.v, self.qk = model.qk_nope_head_dim, model.v_head_dim, model.qk_head_dim
         self.kvb = kv_bytes
         prefill, decode = attention_limits(hw)
         eff = hw.efficiency
-        mp = eff.mla if isinstance(eff, FittedEfficiency) else None
+        # the engine's own MLA module fit where the profile has one (``mla_engines``), else ``mla``
+        mp = eff.mla_for(engine) if isinstance(eff, FittedEfficiency) else None
         #: per step: fixed s and s per new token, all layers (``fitted_v1`` ``mla``: the
         #: module's small kernels; 0 without it)
         self.fixed_s, self.token_s = (layers * mp.layer_s, layers * mp.token_s) if mp else (0.0, 0.0)

@@ -160,15 +160,22 @@ def elementwise_time_s(hw: HardwareProfile, nbytes, num_kernels):
     return np.asarray(nbytes, dtype=float) / (hw.hbm_bandwidth_bytes_per_s * me) + num_kernels * launch
 
 
-def all_reduce_time_s(hw: HardwareProfile, nbytes, num_gpus):
+def all_reduce_time_s(hw: HardwareProfile, nbytes, num_gpus, *, custom: bool = False):
     """Ring all-reduce of ``nbytes`` per GPU over ``num_gpus``: each GPU sends
     and receives 2(p-1)/p x bytes (Patarasuk & Yuan 2009; NCCL "busBw" in
     nccl-tests PERFORMANCE.md) over its link, plus the link latency. 0 if p = 1.
-    ``fitted_v1``: NCCL latency and bus bandwidth fitted per GPU count."""
+    ``fitted_v1``: NCCL latency and bus bandwidth fitted per GPU count; with
+    ``custom`` (the step model's all-reduce inside one NVLink domain), the faster
+    of that and the engines' CUDA-graph custom kernels where the profile has them
+    (``custom_all_reduce``; ``fitted_step.FittedAllReduce``)."""
     p = np.asarray(num_gpus, dtype=float)
     ic = hw.interconnect
     if isinstance(hw.efficiency, FittedEfficiency):
-        return all_reduce_fitted_s(hw.efficiency.all_reduce, ic.bandwidth_bytes_per_s, nbytes, p)
+        t = all_reduce_fitted_s(hw.efficiency.all_reduce, ic.bandwidth_bytes_per_s, nbytes, p)
+        cp = hw.efficiency.custom_all_reduce
+        if custom and cp is not None:
+            t = np.minimum(t, all_reduce_fitted_s(cp, ic.bandwidth_bytes_per_s, nbytes, p))
+        return t
     t = (2.0 * (p - 1.0) / p * np.asarray(nbytes, dtype=float)
          / (ic.bandwidth_bytes_per_s * hw.efficiency.all_reduce_efficiency) + ic.latency_s)
     return np.where(p > 1, t, 0.0)

@@ -22,7 +22,7 @@ from sim.cost_model.decode_clock import DecodeClock
 from sim.cost_model.operators import (ATTENTION_IMPLS, ATTENTION_KERNELS, attention_cost,
                                       attention_peak_flops, gemm_cost)
 from sim.cost_model.fitted_step import (FittedAllReduce, FittedAttention, FittedGemm,
-                                        FittedMoe, inter_node_all_reduce_s)
+                                        FittedMoe, inter_node_all_reduce_s, moe_backend_family)
 from sim.cost_model.layer_kinds import GatedDeltaNet, MlaAttention, SlidingAttention
 from sim.cost_model.moe import expected_experts_touched
 from sim.cost_model.roofline import ACT_BYTES, gemm_precision
@@ -86,12 +86,13 @@ def _gemm_sum(parts):
     return parts[0] if len(parts) == 1 else _GemmSum(parts)
 
 
-def _layer_kinds(model: ModelSpec, hw: HardwareProfile, tp: int, kv_bytes: float, impl: str) -> list:
+def _layer_kinds(model: ModelSpec, hw: HardwareProfile, tp: int, kv_bytes: float, impl: str,
+                 engine: str | None = None) -> list:
     """The layer-kind attention objects of a non-classic model (``layer_kinds.py``)."""
     counts = model.layer_type_counts()
     out: list = []
     if model.is_mla:
-        out.append(MlaAttention(model, hw, tp, kv_bytes, counts.get("full_attention", 0)))
+        out.append(MlaAttention(model, hw, tp, kv_bytes, counts.get("full_attention", 0), engine))
     if counts.get("sliding_attention"):
         out.append(SlidingAttention(model, hw, tp, kv_bytes, counts["sliding_attention"], impl))
     if counts.get("linear_attention"):
@@ -109,11 +110,20 @@ class CostModel:
     ``quantization`` (None = the checkpoint's, else bf16/fp16/fp8/fp8_block/
     int8/int4_wo/nvfp4) sets weight bytes and GEMM peak; ``kv_cache_dtype``
     (auto, fp8, ...) sets KV bytes; ``attention_impl`` is flash or naive.
+    ``moe_backend`` (None = the profile's fused-MoE kernel of the experts' weight
+    format): the engine's fused-MoE kernel, timed by another ``fitted_v1`` ``moe``
+    family (:data:`~sim.cost_model.fitted_step.MOE_BACKENDS`, e.g. ``marlin``).
+    It applies to tensor-sharded experts on a fitted profile; the expert-parallel
+    path (``routed_experts``) and scalar profiles time experts as grouped GEMMs
+    whatever the backend, as for every format. ``engine`` (a preset name): kernels
+    that differ by engine and were fitted per engine take that engine's fit
+    (MLA: ``fitted_v1`` ``mla_engines``); None or an engine without one, the default.
     """
 
     def __init__(self, model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_size: int = 1,
                  quantization: str | None = None, kv_cache_dtype: str = "auto",
-                 attention_impl: str = "flash", routed_experts=None) -> None:
+                 attention_impl: str = "flash", routed_experts=None, moe_backend: str | None = None,
+                 engine: str | None = None) -> None:
         model.check_tensor_parallel_size(tensor_parallel_size)
         # expert / attention-data parallelism: the routed part (router + experts +
         # dispatch) as a callable of T with ``table`` (sim/cost_model/parallel.py ParallelMoe);
@@ -172,9 +182,11 @@ class CostModel:
             im_r = model.moe_intermediate_size // tp
             self._router = gemm(model.num_experts, h, p=bf16, layers=L_moe)
             if self.fitted:
+                kernel = moe_backend_family(eff, moe_backend, prec.quantization) if moe_backend else None
                 self._moe_fitted = FittedMoe(self._router, gemm(2 * im_r, h, layers=L_moe),
                                              gemm(h, im_r, layers=L_moe),
-                                             model.num_experts, model.num_experts_per_tok)
+                                             model.num_experts, model.num_experts_per_tok, moe_backend,
+                                             gemm_precision(hw, kernel) if kernel else None)
                 if routed_experts is not None:
                     self._moe_fitted = routed_experts
             # grouped expert GEMMs w13 (n=2I, k=h) and w2 (n=h, k=I), all MoE layers:
@@ -218,7 +230,7 @@ class CostModel:
         self._attn_f = L_attn / (attention_peak_flops(hw, self.kv_bytes) * ce_a)
         self._attn_b = L_attn / (bw * me_a)
         self._attn_c = L_attn * ATTENTION_KERNELS * launch_a
-        self._extras = [] if classic else _layer_kinds(model, hw, tp, self.kv_bytes, attention_impl)
+        self._extras = [] if classic else _layer_kinds(model, hw, tp, self.kv_bytes, attention_impl, engine)
         # all-reduces: 2 per layer + 1 (embedding) of T.h activations
         ic = hw.interconnect
         self._ar_count = 2 * L + 1 if tp > 1 else 0

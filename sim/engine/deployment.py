@@ -69,6 +69,9 @@ class Deployment:
 def build_deployment(cfg: SimConfig) -> Deployment:
     """Raises ConfigError / InfeasibleError with the reason."""
     if cfg.disaggregation is not None:
+        if cfg.scheduler_recv_interval > 1:
+            raise ConfigError(f"scheduler_recv_interval: {cfg.scheduler_recv_interval} is modelled for "
+                              "aggregated replicas, not disaggregated pools; set it to 1 here")
         return _build_disaggregated(cfg)
     return _build_one(cfg)
 
@@ -161,6 +164,10 @@ def _build_one(cfg: SimConfig) -> Deployment:
         cfg = cfg.model_copy(update={"num_replicas": cfg.num_replicas * cfg.data_parallel_size,
                                      "data_parallel_size": 1})
         layout = ParallelLayout(cfg.tensor_parallel_size, 1, 1, cfg.tensor_parallel_size, False)
+    if cfg.scheduler_recv_interval > 1 and layout.attention_dp:
+        raise ConfigError(f"scheduler_recv_interval: {cfg.scheduler_recv_interval} is modelled for aggregated "
+                          "replicas without attention data parallelism (SGLang's skipper counts one "
+                          "scheduler's passes); set it to 1 here")
     expert_parallel = model.is_moe and (layout.data_parallel_size > 1 or layout.moe_ep_size > 1
                                         or layout.moe_tp_size != cfg.tensor_parallel_size)
     max_model_len = cfg.max_model_len or model.max_position_embeddings
@@ -187,6 +194,7 @@ def _build_one(cfg: SimConfig) -> Deployment:
         model, hw, tensor_parallel_size=cfg.tensor_parallel_size, quantization=cfg.quantization,
         kv_cache_dtype=cfg.kv_cache_dtype, attention_impl=cfg.attention_impl,
         routed_experts=ParallelMoe(model, hw, layout, cfg.quantization) if expert_parallel else None,
+        moe_backend=cfg.moe_backend, engine=cfg.engine,
     )
     limits = SchedulerLimits(
         max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,

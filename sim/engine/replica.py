@@ -9,6 +9,13 @@ import simpy
 from sim.engine.deployment import Deployment
 from sim.request import Request
 
+#: SGLang SchedulerRecvSkipper weights (sglang/srt/managers/scheduler_recv_skipper.py
+#: _WEIGHT_OF_FORWARD_MODE): a decode pass and an idle poll count 1, any other pass
+#: (prefill, mixed) 1000, i.e. the next loop receives at once
+RECV_WEIGHT_DECODE = 1
+RECV_WEIGHT_IDLE = 1
+RECV_WEIGHT_OTHER = 1000
+
 
 class Replica:
     """One engine instance: its scheduler and KV-cache manager, and what the
@@ -16,7 +23,8 @@ class Replica:
 
     __slots__ = ("index", "scheduler", "kv", "wake", "outstanding", "unused_integral", "merging", "proc",
                  "num_recovering", "busy", "pending", "last_step_start", "frontend_done", "run_ends",
-                 "run_joins", "cost", "overheads", "lag", "on_finish")
+                 "run_joins", "cost", "overheads", "lag", "on_finish", "recv_interval", "recv_counter",
+                 "recv_weight", "held")
 
     def __init__(self, index: int, scheduler, kv, dep: Deployment | None = None) -> None:
         self.index = index
@@ -29,6 +37,12 @@ class Replica:
         self.overheads = dep.overheads if dep is not None else None
         self.lag = dep.cfg.overlap_scheduling if dep is not None else False
         self.on_finish = None
+        # SGLang's scheduler_recv_interval (sim/engine/simulation.py ``_maybe_recv``): arrivals held
+        # until the counter of forward passes (weight of the last pass) reaches the interval
+        self.recv_interval = dep.cfg.scheduler_recv_interval if dep is not None else 1
+        self.recv_counter = 0
+        self.recv_weight = RECV_WEIGHT_IDLE
+        self.held: list[Request] = []
         self.wake: simpy.Event | None = None
         self.outstanding = 0
         self.unused_integral = 0.0

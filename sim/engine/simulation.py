@@ -58,7 +58,7 @@ from simpy.events import NORMAL, URGENT
 from sim.engine.deployment import Deployment
 from sim.engine.disagg import DisaggregatedServing
 from sim.engine.dp_group import DPGroup, dp_group_loop, route_dp
-from sim.engine.replica import Replica
+from sim.engine.replica import RECV_WEIGHT_DECODE, RECV_WEIGHT_IDLE, RECV_WEIGHT_OTHER, Replica
 from sim.engine.recording import Recorder
 from sim.engine.traffic import Traffic
 from sim.errors import InfeasibleError
@@ -169,6 +169,12 @@ class Simulation:
         # In flight from the router's view from now on (load-aware routers count it),
         # also while it waits for an overlap-scheduled replica's next batch.
         rep.outstanding += 1
+        if rep.recv_interval > 1 and (rep.scheduler.has_unfinished_requests() or rep.busy or rep.held):
+            # SGLang --scheduler-recv-interval: a working scheduler polls the tokenizer only
+            # when its pass counter reaches the interval (``_maybe_recv``); an idle one polls
+            # continuously, i.e. takes the request at once
+            rep.held.append(req)
+            return
         if rep.busy:  # overlap scheduling: seen by the batch after the next one
             rep.pending.append((self.env.now, req))
             if rep.merging:
@@ -190,6 +196,24 @@ class Simulation:
         else:
             self.recorder.rejected(rep, req)
 
+    def _maybe_recv(self, rep: Replica) -> None:
+        """SGLang's SchedulerRecvSkipper at the top of a scheduler loop: the counter
+        grows by the weight of the last pass (decode 1, prefill or mixed 1000, idle 1);
+        at the interval it resets and the held arrivals are received (queued in order).
+        With nothing running the loop only polls, so held arrivals are taken at once."""
+        if not rep.held:
+            rep.recv_counter += rep.recv_weight
+            if rep.recv_counter >= rep.recv_interval:
+                rep.recv_counter = 0
+            return
+        running = rep.scheduler.has_unfinished_requests()
+        rep.recv_counter += rep.recv_weight
+        if rep.recv_counter >= rep.recv_interval or not running:
+            rep.recv_counter = 0
+            held, rep.held = rep.held, []
+            for req in held:
+                self.admit_to(rep, req)
+
     # ------------------------------------------------------------------ replica
     def _replica_loop(self, rep: Replica):
         env = self.env
@@ -202,9 +226,14 @@ class Simulation:
         lag = rep.lag
         finish = rep.on_finish if rep.on_finish is not None else rec.finish
         stepping = self.stepping
+        recv = rep.recv_interval > 1
         while True:
+            if recv:
+                self._maybe_recv(rep)
             if not sched.has_unfinished_requests() and not rep.pending:
                 rep.busy = False
+                if recv:
+                    rep.recv_weight = RECV_WEIGHT_IDLE
                 rep.wake = env.event()
                 yield rep.wake
                 rep.wake = None
@@ -258,6 +287,8 @@ class Simulation:
                     continue
             dt = overheads.apply(step_time_s(new, ctx), len(new), out.num_prefill_tokens > 0)
             rep.last_step_start = start
+            if recv:
+                rep.recv_weight = RECV_WEIGHT_OTHER if out.num_prefill_tokens > 0 else RECV_WEIGHT_DECODE
             usage = kv.usage
             step_append((rep.index, start, 1, dt, sched.num_running, sched.num_waiting,
                          out.num_batched_tokens, out.num_prefill_tokens, out.num_decode_tokens,

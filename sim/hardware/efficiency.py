@@ -267,6 +267,11 @@ class FittedEfficiency(EfficiencyBase):
     generation_attention: GenerationAttentionParams
     elementwise: ElementwiseParams
     all_reduce: AllReduceParams
+    #: optional: the engines' own all-reduce kernels replayed in CUDA graphs (vLLM
+    #: ``CustomAllreduce``, SGLang's, TensorRT-LLM's one-/two-shot; ``calibration.custom_all_reduce``),
+    #: in the NCCL family's form; a step's all-reduce inside one NVLink domain takes the
+    #: faster of the two (``sim/cost_model/fitted_step.FittedAllReduce``); absent: NCCL only
+    custom_all_reduce: AllReduceParams | None = None
     #: optional: fused-MoE kernels per expert weight format (``MOE_FAMILIES``); a
     #: format not listed (or a profile without the section) times the experts as
     #: grouped GEMMs of the ``gemm`` family (``sim/cost_model/fitted_step.FittedMoe``)
@@ -274,6 +279,14 @@ class FittedEfficiency(EfficiencyBase):
     #: optional: MLA attention fitted to whole-module tables; absent: MLA runs at the
     #: context / generation attention families' large-size limits
     mla: MlaParams | None = None
+    #: optional: engine -> MLA module parameters fitted to that engine's own module
+    #: tables (its MLA implementation: TensorRT-LLM's fused module is ~1.5x faster at
+    #: decode than vLLM's, whose tables ``mla`` is fitted to); an engine not listed uses ``mla``
+    mla_engines: dict[str, MlaParams] = Field(default_factory=dict)
+
+    def mla_for(self, engine: str | None) -> MlaParams | None:
+        """The MLA parameters of ``engine`` (its own fit if listed, else ``mla``)."""
+        return self.mla_engines.get(engine or "", self.mla)
     #: optional: Gated DeltaNet fitted to the GDN kernel tables; absent: the attention
     #: families' limits
     gdn: GdnParams | None = None

@@ -19,6 +19,11 @@ Named harnesses (:data:`HARNESSES`), each with its source:
   excluded, client phases spread by the per-engine fitted
   ``client_phase_spread``); kept for comparison only.
 
+A harness may also carry per-model recipe settings (:class:`RecipeArgs`: rows
+of a model glob on given GPUs under one engine get config keys, each with its
+source), e.g. InferenceMAX's gpt-oss recipes' ``VLLM_MXFP4_USE_MARLIN=1`` on
+Hopper (:data:`INFERENCEMAX_RECIPE_ARGS`).
+
 A user's own harness is a YAML file (:func:`load_harness`; keys in
 :data:`YAML_KEYS`); a bad key or value is refused with one line naming it.
 Which harness a row runs under (:func:`harness_for_row`): a ``harness`` cell
@@ -42,6 +47,41 @@ BATCH_FROM = ("batch_size", "concurrency", None)
 
 
 @dataclass(frozen=True)
+class RecipeArgs:
+    """Engine settings a harness's per-model recipe adds for some rows: every row
+    whose ``model_path`` matches ``model`` (glob), whose ``system`` matches one of
+    ``systems`` (globs) and whose engine is ``engine`` gets the config keys
+    ``args``; optionally only rows whose ``gemm_quant_mode`` is one of ``quant``,
+    whose ``tp_size`` is one of ``tp`` and whose concurrency lies in
+    ``concurrency`` (inclusive bounds, None = open), as recipes branch on them;
+    ``source`` says where the recipe sets them."""
+    model: str
+    systems: tuple[str, ...]
+    engine: str
+    args: dict[str, Any]
+    source: str = ""
+    quant: tuple[str, ...] = ()
+    tp: tuple[int, ...] = ()
+    concurrency: tuple[int | None, int | None] = (None, None)
+
+    def matches(self, row: dict, engine: str) -> bool:
+        if engine != self.engine or not fnmatch.fnmatchcase(_cell(row, "model_path"), self.model):
+            return False
+        if not any(fnmatch.fnmatchcase(_cell(row, "system"), g) for g in self.systems):
+            return False
+        if self.quant and _cell(row, "gemm_quant_mode").lower() not in self.quant:
+            return False
+        try:
+            tp, conc = float(_cell(row, "tp_size") or "nan"), float(_cell(row, "concurrency") or "nan")
+        except ValueError:
+            return False
+        if self.tp and tp not in self.tp:
+            return False
+        lo, hi = self.concurrency
+        return not ((lo is not None and not conc >= lo) or (hi is not None and not conc <= hi))
+
+
+@dataclass(frozen=True)
 class Harness:
     """How a benchmark was run (module docstring). ``prompts_per_client`` x C
     measured requests (or ``num_prompts`` in all), after ``warmup_per_client``
@@ -52,7 +92,20 @@ class Harness:
     generated token budget and batch) or ``engine_defaults``;
     ``max_num_seqs_from``: the row column the engine's max batch was set from
     (recipes pass ``--max-num-seqs``), when the row records it;
-    ``engine_args``: engine -> config keys of its recipe."""
+    ``engine_args``: engine -> config keys of its recipe.
+
+    ``warmup_drained``: the warm-up is a phase of its own that finishes before
+    the measured run starts (True), not the first requests of one continuous
+    stream (False). InferenceMAX's ``utils/bench_serving/benchmark_serving.py``
+    (SemiAnalysisAI/InferenceX, ``benchmark()``) sends its
+    ``--num-warmups`` requests through the concurrency semaphore and awaits
+    them all (``asyncio.gather(*warmup_tasks)``) before "Starting main
+    benchmark run": the measured run then starts from an idle server with C
+    requests sent at once, its initial burst measured like every later
+    request. The simulator has no warm-up effect to model (no compilation,
+    no allocator or cache state that outlives a request: prefix caching is
+    off), so a drained warm-up is simulated as none: the measured run
+    starts cold (:meth:`simulated_warmup_per_client`)."""
     name: str
     description: str = ""
     source: str = ""
@@ -65,11 +118,27 @@ class Harness:
     max_num_seqs_from: str | None = None
     engine_args: dict[str, dict[str, Any]] = field(default_factory=dict)
     think_time_s: float = 0.002
+    warmup_drained: bool = False
+    #: per-model recipe settings (:class:`RecipeArgs`), applied after ``engine_args``
+    recipe_args: tuple[RecipeArgs, ...] = ()
     #: legacy ``steady`` only: spread the clients' phases by the engine's fitted value
     fitted_phase_spread: bool = False
 
     def num_requests(self, concurrency: int) -> int:
         return self.num_prompts if self.num_prompts is not None else int(self.prompts_per_client or 1) * concurrency
+
+    def recipe_overrides(self, row: dict, engine: str) -> dict[str, Any]:
+        """Config keys of the recipe settings matching a row (later entries win)."""
+        out: dict[str, Any] = {}
+        for r in self.recipe_args:
+            if r.matches(row, engine):
+                out.update(r.args)
+        return out
+
+    def simulated_warmup_per_client(self) -> int:
+        """Warm-up requests per client the simulation runs and excludes: 0 when
+        the harness drains its warm-up before the measured run (``warmup_drained``)."""
+        return 0 if self.warmup_drained else self.warmup_per_client
 
     def length_spec(self, nominal: int) -> dict[str, Any]:
         """The workload length spec of a nominal length under this harness."""
@@ -85,6 +154,30 @@ class Harness:
         spec = self.length_spec(nominal)
         return spec.get("value", spec.get("high", nominal))
 
+
+#: InferenceMAX per-model recipe settings that change a modelled cost (the recipes'
+#: other arguments are the engines' defaults or already the row's columns)
+INFERENCEMAX_RECIPE_ARGS: tuple[RecipeArgs, ...] = (
+    RecipeArgs("openai/gpt-oss-*", ("h100_sxm", "h200_sxm"), "vllm", {"moe_backend": "marlin"},
+               "SemiAnalysisAI/InferenceX benchmarks/gptoss_fp4_h100.sh and gptoss_fp4_h200.sh: "
+               "export VLLM_MXFP4_USE_MARLIN=1 (vLLM serves the MXFP4 experts with fused_marlin_moe)"),
+    RecipeArgs("openai/gpt-oss-*", ("h200_sxm", "b200_sxm"), "trtllm", {"max_num_batched_tokens": 20000},
+               "SemiAnalysisAI/InferenceX benchmarks/gptoss_fp4_h200_trt.sh and gptoss_fp4_b200_trt.sh: "
+               "trtllm-serve --max_num_tokens 20000 (the preset's default is 8192)"),
+    # SGLang --scheduler-recv-interval: "recv every ~10 requests; if CONC >= 16, relax to ~30"
+    *(RecipeArgs(model, ("b200_sxm",), "sglang", {"scheduler_recv_interval": iv}, src, quant, tps, conc)
+      for model, quant, tps, src in (
+          ("deepseek-ai/DeepSeek-R1*", ("fp8",), (8,), "SemiAnalysisAI/InferenceX benchmarks/dsr1_fp8_b200.sh "
+           "(TP 8): --scheduler-recv-interval 10 below 16 clients, else 30"),
+          ("deepseek-ai/DeepSeek-R1*", ("nvfp4",), (), "SemiAnalysisAI/InferenceX benchmarks/dsr1_fp4_b200.sh: "
+           "--scheduler-recv-interval 10 below 16 clients, else 30"),
+          ("Qwen/Qwen3.5-397B-A17B*", ("fp8",), (), "SemiAnalysisAI/InferenceX benchmarks/single_node/"
+           "qwen3.5_fp8_b200.sh: --scheduler-recv-interval 10 below 16 clients, else 30"))
+      for iv, conc in ((10, (None, 15)), (30, (16, None)))),
+    RecipeArgs("deepseek-ai/DeepSeek-R1*", ("b200_sxm",), "sglang", {"scheduler_recv_interval": 10},
+               "SemiAnalysisAI/InferenceX benchmarks/dsr1_fp8_b200.sh (TP 4): --scheduler-recv-interval 10",
+               ("fp8",), (4,)),
+)
 
 HARNESSES: dict[str, Harness] = {h.name: h for h in (
     Harness(
@@ -105,14 +198,16 @@ HARNESSES: dict[str, Harness] = {h.name: h for h in (
     Harness(
         "inferencemax", "nightly benchmark of the InferenceMAX kind: official container, per-model recipe "
                         "(engine defaults, --max-num-seqs / max_batch_size from the recipe, prefix caching "
-                        "off), benchmark_serving.py at fixed concurrency, 2·C warm-ups, 10·C prompts, "
+                        "off), benchmark_serving.py at fixed concurrency, 2·C warm-ups run and awaited "
+                        "before the measured run (which starts cold with C requests at once), 10·C prompts, "
                         "lengths uniform on [0.8 L, L]",
         "InferenceMAX benchmarks/benchmark_lib.sh run_benchmark_serving (--num-prompts CONC*10, "
         "--max-concurrency CONC, --num-warmups 2*CONC, --request-rate inf, --ignore-eos, "
         "--random-range-ratio $RANDOM_RANGE_RATIO = 0.8 in its README); utils/bench_serving/"
-        "benchmark_serving.py sample_random_requests: randint(int(L * r), L + 1)",
+        "benchmark_serving.py sample_random_requests: randint(int(L * r), L + 1); its benchmark(): "
+        "warm-up tasks awaited with asyncio.gather before the main run",
         prompts_per_client=10, warmup_per_client=2, range_ratio=0.8, length_range="below",
-        max_num_seqs_from="batch_size"),
+        max_num_seqs_from="batch_size", warmup_drained=True, recipe_args=INFERENCEMAX_RECIPE_ARGS),
     Harness(
         "genai-perf", "genai-perf at fixed concurrency as aiconfigurator's runner calls it: 2·C warm-up "
                       "requests, 10·C measured, synthetic lengths with stddev 0 (exact); engine defaults",
@@ -142,11 +237,15 @@ YAML_KEYS = {
     "prompts_per_client": "measured requests per client, a whole number >= 1 (or num_prompts)",
     "num_prompts": "measured requests in all, a whole number >= 1 (or prompts_per_client)",
     "warmup_per_client": "warm-up requests per client, excluded from the means, a whole number >= 0",
+    "warmup_drained": "true if the warm-up is a phase that finishes before the measured run starts "
+                      "(simulated as none), false if it is the first requests of one stream",
     "lengths": "'exact', or a mapping {range_ratio: r in [0, 1), range: below | around}",
     "deployment": f"one of {', '.join(DEPLOYMENTS)}",
     "max_num_seqs_from": "row column that set the engine's max batch: batch_size or concurrency",
     "engine_args": "mapping engine -> mapping of servesim config keys",
     "think_time_ms": "mean client think time between a response and the next send, ms, >= 0",
+    "recipe_args": "list of {model: glob, systems: [glob, ...], engine, args: mapping of config keys, "
+                   "source: text}",
 }
 
 
@@ -181,6 +280,10 @@ def harness_from_dict(data: Any, path: str = "harness") -> Harness:
         kw["prompts_per_client"] = _whole(path, "prompts_per_client", data["prompts_per_client"], 1)
     if "warmup_per_client" in data:
         kw["warmup_per_client"] = _whole(path, "warmup_per_client", data["warmup_per_client"], 0)
+    if "warmup_drained" in data:
+        if not isinstance(data["warmup_drained"], bool):
+            raise ConfigError(f"{path}: warmup_drained: must be true or false, got {data['warmup_drained']!r}")
+        kw["warmup_drained"] = data["warmup_drained"]
     if "lengths" in data:
         ln = data["lengths"]
         if ln == "exact":
@@ -218,12 +321,55 @@ def harness_from_dict(data: Any, path: str = "harness") -> Harness:
             if eng not in PRESETS:
                 raise ConfigError(f"{path}: engine_args.{eng}: unknown engine; valid: {', '.join(PRESETS)}")
         kw["engine_args"] = {str(k): dict(v) for k, v in ea.items()}
+    if "recipe_args" in data:
+        kw["recipe_args"] = _recipe_args(path, data["recipe_args"])
     if "think_time_ms" in data:
         t = data["think_time_ms"]
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not (0 <= t <= 3.6e6):
             raise ConfigError(f"{path}: think_time_ms: must be a number from 0 to 3,600,000, got {t!r}")
         kw["think_time_s"] = float(t) / 1e3
     return Harness(**kw)
+
+
+def _recipe_args(path: str, items: Any) -> tuple[RecipeArgs, ...]:
+    """``recipe_args`` of a harness YAML, checked (one-line errors naming the entry)."""
+    from sim.presets import PRESETS
+
+    if not isinstance(items, list):
+        raise ConfigError(f"{path}: recipe_args: must be a list of mappings, got {items!r}")
+    out = []
+    for i, it in enumerate(items):
+        where = f"{path}: recipe_args[{i}]"
+        if not isinstance(it, dict):
+            raise ConfigError(f"{where}: must be a mapping of model, systems, engine, args, source")
+        bad = [k for k in it if k not in ("model", "systems", "engine", "args", "source", "quant", "tp",
+                                          "concurrency")]
+        if bad:
+            raise ConfigError(f"{where}.{bad[0]}: unknown key; valid: model, systems, engine, args, source, "
+                              "quant, tp, concurrency")
+        model, systems, engine, args = it.get("model"), it.get("systems"), it.get("engine"), it.get("args")
+        if not isinstance(model, str) or not model:
+            raise ConfigError(f"{where}.model: required, a model path glob")
+        if isinstance(systems, str):
+            systems = [systems]
+        if not isinstance(systems, list) or not systems or not all(isinstance(g, str) for g in systems):
+            raise ConfigError(f"{where}.systems: required, a list of system globs, got {systems!r}")
+        if engine not in PRESETS:
+            raise ConfigError(f"{where}.engine: unknown engine {engine!r}; valid: {', '.join(PRESETS)}")
+        if not isinstance(args, dict) or not args:
+            raise ConfigError(f"{where}.args: required, a mapping of servesim config keys, got {args!r}")
+        quant = it.get("quant", [])
+        tps = it.get("tp", [])
+        conc = it.get("concurrency", [None, None])
+        if (not isinstance(quant, list) or not all(isinstance(q, str) for q in quant)
+                or not isinstance(tps, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tps)
+                or not isinstance(conc, list) or len(conc) != 2
+                or not all(c is None or (isinstance(c, int) and not isinstance(c, bool)) for c in conc)):
+            raise ConfigError(f"{where}: quant must be a list of labels, tp a list of whole numbers, "
+                              f"concurrency [min, max] (null = open); got {quant!r}, {tps!r}, {conc!r}")
+        out.append(RecipeArgs(model, tuple(systems), engine, dict(args), str(it.get("source", "")),
+                              tuple(q.lower() for q in quant), tuple(tps), (conc[0], conc[1])))
+    return tuple(out)
 
 
 def load_harness(spec: str | Path | Harness) -> Harness:

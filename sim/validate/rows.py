@@ -16,6 +16,11 @@ Each row is simulated as it was run (:func:`row_overrides`):
   (never fitted): ``--harness`` for every row, else the row's ``harness``
   cell, else its ``campaign`` through the campaign map (``2026-*`` and
   ``db-dump/*``: ``inferencemax``; ``*-gap-analysis``: ``aic``), else ``aic``.
+  A harness that drains its warm-up before the measured run (``inferencemax``:
+  ``benchmark_serving.py`` awaits the warm-up tasks) is simulated without one:
+  the measured run starts cold, its initial burst of C requests measured.
+  Its per-model recipe settings (``Harness.recipe_args``) are applied after
+  ``engine_args``.
   The engine release (``backend_version``) is passed as ``engine_version``
   (``sim/presets/versions.py``). ``aic`` reproduces aiconfigurator's own
   serving evaluation, which produced the dense table (``silicon_data_source``: the ``aic-auto-gap-analysis`` data;
@@ -150,13 +155,36 @@ def _cell(row: dict, key: str) -> str:
     return str(v).strip()
 
 
+#: 4-bit weight formats: a row's 4-bit label on a checkpoint published in another 4-bit
+#: format names that checkpoint (row_quantization)
+FOUR_BIT = ("nvfp4", "mxfp4", "int4_wo")
+
+
 def row_quantization(row: dict) -> str | None:
-    """servesim ``quantization`` of a row (``gemm_quant_mode``, else ``precision``)."""
+    """servesim ``quantization`` of a row (``gemm_quant_mode``, else ``precision``).
+
+    A 4-bit label on a checkpoint that is itself published in another 4-bit
+    format means that checkpoint, served as it is: ``moe_agg_dev.csv`` labels
+    gpt-oss-120b's experts ``nvfp4`` while the checkpoint is MXFP4
+    (``../shared/silicon/README``; ``openai/gpt-oss-120b`` ``quantization_config``
+    ``quant_method: mxfp4``), and no engine re-quantizes MXFP4 weights to NVFP4
+    (InferenceMAX's gpt-oss recipes serve ``openai/gpt-oss-120b`` as published).
+    Such a row runs with the checkpoint's own format (None)."""
     q = _cell(row, "gemm_quant_mode") or _cell(row, "precision")
     if q.lower() not in _QUANT:
         raise ConfigError(f"gemm_quant_mode/precision: unknown value {q!r}; valid: "
                           f"{', '.join(k or '(empty)' for k in _QUANT)}")
-    return _QUANT[q.lower()]
+    quant = _QUANT[q.lower()]
+    if quant in FOUR_BIT:
+        from sim.model_spec import get_model
+
+        try:
+            own = get_model(_cell(row, "model_path")).quantization
+        except ConfigError:
+            return quant  # an unknown model is named when the deployment is built
+        if own in FOUR_BIT and own != quant:
+            return None
+    return quant
 
 
 def check_protocol(protocol: str) -> str:
@@ -174,11 +202,14 @@ def row_harness(row: dict, opts: ValidateOptions) -> Harness:
 
 
 def warmup_per_client(opts: ValidateOptions, harness: Harness | None = None) -> int:
-    """Warm-up requests per client: the option if set, else the harness's
-    (``harness``, else the options' own harness or the default ``aic``)."""
+    """Warm-up requests per client the simulation runs and excludes: the
+    option if set (the first requests of the stream), else the harness's
+    (``harness``, else the options' own harness or the default ``aic``): none
+    when it drains its warm-up before the measured run
+    (:meth:`~sim.validate.harness.Harness.simulated_warmup_per_client`)."""
     if opts.warmup_per_client is not None:
         return opts.warmup_per_client
-    return (harness or row_harness({}, opts)).warmup_per_client
+    return (harness or row_harness({}, opts)).simulated_warmup_per_client()
 
 
 def aic_deploy_overrides(engine: str, isl: int, concurrency: int) -> dict[str, Any]:
@@ -261,6 +292,7 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
         if math.isfinite(b) and b >= 1:
             ov["max_num_seqs"] = int(b)
     ov.update(h.engine_args.get(engine, {}))
+    ov.update(h.recipe_overrides(row, engine))
     if engine == "trtllm" and ov["quantization"] in ("fp8", "fp8_block"):
         ov["kv_cache_dtype"] = "fp8"
     ov.update({k: v for k, v in opts.engine_overrides.get(engine, {}).items() if k != PHASE_KEY})

@@ -1,0 +1,100 @@
+"""``moe_backend``: the engine's fused-MoE kernel when it is not the weight
+format's default (vLLM's Marlin MoE for MXFP4 experts under
+``VLLM_MXFP4_USE_MARLIN=1``), and the InferenceMAX recipes that set it."""
+
+import pytest
+
+from sim.cost_model import CostModel
+from sim.cost_model.fitted import moe_fitted_s
+from sim.cost_model.fitted_step import MOE_BACKENDS, moe_backend_family
+from sim.cost_model.roofline import ACT_BYTES, gemm_precision
+from sim.errors import ConfigError
+from sim.hardware.profile import get_hardware
+from sim.model_spec import get_model
+from sim.validate.harness import HARNESSES, harness_from_dict
+from sim.validate.rows import ValidateOptions, row_overrides
+
+GPT_OSS = "openai/gpt-oss-120b"
+
+
+def _experts_s(cm: CostModel, T: float) -> float:
+    return float(cm._moe_fitted.experts_s(T))
+
+
+def test_marlin_times_mxfp4_experts_with_the_marlin_family():
+    hw, m = get_hardware("h100_sxm"), get_model(GPT_OSS)
+    triton = CostModel(m, hw, tensor_parallel_size=1)
+    marlin = CostModel(m, hw, tensor_parallel_size=1, moe_backend="marlin")
+    eff = hw.efficiency
+    # one layer at 8,192 tokens: the int4_wo (Marlin) family's parameters, MXFP4's weight bytes
+    # (4.25 bits), the 16-bit peak and 16-bit activations Marlin computes with (w4a16)
+    want = float(moe_fitted_s(eff.moe["int4_wo"], 8192.0, m.hidden_size, m.moe_intermediate_size,
+                              m.num_experts, m.num_experts_per_tok, gemm_precision(hw, "bf16").peak_flops_per_s,
+                              hw.hbm_bandwidth_bytes_per_s, weight_bytes=4.25 / 8, act_bytes=ACT_BYTES))
+    assert gemm_precision(hw, "mxfp4").weight_bytes == 4.25 / 8
+    assert _experts_s(marlin, 8192.0) == pytest.approx(want, rel=1e-12)
+    # the measured property (H100 table, vllm_compressedtensorsw4a4mxfp4moe_marlin): Marlin's
+    # prefill is about twice the Triton MXFP4 kernel's (1.85x at gpt-oss's shape); at one decode token close
+    assert _experts_s(marlin, 8192.0) > 1.8 * _experts_s(triton, 8192.0)
+    assert _experts_s(marlin, 1.0) < 2.0 * _experts_s(triton, 1.0)
+
+
+def test_moe_backend_errors_name_the_key():
+    hw = get_hardware("h100_sxm")
+    assert MOE_BACKENDS["marlin"][0] == "int4_wo"
+    assert moe_backend_family(hw.efficiency, None, "fp8_block") == "fp8_block"
+    with pytest.raises(ConfigError, match="moe_backend: 'marlin' serves int4_wo, mxfp4, nvfp4 expert weights, "
+                                          "got 'fp8_block'"):
+        moe_backend_family(hw.efficiency, "marlin", "fp8_block")
+    with pytest.raises(ConfigError, match="moe_backend: unknown value 'cutlass'"):
+        moe_backend_family(hw.efficiency, "cutlass", "mxfp4")
+
+
+def _row(**kw):
+    row = dict(backend="vllm", model_path=GPT_OSS, system="h200_sxm", isl=1024, osl=1024, concurrency=8,
+               tp_size=1, silicon_ttft_ms=80.0, silicon_tpot_ms=6.0, campaign="2026-04-06", batch_size=8)
+    row.update(kw)
+    return row
+
+
+def test_inferencemax_recipe_sets_marlin_for_gpt_oss_on_hopper_vllm_only():
+    assert row_overrides(_row(), ValidateOptions())["moe_backend"] == "marlin"
+    assert row_overrides(_row(system="h100_sxm"), ValidateOptions())["moe_backend"] == "marlin"
+    assert "moe_backend" not in row_overrides(_row(system="b200_sxm"), ValidateOptions())
+    trt = row_overrides(_row(backend="trtllm"), ValidateOptions())
+    assert "moe_backend" not in trt and trt["max_num_batched_tokens"] == 20000  # --max_num_tokens 20000
+    assert "moe_backend" not in row_overrides(_row(campaign="aic-gap-analysis"), ValidateOptions())
+    assert all(r.source for r in HARNESSES["inferencemax"].recipe_args)
+
+
+def test_yaml_recipe_args():
+    h = harness_from_dict({"name": "r", "recipe_args": [
+        {"model": "openai/*", "systems": ["h1*"], "engine": "vllm", "args": {"moe_backend": "marlin"}}]})
+    assert h.recipe_overrides(_row(system="h100_sxm"), "vllm") == {"moe_backend": "marlin"}
+    assert h.recipe_overrides(_row(system="b200_sxm"), "vllm") == {}
+    with pytest.raises(ConfigError, match=r"recipe_args\[0\].engine: unknown engine 'tgi'"):
+        harness_from_dict({"name": "r", "recipe_args": [
+            {"model": "*", "systems": ["*"], "engine": "tgi", "args": {"moe_backend": "marlin"}}]})
+    with pytest.raises(ConfigError, match=r"recipe_args\[0\].when: unknown key"):
+        harness_from_dict({"name": "r", "recipe_args": [{"model": "*", "when": 1}]})
+
+
+def test_sglang_recipes_set_the_scheduler_recv_interval_by_concurrency():
+    ds = dict(backend="sglang", model_path="deepseek-ai/DeepSeek-R1", system="b200_sxm", gemm_quant_mode="fp8",
+              isl=1024, osl=1024, concurrency=8, tp_size=8, silicon_ttft_ms=200.0, silicon_tpot_ms=9.0,
+              campaign="2026-03-25", batch_size=8)
+    assert row_overrides(ds, ValidateOptions())["scheduler_recv_interval"] == 10      # C < 16
+    assert row_overrides(dict(ds, concurrency=16), ValidateOptions())["scheduler_recv_interval"] == 30
+    assert row_overrides(dict(ds, tp_size=4, concurrency=64), ValidateOptions())["scheduler_recv_interval"] == 10
+    assert "scheduler_recv_interval" not in row_overrides(dict(ds, system="h200_sxm"), ValidateOptions())
+    qw = dict(ds, model_path="Qwen/Qwen3.5-397B-A17B", concurrency=32)
+    assert row_overrides(qw, ValidateOptions())["scheduler_recv_interval"] == 30
+    assert "scheduler_recv_interval" not in row_overrides(dict(qw, gemm_quant_mode=""), ValidateOptions())
+    h = harness_from_dict({"name": "r", "recipe_args": [
+        {"model": "*", "systems": ["*"], "engine": "sglang", "args": {"scheduler_recv_interval": 5},
+         "concurrency": [None, 9], "tp": [8], "quant": ["FP8"]}]})
+    assert h.recipe_overrides(ds, "sglang") == {"scheduler_recv_interval": 5}
+    assert h.recipe_overrides(dict(ds, concurrency=10), "sglang") == {}
+    with pytest.raises(ConfigError, match="concurrency \\[min, max\\]"):
+        harness_from_dict({"name": "r", "recipe_args": [{"model": "*", "systems": ["*"], "engine": "sglang",
+                                                         "args": {"x": 1}, "concurrency": 4}]})
