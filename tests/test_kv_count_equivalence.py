@@ -141,7 +141,7 @@ def test_counting_manager_tracks_block_id_manager(bs):
     """Random allocate / grow / free sequences on both managers: the same
     success or failure, the same lengths, free counts, capacities and usage."""
     rng = random.Random(bs)
-    seen = {"ok": 0, "none": 0, "bulk": 0, "freed": 0}
+    seen = {"ok": 0, "none": 0, "bulk": 0, "boundary": 0, "freed": 0}
     for _ in range(40):
         num_blocks = rng.randint(2, 40)
         mml = rng.randint(1, 80)
@@ -181,7 +181,20 @@ def test_counting_manager_tracks_block_id_manager(bs):
                     assert len(x) == len(y)
                     for r in reqs[rid]:
                         r.num_computed_tokens = min(r.num_computed_tokens + n, mml)
-            elif op < 0.85 and ids.grows_decode_in_bulk:  # bulk growth
+            elif op < 0.8 and ids.grows_decode_in_bulk:  # decodes at a block boundary: one block each
+                full = [rid for rid in sorted(reqs) if reqs[rid][0].kv_capacity < mml and rng.random() < 0.5]
+                for rid in full:  # their decodes filled the blocks held
+                    for r in reqs[rid]:
+                        r.num_computed_tokens = r.kv_capacity
+                if full and rng.random() < 0.5:
+                    x = ids.grow_decode_block(reqs[full[0]][0])
+                    assert x == cnt.grow_decode_block(reqs[full[0]][1])
+                    seen["boundary"] += x
+                elif 0 < len(full) <= ids.num_free_blocks:
+                    ids.grow_decode_blocks([reqs[rid][0] for rid in full])
+                    cnt.grow_decode_blocks([reqs[rid][1] for rid in full])
+                    seen["boundary"] += 1
+            elif op < 0.9 and ids.grows_decode_in_bulk:  # bulk growth
                 group = [rid for rid in sorted(reqs) if rng.random() < 0.5]
                 slots = [reqs[rid][0].num_computed_tokens + rng.randint(0, 2 * bs) for rid in group]
                 need = sum(max(0, -(-min(s, mml) // bs) - ids.num_held_blocks(reqs[rid][0]))

@@ -602,7 +602,7 @@ class KVCacheManager(PrefixCacheStats):
         if not self._block_ids:
             bs = self.block_size
             for st in self._states.values():
-                assert st.capacity > 0 and st.capacity % bs == 0, f"capacity {st.capacity} of a table"
+                assert st.capacity >= 0 and st.capacity % bs == 0, f"capacity {st.capacity} of a table"
                 assert st.request.kv_capacity == st.capacity, "kv_capacity differs from the table's"
                 assert not st.blocks, "block ids kept while counting"
             held = sum(st.capacity // bs for st in self._states.values())
