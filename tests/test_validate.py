@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sim.config import build_config
 from sim.errors import ConfigError
 from sim.validate.rows import ValidateOptions, row_overrides, row_quantization, simulate_row
 from sim.validate.run import run_validation
@@ -67,7 +68,9 @@ def test_row_mapping():
     assert ov["engine"] == "trtllm" and ov["tensor_parallel_size"] == 2 and ov["kv_cache_dtype"] == "fp8"
     assert ov["workload.num_requests"] == 20 and ov["workload.num_warmup_requests"] == 4
     assert ov["max_model_len"] == 103 and ov["workload.max_concurrency"] == 2
-    assert row_overrides(dict(ROW, backend="sglang"), ValidateOptions())["block_size"] == 16
+    ov = row_overrides(dict(ROW, backend="sglang"), ValidateOptions())
+    assert "block_size" not in ov  # SGLang rows run at the preset's real page size
+    assert build_config(overrides=ov).block_size == 1
 
 
 @pytest.mark.parametrize("cell,value,match", [

@@ -20,16 +20,20 @@ __all__ = ["BlockPool", "KVCacheManager", "ContiguousKVCacheManager", "HybridKVC
 def make_kv_cache_manager(kv_allocation: str, num_gpu_blocks: int, block_size: int, *,
                           enable_prefix_caching: bool, max_model_len: int, watermark: float = 0.0,
                           contiguous_reserve: str = "max_model_len", kv_cache_groups: KVCacheGroups | None = None,
-                          max_num_batched_tokens: int = 8192) -> KVCacheManager:
+                          max_num_batched_tokens: int = 8192, block_ids: bool = False) -> KVCacheManager:
     """Build the manager selected by the ``kv_allocation`` config key;
-    ``kv_cache_groups`` (paged only): vLLM's hybrid manager over them."""
+    ``kv_cache_groups`` (paged only): vLLM's hybrid manager over them. A
+    paged manager without prefix caching counts blocks only unless
+    ``block_ids`` (the same results; ``KVCacheManager`` ``block_ids``)."""
     if kv_allocation == "paged" and kv_cache_groups is not None and kv_cache_groups.hybrid:
         return HybridKVCacheManager(num_gpu_blocks, block_size, kv_cache_groups,
                                     enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len,
                                     max_num_batched_tokens=max_num_batched_tokens, watermark=watermark)
     if kv_allocation == "paged":
+        # without prefix caching no block can be shared: count blocks, keep no ids (manager.py)
         return KVCacheManager(num_gpu_blocks, block_size, enable_prefix_caching=enable_prefix_caching,
-                              max_model_len=max_model_len, watermark=watermark)
+                              max_model_len=max_model_len, watermark=watermark,
+                              block_ids=enable_prefix_caching or block_ids)
     if kv_allocation == "contiguous":
         return ContiguousKVCacheManager(num_gpu_blocks, block_size, enable_prefix_caching=enable_prefix_caching,
                                         max_model_len=max_model_len, watermark=watermark,

@@ -23,11 +23,21 @@ request after a preemption, so they are cached without a hash, as the
 request's own runs (``sim/kv_cache/own_runs.py``) — the same hits, evictions
 and free-queue order as vLLM's, at no Python cost per block. Page size 1
 (SGLang) then costs about what page size 16 costs.
+
+Counting only where no block can be shared: built with ``block_ids=False``
+(prefix caching off; what :func:`sim.kv_cache.make_kv_cache_manager` chooses
+then), a request's table is its slot count (``kv_capacity``, a whole number of
+blocks) and the pool a count of free blocks
+(:class:`~sim.kv_cache.block_count.BlockCount`): no block can ever be hit, so
+which block ids a request holds is unobservable, and every allocation, growth
+and free is O(1) whatever the block size. Every count, usage, admission and
+preemption is the block-id manager's (``tests/test_kv_count_equivalence.py``).
 """
 
 from __future__ import annotations
 
 from sim.errors import ConfigError
+from sim.kv_cache.block_count import BlockCount
 from sim.kv_cache.block_pool import BlockPool
 from sim.kv_cache.hashing import ensure_block_hashes, num_shareable_blocks
 from sim.kv_cache.prefix_stats import PrefixCacheStats
@@ -41,10 +51,14 @@ def _cdiv(a: int, b: int) -> int:
 
 
 _ALL = 1 << 62  # "every block": a request whose own blocks are hashed block by block
+#: the entries of the list ``allocate_slots`` returns when no block ids are kept
+#: (``block_ids=False``): its length is the number of blocks taken
+NO_BLOCK_ID = -1
 
 
 class _ReqState:
-    """Per-request block table, its capacity in slots (len(blocks) × bs), how
+    """Per-request block table, its capacity in slots (len(blocks) × bs; the
+    table itself stays empty when the manager keeps no block ids), how
     many of its leading blocks are cached, and how many of those carry a hash
     (``num_hashed_limit``: the shareable blocks; every cached block once the
     request's own blocks are hashed block by block)."""
@@ -80,19 +94,30 @@ class KVCacheManager(PrefixCacheStats):
             WAITING/PREEMPTED request while others are scheduled (v0.24
             ``watermark_blocks = int(watermark * num_blocks)``), in [0, 1).
         use_eagle: drop the last hit block (vLLM does so for EAGLE drafters).
+        block_ids: keep block ids (a block table per request over a
+            :class:`BlockPool`); False (only without prefix caching): count
+            blocks only (module docstring) — the same results, O(1) per
+            allocation; ``allocate_slots`` then returns ``NO_BLOCK_ID``
+            entries and :meth:`block_table` raises.
     """
 
     grows_by_block = True
 
     def __init__(self, num_gpu_blocks: int, block_size: int = 16, *, enable_prefix_caching: bool = False,
-                 max_model_len: int, watermark: float = 0.0, use_eagle: bool = False) -> None:
+                 max_model_len: int, watermark: float = 0.0, use_eagle: bool = False,
+                 block_ids: bool = True) -> None:
         if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
             raise ConfigError(f"block_size must be a positive int, got {block_size!r}")
         if not isinstance(max_model_len, int) or max_model_len < 1:
             raise ConfigError(f"max_model_len must be a positive int, got {max_model_len!r}")
         if not (0.0 <= watermark < 1.0):
             raise ConfigError(f"watermark must be in [0, 1), got {watermark!r}")
-        self.pool = BlockPool(num_gpu_blocks, enable_prefix_caching)
+        if not block_ids and enable_prefix_caching:
+            raise ConfigError("block_ids=False (counting blocks only) needs enable_prefix_caching=False: "
+                              "cached blocks can be shared, so their ids matter")
+        #: block tables of ids over a BlockPool (else counts over a BlockCount)
+        self._block_ids = bool(block_ids)
+        self.pool = BlockPool(num_gpu_blocks, enable_prefix_caching) if block_ids else BlockCount(num_gpu_blocks)
         self.num_gpu_blocks = num_gpu_blocks
         self.block_size = block_size
         self.enable_prefix_caching = bool(enable_prefix_caching)
@@ -213,8 +238,15 @@ class KVCacheManager(PrefixCacheStats):
                 # Crossing into new blocks: the slow path's arithmetic with no
                 # hits and no watermark.
                 bs = self.block_size
-                num_new_blocks = -(-slots // bs) - len(st.blocks)
                 pool = self.pool
+                if not self._block_ids:  # counting: the same arithmetic on counts
+                    num_new_blocks = -(-slots // bs) - st.capacity // bs
+                    if num_new_blocks > pool.num_free_blocks:
+                        return None
+                    pool.num_free_blocks -= num_new_blocks
+                    st.capacity = request.kv_capacity = st.capacity + num_new_blocks * bs
+                    return [NO_BLOCK_ID] * num_new_blocks
+                num_new_blocks = -(-slots // bs) - len(st.blocks)
                 if num_new_blocks > pool.num_free_blocks:
                     return None
                 new = pool.get_new_blocks(num_new_blocks)
@@ -292,7 +324,10 @@ class KVCacheManager(PrefixCacheStats):
         if not pool.num_free_blocks:
             return False
         st = self._states[request.request_id]
-        st.blocks += pool.get_new_blocks(1)
+        if self._block_ids:
+            st.blocks += pool.get_new_blocks(1)
+        else:
+            pool.num_free_blocks -= 1
         st.capacity = request.kv_capacity = st.capacity + self.block_size
         return True
 
@@ -300,8 +335,14 @@ class KVCacheManager(PrefixCacheStats):
         """:meth:`grow_decode_block` for each request in order, with one pool
         call (the same block ids); the caller has checked that that many blocks
         are free. Only when :attr:`grows_decode_in_bulk`."""
-        new = self.pool.get_new_blocks(len(requests))
         bs, states = self.block_size, self._states
+        if not self._block_ids:
+            self.pool.take(len(requests))
+            for r in requests:
+                st = states[r.request_id]
+                st.capacity = r.kv_capacity = st.capacity + bs
+            return
+        new = self.pool.get_new_blocks(len(requests))
         for r, b in zip(requests, new):
             st = states[r.request_id]
             st.blocks.append(b)
@@ -324,7 +365,10 @@ class KVCacheManager(PrefixCacheStats):
             return False
         limit = self._num_hashed_limit(request) if self.enable_prefix_caching else 0
         st = self._states[request.request_id] = _ReqState(request, limit)
-        st.blocks = pool.get_new_blocks(n)
+        if self._block_ids:
+            st.blocks = pool.get_new_blocks(n)
+        else:
+            pool.take(n)
         st.capacity = request.kv_capacity = n * bs
         return True
 
@@ -338,6 +382,9 @@ class KVCacheManager(PrefixCacheStats):
         free blocks suffice (a merged decode run plans its blocks), else
         RuntimeError."""
         bs, mml, states = self.block_size, self.max_model_len, self._states
+        if not self._block_ids:
+            self._grow_counts(requests, slots)
+            return
         sts, counts = [], []
         total = 0
         for r, s in zip(requests, slots):
@@ -357,13 +404,32 @@ class KVCacheManager(PrefixCacheStats):
             pos += n
             st.capacity = st.request.kv_capacity = len(blocks) * bs
 
+    def _grow_counts(self, requests: list, slots: list[int]) -> None:
+        """:meth:`grow_for_decode` counting blocks only: each table's capacity
+        becomes its blocks for ``slots[i]`` tokens (if more than it holds)."""
+        bs, mml, states = self.block_size, self.max_model_len, self._states
+        grown = []
+        total = 0
+        for r, s in zip(requests, slots):
+            st = states[r.request_id]
+            cap = -(-(s if s < mml else mml) // bs) * bs
+            if cap > st.capacity:
+                grown.append((st, cap))
+                total += (cap - st.capacity) // bs
+        pool = self.pool
+        if total > pool.num_free_blocks:
+            raise RuntimeError(f"decode growth needs {total} blocks, {pool.num_free_blocks} free")
+        pool.take(total)
+        for st, cap in grown:
+            st.capacity = st.request.kv_capacity = cap
+
     def _allocate_slow(self, request, st, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
                        num_lookahead_tokens, full_sequence_check, has_scheduled_reqs) -> list[int] | None:
         if num_new_tokens < 1:
             raise ValueError(f"num_new_tokens must be >= 1, got {num_new_tokens}")
         bs = self.block_size
         hits = new_computed_blocks or []
-        held = len(st.blocks) if st is not None else 0
+        held = (len(st.blocks) if self._block_ids else st.capacity // bs) if st is not None else 0
         if hits and held:
             raise ValueError(f"request {request.request_id}: prefix hits for a request that already holds blocks")
         if num_new_computed_tokens != len(hits) * bs:
@@ -393,6 +459,10 @@ class KVCacheManager(PrefixCacheStats):
                 pool.touch_own_blocks(request.request_id, limit, own_hits)
             st.blocks.extend(hits)
             st.num_cached = len(hits)
+        if not self._block_ids:  # (no hits: caching is off)
+            pool.take(num_new_blocks)
+            st.capacity = request.kv_capacity = (held + num_new_blocks) * bs
+            return [NO_BLOCK_ID] * num_new_blocks
         new = pool.get_new_blocks(num_new_blocks) if num_new_blocks else []
         st.blocks.extend(new)
         st.capacity = request.kv_capacity = len(st.blocks) * bs
@@ -435,6 +505,9 @@ class KVCacheManager(PrefixCacheStats):
         st = self._states.pop(request.request_id, None)
         if st is not None:
             request.kv_capacity = 0
+            if not self._block_ids:
+                self.pool.release(st.capacity // self.block_size)
+                return
             n = st.num_cached
             if n and request.status != RequestStatus.FINISHED:
                 self._resumable_blocks_freed = True
@@ -467,10 +540,16 @@ class KVCacheManager(PrefixCacheStats):
 
     def num_held_blocks(self, request) -> int:
         st = self._states.get(request.request_id)
-        return len(st.blocks) if st is not None else 0
+        if st is None:
+            return 0
+        return len(st.blocks) if self._block_ids else st.capacity // self.block_size
 
     def block_table(self, request) -> list[int]:
-        """A copy of the request's block table ([] if it holds none)."""
+        """A copy of the request's block table ([] if it holds none).
+        ValueError when the manager counts blocks only (``block_ids=False``)."""
+        if not self._block_ids:
+            raise ValueError("block_table: this KV cache counts blocks only (block_ids=False, prefix caching off); "
+                             "use num_held_blocks")
         st = self._states.get(request.request_id)
         return list(st.blocks) if st is not None else []
 
@@ -509,15 +588,26 @@ class KVCacheManager(PrefixCacheStats):
         bs = self.block_size
         waste = 0
         for st in self._states.values():
-            w = len(st.blocks) * bs - st.request.num_computed_tokens
+            w = st.capacity - st.request.num_computed_tokens
             if w > 0:
                 waste += w
         return min(1.0, waste / (held_blocks * bs))
 
     def check_invariants(self) -> None:
         """O(N) test helper: pool invariants, and every block's ref count
-        equals the number of table entries holding it."""
+        equals the number of table entries holding it. Counting blocks only:
+        each table's capacity is whole blocks and matches its request's
+        ``kv_capacity``, and held + free blocks = usable blocks."""
         self.pool.check_invariants()
+        if not self._block_ids:
+            bs = self.block_size
+            for st in self._states.values():
+                assert st.capacity >= 0 and st.capacity % bs == 0, f"capacity {st.capacity} of a table"
+                assert st.request.kv_capacity == st.capacity, "kv_capacity differs from the table's"
+                assert not st.blocks, "block ids kept while counting"
+            held = sum(st.capacity // bs for st in self._states.values())
+            assert self.num_usable_blocks == self.pool.num_free_blocks + held, "blocks not conserved"
+            return
         counts = [0] * self.pool.num_gpu_blocks
         for st in self._states.values():
             for b in st.blocks:

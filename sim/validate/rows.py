@@ -72,12 +72,10 @@ Each row is simulated as it was run (:func:`row_overrides`):
   (e.g. ``../shared/models/nvidia--Llama-3.1-70B-Instruct-FP8_hf_quant_config.json``)
   and TensorRT-LLM follows the checkpoint. vLLM and SGLang keep the model
   dtype for the KV cache unless told otherwise (``kv_cache_dtype`` auto).
-- SGLang's KV pool is token-granular (page size 1, its preset's
-  ``block_size``); here it is counted in blocks of :data:`SGLANG_BLOCK_TOKENS`
-  tokens: the pool's capacity is the same, each request's last block wastes
-  fewer than 16 tokens (< 1.6 % of these requests' KV), and the block pool
-  does 16x fewer per-block operations (the simulator's KV pool is O(blocks)
-  per allocation and free).
+- SGLang rows run at SGLang's real page size, 1 token (its preset's
+  ``block_size``): with prefix caching off the KV cache counts blocks rather
+  than keeping block ids (``sim/kv_cache/block_count.py``), so a page of one
+  token costs what a page of 16 does.
 
 Rows that cannot be simulated (unknown model, backend or precision; weights
 that do not fit) are kept with ``status`` ``error`` / ``infeasible`` and the
@@ -107,8 +105,6 @@ from sim.validate.harness import HARNESSES, Harness, harness_for_row
 
 #: Mean client think time (s): benchmark client processing + localhost round trip.
 CLIENT_THINK_TIME_S = 0.002
-#: Block size (tokens) used for SGLang rows instead of its page size 1 (speed).
-SGLANG_BLOCK_TOKENS = 16
 #: Validation protocols: the named harnesses (``sim/validate/harness.py``; default ``aic``).
 PROTOCOLS = tuple(HARNESSES)
 #: aiconfigurator generator: extra tokens of an agg worker's token budget over isl (+ C).
@@ -280,8 +276,6 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
     if _cell(row, "backend_version"):
         # the engine release selects its documented behaviour changes (sim/presets/versions.py)
         ov["engine_version"] = _cell(row, "backend_version")
-    if engine == "sglang":
-        ov["block_size"] = SGLANG_BLOCK_TOKENS
     if h.deployment == "aic_generator":
         ov.update(aic_deploy_overrides(engine, isl, conc))
     if h.max_num_seqs_from:
