@@ -244,8 +244,10 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
             raise NotSimulable(f"the recipe's {p} pool: tp {tp} is not a multiple of its attention DP {dp} and "
                                f"ep {ep}: {url}")
         pools[p] = {"n": int(r[p]["num-worker"]), "tp": tp // dp, "batch": keys.pop("max_num_seqs", None),
-                    "keys": keys, "recipe": urls,
-                    "layout": _layout_keys(tp // dp, dp, ep, tp // ep)}
+                    "keys": keys, "recipe": urls}
+        layout = _layout_keys(tp // dp, dp, ep, tp // ep)
+        if layout:  # attention DP / expert layout (plain TP pools keep their keys as before)
+            pools[p]["layout"] = layout
     return pools
 
 
@@ -265,6 +267,8 @@ def _recorded_layout(row: dict, p: str, tp: int) -> tuple[int, dict[str, int]]:
     from sim.cost_model.parallel import layout_keys_from_table
 
     cells = {c: _whole(row, f"{p}_{c}") for c in ("attention_dp_size", "moe_tp_size", "moe_ep_size")}
+    if cells["moe_ep_size"] == 1 and cells["moe_tp_size"] is None:  # EP 1 alone says nothing of the experts
+        cells["moe_ep_size"] = None
     try:
         k = layout_keys_from_table(tp, cells["attention_dp_size"], cells["moe_tp_size"], cells["moe_ep_size"])
     except ConfigError as e:
@@ -292,8 +296,9 @@ def disagg_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
             if tp is None:
                 raise NotSimulable(f"{p}_tp_size not recorded: not simulated rather than guessed")
             attn_tp, layout = _recorded_layout(row, p, tp)
-            pools[p] = {"n": n, "tp": attn_tp, "batch": _whole(row, f"{p}_batch_size"), "keys": {}, "recipe": [],
-                        "layout": layout}
+            pools[p] = {"n": n, "tp": attn_tp, "batch": _whole(row, f"{p}_batch_size"), "keys": {}, "recipe": []}
+            if layout:
+                pools[p]["layout"] = layout
     elif any(_whole(row, f"{p}_tp_size") is None for p in POOLS):
         raise NotSimulable("worker counts and per-pool TP not recorded: not simulated rather than guessed")
     else:
