@@ -162,6 +162,8 @@ def test_conservation_and_determinism_with_dp_pools(moe_path):
     # every prompt prefilled once: the prefill pool's tokens are the prompts' (no prefix cache here)
     assert steps["num_prefill_tokens"][pre].sum() >= ra["num_prompt_tokens"][done].sum()
     assert a.summary["decode_max_kv_cache_usage"] > 0.5  # the small decode ranks are exercised
+    assert a.summary["num_gpus"] == 2 * 2 + 4  # workers x DP ranks x TP 1
+    assert a.summary["decode_parallel_layout"] == "attention DP 4 x TP 1, experts EP 4 x TP 1 = 4 GPUs"
 
 
 def test_non_dp_disagg_has_no_rank_columns(moe_path):

@@ -84,8 +84,9 @@ limits (``max_num_seqs`` per rank, as vLLM / TensorRT-LLM apply it) gate the
 decode-side admission.
 
 Records: ``requests.csv`` gains ``prefill_worker``, ``decode_worker`` (pool
-indices of the worker; with DP also ``prefill_dp_rank`` / ``decode_dp_rank``), ``prefill_end_time_s``, ``decode_kv_wait_ms`` (prefill end → decode
-blocks), ``kv_transfer_queue_ms`` (blocks → transfer start: link queueing),
+indices of the worker; with DP also ``prefill_dp_rank`` / ``decode_dp_rank``),
+``prefill_end_time_s``, ``decode_kv_wait_ms`` (prefill end → decode blocks),
+``kv_transfer_queue_ms`` (blocks → transfer start: link queueing),
 ``kv_transfer_ms``, ``kv_transfer_end_time_s``, ``kv_transfer_bytes``;
 ``replica`` is the global worker index (prefill workers first; with DP the
 global rank index, prefill ranks first); ``steps.csv`` gains ``pool``.

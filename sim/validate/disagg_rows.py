@@ -13,8 +13,8 @@ guessed (issue #24):
 - worker counts not recorded (the nightly-harness campaigns ``2026-*``): taken
   from that harness's public recipes (:func:`recipe_pools`) when exactly one
   deployment of them matches the row; otherwise not simulable, with the reason
-  (no recipe matches, several deployments do, or the one that does runs
-  speculative decoding / expert parallelism / attention DP);
+  (no recipe matches, several deployments do, the one that does runs
+  speculative decoding, or its engine-argument file is not transcribed);
 - pipeline parallelism (``*_pp_size`` > 1): not modelled; attention data
   parallelism on a dense model (SGLang's dp-attention gathers the ranks' tokens
   for its TP'd MLP, which is not modelled; servesim reads dense DP as vLLM's
