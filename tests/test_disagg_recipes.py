@@ -84,6 +84,8 @@ def test_two_different_deployments_matching_is_ambiguous():
 
 @pytest.mark.parametrize("kw,match", [
     ({"spec": "mtp"}, r"the recipe runs speculative decoding \(mtp\), not modelled: https://recipe/1"),
+    ({"dsettings": ["DECODE_NODES=4", "SCRIPT_MODE=1k1k-low-latency"]},
+     r"sizes its workers by nodes in a launch script \(DECODE_NODES=4, SCRIPT_MODE=1k1k-low-latency\)"),
     ({"dsettings": ["CONFIG_FILE=recipes/unknown.yaml"]}, r"engine arguments are in recipes/unknown.yaml \(srt-slurm\), "
                                                           r"not transcribed"),
 ])

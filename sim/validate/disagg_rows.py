@@ -200,6 +200,14 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
     url = r["url"]
     if r["spec_decoding"] != "none":
         raise NotSimulable(f"the recipe runs speculative decoding ({r['spec_decoding']}), not modelled: {url}")
+    # sized by nodes in a launch script (SCRIPT_MODE, or a dynamo-sglang entry with *_NODES and no
+    # CONFIG_FILE): the entry's tp (1) is no worker's TP
+    sets = {k: v for q in POOLS for k, v in _settings(r, q).items()}
+    nodes = {k: v for k, v in sets.items() if k.endswith("_NODES") or k == "SCRIPT_MODE"}
+    if "SCRIPT_MODE" in nodes or (nodes and r["framework"] == "dynamo-sglang" and "CONFIG_FILE" not in sets):
+        what = ", ".join(f"{k}={v}" for k, v in nodes.items())
+        raise NotSimulable(f"the recipe sizes its workers by nodes in a launch script ({what}) that is not "
+                           f"transcribed; its tp {r['prefill']['tp']} / {r['decode']['tp']} is not the workers': {url}")
     pools: dict[str, dict[str, Any]] = {}
     # a CONFIG_FILE (listed under either pool) holds both pools' engine arguments
     config_file = next((_settings(r, p)["CONFIG_FILE"] for p in POOLS if "CONFIG_FILE" in _settings(r, p)), None)
