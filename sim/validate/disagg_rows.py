@@ -31,8 +31,8 @@ ranks of ``tensor_parallel_size`` GPUs, ``moe_ep_size`` x ``moe_tp_size`` over
 the worker's GPUs; a worker is then a DP group, sim/engine/disagg.py);
 ``max_num_seqs`` = ``*_batch_size`` when recorded (per attention rank: the
 recorded rows' concurrency is workers x DP ranks x batch, e.g. 1 decode worker
-of DP 32 x batch 64 at concurrency 2048) (else the recipe's engine
-arguments, else the engine's default, as the engine ran); the engine preset of
+of DP 32 x batch 64 at concurrency 2048), else the recipe's engine
+arguments, else the engine's default, as the engine ran; the engine preset of
 ``backend``; quantization and KV dtype as the aggregated rows
 (:func:`sim.validate.rows.row_quantization`).
 
