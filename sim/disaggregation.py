@@ -56,6 +56,14 @@ TTFT ends there -- a front end that forwards the prefill worker's token at
 once (the issue's reading of TensorRT-LLM's disaggregated server); a lower
 bound on what clients see. The simulation of a disaggregated run is in
 :mod:`sim.engine.disagg`.
+
+Each pool may run attention data parallelism and expert parallelism as an
+aggregated deployment does (``data_parallel_size``, ``enable_expert_parallel``,
+``moe_ep_size``, ``moe_tp_size`` under ``prefill:`` / ``decode:``; SGLang
+``--dp-size --enable-dp-attention --ep-size`` per server, TensorRT-LLM
+``enable_attention_dp`` / ``moe_expert_parallel_size`` per worker config):
+a worker is then a DP group of ``data_parallel_size`` attention ranks of
+``tensor_parallel_size`` GPUs each; ``dp_rank_routing`` picks the rank.
 """
 
 from __future__ import annotations
@@ -73,7 +81,7 @@ POOL_KEYS = (
     "gpu_memory_utilization", "kv_memory_rule", "num_gpu_blocks_override", "enable_prefix_caching",
     "kv_cache_dtype", "kv_allocation", "watermark", "dtype", "quantization", "attention_impl",
     "tensor_parallel_size", "cpu_step_overhead_s", "cpu_seq_overhead_s", "overlap_scheduling",
-    "eager_step_overhead_s",
+    "eager_step_overhead_s", "data_parallel_size", "enable_expert_parallel", "moe_ep_size", "moe_tp_size",
 )
 #: batching modes a decode pool can run: those whose running pass takes a request
 #: that joins with its prompt already computed (static batching forms whole batches)
@@ -113,6 +121,10 @@ class DisaggregationConfig(BaseModel):
     #: decode-worker choice; ``None`` = the top-level ``router`` (``prefix_aware``
     #: falls back to ``least_outstanding_requests``: decode workers hold no prompt cache)
     decode_router: Literal["round_robin", "least_outstanding_requests", "random"] | None = None
+    #: the attention-DP rank inside a worker of a pool with ``data_parallel_size`` > 1;
+    #: ``None`` = the engine's: SGLang ``follow_bootstrap_room``, TensorRT-LLM
+    #: ``attention_dp_balance``, else vLLM's ``dp_load_balancer`` (sim/engine/disagg.py)
+    dp_rank_routing: Literal["follow_bootstrap_room", "dp_load_balancer", "attention_dp_balance"] | None = None
 
     @model_validator(mode="before")
     @classmethod

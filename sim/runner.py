@@ -109,7 +109,11 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
                                                  "decode": pools.decode.cfg.num_replicas}))
         tp_p, tp_d = pools.prefill.cfg.tensor_parallel_size, pools.decode.cfg.tensor_parallel_size
         summary["prefill_tensor_parallel_size"], summary["decode_tensor_parallel_size"] = tp_p, tp_d
-        summary["num_gpus"] = pools.prefill.cfg.num_replicas * tp_p + pools.decode.cfg.num_replicas * tp_d
+        summary["num_gpus"] = pools.prefill.num_gpus + pools.decode.num_gpus  # workers x DP ranks x TP
+        if pools.prefill.layout.attention_dp or pools.decode.layout.attention_dp or \
+                pools.prefill.layout.moe_ep_size > 1 or pools.decode.layout.moe_ep_size > 1:
+            summary["prefill_parallel_layout"] = pools.prefill.layout.describe()
+            summary["decode_parallel_layout"] = pools.decode.layout.describe()
         summary["prefill_num_gpu_blocks"] = pools.prefill.sizing.num_gpu_blocks
         summary["decode_num_gpu_blocks"] = pools.decode.sizing.num_gpu_blocks
         summary.update(pools.transfer.describe())

@@ -84,8 +84,8 @@ def test_two_different_deployments_matching_is_ambiguous():
 
 @pytest.mark.parametrize("kw,match", [
     ({"spec": "mtp"}, r"the recipe runs speculative decoding \(mtp\), not modelled: https://recipe/1"),
-    ({"d": (1, 4, 4, True)}, r"the recipe's decode pool runs expert parallelism \(ep 4\) and attention data "
-                             r"parallelism \(dp-attn\), not modelled"),
+    ({"dsettings": ["DECODE_NODES=4", "SCRIPT_MODE=1k1k-low-latency"]},
+     r"sizes its workers by nodes in a launch script \(DECODE_NODES=4, SCRIPT_MODE=1k1k-low-latency\)"),
     ({"dsettings": ["CONFIG_FILE=recipes/unknown.yaml"]}, r"engine arguments are in recipes/unknown.yaml \(srt-slurm\), "
                                                           r"not transcribed"),
 ])
@@ -115,14 +115,80 @@ def test_an_srt_slurm_recipe_file_supplies_sglang_engine_arguments():
         recipe_pools(_row(image="", backend="sglang"), [r], srt)
 
 
-def test_a_recorded_row_keeps_its_own_pools_and_ep_rows_stay_unmodelled():
+def test_a_recorded_row_keeps_its_own_pools_and_pp_rows_stay_unmodelled():
     """A row with its worker counts recorded is simulated as recorded (no recipe);
-    expert parallelism in a row is refused before any recipe is looked up."""
+    pipeline parallelism in a row is refused before any recipe is looked up."""
     from pathlib import Path
 
     rec = _row(prefill_num_workers=2.0, decode_num_workers=1.0, prefill_batch_size=8.0,
                model_path=str(Path(__file__).parent / "data" / "test_model.json"))
     pools = disagg_pools(rec)
     assert pools["prefill"] == {"n": 2, "tp": 1, "batch": 8, "keys": {}, "recipe": []}
-    with pytest.raises(NotSimulable, match=r"prefill_moe_ep_size = 8: expert parallelism is not modelled"):
-        disagg_pools(_row(prefill_moe_ep_size=8.0))
+    with pytest.raises(NotSimulable, match=r"prefill_pp_size = 2: pipeline parallelism is not modelled"):
+        disagg_pools(_row(prefill_pp_size=2.0))
+
+
+def test_a_recipe_with_dp_attn_and_ep_maps_to_a_dp_group_pool():
+    """TensorRT-LLM's enable_attention_dp over a TP 4 worker: 4 attention ranks of
+    TP 1, experts EP 4 x TP 1; max_batch_size stays per rank."""
+    pools = recipe_pools(_row(image=""), [_recipe(d=(1, 4, 4, True))])
+    assert pools["decode"]["tp"] == 1 and pools["decode"]["n"] == 1
+    assert pools["decode"]["layout"] == {"data_parallel_size": 4, "moe_ep_size": 4, "moe_tp_size": 1}
+    # EP without dp-attn: attention TP over the worker, experts EP 4 x TP 2 over its 8 GPUs
+    pools = recipe_pools(_row(image="", decode_tp_size=8.0), [_recipe(d=(1, 8, 4, False))])
+    assert pools["decode"]["tp"] == 8
+    assert pools["decode"]["layout"] == {"data_parallel_size": 1, "moe_ep_size": 4, "moe_tp_size": 2}
+    ov = disagg_row_overrides(_row(), {"engine": "trtllm"}, pools)
+    assert ov["disaggregation"]["decode"]["moe_ep_size"] == 4 and ov["disaggregation"]["decode"][
+        "tensor_parallel_size"] == 8
+
+
+def test_sglang_dp_attention_divides_its_running_requests_and_chunk_over_the_ranks():
+    """SGLang --enable-dp-attention --dp-size 8 (server_args._handle_data_parallelism):
+    max-running-requests 1024 and chunked-prefill-size 16384 are the worker's, 128
+    and 2048 per rank."""
+    srt = {"recipes": {"recipes/dp.yaml": {
+        "url": "https://srt/dp", "prefill_workers": 1, "decode_workers": 1,
+        "prefill": {"tensor-parallel-size": 8, "max-running-requests": 16},
+        "decode": {"tensor-parallel-size": 8, "data-parallel-size": 8, "expert-parallel-size": 8,
+                   "max-running-requests": 1024, "chunked-prefill-size": 16384}}}}
+    r = _recipe(framework="dynamo-sglang", p=(1, 8, 1, False), d=(1, 8, 8, True), dsettings=[])
+    r["prefill"]["additional-settings"] = ["CONFIG_FILE=recipes/dp.yaml"]
+    row = _row(image="", backend="sglang", prefill_tp_size=8.0, decode_tp_size=8.0)
+    pools = recipe_pools(row, [r], srt)
+    assert pools["decode"]["tp"] == 1 and pools["decode"]["batch"] == 128
+    assert pools["decode"]["keys"] == {"max_num_batched_tokens": 2048}
+    assert pools["decode"]["layout"] == {"data_parallel_size": 8, "moe_ep_size": 8, "moe_tp_size": 1}
+    assert pools["prefill"]["tp"] == 8 and "layout" not in pools["prefill"]
+
+
+def test_a_recorded_row_with_attention_dp_in_the_prefill_pool_runs_n_ranks(tmp_path):
+    """db-dump layout (per-rank TP 1, attention DP 4, EP 4; decode TP 8 EP 8) of
+    DeepSeek-V3 on GB200: the prefill worker is simulated as 4 attention ranks
+    stepping together, each with its own batch (the row's batch: per rank)."""
+    from sim.config import build_config
+    from sim.engine.deployment import build_deployment
+    from sim.runner import run_simulation
+    from sim.validate.rows import ValidateOptions, row_overrides
+
+    row = _row(image="", backend="trtllm", model_path="deepseek-ai/DeepSeek-V3", precision="fp8",
+               gemm_quant_mode="fp8_block", campaign="db-dump/2026-04-27", concurrency=8.0, isl=1024, osl=8,
+               prefill_num_workers=1.0, prefill_tp_size=1.0, prefill_attention_dp_size=4.0,
+               prefill_moe_tp_size=1.0, prefill_moe_ep_size=4.0, prefill_batch_size=1.0,
+               decode_num_workers=1.0, decode_tp_size=8.0, decode_attention_dp_size=1.0, decode_moe_tp_size=1.0,
+               decode_moe_ep_size=8.0, decode_batch_size=8.0, silicon_ttft_ms=100.0, silicon_tpot_ms=10.0)
+    pools = disagg_pools(row)
+    assert pools["prefill"]["tp"] == 1
+    assert pools["prefill"]["layout"] == {"data_parallel_size": 4, "moe_ep_size": 4, "moe_tp_size": 1}
+    assert pools["decode"]["layout"] == {"data_parallel_size": 1, "moe_ep_size": 8, "moe_tp_size": 1}
+    ov = disagg_row_overrides(row, row_overrides({**row, "tp_size": 1}, ValidateOptions(requests_per_client=1)),
+                              pools)
+    cfg = build_config(overrides=ov)
+    dep = build_deployment(cfg)
+    assert dep.disagg.prefill.layout.describe() == "attention DP 4 x TP 1, experts EP 4 x TP 1 = 4 GPUs"
+    out = run_simulation(cfg)
+    req, steps = out.result.requests, out.result.steps
+    pre = steps["replica"] < 4
+    assert set(steps["replica"][pre].tolist()) == {0, 1, 2, 3}  # 4 prefill ranks, each its own batch
+    assert (steps["num_running_seqs"][pre] <= 1).all()  # the row's batch 1 per rank
+    assert out.summary["completed"] == 8 and set(req["replica"].tolist()) == {4}  # one decode rank (TP 8)

@@ -88,10 +88,6 @@ def _build_disaggregated(cfg: SimConfig) -> Deployment:
                 msg = f"disaggregation.{pool} (the {pool} pool): {msg}"
             raise type(e)(msg) from None
     p, dd = pools["prefill"], pools["decode"]
-    for pool, dep in pools.items():
-        if dep.layout.attention_dp:  # the disaggregated engine steps single replicas
-            raise ConfigError(f"disaggregation.{pool}.data_parallel_size: {dep.layout.data_parallel_size} "
-                              "(attention data parallelism) is not modelled in a disaggregated pool yet")
     if dd.cfg.scheduler not in DECODE_SCHEDULERS:
         raise ConfigError(f"disaggregation.decode.scheduler: {dd.cfg.scheduler!r} cannot take requests whose "
                           f"prompt KV arrives computed; a decode pool runs one of {', '.join(DECODE_SCHEDULERS)}")
@@ -105,9 +101,11 @@ def _build_disaggregated(cfg: SimConfig) -> Deployment:
 
 def _kv_transfer(cfg: SimConfig, p: Deployment, dd: Deployment) -> KVTransferSpec:
     d = cfg.disaggregation
+    # per attention rank (a worker without attention DP is one rank): its TP GPUs
+    # hold its KV and send / receive it over their own links (sim/engine/disagg.py)
     tp_p, tp_d = p.cfg.tensor_parallel_size, dd.cfg.tensor_parallel_size
     link = d.kv_transfer_link
-    gpus = d.num_prefill_workers * tp_p + d.num_decode_workers * tp_d
+    gpus = p.cfg.num_replicas * p.layout.num_gpus + dd.cfg.num_replicas * dd.layout.num_gpus
     same = p.hardware.name == dd.hardware.name
     one_domain = same and gpus <= p.hardware.interconnect.max_gpus
     if link == "auto":

@@ -50,12 +50,46 @@ ends, also on an overlap-scheduled worker (no extra step of lag); decode
 workers are chosen when the prefill ends (vLLM's proxy; SGLang's router picks
 both at arrival, which differs only for load-aware routing).
 
+**Attention data parallelism in a pool** (an MoE model with
+``data_parallel_size`` D > 1 in ``disaggregation.prefill`` / ``decode``):
+each worker of the pool is a DP group (:mod:`sim.engine.dp_group`: D attention
+ranks, each with its own scheduler, batch and KV cache, stepping together,
+padded to the largest rank's tokens; experts EP x moe_tp over the group's
+GPUs, as in aggregated serving). The router picks a worker (``router`` /
+``decode_router`` over the groups), then a rank inside it, as the pool's
+engine does (``disaggregation.dp_rank_routing``, default from ``engine``):
+
+- ``follow_bootstrap_room`` (SGLang): the PD router draws a random
+  ``bootstrap_room`` per request and sends it to both servers; each server's
+  DP controller runs ``--load-balance-method follow_bootstrap_room``
+  (the PD default), ``target_rank = bootstrap_room % dp_size``
+  (sgl-project/sglang ``python/sglang/srt/managers/data_parallel_controller.py``,
+  ``follow_bootstrap_room_scheduler``) -- the same room on both pools, so with
+  equal DP sizes prefill rank r hands to decode rank r;
+- ``dp_load_balancer`` (vLLM, the default for other engines): the rank with
+  the lowest ``4 x waiting + running`` (``DPLBAsyncMPClient``,
+  :meth:`DPGroup.pick_rank`); on a decode rank, requests waiting for KV
+  blocks, in transfer or for a slot count as waiting (vLLM keeps
+  ``WAITING_FOR_REMOTE_KVS`` requests in its waiting queue);
+- ``attention_dp_balance`` (TensorRT-LLM): the rank with the fewest active
+  requests (``ExecutorRequestQueue._balance_requests_across_ranks`` in
+  ``tensorrt_llm/_torch/pyexecutor/executor_request_queue.py`` balances new
+  requests over the ranks' active requests and tokens; here requests only).
+
+The KV of a request moves between its prefill rank and its decode rank: the
+links are per rank (each rank's TP GPUs have their own NICs / NVLink ports),
+bytes in the decode rank's layout (its attention TP, ``tensor_parallel_size``
+of the pool, as the cost model defines a DP rank), the rank's blocks and slot
+limits (``max_num_seqs`` per rank, as vLLM / TensorRT-LLM apply it) gate the
+decode-side admission.
+
 Records: ``requests.csv`` gains ``prefill_worker``, ``decode_worker`` (pool
-indices), ``prefill_end_time_s``, ``decode_kv_wait_ms`` (prefill end → decode
-blocks), ``kv_transfer_queue_ms`` (blocks → transfer start: link queueing),
+indices of the worker; with DP also ``prefill_dp_rank`` / ``decode_dp_rank``),
+``prefill_end_time_s``, ``decode_kv_wait_ms`` (prefill end → decode blocks),
+``kv_transfer_queue_ms`` (blocks → transfer start: link queueing),
 ``kv_transfer_ms``, ``kv_transfer_end_time_s``, ``kv_transfer_bytes``;
-``replica`` is the global worker index (prefill workers first);
-``steps.csv`` gains ``pool``.
+``replica`` is the global worker index (prefill workers first; with DP the
+global rank index, prefill ranks first); ``steps.csv`` gains ``pool``.
 """
 
 from __future__ import annotations
@@ -66,12 +100,22 @@ import numpy as np
 import simpy
 
 from sim.engine.deployment import DisaggPools
+from sim.engine.dp_group import DPGroup, route_dp
 from sim.engine.replica import Replica
 from sim.request import Request, RequestStatus
 
 #: per-request columns a disaggregated run adds (times s; ``*_ms`` durations)
 DISAGG_REQUEST_COLUMNS = ("prefill_worker", "decode_worker", "prefill_end_time_s", "decode_kv_wait_ms",
                           "kv_transfer_queue_ms", "kv_transfer_ms", "kv_transfer_end_time_s", "kv_transfer_bytes")
+#: added when a pool runs attention data parallelism: the rank inside the worker
+DP_RANK_COLUMNS = ("prefill_dp_rank", "decode_dp_rank")
+#: ``disaggregation.dp_rank_routing`` default per engine (module docstring)
+DP_RANK_ROUTING = {"sglang": "follow_bootstrap_room", "trtllm": "attention_dp_balance"}
+
+
+def _dp_size(dep) -> int:
+    """Attention ranks per worker of a pool (1 without attention DP)."""
+    return dep.layout.data_parallel_size if dep.layout.attention_dp else 1
 
 
 class HeldKV:
@@ -113,7 +157,10 @@ class DisaggregatedServing:
             self.router = "least_outstanding_requests"
         self._rr = 0
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 4]))
-        P, D = pools.prefill.cfg.num_replicas, pools.decode.cfg.num_replicas
+        # ranks per worker (attention DP); P, D count ranks below (= workers without DP)
+        self.dp_prefill, self.dp_decode = _dp_size(pools.prefill), _dp_size(pools.decode)
+        P = pools.prefill.cfg.num_replicas * self.dp_prefill
+        D = pools.decode.cfg.num_replicas * self.dp_decode
         self.num_prefill = P
         self.prefill_replicas = []
         for i in range(P):
@@ -128,6 +175,16 @@ class DisaggregatedServing:
             rep.on_finish = self._decode_step_done
             self.decode_replicas.append(rep)
         self.replicas = self.prefill_replicas + self.decode_replicas
+        # DP groups (sim/engine/dp_group.py) of each pool that runs attention DP
+        self.prefill_groups = self._groups(self.prefill_replicas, self.dp_prefill)
+        self.decode_groups = self._groups(self.decode_replicas, self.dp_decode)
+        self.dp_groups = self.prefill_groups + self.decode_groups
+        self.dp_rank_routing = dcfg.dp_rank_routing or DP_RANK_ROUTING.get(sim.dep.cfg.engine or "",
+                                                                           "dp_load_balancer")
+        self._prefill_rr = [0]
+        self._decode_rr = [0]
+        self.rooms: dict[int, int] = {}  # SGLang's bootstrap_room per request in flight
+        self.room_rng = np.random.default_rng(np.random.SeedSequence([seed, 5]))
         self.max_num_seqs = pools.decode.limits.max_num_seqs
         self.egress = [simpy.Resource(self.env, capacity=1) for _ in range(P)]
         self.ingress = [simpy.Resource(self.env, capacity=1) for _ in range(D)]
@@ -139,8 +196,43 @@ class DisaggregatedServing:
         self.no_evict = pools.decode.limits.capacity_scheduler_policy == "guaranteed_no_evict"
         self.clients: dict[int, Request] = {}  # request id -> the client's request, while prefilling
         n = len(sim.specs)
-        self.cols = {c: np.full(n, np.nan) for c in DISAGG_REQUEST_COLUMNS}
+        cols = DISAGG_REQUEST_COLUMNS + (DP_RANK_COLUMNS if self.dp_groups else ())
+        self.cols = {c: np.full(n, np.nan) for c in cols}
         self.num_transfers = 0
+
+    @staticmethod
+    def _groups(ranks: list, size: int) -> list:
+        if size == 1:
+            return []
+        return [DPGroup(g, ranks[g * size:(g + 1) * size]) for g in range(len(ranks) // size)]
+
+    # ------------------------------------------------------------------ DP ranks
+    def _room(self, rid: int) -> int:
+        room = self.rooms.get(rid)
+        if room is None:  # the PD router's random bootstrap_room (a 63-bit integer)
+            room = self.rooms[rid] = int(self.room_rng.integers(0, 2**63 - 1))
+        return room
+
+    def _decode_waiting(self, rep) -> int:
+        """A decode rank's requests waiting (its scheduler's, for KV blocks, in
+        transfer, for a running slot)."""
+        k = rep.index - self.num_prefill
+        return (rep.scheduler.num_waiting + len(rep.pending) + len(self.kv_wait[k]) + self.in_transfer[k]
+                + len(self.ready[k]))
+
+    def _pick_rank(self, group: DPGroup, rid: int, decode: bool):
+        """The rank of ``group`` for request ``rid`` (``dp_rank_routing``)."""
+        how = self.dp_rank_routing
+        if how == "follow_bootstrap_room":
+            return group.ranks[self._room(rid) % len(group.ranks)]
+        if not decode:
+            if how == "dp_load_balancer":
+                return group.pick_rank()
+            return min(group.ranks, key=lambda r: (r.scheduler.num_waiting + len(r.pending)
+                                                   + r.scheduler.num_running, r.index))
+        if how == "dp_load_balancer":
+            return min(group.ranks, key=lambda r: (4 * self._decode_waiting(r) + r.scheduler.num_running, r.index))
+        return min(group.ranks, key=lambda r: (self._decode_waiting(r) + r.scheduler.num_running, r.index))
 
     # ------------------------------------------------------------------ routing
     def send(self, req: Request) -> None:
@@ -149,7 +241,11 @@ class DisaggregatedServing:
         sim = self.sim
         traffic = sim.traffic
         traffic.num_sent += 1
-        prep = traffic.route(req)
+        if self.prefill_groups:
+            prep = route_dp(self.prefill_groups, traffic.router, self._prefill_rr, traffic.router_rng,
+                            lambda g: self._pick_rank(g, req.request_id, False))
+        else:
+            prep = traffic.route(req)
         prep.outstanding += 1
         req.replica = prep.index
         handle = Request(req.request_id, req.arrival_time, req.num_prompt_tokens, 1, 1, req.priority,
@@ -164,16 +260,22 @@ class DisaggregatedServing:
         if reason is not None:
             req.status = RequestStatus.REJECTED
             req.reason = reason
+            self.rooms.pop(req.request_id, None)
             sim.recorder.rejected(prep, req)
             return
         self.clients[req.request_id] = req
-        self.cols["prefill_worker"][req.request_id] = prep.index
+        self.cols["prefill_worker"][req.request_id] = prep.index // self.dp_prefill
+        if self.dp_groups:
+            self.cols["prefill_dp_rank"][req.request_id] = prep.index % self.dp_prefill
         if prep.busy:  # overlap scheduling: seen by the batch after the next one
             prep.pending.append((self.env.now, handle))
         else:
             sim.admit_to(prep, handle)
 
-    def _route_decode(self):
+    def _route_decode(self, rid: int):
+        if self.decode_groups:
+            return route_dp(self.decode_groups, self.router, self._decode_rr, self.rng,
+                            lambda g: self._pick_rank(g, rid, True))
         reps = self.decode_replicas
         if len(reps) == 1:
             return reps[0]
@@ -204,16 +306,21 @@ class DisaggregatedServing:
                 req.last_token_time = now
                 req.num_output_tokens = 1
                 if req.num_output_tokens_target <= 1:  # done on the prefill worker: nothing to move
+                    self.rooms.pop(req.request_id, None)
                     self._release_prefill(rep, h.request_id)
                     req.status = RequestStatus.FINISHED
                     req.finish_time = seen
                     rec.record(req)
                     rec.on_done(req, seen - now)
                     continue
-            drep = self._route_decode()
+            drep = self._route_decode(req.request_id)
+            self.rooms.pop(req.request_id, None)
             drep.outstanding += 1
             req.replica = drep.index
-            self.cols["decode_worker"][req.request_id] = drep.index - self.num_prefill
+            k = drep.index - self.num_prefill
+            self.cols["decode_worker"][req.request_id] = k // self.dp_decode
+            if self.dp_groups:
+                self.cols["decode_dp_rank"][req.request_id] = k % self.dp_decode
             self.kv_wait[drep.index - self.num_prefill].append((req, rep, h.request_id, last_step))
             self._admit_kv(drep)
         if finished:

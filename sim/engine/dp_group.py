@@ -23,6 +23,13 @@ Records: ``steps.csv`` has one row per rank that ran in a step (``replica`` =
 the rank's global index, group x D + rank; ``step_time_s`` the group's step);
 ``requests.csv``'s ``replica`` is the rank too. This is the reference stepping
 only: the runner never gives a DP group the accelerated stepping.
+
+The loop takes its cost model, CPU overheads, overlap scheduling and finish
+hook from the ranks (:class:`~sim.engine.replica.Replica` carries its engine's),
+so a disaggregated pool's workers are DP groups too (sim/engine/disagg.py):
+there a rank whose queue head waits only for KV blocks held for transfers
+(``sim.disagg.waits_for_kv``) is not rejected; when no rank can run, the
+group sleeps until a transfer or an arrival wakes it.
 """
 
 from __future__ import annotations
@@ -51,9 +58,10 @@ class DPGroup:
         return any(r.scheduler.has_unfinished_requests() or r.pending for r in self.ranks)
 
 
-def route_dp(groups: list[DPGroup], router: str, counter: list[int], rng):
+def route_dp(groups: list[DPGroup], router: str, counter: list[int], rng, pick=None):
     """The rank for a request: a group by ``router`` (round_robin, random, else
-    least outstanding), then vLLM's DP load balancer inside it."""
+    least outstanding), then ``pick(group)`` inside it (default: vLLM's DP load
+    balancer, :meth:`DPGroup.pick_rank`)."""
     if len(groups) == 1:
         g = groups[0]
     elif router == "round_robin":
@@ -63,19 +71,21 @@ def route_dp(groups: list[DPGroup], router: str, counter: list[int], rng):
         g = groups[int(rng.integers(len(groups)))]
     else:
         g = min(groups, key=lambda x: (x.outstanding, x.index))
-    return g.pick_rank()
+    return g.pick_rank() if pick is None else pick(g)
 
 
 def dp_group_loop(sim, group: DPGroup):
     """The SimPy process of one DP group (the reference stepping of
     ``Simulation._replica_loop``, for D ranks at once)."""
     env = sim.env
-    cost = sim.cost
+    ranks = group.ranks
+    cost = ranks[0].cost  # the pool's engine (the run's in aggregated serving)
     rec = sim.recorder
     step_append = rec.step_cols.append
-    overheads = sim.overheads
-    lag = sim.dep.cfg.overlap_scheduling
-    ranks = group.ranks
+    overheads = ranks[0].overheads
+    lag = ranks[0].lag
+    finish = ranks[0].on_finish if ranks[0].on_finish is not None else rec.finish
+    disagg = sim.disagg
     while True:
         if not group.has_work():
             for rep in ranks:
@@ -90,6 +100,8 @@ def dp_group_loop(sim, group: DPGroup):
             continue
         start = env.now
         ran = []  # (rep, out, new, ctx)
+        blocked = False  # a rank's queue head waits for KV blocks held for transfers
+        moved = False  # a rank admitted arrivals, preempted or rejected: schedule again
         for rep in ranks:
             sched = rep.scheduler
             if not sched.has_unfinished_requests() and not rep.pending:
@@ -102,10 +114,15 @@ def dp_group_loop(sim, group: DPGroup):
                     sim.admit_to(rep, req)
                 flushed = True
             if out.is_empty:
+                moved = moved or flushed or bool(out.preempted)
                 if out.preempted:
                     rec.preempted(rep, out.preempted, start)
                 elif not flushed:
-                    sim._unstick(rep)
+                    if disagg is not None and disagg.waits_for_kv(rep):
+                        blocked = True
+                    else:
+                        sim._unstick(rep)
+                        moved = True
                 continue
             if out.preempted:
                 rec.preempted(rep, out.preempted, start)
@@ -118,6 +135,16 @@ def dp_group_loop(sim, group: DPGroup):
                 new, ctx = out.num_scheduled_tokens, out.num_computed_before
             ran.append((rep, out, new, ctx))
         if not ran:
+            if blocked and not moved:  # blocks held for KV transfers come back when they end
+                for rep in ranks:
+                    rep.busy = False
+                group.wake = env.event()
+                for rep in ranks:
+                    rep.wake = group.wake
+                yield group.wake
+                group.wake = None
+                for rep in ranks:
+                    rep.wake = None
             continue
         for rep in ranks:  # ranks without work this step (dummy passes) take arrivals at once
             rep.busy = False
@@ -143,4 +170,4 @@ def dp_group_loop(sim, group: DPGroup):
             rec.tokens_emitted(emitted, start, now, seen, now)
             if rep.num_recovering:
                 rec.recovered(rep, out.scheduled, now)
-            rec.finish(rep, finished, now, seen)
+            finish(rep, finished, now, seen)

@@ -145,6 +145,7 @@ class Simulation:
                 raise ValueError("a disaggregated run uses the reference stepping (exact_steps)")
             self.disagg = DisaggregatedServing(self, dep.disagg, seed)
             self.replicas = self.disagg.replicas
+            self.dp_groups = self.disagg.dp_groups  # a pool's workers may be DP groups
             routed, send = self.disagg.prefill_replicas, self.disagg.send
         self.traffic = Traffic(self.env, specs, routed, cfg, seed, send, self.recorder,
                                progress=progress, progress_every=progress_every)
@@ -324,14 +325,15 @@ class Simulation:
     # ------------------------------------------------------------------ run
     def run(self) -> RunResult:
         env = self.env
-        if self.dp_groups:
-            for g in self.dp_groups:
-                proc = env.process(dp_group_loop(self, g))
-                for rep in g.ranks:
-                    rep.proc = proc
-        else:
-            for rep in self.replicas:
+        group_of = {rep.index: g for g in self.dp_groups for rep in g.ranks}
+        for rep in self.replicas:  # in replica order: a DP group starts at its first rank
+            g = group_of.get(rep.index)
+            if g is None:
                 rep.proc = env.process(self._replica_loop(rep))
+            elif rep is g.ranks[0]:
+                proc = env.process(dp_group_loop(self, g))
+                for r in g.ranks:
+                    r.proc = proc
         self.traffic.start()
         # The run allocates many short-lived objects and no reference cycles worth
         # collecting; the cyclic GC would repeatedly scan the KV pool's large

@@ -13,18 +13,26 @@ guessed (issue #24):
 - worker counts not recorded (the nightly-harness campaigns ``2026-*``): taken
   from that harness's public recipes (:func:`recipe_pools`) when exactly one
   deployment of them matches the row; otherwise not simulable, with the reason
-  (no recipe matches, several deployments do, or the one that does runs
-  speculative decoding / expert parallelism / attention DP);
-- pipeline parallelism, attention data parallelism or expert parallelism
-  (``*_pp_size``, ``*_attention_dp_size``, ``*_moe_ep_size`` > 1): not modelled
-  by the simulator today;
+  (no recipe matches, several deployments do, the one that does runs
+  speculative decoding, or its engine-argument file is not transcribed);
+- pipeline parallelism (``*_pp_size`` > 1): not modelled; attention data
+  parallelism on a dense model (SGLang's dp-attention gathers the ranks' tokens
+  for its TP'd MLP, which is not modelled; servesim reads dense DP as vLLM's
+  independent replicas);
 - the model is not one the simulator can build (the model spec says why:
   MLA, sliding-window and hybrid models are being added elsewhere; their rows
   become simulable when the model loads, with no change here).
 
-Deployment keys per pool: ``tensor_parallel_size`` = ``*_tp_size``,
-``max_num_seqs`` = ``*_batch_size`` when recorded (else the recipe's engine
-arguments, else the engine's default, as the engine ran); the engine preset of
+Deployment keys per pool: ``tensor_parallel_size`` = ``*_tp_size``; attention
+DP and the experts' layout from ``*_attention_dp_size``, ``*_moe_tp_size``,
+``*_moe_ep_size`` as the aggregated MoE rows read them
+(:func:`sim.cost_model.parallel.layout_keys_from_table`: ``data_parallel_size``
+ranks of ``tensor_parallel_size`` GPUs, ``moe_ep_size`` x ``moe_tp_size`` over
+the worker's GPUs; a worker is then a DP group, sim/engine/disagg.py);
+``max_num_seqs`` = ``*_batch_size`` when recorded (per attention rank: the
+recorded rows' concurrency is workers x DP ranks x batch, e.g. 1 decode worker
+of DP 32 x batch 64 at concurrency 2048), else the recipe's engine
+arguments, else the engine's default, as the engine ran; the engine preset of
 ``backend``; quantization and KV dtype as the aggregated rows
 (:func:`sim.validate.rows.row_quantization`).
 
@@ -47,6 +55,22 @@ the entry was live. Engine arguments: the entry's settings
 ``gpu_memory_utilization``: TensorRT-LLM's ``free_gpu_memory_fraction``), or the
 srt-slurm recipe file its ``CONFIG_FILE`` names, transcribed with its URL in
 ``sim/validate/data/srt_slurm_recipes.yaml``.
+
+Parallelism of a recipe's pool: ``tp`` GPUs per worker, experts over ``ep``
+EP ranks x ``tp / ep`` TP; ``dp-attn`` runs attention data-parallel:
+TensorRT-LLM's ``enable_attention_dp`` makes every one of the ``tp`` GPUs its
+own attention rank (attention TP 1; TensorRT-LLM docs, "Attention Data
+Parallelism": ``tensor_parallel_size`` ranks each serving its own requests);
+SGLang's ``--enable-dp-attention --dp-size D`` (the recipe file's
+``data-parallel-size``, else ``tp``) makes D ranks of ``tp / D`` GPUs, and
+divides ``--max-running-requests`` and ``--chunked-prefill-size`` over them
+(``python/sglang/srt/server_args.py`` ``_handle_data_parallelism``:
+``chunked_prefill_size // dp_size``; ``max_running_requests // dp_size`` per
+worker in the pool configurator); TensorRT-LLM's ``max_batch_size`` and
+``max_num_tokens`` are per rank already. The nightly rows' own
+``*_moe_ep_size`` / ``*_moe_tp_size`` are not used: the decode pool's repeat the
+prefill pool's EP (decode TP 32 recorded as EP 4 x moe_tp 8 where the recipe's
+decode runs EP 32).
 """
 
 from __future__ import annotations
@@ -176,12 +200,14 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
     url = r["url"]
     if r["spec_decoding"] != "none":
         raise NotSimulable(f"the recipe runs speculative decoding ({r['spec_decoding']}), not modelled: {url}")
-    for p in POOLS:
-        if int(r[p]["ep"]) > 1 or r[p]["dp-attn"]:
-            why = (f"expert parallelism (ep {r[p]['ep']})" if int(r[p]["ep"]) > 1 else "") + \
-                  (" and " if int(r[p]["ep"]) > 1 and r[p]["dp-attn"] else "") + \
-                  ("attention data parallelism (dp-attn)" if r[p]["dp-attn"] else "")
-            raise NotSimulable(f"the recipe's {p} pool runs {why}, not modelled: {url}")
+    # sized by nodes in a launch script (SCRIPT_MODE, or a dynamo-sglang entry with *_NODES and no
+    # CONFIG_FILE): the entry's tp (1) is no worker's TP
+    sets = {k: v for q in POOLS for k, v in _settings(r, q).items()}
+    nodes = {k: v for k, v in sets.items() if k.endswith("_NODES") or k == "SCRIPT_MODE"}
+    if "SCRIPT_MODE" in nodes or (nodes and r["framework"] == "dynamo-sglang" and "CONFIG_FILE" not in sets):
+        what = ", ".join(f"{k}={v}" for k, v in nodes.items())
+        raise NotSimulable(f"the recipe sizes its workers by nodes in a launch script ({what}) that is not "
+                           f"transcribed; its tp {r['prefill']['tp']} / {r['decode']['tp']} is not the workers': {url}")
     pools: dict[str, dict[str, Any]] = {}
     # a CONFIG_FILE (listed under either pool) holds both pools' engine arguments
     config_file = next((_settings(r, p)["CONFIG_FILE"] for p in POOLS if "CONFIG_FILE" in _settings(r, p)), None)
@@ -189,6 +215,8 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
         st = _settings(r, p)
         keys: dict[str, Any] = {}
         urls = [url]
+        tp, ep, dp_attn = int(r[p]["tp"]), int(r[p]["ep"]), bool(r[p]["dp-attn"])
+        dp = tp if dp_attn else 1
         if config_file is not None:
             srt_all = (_load(SRT_FILE) if srt is None else srt)["recipes"]
             f = srt_all.get(config_file)
@@ -200,9 +228,18 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
                     int(f[f"{p}_workers"]) != int(r[p]["num-worker"]):
                 raise NotSimulable(f"the harness entry ({url}) and its recipe file ({f['url']}) disagree on the "
                                    f"{p} pool's workers or TP")
+            if dp_attn and "data-parallel-size" in args:
+                dp = int(args["data-parallel-size"])
+            if dp_attn and dp < 2 or not dp_attn and int(args.get("data-parallel-size", 1)) > 1:
+                raise NotSimulable(f"the harness entry ({url}, dp-attn {str(dp_attn).lower()}) and its recipe file "
+                                   f"({f['url']}, data-parallel-size {args.get('data-parallel-size')}) disagree on "
+                                   f"the {p} pool's attention data parallelism")
             for flag, key in SGLANG_FLAGS.items():
                 if flag in args:
                     keys[key] = args[flag]
+            for key in ("max_num_seqs", "max_num_batched_tokens"):  # SGLang's, per DP-attention rank
+                if dp > 1 and key in keys:
+                    keys[key] = max(1, int(keys[key]) // dp)
             if str(args.get("kv-cache-dtype", "")).startswith("fp8"):
                 keys["kv_cache_dtype"] = "fp8"
             urls.append(f["url"])
@@ -211,9 +248,41 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
                 v = st.get(f"{p.upper()}_{name}")
                 if v is not None:
                     keys[key] = float(v) if key == "gpu_memory_utilization" else int(v)
-        pools[p] = {"n": int(r[p]["num-worker"]), "tp": int(r[p]["tp"]), "batch": keys.pop("max_num_seqs", None),
+        if tp % dp or tp % ep:
+            raise NotSimulable(f"the recipe's {p} pool: tp {tp} is not a multiple of its attention DP {dp} and "
+                               f"ep {ep}: {url}")
+        pools[p] = {"n": int(r[p]["num-worker"]), "tp": tp // dp, "batch": keys.pop("max_num_seqs", None),
                     "keys": keys, "recipe": urls}
+        layout = _layout_keys(tp // dp, dp, ep, tp // ep)
+        if layout:  # attention DP / expert layout (plain TP pools keep their keys as before)
+            pools[p]["layout"] = layout
     return pools
+
+
+def _layout_keys(tp: int, dp: int, ep: int, moe_tp: int) -> dict[str, int]:
+    """Pool keys of attention DP and the experts' layout; none for plain TP
+    (the keys as before: nothing changes for those pools)."""
+    if dp == 1 and ep == 1 and moe_tp == tp:
+        return {}
+    return {"data_parallel_size": dp, "moe_ep_size": ep, "moe_tp_size": moe_tp}
+
+
+def _recorded_layout(row: dict, p: str, tp: int) -> tuple[int, dict[str, int]]:
+    """A recorded pool's attention TP and layout keys from its
+    ``*_attention_dp_size`` / ``*_moe_tp_size`` / ``*_moe_ep_size`` (empty or 0 =
+    not recorded), read as the aggregated MoE rows are; NotSimulable when no
+    reading fits."""
+    from sim.cost_model.parallel import layout_keys_from_table
+
+    cells = {c: _whole(row, f"{p}_{c}") for c in ("attention_dp_size", "moe_tp_size", "moe_ep_size")}
+    if cells["moe_ep_size"] == 1 and cells["moe_tp_size"] is None:  # EP 1 alone says nothing of the experts
+        cells["moe_ep_size"] = None
+    try:
+        k = layout_keys_from_table(tp, cells["attention_dp_size"], cells["moe_tp_size"], cells["moe_ep_size"])
+    except ConfigError as e:
+        raise NotSimulable(f"{p} pool: {e}") from None
+    return k["tensor_parallel_size"], _layout_keys(k["tensor_parallel_size"], k["data_parallel_size"],
+                                                   k["moe_ep_size"], k["moe_tp_size"])
 
 
 def disagg_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None = None) -> dict[str, dict[str, Any]]:
@@ -224,11 +293,9 @@ def disagg_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
     if _whole(row, "concurrency") is None:
         raise NotSimulable("concurrency not recorded: the benchmark's client load is unknown")
     for p in POOLS:
-        for col, what in (("pp_size", "pipeline parallelism"), ("attention_dp_size", "attention data parallelism"),
-                          ("moe_ep_size", "expert parallelism")):
-            v = _num(row, f"{p}_{col}")
-            if math.isfinite(v) and v > 1:
-                raise NotSimulable(f"{p}_{col} = {v:g}: {what} is not modelled")
+        v = _num(row, f"{p}_pp_size")
+        if math.isfinite(v) and v > 1:
+            raise NotSimulable(f"{p}_pp_size = {v:g}: pipeline parallelism is not modelled")
     recorded = all(_whole(row, f"{p}_num_workers") is not None for p in POOLS)
     if recorded:
         pools: dict[str, dict[str, Any]] = {}
@@ -236,7 +303,10 @@ def disagg_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
             n, tp = _whole(row, f"{p}_num_workers"), _whole(row, f"{p}_tp_size")
             if tp is None:
                 raise NotSimulable(f"{p}_tp_size not recorded: not simulated rather than guessed")
-            pools[p] = {"n": n, "tp": tp, "batch": _whole(row, f"{p}_batch_size"), "keys": {}, "recipe": []}
+            attn_tp, layout = _recorded_layout(row, p, tp)
+            pools[p] = {"n": n, "tp": attn_tp, "batch": _whole(row, f"{p}_batch_size"), "keys": {}, "recipe": []}
+            if layout:
+                pools[p]["layout"] = layout
     elif any(_whole(row, f"{p}_tp_size") is None for p in POOLS):
         raise NotSimulable("worker counts and per-pool TP not recorded: not simulated rather than guessed")
     else:
@@ -244,9 +314,16 @@ def disagg_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
         for p in POOLS:  # a batch the row records wins over the recipe's
             pools[p]["batch"] = _whole(row, f"{p}_batch_size") or pools[p]["batch"]
     try:
-        get_model(str(row.get("model_path") or ""))
+        model = get_model(str(row.get("model_path") or ""))
     except ConfigError as e:
         raise NotSimulable(str(e)) from None
+    if not model.is_moe:
+        for p in POOLS:
+            dp = pools[p].get("layout", {}).get("data_parallel_size", 1)
+            if dp > 1:
+                raise NotSimulable(f"{p} pool: attention data parallelism (DP {dp}) on a dense model "
+                                   f"({model.name}) is not modelled (SGLang's dp-attention gathers the ranks' "
+                                   "tokens for its tensor-parallel MLP)")
     return pools
 
 
@@ -260,7 +337,8 @@ def disagg_row_overrides(row: dict, base: dict[str, Any], pools: dict[str, dict[
     dis: dict[str, Any] = {"num_prefill_workers": pools["prefill"]["n"],
                            "num_decode_workers": pools["decode"]["n"]}
     for p in POOLS:
-        over: dict[str, Any] = {**pools[p].get("keys", {}), "tensor_parallel_size": pools[p]["tp"]}
+        over: dict[str, Any] = {**pools[p].get("keys", {}), "tensor_parallel_size": pools[p]["tp"],
+                                **pools[p].get("layout", {})}
         if pools[p]["batch"] is not None:
             over["max_num_seqs"] = pools[p]["batch"]
         dis[p] = over
