@@ -359,3 +359,19 @@ def test_the_client_reads_the_first_token_from_the_decode_worker_by_default():
     """vLLM's proxy, SGLang's router and Dynamo stream from the decode worker."""
     cfg = build_config(overrides={"model": MODEL, "hardware": GPU, "disaggregation": {}})
     assert cfg.disaggregation.first_token_from == "decode"
+
+
+def test_a_decode_worker_without_chunked_prefill_takes_prompts_beyond_its_token_budget():
+    """TensorRT-LLM's generation-only instance (scheduler mixed, no chunking) receives the
+    prompt's KV computed: a 1,000-token prompt over a 256-token budget is served there (the
+    rule "prompt > max_num_batched_tokens is refused" is about computing the prompt), while
+    the same pool's scheduler as a prefill worker refuses it with that reason."""
+    pool = {"scheduler": "mixed", "max_num_batched_tokens": 256, "max_num_seqs": 4}
+    cfg = _cfg({"decode": pool}, engine="trtllm")  # (vLLM itself refuses such a budget without chunking)
+    o, r = _run(cfg, _specs([1000], [5]))
+    assert r["num_output_tokens"][0] == 5 and o.summary["num_rejected"] == 0
+    cfg = _cfg({"prefill": pool}, engine="trtllm")
+    o, r = _run(cfg, _specs([1000], [5]))
+    assert o.summary["num_rejected"] == 1
+    assert "prefill pool: prompt (1000 tokens) exceeds the token budget max_num_batched_tokens (256)" in \
+        o.result.rejected_reasons[0]

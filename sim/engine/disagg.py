@@ -250,7 +250,7 @@ class DisaggregatedServing:
         req.replica = prep.index
         handle = Request(req.request_id, req.arrival_time, req.num_prompt_tokens, 1, 1, req.priority,
                          req.prefix_keys, req.prefix_chunk_tokens, req.client_id, req.is_warmup)
-        reason = self.decode_replicas[0].scheduler.rejection(req)
+        reason = self.decode_replicas[0].scheduler.decode_rejection(req)
         if reason is not None:
             reason = f"decode pool: {reason}"
         else:

@@ -80,6 +80,13 @@ class Scheduler:
             return self.kv.never_fits(n)
         return None
 
+    def decode_rejection(self, req: Request) -> str | None:
+        """Why ``req`` could never run here when its prompt arrives computed (a
+        disaggregated decode worker: the prompt's KV is transferred, the worker
+        computes at most its last token), or None: :meth:`rejection`'s rules that
+        do not concern computing the prompt; by default all of them."""
+        return self.rejection(req)
+
     def _tokens_to_fit(self, req: Request) -> int:
         """Tokens that must fit in the KV cache at once for the request to be
         served: what reservation policies reserve (prompt + ``max_tokens``), else

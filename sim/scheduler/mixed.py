@@ -38,3 +38,9 @@ class MixedBatchingScheduler(ChunkedPrefillScheduler):
             return (f"prompt ({req.num_prompt_tokens} tokens) exceeds the token budget "
                     f"max_num_batched_tokens ({budget}) and chunked prefill is off")
         return super().rejection(req)
+
+    def decode_rejection(self, req: Request) -> str | None:
+        """A decode worker receives the prompt's KV computed: the token budget
+        never has to hold the prompt (TensorRT-LLM's generation-only instance
+        schedules one token per request), only the base rules apply."""
+        return super().rejection(req)
