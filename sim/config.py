@@ -163,6 +163,10 @@ class SimConfig(BaseModel):
         """No bool for a number (``reject_bool_numbers``), no integer beyond any real setting."""
         reject_bool_numbers(cls, data, "a number or name")
         if isinstance(data, dict):
+            ev = data.get("engine_version")
+            if isinstance(ev, (int, float)) and not isinstance(ev, bool):
+                raise ValueError(f"engine_version: {ev!r} was read as a number (YAML and --set read 0.12 so); "
+                                 f"give the release as text with its three parts, e.g. '0.12.0' (quoted in YAML)")
             for k, v in data.items():
                 f = cls.model_fields.get(k)
                 if (isinstance(v, (int, float)) and not isinstance(v, bool) and f is not None and k != "seed"
@@ -186,6 +190,10 @@ class SimConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "SimConfig":
+        if self.engine_version is not None and self.engine is None:
+            raise ValueError(f"engine_version {self.engine_version!r} has no effect without engine (it selects "
+                             "the documented behaviour changes of that engine's releases): set engine "
+                             f"({', '.join(sorted(PRESETS))}) or drop engine_version")
         if self.enable_chunked_prefill is not None and self.engine is None:
             alias = "chunked" if self.enable_chunked_prefill else "continuous"
             if "scheduler" in self.model_fields_set and self.scheduler != alias and (

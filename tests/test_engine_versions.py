@@ -49,11 +49,18 @@ def test_every_change_has_a_source_and_a_modelled_range():
 
 
 @pytest.mark.parametrize("engine, version, nearest", [
-    ("vllm", "0.5.0", "0.7.3"), ("trtllm", "1.3.0rc1", "1.2.0"), ("sglang", "0.2.0", "0.3.6")])
+    ("vllm", "0.5.0", "0.7.3"), ("trtllm", "1.3.0rc1", "1.2.0"), ("sglang", "0.2.0", "0.3.6"),
+    # newer than every modelled release: the newest one's behaviour (not the nearest by parts)
+    ("vllm", "9.0.0", "0.24.0"), ("sglang", "1.0.0", "0.5.8"), ("vllm", "1.0.0", "0.24.0")])
 def test_outside_the_modelled_releases_warns_naming_the_nearest(engine, version, nearest):
     w = version_warning(engine, version)
     assert w and f"as {nearest}'s" in w and version in w
     assert nearest_modelled(engine, version) == nearest
+
+
+def test_a_version_between_modelled_releases_gets_the_one_before_it():
+    assert nearest_modelled("vllm", "0.13.5") == "0.12.0"  # async scheduling arrives in 0.14
+    assert nearest_modelled("vllm", "0.14.0") == "0.14.0"
 
 
 def test_inside_the_modelled_releases_is_quiet():
@@ -68,3 +75,14 @@ def test_validate_passes_backend_version():
     row = {"backend": "vllm", "backend_version": "0.12.0", "model_path": MODEL, "system": GPU, "isl": 100,
            "osl": 10, "concurrency": 2, "tp_size": 1, "silicon_ttft_ms": 1.0, "silicon_tpot_ms": 1.0}
     assert row_overrides(row, ValidateOptions())["engine_version"] == "0.12.0"
+
+
+def test_engine_version_without_engine_or_as_a_number_is_refused():
+    from sim.config import build_config
+    from sim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"engine_version '0.7.0' has no effect without engine"):
+        build_config(overrides={"engine_version": "0.7.0"})
+    with pytest.raises(ConfigError, match=r"engine_version: 0.12 was read as a number .* e\.g\. '0\.12\.0'"):
+        build_config(overrides={"engine": "vllm", "engine_version": 0.12})
+    assert build_config(overrides={"engine": "vllm", "engine_version": "0.12.0"}).engine_version == "0.12.0"

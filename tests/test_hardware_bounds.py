@@ -101,3 +101,14 @@ def test_cli_tiny_bandwidth_is_an_error_not_a_crash(tmp_path):
 def test_overrides_are_bounded_too():
     with pytest.raises(ConfigError, match=r"peak_flops_per_s\.bf16.*1e-300"):
         get_hardware("h100_sxm").with_overrides({"peak_flops_per_s.bf16": 1e-300})
+
+
+def test_a_boolean_where_a_profile_wants_a_number_is_refused(tmp_path):
+    """YAML reads ``yes`` as true; pydantic would take it as 1.0 s of link latency."""
+    text = (Path(__file__).resolve().parent.parent / "hardware_profiles" / "h100_sxm.yaml").read_text()
+    assert "\n  latency_s: 9.5e-6" in text
+    p = tmp_path / "hw.yaml"
+    p.write_text(text.replace("\n  latency_s: 9.5e-6", "\n  latency_s: yes", 1))
+    with pytest.raises(ConfigError, match=r"hw\.yaml: invalid hardware profile: interconnect: latency_s: "
+                                          r"expected a number, got True"):
+        load_hardware(p)

@@ -25,6 +25,7 @@ from pydantic import (BaseModel, ConfigDict, Field, SerializeAsAny, ValidationEr
 from sim.hardware.efficiency import (EFFICIENCY_FORMS, OPERATOR_CLASSES, EfficiencyBase,  # noqa: F401
                             FittedEfficiency, ScalarEfficiency, register_efficiency_form)
 from sim.errors import ConfigError
+from sim.schema import error_text, reject_bool_numbers
 from sim.paths import hardware_profiles_dir
 from sim.yaml_io import safe_load_unique
 
@@ -58,6 +59,12 @@ _Peak = Field(ge=PEAK_FLOPS_RANGE[0], le=PEAK_FLOPS_RANGE[1])
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data: Any) -> Any:
+        """``latency_s: yes`` is a mistake, not 1.0 (as in the efficiency forms)."""
+        return reject_bool_numbers(cls, data)
 
 
 class PeakFlops(_Strict):
@@ -186,7 +193,7 @@ def _validate(data: Any, source: str) -> HardwareProfile:
         msgs = []
         for err in e.errors():
             loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
-            msg = err["msg"]
+            msg = error_text(err)
             if err["type"] == "extra_forbidden":
                 msg = "unknown key (misspelt?)"
             value = err.get("input")

@@ -97,18 +97,19 @@ def version_sources(engine: str, version: str | None) -> dict[str, str]:
 
 
 def nearest_modelled(engine: str, version: str) -> str | None:
-    pv = parse_version(version)
+    """The modelled release whose behaviour ``version`` gets: the newest modelled
+    release not after it (the behaviour changes are thresholds: a release keeps
+    every change up to it), the oldest for a version before them all, the newest
+    for an unreadable one; None for an engine without modelled releases."""
     known = MODELLED.get(engine, ())
     if not known:
         return None
+    pv = parse_version(version)
     if pv is None:
         return known[-1]
-
-    def dist(k: str) -> tuple:
-        a = parse_version(k) or (0, 0, 0)
-        return tuple(abs(x - y) for x, y in zip(a, pv))
-
-    return min(known, key=dist)
+    ordered = sorted(known, key=lambda k: parse_version(k) or (0, 0, 0))
+    not_after = [k for k in ordered if (parse_version(k) or (0, 0, 0)) <= pv]
+    return not_after[-1] if not_after else ordered[0]
 
 
 def version_warning(engine: str | None, version: str | None) -> str | None:
