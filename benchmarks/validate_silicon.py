@@ -27,8 +27,9 @@ each; ``--sample moe_agg_dev.csv=0`` takes every row). Scored
 - ``model`` / ``system`` / ``campaign``: leave one group out: fitted without
   the group, the group scored with those values; pooled = every row scored
   by the fold that held it out;
-- ``shipped``: the values in ``sim/presets/<engine>.py`` (fitted on a random
-  half of the dense table), every row.
+- ``shipped``: the values in ``sim/presets/<engine>.py`` (since 2026-12-04 the
+  in-sample fit's: copy ``fitted_params.json``'s ``in_sample`` there after a
+  model change and rerun, which then reads them from the cache), every row.
 
 Every (engine, parameter set) simulation is cached in ``--cache`` (JSON
 lines; delete it after changing the simulator). Writes ``README.md``,

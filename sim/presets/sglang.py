@@ -105,8 +105,8 @@ PRESET = EnginePreset(
     # Grid edge hit in the fit: frontend_latency_s (80 ms), an upper bound that absorbs
     # what the model misses (report). Its 50 us per streamed token is what makes its TPOT
     # at 512 clients flat across TP (its detokenizer is one CPU process, whatever the GPUs).
-    fitted={"cpu_step_overhead_s": 0.0, "cpu_seq_overhead_s": 40e-6, "frontend_latency_s": 80e-3,
-            "frontend_token_s": 50e-6},
+    fitted={"cpu_step_overhead_s": 2e-3, "cpu_seq_overhead_s": 20e-6, "frontend_latency_s": 80e-3,
+            "frontend_token_s": 60e-6},
     client_phase_spread=0.0,
     max_num_seqs_from_kv=sglang_max_running_requests,
     resolved={

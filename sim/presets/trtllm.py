@@ -42,7 +42,7 @@ PRESET = EnginePreset(
     },
     chunked_alias={True: "chunked", False: "mixed"},
     hardware_defaults=hardware_defaults,
-    fitted={"cpu_step_overhead_s": 0.5e-3, "cpu_seq_overhead_s": 60e-6, "frontend_latency_s": 10e-3,
-            "frontend_token_s": 80e-6},
+    fitted={"cpu_step_overhead_s": 2e-3, "cpu_seq_overhead_s": 80e-6, "frontend_latency_s": 10e-3,
+            "frontend_token_s": 60e-6},
     client_phase_spread=0.02,
 )

@@ -20,8 +20,10 @@ OVERHEAD_KEYS = ("cpu_step_overhead_s", "cpu_seq_overhead_s", "eager_step_overhe
                  "frontend_latency_s", "frontend_token_s")
 
 FIT_PROVENANCE = (
-    "fitted by benchmarks/validate_silicon.py on the seeded fit half (SPLIT_SEED 0, 290 rows) of "
-    "../shared/silicon/dense_agg_dev.csv, 2026-11-30; see reports/validation/README.md"
+    "the in-sample fit of benchmarks/validate_silicon.py on every row of "
+    "../shared/silicon/dense_agg_dev.csv (580 rows; coordinate search on sim.validate.crossval.GRID), "
+    "2026-12-04; held-out scores (leave one model / GPU / campaign out, and the MoE table scored with "
+    "these values) in reports/validation/README.md"
 )
 EAGER_SOURCE = ("0: knob for the host cost of steps without a CUDA graph (steps with prefill tokens); "
                 "not fitted, its effect was not identifiable on the silicon rows")

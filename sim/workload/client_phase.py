@@ -48,8 +48,8 @@ from sim.workload.specs import RequestSpecs
 #: Engine-override key (``sim/validate/rows.py``) that sets the spread.
 PHASE_KEY = "client_phase_spread"
 
-#: Per engine, fitted on the fit half of ``dense_agg_dev.csv``
-#: (``benchmarks/validate_silicon.py``): ``EnginePreset.client_phase_spread``.
+#: Per engine (``EnginePreset.client_phase_spread``): fitted earlier on a half of
+#: ``dense_agg_dev.csv``; not refitted by ``benchmarks/validate_silicon.py``.
 CLIENT_PHASE_SPREAD = presets.CLIENT_PHASE_SPREAD
 
 
