@@ -57,7 +57,10 @@ def _run(interval):
         "model": "qwen3-0.6b", "hardware": "h100_sxm", "engine": "sglang", "scheduler_recv_interval": interval,
         "workload.max_concurrency": 4, "workload.num_requests": 24, "workload.arrival": "inf",
         "workload.input_len": {"dist": "fixed", "value": 256}, "workload.output_len": {"dist": "fixed", "value": 64},
-        "client_think_time_s": 0.002, "seed": 0})
+        "client_think_time_s": 0.002, "seed": 0,
+        # no host time per step: the test is about when arrivals are seen, not about the
+        # fewer (batched) prefill steps holding them brings, which a per-step cost rewards
+        "cpu_step_overhead_s": 0.0, "cpu_seq_overhead_s": 0.0})
     out = run_simulation(cfg)
     req = out.result.requests
     return req
