@@ -74,6 +74,21 @@ def route_dp(groups: list[DPGroup], router: str, counter: list[int], rng, pick=N
     return g.pick_rank() if pick is None else pick(g)
 
 
+def _sleep(env, group: DPGroup):
+    """Park the group's process until an arrival (or a finished KV transfer)
+    wakes any of its ranks: every rank idle, one shared wake event."""
+    ranks = group.ranks
+    for rep in ranks:
+        rep.busy = False
+    group.wake = env.event()
+    for rep in ranks:
+        rep.wake = group.wake
+    yield group.wake
+    group.wake = None
+    for rep in ranks:
+        rep.wake = None
+
+
 def dp_group_loop(sim, group: DPGroup):
     """The SimPy process of one DP group (the reference stepping of
     ``Simulation._replica_loop``, for D ranks at once)."""
@@ -88,15 +103,7 @@ def dp_group_loop(sim, group: DPGroup):
     disagg = sim.disagg
     while True:
         if not group.has_work():
-            for rep in ranks:
-                rep.busy = False
-            group.wake = env.event()
-            for rep in ranks:
-                rep.wake = group.wake
-            yield group.wake
-            group.wake = None
-            for rep in ranks:
-                rep.wake = None
+            yield from _sleep(env, group)
             continue
         start = env.now
         ran = []  # (rep, out, new, ctx)
@@ -136,15 +143,7 @@ def dp_group_loop(sim, group: DPGroup):
             ran.append((rep, out, new, ctx))
         if not ran:
             if blocked and not moved:  # blocks held for KV transfers come back when they end
-                for rep in ranks:
-                    rep.busy = False
-                group.wake = env.event()
-                for rep in ranks:
-                    rep.wake = group.wake
-                yield group.wake
-                group.wake = None
-                for rep in ranks:
-                    rep.wake = None
+                yield from _sleep(env, group)
             continue
         for rep in ranks:  # ranks without work this step (dummy passes) take arrivals at once
             rep.busy = False

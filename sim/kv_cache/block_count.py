@@ -23,7 +23,32 @@ from __future__ import annotations
 from sim.errors import ConfigError
 
 
-class BlockCount:
+class FreeBlockAccounting:
+    """What a pool of ``num_gpu_blocks`` KV blocks (block 0 is vLLM's null
+    block) with ``num_free_blocks`` free reports, as vLLM's ``BlockPool``:
+    shared by :class:`BlockCount` and :class:`~sim.kv_cache.block_pool.BlockPool`."""
+
+    __slots__ = ()
+    num_gpu_blocks: int
+    num_free_blocks: int
+
+    @property
+    def num_usable_blocks(self) -> int:
+        return self.num_gpu_blocks - 1
+
+    def get_num_free_blocks(self) -> int:
+        return self.num_free_blocks
+
+    def get_usage(self) -> float:
+        """1 - free / (N - 1), in [0, 1] (vLLM ``BlockPool.get_usage``)."""
+        return 1.0 - self.num_free_blocks / (self.num_gpu_blocks - 1)
+
+    def usage_at(self, num_free_blocks: int) -> float:
+        """:meth:`get_usage` with ``num_free_blocks`` free (the same float)."""
+        return 1.0 - num_free_blocks / (self.num_gpu_blocks - 1)
+
+
+class BlockCount(FreeBlockAccounting):
     """``num_gpu_blocks`` KV blocks (block 0 is the null block), counted only.
 
     Args:
@@ -61,21 +86,6 @@ class BlockCount:
     def reset_prefix_cache(self) -> bool:
         """Nothing is cached: True when no block is held (as ``BlockPool``)."""
         return self.num_free_blocks == self.num_gpu_blocks - 1
-
-    @property
-    def num_usable_blocks(self) -> int:
-        return self.num_gpu_blocks - 1
-
-    def get_num_free_blocks(self) -> int:
-        return self.num_free_blocks
-
-    def get_usage(self) -> float:
-        """1 - free / (N - 1), in [0, 1] (vLLM ``BlockPool.get_usage``)."""
-        return 1.0 - self.num_free_blocks / (self.num_gpu_blocks - 1)
-
-    def usage_at(self, num_free_blocks: int) -> float:
-        """:meth:`get_usage` with ``num_free_blocks`` free (the same float)."""
-        return 1.0 - num_free_blocks / (self.num_gpu_blocks - 1)
 
     def check_invariants(self) -> None:
         """0 <= free <= usable. Raises AssertionError."""

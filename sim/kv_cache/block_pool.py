@@ -49,11 +49,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from sim.errors import ConfigError
+from sim.kv_cache.block_count import FreeBlockAccounting
 from sim.kv_cache.free_queue import FreeBlockQueue
 from sim.kv_cache.own_runs import OwnRuns
 
 
-class BlockPool:
+class BlockPool(FreeBlockAccounting):
     """Pool of ``num_gpu_blocks`` KV blocks (block 0 is the null block).
 
     Args:
@@ -322,21 +323,6 @@ class BlockPool:
         return True
 
     # ---- accounting ---------------------------------------------------------
-    @property
-    def num_usable_blocks(self) -> int:
-        return self.num_gpu_blocks - 1
-
-    def get_num_free_blocks(self) -> int:
-        return self.num_free_blocks
-
-    def get_usage(self) -> float:
-        """1 - free / (N - 1), in [0, 1] (vLLM ``BlockPool.get_usage``)."""
-        return 1.0 - self.num_free_blocks / (self.num_gpu_blocks - 1)
-
-    def usage_at(self, num_free_blocks: int) -> float:
-        """:meth:`get_usage` with ``num_free_blocks`` free (the same float)."""
-        return 1.0 - num_free_blocks / (self.num_gpu_blocks - 1)
-
     def check_invariants(self) -> None:
         """O(N) consistency check for tests: the free queue holds exactly the
         non-null blocks with ref 0, once each; the hash map matches the blocks'

@@ -62,6 +62,7 @@ from sim.errors import ConfigError
 from sim.kv_cache.block_pool import BlockPool
 from sim.kv_cache.groups import FULL, LINEAR, SLIDING, KVCacheGroups
 from sim.kv_cache.hashing import ensure_block_hashes
+from sim.kv_cache.manager import PoolQueries
 from sim.kv_cache.prefix_stats import PrefixCacheStats
 from sim.request import RequestStatus
 
@@ -87,7 +88,7 @@ class _HybridState:
         self.num_cached = [0] * num_groups
 
 
-class HybridKVCacheManager(PrefixCacheStats):
+class HybridKVCacheManager(PoolQueries, PrefixCacheStats):
     """Paged KV cache over one :class:`BlockPool` shared by ``groups``
     (module docstring). The scheduler-facing interface of
     :class:`~sim.kv_cache.manager.KVCacheManager` for the reference stepping.
@@ -348,25 +349,6 @@ class HybridKVCacheManager(PrefixCacheStats):
                 self.pool.free_blocks([b for b in reversed(table) if b != _NULL])
 
     # ---- queries ----------------------------------------------------------------
-    @property
-    def usage(self) -> float:
-        return self.pool.get_usage()
-
-    def usage_at(self, num_free_blocks: int) -> float:
-        return self.pool.usage_at(num_free_blocks)
-
-    @property
-    def num_free_blocks(self) -> int:
-        return self.pool.num_free_blocks
-
-    @property
-    def num_usable_blocks(self) -> int:
-        return self.pool.num_gpu_blocks - 1
-
-    @property
-    def num_requests(self) -> int:
-        return len(self._states)
-
     def num_held_blocks(self, request) -> int:
         """Blocks the request holds, all groups (null entries not counted)."""
         st = self._states.get(request.request_id)

@@ -73,7 +73,37 @@ class _ReqState:
         self.num_hashed_limit = num_hashed_limit
 
 
-class KVCacheManager(PrefixCacheStats):
+class PoolQueries:
+    """The block-pool queries of a KV manager over ``self.pool`` (a
+    :class:`BlockPool` or :class:`BlockCount`) with per-request states in
+    ``self._states``: shared by :class:`KVCacheManager` and
+    :class:`~sim.kv_cache.hybrid.HybridKVCacheManager`."""
+
+    @property
+    def usage(self) -> float:
+        """Fraction of usable blocks not free, in [0, 1]; cached-but-free
+        blocks count as free (vLLM ``kv_cache_usage``)."""
+        return self.pool.get_usage()
+
+    def usage_at(self, num_free_blocks: int) -> float:
+        """:attr:`usage` if ``num_free_blocks`` were free (a merged run's earlier steps)."""
+        return self.pool.usage_at(num_free_blocks)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
+
+    @property
+    def num_usable_blocks(self) -> int:
+        return self.pool.num_gpu_blocks - 1
+
+    @property
+    def num_requests(self) -> int:
+        """Requests currently holding a block table."""
+        return len(self._states)
+
+
+class KVCacheManager(PoolQueries, PrefixCacheStats):
     """Paged KV cache over a :class:`BlockPool`.
 
     ``grows_by_block``: a table grows by the blocks its next tokens need (so a
@@ -515,29 +545,6 @@ class KVCacheManager(PrefixCacheStats):
                                           n if n < st.num_hashed_limit else st.num_hashed_limit)
 
     # ---- queries --------------------------------------------------------------
-    @property
-    def usage(self) -> float:
-        """Fraction of usable blocks not free, in [0, 1]; cached-but-free
-        blocks count as free (vLLM ``kv_cache_usage``)."""
-        return self.pool.get_usage()
-
-    def usage_at(self, num_free_blocks: int) -> float:
-        """:attr:`usage` if ``num_free_blocks`` were free (a merged run's earlier steps)."""
-        return self.pool.usage_at(num_free_blocks)
-
-    @property
-    def num_free_blocks(self) -> int:
-        return self.pool.num_free_blocks
-
-    @property
-    def num_usable_blocks(self) -> int:
-        return self.pool.num_gpu_blocks - 1
-
-    @property
-    def num_requests(self) -> int:
-        """Requests currently holding a block table."""
-        return len(self._states)
-
     def num_held_blocks(self, request) -> int:
         st = self._states.get(request.request_id)
         if st is None:
