@@ -62,7 +62,7 @@ from sim.errors import ConfigError
 from sim.kv_cache.block_pool import BlockPool
 from sim.kv_cache.groups import FULL, LINEAR, SLIDING, KVCacheGroups
 from sim.kv_cache.hashing import ensure_block_hashes
-from sim.kv_cache.manager import PoolQueries
+from sim.kv_cache.manager import PoolQueries, check_manager_args
 from sim.kv_cache.prefix_stats import PrefixCacheStats
 from sim.request import RequestStatus
 
@@ -114,12 +114,7 @@ class HybridKVCacheManager(PoolQueries, PrefixCacheStats):
     def __init__(self, num_gpu_blocks: int, block_size: int, groups: KVCacheGroups, *,
                  enable_prefix_caching: bool = False, max_model_len: int, max_num_batched_tokens: int,
                  watermark: float = 0.0) -> None:
-        if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
-            raise ConfigError(f"block_size must be a positive int, got {block_size!r}")
-        if not isinstance(max_model_len, int) or max_model_len < 1:
-            raise ConfigError(f"max_model_len must be a positive int, got {max_model_len!r}")
-        if not (0.0 <= watermark < 1.0):
-            raise ConfigError(f"watermark must be in [0, 1), got {watermark!r}")
+        check_manager_args(block_size, max_model_len, watermark)
         if not groups.hybrid:
             raise ConfigError(f"HybridKVCacheManager needs kv_cache_groups, got none ({groups.reason})")
         if enable_prefix_caching and groups.has_linear:

@@ -73,6 +73,16 @@ class _ReqState:
         self.num_hashed_limit = num_hashed_limit
 
 
+def check_manager_args(block_size, max_model_len, watermark) -> None:
+    """The arguments every KV manager takes, checked (ConfigError naming the value)."""
+    if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
+        raise ConfigError(f"block_size must be a positive int, got {block_size!r}")
+    if not isinstance(max_model_len, int) or max_model_len < 1:
+        raise ConfigError(f"max_model_len must be a positive int, got {max_model_len!r}")
+    if not (0.0 <= watermark < 1.0):
+        raise ConfigError(f"watermark must be in [0, 1), got {watermark!r}")
+
+
 class PoolQueries:
     """The block-pool queries of a KV manager over ``self.pool`` (a
     :class:`BlockPool` or :class:`BlockCount`) with per-request states in
@@ -136,12 +146,7 @@ class KVCacheManager(PoolQueries, PrefixCacheStats):
     def __init__(self, num_gpu_blocks: int, block_size: int = 16, *, enable_prefix_caching: bool = False,
                  max_model_len: int, watermark: float = 0.0, use_eagle: bool = False,
                  block_ids: bool = True) -> None:
-        if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
-            raise ConfigError(f"block_size must be a positive int, got {block_size!r}")
-        if not isinstance(max_model_len, int) or max_model_len < 1:
-            raise ConfigError(f"max_model_len must be a positive int, got {max_model_len!r}")
-        if not (0.0 <= watermark < 1.0):
-            raise ConfigError(f"watermark must be in [0, 1), got {watermark!r}")
+        check_manager_args(block_size, max_model_len, watermark)
         if not block_ids and enable_prefix_caching:
             raise ConfigError("block_ids=False (counting blocks only) needs enable_prefix_caching=False: "
                               "cached blocks can be shared, so their ids matter")
