@@ -87,6 +87,8 @@ def test_sglang_recipes_set_the_scheduler_recv_interval_by_concurrency():
     assert row_overrides(dict(ds, concurrency=16), ValidateOptions())["scheduler_recv_interval"] == 30
     assert row_overrides(dict(ds, tp_size=4, concurrency=64), ValidateOptions())["scheduler_recv_interval"] == 10
     assert "scheduler_recv_interval" not in row_overrides(dict(ds, system="h200_sxm"), ValidateOptions())
+    # the single-node recipe scripts say nothing of a disaggregated deployment's pools
+    assert not HARNESSES["inferencemax"].recipe_overrides(dict(ds, mode="disagg"), "sglang")
     qw = dict(ds, model_path="Qwen/Qwen3.5-397B-A17B", concurrency=32)
     assert row_overrides(qw, ValidateOptions())["scheduler_recv_interval"] == 30
     assert "scheduler_recv_interval" not in row_overrides(dict(qw, gemm_quant_mode=""), ValidateOptions())

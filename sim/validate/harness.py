@@ -54,7 +54,9 @@ class RecipeArgs:
     ``args``; optionally only rows whose ``gemm_quant_mode`` is one of ``quant``,
     whose ``tp_size`` is one of ``tp`` and whose concurrency lies in
     ``concurrency`` (inclusive bounds, None = open), as recipes branch on them;
-    ``source`` says where the recipe sets them."""
+    ``source`` says where the recipe sets them. Aggregated rows only: these are
+    single-node recipe scripts; a disaggregated row's pools and engine arguments
+    come from its own recipes (``sim/validate/disagg_rows.py``)."""
     model: str
     systems: tuple[str, ...]
     engine: str
@@ -65,6 +67,8 @@ class RecipeArgs:
     concurrency: tuple[int | None, int | None] = (None, None)
 
     def matches(self, row: dict, engine: str) -> bool:
+        if _cell(row, "mode").lower() == "disagg":
+            return False
         if engine != self.engine or not fnmatch.fnmatchcase(_cell(row, "model_path"), self.model):
             return False
         if not any(fnmatch.fnmatchcase(_cell(row, "system"), g) for g in self.systems):
