@@ -680,6 +680,8 @@ def build_config(
     check_requirements(cfg, used, None)
     if api is None:  # the options' keys, for errors found when the deployment is built (locate_error)
         sources.update({k: f"--{k.replace('_', '-')}" for k, v in (overrides or {}).items() if v is not None})
+        # keys given as vLLM-style flags (carried as set items): the flag as the user spelled it
+        sources.update({key: spelled for key, (spelled, _) in raw_text.items() if spelled.startswith("-")})
     cfg._key_sources = sources
     return cfg
 

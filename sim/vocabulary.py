@@ -223,7 +223,9 @@ def canonicalize(items: list[tuple[str, Any]], source: str, keys: dict[str, bool
         if key in by:
             prev_sp, prev_v = by[key]
             if prev_sp != spelling and prev_v != v:
-                raise ConfigError(f"{source}: {_show(prev_sp)} {prev_v!r} and {_show(spelling)} {value!r} both set "
+                # two flags name themselves; a --set item or a file key gets its source
+                where = "" if str(prev_sp).startswith("-") and str(spelling).startswith("-") else f"{source}: "
+                raise ConfigError(f"{where}{_show(prev_sp)} {prev_v!r} and {_show(spelling)} {value!r} both set "
                                   f"{key} (spellings of one key); give it once")
         by[key] = (spelling, v)
         out[key] = v

@@ -275,3 +275,15 @@ def test_calibrate_names_a_table_whose_gemm_dtype_is_not_modelled(tmp_path):
     with pytest.raises(ConfigError, match=r"vllm-0.24.0_gemm.csv: gemm_dtype 'bogus16' not modelled \(modelled: "
                                           r"bf16, bfloat16, float16, fp16, fp8, fp8_block\)"):
         family_rows(tmp_path)
+
+
+# --------------------------------------------------------------------------- flags name themselves
+def test_errors_of_keys_given_as_flags_name_the_flags_not_set(tmp_path):
+    out = str(tmp_path / "o")
+    e = one_line_error(cli("run", "--max-num-seqs", "64", "--max-running-requests", "128", "--out", out))
+    assert e.startswith("error: --max-num-seqs 64 and --max-running-requests 128 both set max_num_seqs"), e
+    e = one_line_error(cli("run", "--num-gpu-blocks-override", "1000000000000", "--out", out))
+    assert e.startswith("error: --num-gpu-blocks-override: num_gpu_blocks_override: invalid value"), e
+    # the same through --set keeps --set as the source
+    e = one_line_error(cli("run", "--set", "max_num_seqs=64", "--set", "max_running_requests=128", "--out", out))
+    assert e.startswith("error: --set: 'max_num_seqs' 64 and 'max_running_requests' 128 both set"), e
