@@ -96,7 +96,6 @@ def dp_group_loop(sim, group: DPGroup):
     ranks = group.ranks
     cost = ranks[0].cost  # the pool's engine (the run's in aggregated serving)
     rec = sim.recorder
-    step_append = rec.step_cols.append
     overheads = ranks[0].overheads
     lag = ranks[0].lag
     finish = ranks[0].on_finish if ranks[0].on_finish is not None else rec.finish
@@ -152,21 +151,10 @@ def dp_group_loop(sim, group: DPGroup):
         for rep, out, _, _ in ran:
             rep.busy = lag
             rep.last_step_start = start
-            sched, kv = rep.scheduler, rep.kv
-            usage = kv.usage
-            step_append((rep.index, start, 1, dt, sched.num_running, sched.num_waiting,
-                         out.num_batched_tokens, out.num_prefill_tokens, out.num_decode_tokens,
-                         usage, len(out.preempted), usage, sched.num_waiting))
-            if rec.track_unused:
-                rep.unused_integral += kv.reserved_unused_fraction * dt
+            rec.step(rep, start, dt, out)
         yield env.timeout(dt)
         sim.num_events += 1
         sim.num_steps += 1
         now = env.now
         for rep, out, _, _ in ran:
-            emitted, finished = rep.scheduler.update_from_output(out)
-            seen = rec.deliver(rep, now, len(emitted))
-            rec.tokens_emitted(emitted, start, now, seen, now)
-            if rep.num_recovering:
-                rec.recovered(rep, out.scheduled, now)
-            finish(rep, finished, now, seen)
+            rec.step_done(rep, out, start, now, finish)

@@ -44,6 +44,30 @@ class Recorder:
         rep.frontend_done = (now if now > f else f) + self.frontend_tok_s * num_tokens
         return rep.frontend_done
 
+    def step(self, rep, start: float, dt: float, out) -> None:
+        """The ``steps.csv`` row of one engine step of ``rep`` (scheduler output
+        ``out``, starting at ``start``, lasting ``dt``): the queue and KV usage
+        after its admissions, and the reserved-but-unused KV it held."""
+        sched, kv = rep.scheduler, rep.kv
+        usage = kv.usage
+        self.step_cols.append((rep.index, start, 1, dt, sched.num_running, sched.num_waiting,
+                               out.num_batched_tokens, out.num_prefill_tokens, out.num_decode_tokens,
+                               usage, len(out.preempted), usage, sched.num_waiting))
+        if self.track_unused:
+            rep.unused_integral += kv.reserved_unused_fraction * dt
+
+    def step_done(self, rep, out, start: float, now: float, finish) -> None:
+        """The step of ``rep`` that started at ``start`` ended at ``now``: its
+        scheduler takes the output, the emitted tokens go out through the
+        frontend, and ``finish`` (the recorder's, or a pool's hand-over) gets
+        the requests that finished."""
+        emitted, finished = rep.scheduler.update_from_output(out)
+        seen = self.deliver(rep, now, len(emitted))
+        self.tokens_emitted(emitted, start, now, seen, now)
+        if rep.num_recovering:
+            self.recovered(rep, out.scheduled, now)
+        finish(rep, finished, now, seen)
+
     def record(self, req: Request) -> None:
         rejected = req.status == RequestStatus.REJECTED
         if rejected:

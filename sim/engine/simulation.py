@@ -219,10 +219,9 @@ class Simulation:
     def _replica_loop(self, rep: Replica):
         env = self.env
         sched = rep.scheduler
-        kv = rep.kv
         step_time_s = rep.cost.step_time_s
         rec = self.recorder
-        step_append = rec.step_cols.append
+        record_step, step_done = rec.step, rec.step_done
         overheads = rep.overheads
         lag = rep.lag
         finish = rep.on_finish if rep.on_finish is not None else rec.finish
@@ -290,22 +289,11 @@ class Simulation:
             rep.last_step_start = start
             if recv:
                 rep.recv_weight = RECV_WEIGHT_OTHER if out.num_prefill_tokens > 0 else RECV_WEIGHT_DECODE
-            usage = kv.usage
-            step_append((rep.index, start, 1, dt, sched.num_running, sched.num_waiting,
-                         out.num_batched_tokens, out.num_prefill_tokens, out.num_decode_tokens,
-                         usage, len(out.preempted), usage, sched.num_waiting))
-            if rec.track_unused:
-                rep.unused_integral += kv.reserved_unused_fraction * dt
+            record_step(rep, start, dt, out)
             yield env.timeout(dt)
             self.num_events += 1
             self.num_steps += 1
-            now = env.now
-            emitted, finished = sched.update_from_output(out)
-            seen = rec.deliver(rep, now, len(emitted))
-            rec.tokens_emitted(emitted, start, now, seen, now)
-            if rep.num_recovering:
-                rec.recovered(rep, out.scheduled, now)
-            finish(rep, finished, now, seen)
+            step_done(rep, out, start, env.now, finish)
 
     def _unstick(self, rep: Replica) -> None:
         """Nothing could be scheduled although requests are waiting: on an idle
