@@ -209,21 +209,7 @@ class DecodeClock:
         on, as :meth:`_mixed_done`'s joins of the last step timed: the next
         step's index is unchanged, and the decoding sequences' contexts with it."""
         self.end += dt
-        j = len(self.ends) - 1
-        t, cr, leave = self.tile, self.crossings, self.leave
-        n = 0
-        for c, f in joins:
-            if f > j + 1:
-                x = c - j - 1
-                self.X += x
-                self.tiles += (c - 1 + t) // t
-                cr[x % t] += 1
-                leave.setdefault(f, []).append(x)
-                n += 1
-        if n:
-            self.S += n
-            self._batch()
-        self.tiles_then = -1
+        self._join(len(self.ends) - 1, joins)
 
     def _mixed_done(self, j: int, gpu: float, cpu: float, joins) -> None:
         """Mixed step j (0-based) lasts ``gpu`` + host ``cpu`` (s); then the
@@ -235,10 +221,15 @@ class DecodeClock:
         else:
             self.end += gpu + cpu
         self.ends.append(self.end)
+        self._join(j, joins)
+
+    def _join(self, j: int, joins) -> None:
+        """``joins`` (context, last step) decode from step j + 1 on, as if they
+        had decoded at step j with context c − 1."""
         t, cr, leave = self.tile, self.crossings, self.leave
         n = 0
         for c, f in joins:
-            if f > j + 1:  # (one whose last step is this one never decodes)
+            if f > j + 1:  # (one whose last step is step j never decodes)
                 x = c - j - 1
                 self.X += x
                 self.tiles += (c - 1 + t) // t
