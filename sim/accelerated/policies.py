@@ -64,13 +64,8 @@ class ChunkedRuns(DecodeRuns):
         joins must be requests that can hit nothing: :meth:`span_admissions`);
         a mode that changes the schedule (``continuous``, ``mixed``) gets False."""
         sched = self.sched
-        cls = type(sched)
-        lim = sched.limits
-        return (cls._schedule is ChunkedPrefillScheduler._schedule
-                and cls._schedule_waiting is ChunkedPrefillScheduler._schedule_waiting
-                and cls._schedule_running is ChunkedPrefillScheduler._schedule_running
-                and sched.chunked_prefill and not sched.waiting.priority and not sched.waiting.reordered
-                and not lim.long_prefill_token_threshold and not lim.capacity_scheduler_policy)
+        return (self._fcfs_chunked_schedule() and sched.chunked_prefill
+                and not sched.limits.capacity_scheduler_policy)
 
     def spans_join(self) -> bool:
         """Can a free-running decode span take in this scheduler's whole-prompt
@@ -79,15 +74,19 @@ class ChunkedRuns(DecodeRuns):
         prompt that the budget would cut stops the pass, and a span refuses to
         cut it) and with TensorRT-LLM's ``guaranteed_no_evict`` (the span keeps
         its headroom: ``DecodeSpan.no_evict_headroom``)."""
+        return (self._fcfs_chunked_schedule()
+                and self.sched.limits.capacity_scheduler_policy in (None, "guaranteed_no_evict"))
+
+    def _fcfs_chunked_schedule(self) -> bool:
+        """The scheduler runs ``ChunkedPrefillScheduler``'s own schedule over an
+        FCFS queue never reordered, without a long-prefill threshold."""
         sched = self.sched
         cls = type(sched)
-        lim = sched.limits
         return (cls._schedule is ChunkedPrefillScheduler._schedule
                 and cls._schedule_waiting is ChunkedPrefillScheduler._schedule_waiting
                 and cls._schedule_running is ChunkedPrefillScheduler._schedule_running
                 and not sched.waiting.priority and not sched.waiting.reordered
-                and not lim.long_prefill_token_threshold
-                and lim.capacity_scheduler_policy in (None, "guaranteed_no_evict"))
+                and not sched.limits.long_prefill_token_threshold)
 
     def span_admissions(self, num_running: int, budget: int, free_blocks: int | None = None,
                         headroom: int | None = None) -> tuple[list[Request], int] | None:
