@@ -197,20 +197,26 @@ def evaluate_mla(gpu: str, plots: Path) -> tuple[list[dict], dict]:
         masks[f"kernel {k}"] = (rows["kernel_source"] == k).to_numpy()
     for g in sorted(rows["gemm_type"].unique()):
         masks[f"gemm {g}"] = (rows["gemm_type"] == g).to_numpy()
+    out = banded_rows(gpu, "mla_module", masks, err, s_err, held, time.perf_counter() - t0)
+    plot_fit(plots / f"{gpu}_mla_module.png", f"{gpu} MLA module: held-out median APE "
+             f"{score(err, held)[1]:.1f} %, MAPE {score(err, held)[2]:.1f} %", y, mla_predict(p, a, before), held)
+    print(f"{gpu} mla_module: done", file=sys.stderr)
+    return out, {"mla": p}
+
+
+def banded_rows(gpu: str, family: str, masks: dict, err, s_err, held, fit_s: float) -> list[dict]:
+    """One report row per band (mask) with held-out rows: the fit's held-out and
+    fitted APE scores, and the model before the family (``s_err``) on the held-out rows."""
     out = []
     for band, m in masks.items():
         n_h, med_h, mape_h = score(err, held & m)
         if n_h == 0:
             continue
         _, med_t, mape_t = score(err, ~held & m)
-        out.append({"gpu": gpu, "family": "mla_module", "band": band, "n_held": n_h,
-                    "median_held": med_h, "mape_held": mape_h, "median_fit": med_t, "mape_fit": mape_t,
-                    "fit_s": time.perf_counter() - t0, "scalar_median": np.median(s_err[held & m]),
-                    "scalar_mape": s_err[held & m].mean()})
-    plot_fit(plots / f"{gpu}_mla_module.png", f"{gpu} MLA module: held-out median APE "
-             f"{score(err, held)[1]:.1f} %, MAPE {score(err, held)[2]:.1f} %", y, mla_predict(p, a, before), held)
-    print(f"{gpu} mla_module: done", file=sys.stderr)
-    return out, {"mla": p}
+        out.append({"gpu": gpu, "family": family, "band": band, "n_held": n_h, "median_held": med_h,
+                    "mape_held": mape_h, "median_fit": med_t, "mape_fit": mape_t, "fit_s": fit_s,
+                    "scalar_median": np.median(s_err[held & m]), "scalar_mape": s_err[held & m].mean()})
+    return out
 
 
 def evaluate_gdn(gpu: str, plots: Path) -> tuple[list[dict], dict]:
@@ -234,16 +240,7 @@ def evaluate_gdn(gpu: str, plots: Path) -> tuple[list[dict], dict]:
     s_err = ape(step_model_predict(rows, before), y)
     dec = rows["decode"].to_numpy(bool)
     masks = {"all": np.ones(len(rows), bool), "decode (one new token)": dec, "prefill": ~dec}
-    out = []
-    for band, m in masks.items():
-        n_h, med_h, mape_h = score(err, held & m)
-        if n_h == 0:
-            continue
-        _, med_t, mape_t = score(err, ~held & m)
-        out.append({"gpu": gpu, "family": "gdn", "band": band, "n_held": n_h, "median_held": med_h,
-                    "mape_held": mape_h, "median_fit": med_t, "mape_fit": mape_t,
-                    "fit_s": time.perf_counter() - t0, "scalar_median": np.median(s_err[held & m]),
-                    "scalar_mape": s_err[held & m].mean()})
+    out = banded_rows(gpu, "gdn", masks, err, s_err, held, time.perf_counter() - t0)
     plot_fit(plots / f"{gpu}_gdn.png", f"{gpu} GDN: held-out median APE {score(err, held)[1]:.1f} %, "
              f"MAPE {score(err, held)[2]:.1f} %", y, gdn_predict(p, a, before), held)
     print(f"{gpu} gdn: done", file=sys.stderr)
