@@ -130,15 +130,8 @@ def dp_group_loop(sim, group: DPGroup):
                         sim._unstick(rep)
                         moved = True
                 continue
-            if out.preempted:
-                rec.preempted(rep, out.preempted, start)
-            for req in out.admitted:
-                if req.first_scheduled_time < 0:
-                    req.first_scheduled_time = start
-            if out.padding_contexts:
-                new, ctx = out.new_tokens, out.context_lens
-            else:
-                new, ctx = out.num_scheduled_tokens, out.num_computed_before
+            rec.step_started(rep, out, start)
+            new, ctx = out.forward_shape()
             ran.append((rep, out, new, ctx))
         if not ran:
             if blocked and not moved:  # blocks held for KV transfers come back when they end

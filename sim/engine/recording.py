@@ -44,6 +44,16 @@ class Recorder:
         rep.frontend_done = (now if now > f else f) + self.frontend_tok_s * num_tokens
         return rep.frontend_done
 
+    def step_started(self, rep, out, start: float) -> None:
+        """A step of ``rep`` starts at ``start`` with scheduler output ``out``:
+        its preemptions open their recompute intervals, its first-time
+        admissions are stamped scheduled."""
+        if out.preempted:
+            self.preempted(rep, out.preempted, start)
+        for req in out.admitted:
+            if req.first_scheduled_time < 0:
+                req.first_scheduled_time = start
+
     def step(self, rep, start: float, dt: float, out) -> None:
         """The ``steps.csv`` row of one engine step of ``rep`` (scheduler output
         ``out``, starting at ``start``, lasting ``dt``): the queue and KV usage

@@ -271,15 +271,8 @@ class Simulation:
                         self._unstick(rep)
                 continue
             rep.busy = lag
-            if out.preempted:
-                rec.preempted(rep, out.preempted, start)
-            for req in out.admitted:
-                if req.first_scheduled_time < 0:
-                    req.first_scheduled_time = start
-            if out.padding_contexts:
-                new, ctx = out.new_tokens, out.context_lens
-            else:
-                new, ctx = out.num_scheduled_tokens, out.num_computed_before
+            rec.step_started(rep, out, start)
+            new, ctx = out.forward_shape()
             if stepping is not None and not flushed:
                 merged = stepping.merged(rep, out, ctx, start)
                 if merged is not None:

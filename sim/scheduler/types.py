@@ -76,6 +76,13 @@ class SchedulerOutput:
     def context_lens(self) -> list[int]:
         return self.num_computed_before + self.padding_contexts
 
+    def forward_shape(self) -> tuple[list[int], list[int]]:
+        """(new tokens, context lengths) per sequence of the forward pass, the
+        cost model's inputs: the scheduled ones, plus the padding sequences."""
+        if self.padding_contexts:
+            return self.new_tokens, self.context_lens
+        return self.num_scheduled_tokens, self.num_computed_before
+
     @property
     def num_batched_tokens(self) -> int:
         return self.num_prefill_tokens + self.num_decode_tokens
