@@ -3,7 +3,7 @@
 import pytest
 
 from sim.validate.disagg_rows import NotSimulable
-from sim.validate.rows import row_overrides
+from sim.validate.rows import recorded_parallelism, row_overrides
 from sim.validate.run import ValidateOptions
 
 ROW = {"backend": "trtllm", "model_path": "deepseek-ai/DeepSeek-V3", "system": "h200_sxm", "isl": 1024,
@@ -57,3 +57,28 @@ def test_summary_scores_per_model_and_per_campaign():
     assert s["by_campaign"]["c1"]["tpot_mape"] == pytest.approx(0.0)  # the not-simulated c1 row is not scored
     md = summary_markdown(s)
     assert "| model gpt-oss-120b | 1 | 50.0 |" in md and "| campaign c1 | 1 | 10.0 |" in md
+
+
+def test_tp_times_ep_campaign_cells_are_read_as_one_node():
+    # 2026-04-06 id "..._tp8_ep8_940" is recorded tp_size 64, moe_tp 8, moe_ep 8: TP 8, EP 8 on 8 GPUs
+    row = {**ROW, "system": "b200_sxm", "campaign": "2026-04-06", "tp_size": 64, "attention_dp_size": 1,
+           "moe_tp_size": 8, "moe_ep_size": 8}
+    ov = row_overrides(row, ValidateOptions())
+    assert (ov["tensor_parallel_size"], ov["moe_ep_size"], ov["moe_tp_size"]) == (8, 8, 1)
+    # tp4_ep4 recorded 16 / 4 / 4 -> TP 4, EP 4, moe-TP 1
+    assert recorded_parallelism({**row, "tp_size": 16, "moe_tp_size": 4, "moe_ep_size": 4})[
+        "tp_size"] == 4
+    # with attention DP: tp_size 1, DP 64 recorded for tp8_ep8 -> 8 attention ranks, EP 8
+    # (its batch_size, recorded as C / 64 = 1 at C = 64, becomes C / 8 = 8)
+    dp = recorded_parallelism({**row, "tp_size": 1, "attention_dp_size": 64, "concurrency": 64, "batch_size": 1})
+    assert (dp["tp_size"], dp["attention_dp_size"], dp["moe_tp_size"], dp["moe_ep_size"]) == (8, 8, 1, 8)
+    assert dp["batch_size"] == 8
+
+
+def test_readme_convention_campaigns_are_left_as_they_are():
+    row = {**ROW, "campaign": "2026-03-25", "tp_size": 64, "attention_dp_size": 1, "moe_tp_size": 8,
+           "moe_ep_size": 8}
+    assert recorded_parallelism(row) is row
+    # TP 8 with EP 1 in a tp-times-ep campaign: nothing counted twice
+    plain = {**ROW, "campaign": "2026-04-06", "tp_size": 8, "moe_tp_size": 8, "moe_ep_size": 1}
+    assert recorded_parallelism(plain) is plain

@@ -228,7 +228,9 @@ def aic_deploy_overrides(engine: str, isl: int, concurrency: int) -> dict[str, A
 
 
 def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
-    """Config keys (dotted) that simulate one CSV row; ConfigError for bad cells."""
+    """Config keys (dotted) that simulate one CSV row; ConfigError for bad cells.
+    Its parallelism cells are read in the README's convention (:func:`recorded_parallelism`)."""
+    row = recorded_parallelism(row)
     engine = _cell(row, "backend").lower()
     if engine not in ENGINES:
         raise ConfigError(f"backend: unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
@@ -308,6 +310,56 @@ def _check_one_domain(row: dict, tp: int) -> None:
         hw.tensor_parallel_nodes(tp)  # TP over several nodes is modelled where the profile has NICs
     except ConfigError as e:
         raise NotSimulable(str(e)) from None
+
+
+#: campaigns (globs) whose parallelism cells count the expert GPUs twice
+#: (:func:`recorded_parallelism`)
+CAMPAIGNS_TP_TIMES_EP = ("2026-04-06", "db-dump/*")
+
+
+def recorded_parallelism(row: dict) -> dict:
+    """The row with its parallelism cells in the table README's convention.
+
+    In the ``2026-04-06`` and ``db-dump/*`` campaigns (:data:`CAMPAIGNS_TP_TIMES_EP`)
+    a deployment of TP X with expert parallelism Y over the same X GPUs
+    (``--tp X --ep Y``: attention TP X, experts EP Y x moe-TP X/Y) is recorded
+    as ``moe_tp_size`` X, ``moe_ep_size`` Y and ``tp_size`` X·Y (or, with
+    attention DP, ``tp_size`` 1 and ``attention_dp_size`` X·Y). The evidence in
+    ``moe_agg_dev.csv`` itself: the ``2026-04-06`` ids name ``tpX_epY`` on rows
+    with ``tp_size`` X·Y (e.g. ``..._1024x1024_c4_tp8_ep8_940``: 64); the
+    ``db-dump`` rows ``dsr1_b200_sglang_fp4_agg_1024x1024_c64_cfg201`` (64 / 8 / 8)
+    and ``qwen3_5_b200_sglang_fp8_agg_8192x1024_c64_cfg615`` (16 / 4 / 4) carry the
+    measured values of the ``2026-03-25`` rows ``..._tp8_0_ep8_0_271`` (8 / 1 / 8)
+    and ``..._tp4_0_ep4_0_337`` (4 / 1 / 4); and these are single-node recipes
+    (InferenceMAX ``benchmarks/single_node/*.sh``): 64 GPUs cannot be one of them.
+    Such a row is read as ``tp_size`` X (with attention DP: X ranks), ``moe_tp_size``
+    X/Y, ``moe_ep_size`` Y; with attention DP its ``batch_size`` (recorded, in every
+    DP row of the table, as concurrency / ``attention_dp_size``) is scaled to the X
+    ranks: times Y. Other rows are returned as they are."""
+    import fnmatch
+
+    campaign = _cell(row, "campaign")
+    if not any(fnmatch.fnmatchcase(campaign, g) for g in CAMPAIGNS_TP_TIMES_EP):
+        return row
+    try:
+        tp, mtp, mep = (float(_cell(row, c) or "nan") for c in ("tp_size", "moe_tp_size", "moe_ep_size"))
+        dp = float(_cell(row, "attention_dp_size") or "1")
+    except ValueError:
+        return row  # bad cells are refused, named, by row_overrides / _row_layout
+    if not (mep > 1 and mtp >= mep and mtp % mep == 0):
+        return row
+    if dp == 1 and tp == mtp * mep:
+        return {**row, "tp_size": mtp, "moe_tp_size": mtp // mep, "moe_ep_size": mep}
+    if tp == 1 and dp == mtp * mep:
+        out = {**row, "tp_size": mtp, "attention_dp_size": mtp, "moe_tp_size": mtp // mep, "moe_ep_size": mep}
+        try:  # every DP row of the table records batch_size = concurrency / attention_dp_size
+            bs = float(_cell(row, "batch_size") or "nan")
+        except ValueError:
+            bs = math.nan
+        if math.isfinite(bs):
+            out["batch_size"] = bs * mep
+        return out
+    return row
 
 
 def _row_layout(row: dict, tp: int) -> dict[str, Any] | None:
