@@ -11,7 +11,7 @@ from sim.cost_model.roofline import ACT_BYTES, gemm_precision
 from sim.errors import ConfigError
 from sim.hardware.profile import get_hardware
 from sim.model_spec import get_model
-from sim.validate.harness import HARNESSES, harness_from_dict
+from sim.validate.harness import HARNESSES, eval_formula, harness_from_dict
 from sim.validate.rows import ValidateOptions, row_overrides
 
 GPT_OSS = "openai/gpt-oss-120b"
@@ -91,7 +91,14 @@ def test_sglang_recipes_set_the_scheduler_recv_interval_by_concurrency():
     assert not HARNESSES["inferencemax"].recipe_overrides(dict(ds, mode="disagg"), "sglang")
     qw = dict(ds, model_path="Qwen/Qwen3.5-397B-A17B", concurrency=32)
     assert row_overrides(qw, ValidateOptions())["scheduler_recv_interval"] == 30
-    assert "scheduler_recv_interval" not in row_overrides(dict(qw, gemm_quant_mode=""), ValidateOptions())
+    # the bf16 recipe (qwen3.5_bf16_b200.sh) has the same branch, but no FP8 KV cache
+    bf16 = row_overrides(dict(qw, gemm_quant_mode=""), ValidateOptions())
+    assert bf16["scheduler_recv_interval"] == 30 and "kv_cache_dtype" not in bf16
+    assert row_overrides(qw, ValidateOptions())["kv_cache_dtype"] == "fp8_e4m3"
+    # db-dump names the dsr1 recipes' rows DeepSeek-V3; 64 / 8 / 8 there is TP 8, EP 8 (C < 16: 10)
+    v3 = dict(ds, model_path="deepseek-ai/DeepSeek-V3", campaign="db-dump/2026-04-27", tp_size=64,
+              moe_tp_size=8, moe_ep_size=8, attention_dp_size=1)
+    assert row_overrides(v3, ValidateOptions())["scheduler_recv_interval"] == 10
     h = harness_from_dict({"name": "r", "recipe_args": [
         {"model": "*", "systems": ["*"], "engine": "sglang", "args": {"scheduler_recv_interval": 5},
          "concurrency": [None, 9], "tp": [8], "quant": ["FP8"]}]})
@@ -100,3 +107,39 @@ def test_sglang_recipes_set_the_scheduler_recv_interval_by_concurrency():
     with pytest.raises(ConfigError, match="concurrency \\[min, max\\]"):
         harness_from_dict({"name": "r", "recipe_args": [{"model": "*", "systems": ["*"], "engine": "sglang",
                                                          "args": {"x": 1}, "concurrency": 4}]})
+
+
+def test_inferencemax_recipes_fp8_kv_cache():
+    mm = dict(backend="vllm", model_path="MiniMaxAI/MiniMax-M2.5", system="b200_sxm", gemm_quant_mode="nvfp4",
+              isl=8192, osl=1024, concurrency=32, tp_size=1, silicon_ttft_ms=500.0, silicon_tpot_ms=22.0,
+              campaign="db-dump/2026-04-27", batch_size=32)
+    assert row_overrides(mm, ValidateOptions())["kv_cache_dtype"] == "fp8"       # minimaxm2.5_fp4_b200.sh
+    assert "kv_cache_dtype" not in row_overrides(dict(mm, gemm_quant_mode="fp8"), ValidateOptions())
+    assert "kv_cache_dtype" not in row_overrides(dict(mm, system="h200_sxm"), ValidateOptions())
+    ds = dict(mm, backend="trtllm", model_path="deepseek-ai/DeepSeek-R1", tp_size=8)
+    assert row_overrides(ds, ValidateOptions())["kv_cache_dtype"] == "fp8"       # dsr1_fp4_b200_trt.sh
+    go = dict(mm, backend="trtllm", model_path="openai/gpt-oss-120b", tp_size=1)
+    assert row_overrides(go, ValidateOptions())["kv_cache_dtype"] == "fp8"       # gptoss_fp4_b200_trt.sh
+    assert "kv_cache_dtype" not in row_overrides(dict(go, system="h200_sxm"), ValidateOptions())
+
+
+def test_inferencemax_recipe_token_budget_formulas():
+    ds = dict(backend="trtllm", model_path="deepseek-ai/DeepSeek-R1", system="b200_sxm", gemm_quant_mode="nvfp4",
+              isl=8192, osl=1024, concurrency=4, tp_size=8, silicon_ttft_ms=300.0, silicon_tpot_ms=6.0,
+              campaign="2026-03-25", batch_size=4)
+    # (4 + 8192 + 64 + 63) // 64 * 64 = 8320; at 1k: (4 + 1024 + 127) // 64 * 64 = 1152 -> at least 8192
+    assert row_overrides(ds, ValidateOptions())["max_num_batched_tokens"] == 8320
+    assert row_overrides(dict(ds, isl=1024), ValidateOptions())["max_num_batched_tokens"] == 8192
+    # C = 64: 8383 // 64 * 64 = 8320; C = 128: 8447 // 64 * 64 = 8384
+    assert row_overrides(dict(ds, concurrency=64), ValidateOptions())["max_num_batched_tokens"] == 8320
+    assert row_overrides(dict(ds, concurrency=128), ValidateOptions())["max_num_batched_tokens"] == 8384
+    mm = dict(ds, backend="vllm", model_path="MiniMaxAI/MiniMax-M2.5", tp_size=1)
+    assert row_overrides(mm, ValidateOptions())["max_num_batched_tokens"] == 16384       # 2 x ISL
+    h = harness_from_dict({"name": "r", "recipe_args": [
+        {"model": "*", "systems": ["*"], "engine": "vllm", "formulas": {"max_num_batched_tokens": "isl + 3 * osl"}}]})
+    assert h.recipe_overrides(mm, "vllm") == {"max_num_batched_tokens": 8192 + 3 * 1024}
+    with pytest.raises(ConfigError, match=r"recipe_args\[0\].formulas.max_num_seqs: 'open\(1\)': only whole"):
+        harness_from_dict({"name": "r", "recipe_args": [
+            {"model": "*", "systems": ["*"], "engine": "vllm", "formulas": {"max_num_seqs": "open(1)"}}]})
+    with pytest.raises(ConfigError, match="divides by zero"):
+        eval_formula("isl // (osl - osl)", {"isl": 1, "osl": 2, "concurrency": 3})

@@ -46,6 +46,49 @@ LENGTH_RANGES = ("below", "around")
 BATCH_FROM = ("batch_size", "concurrency", None)
 
 
+#: names a recipe formula may use: the row's nominal lengths and client concurrency
+FORMULA_NAMES = ("isl", "osl", "concurrency")
+
+
+def eval_formula(expr: str, values: dict[str, int], where: str = "formula") -> int:
+    """A recipe's integer shell arithmetic (e.g. InferenceMAX's
+    ``$(( (CONC + ISL + 64 + 63) / 64 * 64 ))``) written as a Python expression
+    over :data:`FORMULA_NAMES`: whole numbers, ``+ - * //``, parentheses and
+    ``max`` / ``min``. Nothing else is evaluated (no names, calls or attributes
+    beyond these); ConfigError (one line naming ``where``) otherwise."""
+    import ast
+
+    def ev(n: ast.AST) -> int:
+        if isinstance(n, ast.Expression):
+            return ev(n.body)
+        if isinstance(n, ast.Constant) and isinstance(n.value, int) and not isinstance(n.value, bool):
+            return n.value
+        if isinstance(n, ast.Name) and n.id in values:
+            return int(values[n.id])
+        if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)):
+            a, b = ev(n.left), ev(n.right)
+            if isinstance(n.op, ast.Add):
+                return a + b
+            if isinstance(n.op, ast.Sub):
+                return a - b
+            if isinstance(n.op, ast.Mult):
+                return a * b
+            if b == 0:
+                raise ConfigError(f"{where}: {expr!r} divides by zero")
+            return a // b
+        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("max", "min")
+                and n.args and not n.keywords):
+            return (max if n.func.id == "max" else min)(ev(a) for a in n.args)
+        raise ConfigError(f"{where}: {expr!r}: only whole numbers, {', '.join(FORMULA_NAMES)}, + - * //, "
+                          "parentheses, max and min")
+
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError:
+        raise ConfigError(f"{where}: {expr!r} is not an expression") from None
+    return ev(tree)
+
+
 @dataclass(frozen=True)
 class RecipeArgs:
     """Engine settings a harness's per-model recipe adds for some rows: every row
@@ -54,7 +97,8 @@ class RecipeArgs:
     ``args``; optionally only rows whose ``gemm_quant_mode`` is one of ``quant``,
     whose ``tp_size`` is one of ``tp`` and whose concurrency lies in
     ``concurrency`` (inclusive bounds, None = open), as recipes branch on them;
-    ``source`` says where the recipe sets them. Aggregated rows only: these are
+    ``source`` says where the recipe sets them; ``formulas``: keys the recipe computes
+    from the row's nominal isl, osl and concurrency (:func:`eval_formula`). Aggregated rows only: these are
     single-node recipe scripts; a disaggregated row's pools and engine arguments
     come from its own recipes (``sim/validate/disagg_rows.py``)."""
     model: str
@@ -65,6 +109,21 @@ class RecipeArgs:
     quant: tuple[str, ...] = ()
     tp: tuple[int, ...] = ()
     concurrency: tuple[int | None, int | None] = (None, None)
+    #: config key -> the recipe's formula of the row's isl / osl / concurrency (:func:`eval_formula`)
+    formulas: dict[str, str] = field(default_factory=dict)
+
+    def overrides(self, row: dict) -> dict[str, Any]:
+        """``args`` plus each of ``formulas`` evaluated on the row's nominal isl, osl, concurrency."""
+        out = dict(self.args)
+        if self.formulas:
+            try:
+                values = {k: int(float(_cell(row, k))) for k in FORMULA_NAMES}
+            except ValueError:
+                raise ConfigError(f"recipe {self.model}: a row needs whole isl, osl, concurrency for "
+                                  f"{', '.join(self.formulas)}") from None
+            for k, expr in self.formulas.items():
+                out[k] = eval_formula(expr, values, f"recipe_args {self.model} {k}")
+        return out
 
     def matches(self, row: dict, engine: str) -> bool:
         if _cell(row, "mode").lower() == "disagg":
@@ -136,7 +195,7 @@ class Harness:
         out: dict[str, Any] = {}
         for r in self.recipe_args:
             if r.matches(row, engine):
-                out.update(r.args)
+                out.update(r.overrides(row))
         return out
 
     def simulated_warmup_per_client(self) -> int:
@@ -159,6 +218,8 @@ class Harness:
         return spec.get("value", spec.get("high", nominal))
 
 
+DEEPSEEK = "deepseek-ai/DeepSeek-*"
+
 #: InferenceMAX per-model recipe settings that change a modelled cost (the recipes'
 #: other arguments are the engines' defaults or already the row's columns)
 INFERENCEMAX_RECIPE_ARGS: tuple[RecipeArgs, ...] = (
@@ -168,19 +229,51 @@ INFERENCEMAX_RECIPE_ARGS: tuple[RecipeArgs, ...] = (
     RecipeArgs("openai/gpt-oss-*", ("h200_sxm", "b200_sxm"), "trtllm", {"max_num_batched_tokens": 20000},
                "SemiAnalysisAI/InferenceX benchmarks/gptoss_fp4_h200_trt.sh and gptoss_fp4_b200_trt.sh: "
                "trtllm-serve --max_num_tokens 20000 (the preset's default is 8192)"),
-    # SGLang --scheduler-recv-interval: "recv every ~10 requests; if CONC >= 16, relax to ~30"
+    # SGLang --scheduler-recv-interval: "recv every ~10 requests; if CONC >= 16, relax to ~30".
+    # DeepSeek: the db-dump campaign names the dsr1 recipes' rows (ids dsr1_*) deepseek-ai/DeepSeek-V3.
     *(RecipeArgs(model, ("b200_sxm",), "sglang", {"scheduler_recv_interval": iv}, src, quant, tps, conc)
       for model, quant, tps, src in (
-          ("deepseek-ai/DeepSeek-R1*", ("fp8",), (8,), "SemiAnalysisAI/InferenceX benchmarks/dsr1_fp8_b200.sh "
+          (DEEPSEEK, ("fp8",), (8,), "SemiAnalysisAI/InferenceX benchmarks/dsr1_fp8_b200.sh "
            "(TP 8): --scheduler-recv-interval 10 below 16 clients, else 30"),
-          ("deepseek-ai/DeepSeek-R1*", ("nvfp4",), (), "SemiAnalysisAI/InferenceX benchmarks/dsr1_fp4_b200.sh: "
+          (DEEPSEEK, ("nvfp4",), (), "SemiAnalysisAI/InferenceX benchmarks/dsr1_fp4_b200.sh: "
            "--scheduler-recv-interval 10 below 16 clients, else 30"),
-          ("Qwen/Qwen3.5-397B-A17B*", ("fp8",), (), "SemiAnalysisAI/InferenceX benchmarks/single_node/"
-           "qwen3.5_fp8_b200.sh: --scheduler-recv-interval 10 below 16 clients, else 30"))
+          ("Qwen/Qwen3.5-397B-A17B*", ("fp8", "nvfp4", ""), (), "SemiAnalysisAI/InferenceX benchmarks/single_node/"
+           "qwen3.5_fp8_b200.sh, qwen3.5_fp4_b200.sh, qwen3.5_bf16_b200.sh (since 2026-02-20, #758): "
+           "--scheduler-recv-interval 10 below 16 clients, else 30"))
       for iv, conc in ((10, (None, 15)), (30, (16, None)))),
-    RecipeArgs("deepseek-ai/DeepSeek-R1*", ("b200_sxm",), "sglang", {"scheduler_recv_interval": 10},
+    RecipeArgs(DEEPSEEK, ("b200_sxm",), "sglang", {"scheduler_recv_interval": 10},
                "SemiAnalysisAI/InferenceX benchmarks/dsr1_fp8_b200.sh (TP 4): --scheduler-recv-interval 10",
                ("fp8",), (4,)),
+    # FP8 KV cache where the recipe asks for it (the TensorRT-LLM FP8 checkpoints get it from rows.py)
+    RecipeArgs(DEEPSEEK, ("b200_sxm",), "sglang", {"kv_cache_dtype": "fp8_e4m3"},
+               "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp8_b200.sh and dsr1_fp4_b200.sh: "
+               "--kv-cache-dtype fp8_e4m3"),
+    RecipeArgs("Qwen/Qwen3.5-397B-A17B*", ("b200_sxm", "h200_sxm"), "sglang", {"kv_cache_dtype": "fp8_e4m3"},
+               "SemiAnalysisAI/InferenceX benchmarks/single_node/qwen3.5_fp8_b200.sh, qwen3.5_fp8_h200.sh, "
+               "qwen3.5_fp4_b200.sh: --kv-cache-dtype fp8_e4m3 (not the bf16 recipe)", ("fp8", "nvfp4")),
+    RecipeArgs(DEEPSEEK, ("b200_sxm", "h200_sxm"), "trtllm", {"kv_cache_dtype": "fp8"},
+               "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp4_b200_trt.sh, dsr1_fp8_b200_trt.sh, "
+               "dsr1_fp8_h200_trt.sh: kv_cache_config dtype: fp8"),
+    RecipeArgs("openai/gpt-oss-*", ("b200_sxm",), "trtllm", {"kv_cache_dtype": "fp8"},
+               "SemiAnalysisAI/InferenceX benchmarks/single_node/gptoss_fp4_b200_trt.sh: kv_cache_config "
+               "dtype: fp8 (the H200 recipe sets none)"),
+    RecipeArgs("openai/gpt-oss-*", ("b200_sxm",), "vllm", {"kv_cache_dtype": "fp8"},
+               "SemiAnalysisAI/InferenceX benchmarks/single_node/gptoss_fp4_b200.sh: config.yaml "
+               "kv-cache-dtype: fp8 (the H100/H200 recipes set none)"),
+    RecipeArgs("MiniMaxAI/MiniMax-M2.5*", ("b200_sxm",), "vllm", {"kv_cache_dtype": "fp8"},
+               "SemiAnalysisAI/InferenceX benchmarks/single_node/minimaxm2.5_fp4_b200.sh (from its first "
+               "version, 2026-04-08): vllm serve --kv-cache-dtype fp8 (the FP8 recipe gained it later)",
+               ("nvfp4",)),
+    # token budgets the recipes compute from the row's isl and concurrency
+    RecipeArgs("MiniMaxAI/MiniMax-M2.5*", ("b200_sxm",), "vllm", {},
+               "SemiAnalysisAI/InferenceX benchmarks/single_node/minimaxm2.5_fp4_b200.sh (from its first version, "
+               "2026-04-08): vllm serve --max-num-batched-tokens \"$((ISL * 2))\"", ("nvfp4",),
+               formulas={"max_num_batched_tokens": "2 * isl"}),
+    RecipeArgs(DEEPSEEK, ("b200_sxm", "h200_sxm"), "trtllm", {},
+               "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp4_b200_trt.sh, dsr1_fp8_b200_trt.sh, "
+               "dsr1_fp8_h200_trt.sh: MAX_NUM_TOKENS=$(( (CONC + ISL + 64 + 63) / 64 * 64 )), at least 8192; "
+               "trtllm-serve --max_num_tokens=$MAX_NUM_TOKENS",
+               formulas={"max_num_batched_tokens": "max(8192, (concurrency + isl + 64 + 63) // 64 * 64)"}),
 )
 
 HARNESSES: dict[str, Harness] = {h.name: h for h in (
@@ -249,7 +342,8 @@ YAML_KEYS = {
     "engine_args": "mapping engine -> mapping of servesim config keys",
     "think_time_ms": "mean client think time between a response and the next send, ms, >= 0",
     "recipe_args": "list of {model: glob, systems: [glob, ...], engine, args: mapping of config keys, "
-                   "source: text}",
+                   "source: text, quant, tp, concurrency, formulas: mapping of config keys to formulas of "
+                   "isl, osl, concurrency}",
 }
 
 
@@ -347,10 +441,10 @@ def _recipe_args(path: str, items: Any) -> tuple[RecipeArgs, ...]:
         if not isinstance(it, dict):
             raise ConfigError(f"{where}: must be a mapping of model, systems, engine, args, source")
         bad = [k for k in it if k not in ("model", "systems", "engine", "args", "source", "quant", "tp",
-                                          "concurrency")]
+                                          "concurrency", "formulas")]
         if bad:
             raise ConfigError(f"{where}.{bad[0]}: unknown key; valid: model, systems, engine, args, source, "
-                              "quant, tp, concurrency")
+                              "quant, tp, concurrency, formulas")
         model, systems, engine, args = it.get("model"), it.get("systems"), it.get("engine"), it.get("args")
         if not isinstance(model, str) or not model:
             raise ConfigError(f"{where}.model: required, a model path glob")
@@ -360,7 +454,14 @@ def _recipe_args(path: str, items: Any) -> tuple[RecipeArgs, ...]:
             raise ConfigError(f"{where}.systems: required, a list of system globs, got {systems!r}")
         if engine not in PRESETS:
             raise ConfigError(f"{where}.engine: unknown engine {engine!r}; valid: {', '.join(PRESETS)}")
-        if not isinstance(args, dict) or not args:
+        formulas = it.get("formulas", {})
+        if not isinstance(formulas, dict) or not all(isinstance(v, str) for v in formulas.values()):
+            raise ConfigError(f"{where}.formulas: must map config keys to formulas (text), got {formulas!r}")
+        for k, expr in formulas.items():  # checked now, on sample values
+            eval_formula(expr, {n: 1024 for n in FORMULA_NAMES}, f"{where}.formulas.{k}")
+        if args is None and formulas:
+            args = {}
+        if not isinstance(args, dict) or not (args or formulas):
             raise ConfigError(f"{where}.args: required, a mapping of servesim config keys, got {args!r}")
         quant = it.get("quant", [])
         tps = it.get("tp", [])
@@ -372,7 +473,8 @@ def _recipe_args(path: str, items: Any) -> tuple[RecipeArgs, ...]:
             raise ConfigError(f"{where}: quant must be a list of labels, tp a list of whole numbers, "
                               f"concurrency [min, max] (null = open); got {quant!r}, {tps!r}, {conc!r}")
         out.append(RecipeArgs(model, tuple(systems), engine, dict(args), str(it.get("source", "")),
-                              tuple(q.lower() for q in quant), tuple(tps), (conc[0], conc[1])))
+                              tuple(q.lower() for q in quant), tuple(tps), (conc[0], conc[1]),
+                              {str(k): v for k, v in formulas.items()}))
     return tuple(out)
 
 
