@@ -97,10 +97,11 @@ class RecipeArgs:
     ``args``; optionally only rows whose ``gemm_quant_mode`` is one of ``quant``,
     whose ``tp_size`` is one of ``tp`` and whose concurrency lies in
     ``concurrency`` (inclusive bounds, None = open), as recipes branch on them;
-    ``source`` says where the recipe sets them; ``formulas``: keys the recipe computes
-    from the row's nominal isl, osl and concurrency (:func:`eval_formula`). Aggregated rows only: these are
-    single-node recipe scripts; a disaggregated row's pools and engine arguments
-    come from its own recipes (``sim/validate/disagg_rows.py``)."""
+    ``source`` says where the recipe sets them; ``formulas``: keys the recipe
+    computes from the row's nominal isl, osl and concurrency (:func:`eval_formula`).
+    Aggregated rows only: these are single-node recipe scripts; a disaggregated
+    row's pools and engine arguments come from its own recipes
+    (``sim/validate/disagg_rows.py``)."""
     model: str
     systems: tuple[str, ...]
     engine: str
@@ -218,6 +219,7 @@ class Harness:
         return spec.get("value", spec.get("high", nominal))
 
 
+#: model glob of the rows the DeepSeek-R1 (dsr1_*) recipes ran: db-dump names them DeepSeek-V3
 DEEPSEEK = "deepseek-ai/DeepSeek-*"
 
 #: InferenceMAX per-model recipe settings that change a modelled cost (the recipes'
