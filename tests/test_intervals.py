@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from sim.results.intervals import interval, load_intervals, residual_quantiles, summary_intervals
+from sim.results.intervals import (interval, load_intervals, pooled_cdf_quantiles, residual_quantiles,
+                                   summary_intervals)
 from sim.validate.rows import ValidateOptions, simulate_row
 
 from tests.test_validate import GPU, MODEL
@@ -17,6 +18,27 @@ def test_conformal_ranks_by_hand():
     q = residual_quantiles(meas, [1.0] * 9)
     assert q["n"] == 9 and math.isclose(q["lo"], 0.0) and math.isclose(q["hi"], math.log(9))
     assert residual_quantiles([1.0] * 4, [1.0] * 4) is None  # too few rows
+
+
+def test_pooled_cdf_weighs_each_group_the_same_by_hand():
+    """Groups A = 18 residuals 0.0, B = [1.0], C = [-1.0]; alpha 0.2 (level 0.9).
+    Plain ranks over the 20 residuals: ceil(21 x 0.9) = 19th and floor(21 x 0.1) = 2nd
+    -> [0, 0]. Pooled CDF, each group 1/3: F(-1) = 1/3, F(0) = 2/3, F(1) = 1 -> hi 1.0
+    (first F >= 0.9); the share >= t: 1/3 at 1, 2/3 at 0, 1 at -1 -> lo -1.0."""
+    a, b, c = [0.0] * 18, [1.0], [-1.0]
+    plain = residual_quantiles([math.exp(r) for r in a + b + c], [1.0] * 20)
+    assert plain["lo"] == 0.0 and plain["hi"] == 0.0
+    q = pooled_cdf_quantiles([a, b, c])
+    assert q == {"lo": -1.0, "hi": 1.0, "n": 20, "groups": 3}
+    # alpha 0.5 (level 0.75), groups [0, .1, .2, .3] (1/12 each), [1.0] (1/3), [-.5, -.4] (1/6 each):
+    # ascending cumulative 1/6, 1/3, 5/12, 1/2, 7/12, 2/3, 1 -> hi 1.0 (first >= 3/4);
+    # descending 1/3 (1.0), 5/12, 1/2, 7/12, 2/3 (0.0), 5/6 (-0.4) -> lo -0.4
+    q = pooled_cdf_quantiles([[0.0, 0.1, 0.2, 0.3], [1.0], [-0.5, -0.4]], alpha=0.5)
+    assert q["lo"] == -0.4 and q["hi"] == 1.0 and q["groups"] == 3
+    # the group order does not matter; one group is the plain empirical quantile without rank inflation
+    assert pooled_cdf_quantiles([[-0.5, -0.4], [1.0], [0.0, 0.1, 0.2, 0.3]], alpha=0.5) == q
+    assert pooled_cdf_quantiles([[float(k) for k in range(10)]]) == {"lo": 1.0, "hi": 8.0, "n": 10, "groups": 1}
+    assert pooled_cdf_quantiles([[0.0, 1.0], [], [2.0, 3.0]]) is None  # fewer than 5 residuals
 
 
 def test_interval_contains_the_point():
