@@ -76,3 +76,62 @@ def test_plan_headroom_names_the_interval():
     assert "c at 4 req/s" in w and "70-300 ms" in w and "9.0-12.0 ms" in w
     assert plan_headroom([SimpleNamespace(max_rate=4.0, rows=[{"passed": True, "workload.request_rate": 4.0}],
                                           candidate=plan.candidate)]) == []
+
+
+def _load_benchmark(name: str):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_intervals_from_a_written_report(tmp_path):
+    """benchmarks/intervals_from_report.py rebuilds the held-out predictions and the
+    folds' fit sources from predictions.csv and fitted_params.json: 6 rows of models A
+    (TTFT residual log 1 = 0 held out) / B, C (one row each, residuals +log 2, -log 2);
+    row 5 refused (no prediction). Each model a third of the pooled CDF -> [-log 2, log 2]."""
+    import csv
+    import json
+
+    mod = _load_benchmark("intervals_from_report")
+    cols = ["backend", "backend_version", "campaign", "model_path", "system", "silicon_ttft_ms",
+            "silicon_tpot_ms", "model_ttft_ms", "model_tpot_ms", "status"]
+    rows = [["vllm", "0.1", "", m, "h100_sxm", meas, 10.0, 100.0 if st == "ok" else "", 10.0 if st == "ok" else "", st]
+            for m, meas, st in (("A", 100.0, "ok"), ("A", 100.0, "ok"), ("A", 100.0, "ok"),
+                                ("B", 200.0, "ok"), ("C", 50.0, "ok"), ("A", 100.0, "error"))]
+    with (tmp_path / "predictions.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        w.writerows(rows)
+    fitted = {"vllm": {"source": "fitted"}}
+    (tmp_path / "fitted_params.json").write_text(json.dumps({"folds": [
+        {"scheme": "model", "group": g, "params": fitted} for g in ("A", "B", "C")]}))
+    rows_, res, schemes = mod.load_report(tmp_path)
+    assert schemes == ["model"] and rows_[0]["campaign"] is None
+    assert [p["status"] for p in res["held_out"]["model"]] == ["ok"] * 5 + ["error"]
+    assert {f["group"]: f["rows"] for f in res["folds"]} == {"A": [0, 1, 2, 5], "B": [3], "C": [4]}
+    from sim.validate.crossval import conformal_intervals
+
+    q = conformal_intervals(rows_, res, schemes, min_rows=5)["engines"]["vllm"]["ttft"]
+    assert q["n"] == 5 and q["groups"] == 3
+    assert math.isclose(q["lo"], -math.log(2)) and math.isclose(q["hi"], math.log(2))
+
+
+def test_dense_sample_groups_by_engine_release():
+    """validate_moe_sample.sample_rows on a table without campaign / mode columns (the
+    dense one): every row is agg, a row's campaign is its engine and version; one row per
+    (family, engine, campaign) group with --per-group 1; concurrency above the cap dropped."""
+    import pandas as pd
+
+    mod = _load_benchmark("validate_moe_sample")
+    df = pd.DataFrame({"model_path": ["m/X", "m/X", "m/X", "m/Y", "m/X"],
+                       "backend": ["vllm", "vllm", "vllm", "vllm", "sglang"],
+                       "backend_version": ["1", "1", "2", "1", "1"],
+                       "concurrency": [8, 16, 8, 8, 128]})
+    s = mod.sample_rows(df, per_group=1, max_conc=64, seed=0)
+    assert sorted(s["campaign"]) == ["vllm 1", "vllm 1", "vllm 2"]  # sglang's row is over the cap
+    assert len(s) == 3 and set(s.index) >= {2, 3} and len({0, 1} & set(s.index)) == 1
