@@ -1,7 +1,10 @@
 """Validate a fixed, seeded, stratified sample of the MoE table
 (``../shared/silicon/moe_agg_dev.csv``) and print TTFT / TPOT MAPE, median APE
 and bias (share of rows under-predicted) overall and per model, backend,
-campaign and system.
+campaign and system. ``--table`` takes another measured table, e.g. the dense
+one (``--table dense``: ``../shared/silicon/dense_agg_dev.csv``, which records
+no ``campaign`` nor ``mode``: a row's campaign is then its engine and version,
+as in ``sim/validate/crossval.py::campaign_of``, and every row is agg).
 
 The sample: rows with concurrency <= ``--max-concurrency`` (64), grouped by
 (model family, backend, campaign); from each group ``--per-group`` rows drawn
@@ -10,6 +13,8 @@ seed and table give the same rows. Rows run in one process by default (about
 a few minutes on one core); ``--workers`` to spread them.
 
     PYTHONPATH=. python3 benchmarks/validate_moe_sample.py [--out runs/moe_sample.csv]
+    PYTHONPATH=. python3 benchmarks/validate_moe_sample.py --table dense --per-group 16 \
+        --max-concurrency 1000 --out runs/dense_sample.csv   # 80 dense rows, 16 per model x engine
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 TABLE = REPO.parent / "shared" / "silicon" / "moe_agg_dev.csv"
+#: --table shorthands
+TABLES = {"moe": TABLE, "dense": REPO.parent / "shared" / "silicon" / "dense_agg_dev.csv"}
 
 
 def family(model_path: str) -> str:
@@ -36,6 +43,11 @@ def family(model_path: str) -> str:
 
 def sample_rows(df, per_group: int, max_conc: int, seed: int):
     """The stratified sample (module docstring), in table order."""
+    df = df.copy()
+    if "mode" not in df:  # a table of aggregated rows only (the dense one)
+        df["mode"] = "agg"
+    if "campaign" not in df:  # one container run per engine release (crossval.campaign_of)
+        df["campaign"] = df["backend"].astype(str) + " " + df["backend_version"].astype(str)
     df = df[(df["mode"].fillna("agg") == "agg") & (df["concurrency"] <= max_conc)].copy()
     df["family"] = df["model_path"].map(family)
     rng = np.random.default_rng(seed)
@@ -72,7 +84,7 @@ def main(argv=None) -> int:
     from sim.validate.rows import ValidateOptions, predict_rows
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--table", default=str(TABLE))
+    ap.add_argument("--table", default=str(TABLE), help="a measured table's path, or moe / dense")
     ap.add_argument("--per-group", type=int, default=6)
     ap.add_argument("--max-concurrency", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
@@ -83,7 +95,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="pandas query restricting the sample (e.g. \"family=='DeepSeek'\")")
     a = ap.parse_args(argv)
 
-    df = pd.read_csv(a.table)
+    df = pd.read_csv(TABLES.get(a.table, a.table))
     s = sample_rows(df, a.per_group, a.max_concurrency, a.seed)
     if a.only:
         s = s.query(a.only)

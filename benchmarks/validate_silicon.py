@@ -288,8 +288,9 @@ def write_report(out: Path, rows, res, shipped, schemes, args, wall: float, num_
 def write_intervals(rows, res, schemes, write: bool = True) -> dict:
     """The nominal 80 % intervals from the cross-validated residuals
     (``sim.validate.crossval.conformal_intervals``: every leave-one-group-out
-    scheme's held-out residuals together, per engine, and their coverage on each
-    group from the rows outside it) -> sim/data/prediction_intervals.yaml."""
+    scheme's held-out residuals together, per engine, each held-out group
+    weighing the same (CDF pooling), and their coverage on each group from the
+    rows outside it) -> sim/data/prediction_intervals.yaml."""
     import yaml
 
     from sim.results.intervals import INTERVALS_FILE
@@ -300,8 +301,9 @@ def write_intervals(rows, res, schemes, write: bool = True) -> dict:
         INTERVALS_FILE.write_text(yaml.safe_dump({
             "source": f"benchmarks/validate_silicon.py {date.today().isoformat()}: 10th / 90th percentiles of "
                       "log(measured / predicted) over the held-out rows of the leave-one-"
-                      f"{iv['scheme']}-out schemes together, on the measured tables (nominal 80 % interval); "
-                      "see reports/validation/README.md",
+                      f"{iv['scheme']}-out schemes together, on the measured tables, each held-out group "
+                      "weighing the same (CDF pooling, Dunn, Wasserman & Ramdas, JASA 2023; nominal 80 % "
+                      "interval); see reports/validation/README.md",
             "engines": iv["engines"]}, sort_keys=True))
     return iv
 
@@ -410,14 +412,16 @@ def write_readme(out: Path, rows, folds_df, pooled_df, res, schemes, wall, num_s
     if iv and iv["engines"]:
         lines += ["## Prediction intervals (nominal 80 %)", "",
                   f"From the held-out residuals of the leave-one-{iv['scheme']}-out schemes together (rows whose "
-                  "engine was fitted in the fold), per engine: a prediction p carries "
+                  "engine was fitted in the fold), per engine, each held-out group weighing the same whatever "
+                  "its row count (CDF pooling: Dunn, Wasserman & Ramdas, JASA 2023, arXiv:1809.07441; the rows "
+                  "of one group share its error): a prediction p carries "
                   "[p·exp(lo), p·exp(hi)] (`sim/data/prediction_intervals.yaml`, used by `validate`'s "
                   "`pred_*_ms_lo/_hi` and `summary.json`'s `mean_*_ms_lo/_hi`).", "",
-                  "| engine | metric | rows | lo factor | hi factor |", "|---|---|---|---|---|"]
+                  "| engine | metric | rows | groups | lo factor | hi factor |", "|---|---|---|---|---|---|"]
         for eng, ms in iv["engines"].items():
             for m, q in ms.items():
                 lines.append(f"| {eng} | {m.upper()} | {q['n']}{' (all engines)' if q.get('pooled_over_engines') else ''}"
-                             f" | {math.exp(q['lo']):.2f} | {math.exp(q['hi']):.2f} |")
+                             f" | {q.get('groups', '')} | {math.exp(q['lo']):.2f} | {math.exp(q['hi']):.2f} |")
         cov = iv["coverage_other_groups"]
 
         def fmt(cv):

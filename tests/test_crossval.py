@@ -98,16 +98,40 @@ def test_conformal_intervals_pool_the_schemes_and_measure_coverage_one_level_out
         {"scheme": "system", "group": "g3", "rows": [10], "params": pooled}]}
     iv = cv.conformal_intervals(rows, res, ["model", "system"], min_rows=5)
     assert iv["scheme"] == "model/system"
-    # 20 residuals sorted: -0.1 x5, 0.1 x5, 0.3 x10; conformal ranks 2 and 19 (1-based): -0.1 and 0.3
+    # 20 residuals in 4 groups of 5 (model A +0.1, model B -0.1, GPU g1 / g2 +0.3), each group 1/4
+    # of the pooled CDF: F(-0.1) = 1/4, F(0.1) = 1/2, F(0.3) = 1 -> 10th / 90th percentiles -0.1 and 0.3
     q = iv["engines"]["vllm"]["ttft"]
     assert q["n"] == 20 and math.isclose(q["lo"], -0.1) and math.isclose(q["hi"], 0.3)
     cov = iv["coverage_by_scheme"]
-    # model A scored with B's residuals [-0.1 x5, 0.3 x5] -> [-0.1, 0.3] covers +0.1; B with A's
-    # [0.1 x5, 0.3 x5] -> [0.1, 0.3] misses -0.1; each GPU with the other's -> [-0.1, 0.3] covers 0.3
+    # model A scored with rows 5-9's residuals: group B -0.1 (1/3), g1 and g2 +0.3 (1/3 each)
+    # -> [-0.1, 0.3] covers +0.1; B with A's: A +0.1 (1/3), g1, g2 +0.3 -> [0.1, 0.3] misses -0.1;
+    # g1 with the odd rows': A +0.1, B -0.1, g2 +0.3, 1/3 each -> [-0.1, 0.3] covers 0.3
     assert cov["model"]["ttft"] == {"share": 0.5, "n": 10}
     assert cov["system"]["ttft"] == {"share": 1.0, "n": 10}
     assert iv["coverage_other_groups"]["ttft"] == {"share": 0.75, "n": 20}
     assert iv["coverage_other_groups"]["tpot"] == {"share": 1.0, "n": 20}
+
+
+def test_conformal_intervals_weigh_each_held_out_group_the_same():
+    """Leave-one-model-out residuals: model A's 60 rows 0.0, B's 3 rows +1.0, C's 3 rows
+    -1.0. Plain ranks over the 66 rows: ceil(67 x 0.9) = 61st and floor(67 x 0.1) = 6th,
+    both 0.0 -> [0, 0]; each model 1/3 of the pooled CDF: [-1, 1]. Coverage one level
+    out: A from B and C (1/2 each: [-1, 1], covers its 60 rows), B from A and C (F(-1) =
+    1/2, F(0) = 1: [-1, 0], misses its 3 rows), C from A and B ([0, 1], misses 3): 60 of 66."""
+    resid = [0.0] * 60 + [1.0] * 3 + [-1.0] * 3
+    groups = {"A": list(range(60)), "B": [60, 61, 62], "C": [63, 64, 65]}
+    rows = [{"backend": "vllm", "model_path": next(g for g, idx in groups.items() if i in idx),
+             "silicon_ttft_ms": 100.0, "silicon_tpot_ms": 10.0} for i in range(66)]
+    held = {"model": [{"status": "ok", "pred_ttft_ms": 100.0 / math.exp(r), "pred_tpot_ms": 10.0} for r in resid]}
+    fitted = {"vllm": {"source": "fitted"}}
+    res = {"held_out": held, "folds": [{"scheme": "model", "group": g, "rows": idx, "params": fitted}
+                                       for g, idx in groups.items()]}
+    iv = cv.conformal_intervals(rows, res, ["model"], min_rows=5)
+    q = iv["engines"]["vllm"]["ttft"]
+    assert q["n"] == 66 and q["groups"] == 3
+    assert math.isclose(q["lo"], -1.0) and math.isclose(q["hi"], 1.0)
+    assert iv["coverage_other_groups"]["ttft"] == {"share": 60 / 66, "n": 66}
+    assert iv["coverage_other_groups"]["tpot"] == {"share": 1.0, "n": 66}
 
 
 def test_score_only_rows_never_enter_a_fit_and_are_simulated_only_under_fitted_values():

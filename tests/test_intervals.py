@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from sim.results.intervals import interval, load_intervals, residual_quantiles, summary_intervals
+from sim.results.intervals import (interval, load_intervals, pooled_cdf_quantiles, residual_quantiles,
+                                   summary_intervals)
 from sim.validate.rows import ValidateOptions, simulate_row
 
 from tests.test_validate import GPU, MODEL
@@ -17,6 +18,27 @@ def test_conformal_ranks_by_hand():
     q = residual_quantiles(meas, [1.0] * 9)
     assert q["n"] == 9 and math.isclose(q["lo"], 0.0) and math.isclose(q["hi"], math.log(9))
     assert residual_quantiles([1.0] * 4, [1.0] * 4) is None  # too few rows
+
+
+def test_pooled_cdf_weighs_each_group_the_same_by_hand():
+    """Groups A = 18 residuals 0.0, B = [1.0], C = [-1.0]; alpha 0.2 (level 0.9).
+    Plain ranks over the 20 residuals: ceil(21 x 0.9) = 19th and floor(21 x 0.1) = 2nd
+    -> [0, 0]. Pooled CDF, each group 1/3: F(-1) = 1/3, F(0) = 2/3, F(1) = 1 -> hi 1.0
+    (first F >= 0.9); the share >= t: 1/3 at 1, 2/3 at 0, 1 at -1 -> lo -1.0."""
+    a, b, c = [0.0] * 18, [1.0], [-1.0]
+    plain = residual_quantiles([math.exp(r) for r in a + b + c], [1.0] * 20)
+    assert plain["lo"] == 0.0 and plain["hi"] == 0.0
+    q = pooled_cdf_quantiles([a, b, c])
+    assert q == {"lo": -1.0, "hi": 1.0, "n": 20, "groups": 3}
+    # alpha 0.5 (level 0.75), groups [0, .1, .2, .3] (1/12 each), [1.0] (1/3), [-.5, -.4] (1/6 each):
+    # ascending cumulative 1/6, 1/3, 5/12, 1/2, 7/12, 2/3, 1 -> hi 1.0 (first >= 3/4);
+    # descending 1/3 (1.0), 5/12, 1/2, 7/12, 2/3 (0.0), 5/6 (-0.4) -> lo -0.4
+    q = pooled_cdf_quantiles([[0.0, 0.1, 0.2, 0.3], [1.0], [-0.5, -0.4]], alpha=0.5)
+    assert q["lo"] == -0.4 and q["hi"] == 1.0 and q["groups"] == 3
+    # the group order does not matter; one group is the plain empirical quantile without rank inflation
+    assert pooled_cdf_quantiles([[-0.5, -0.4], [1.0], [0.0, 0.1, 0.2, 0.3]], alpha=0.5) == q
+    assert pooled_cdf_quantiles([[float(k) for k in range(10)]]) == {"lo": 1.0, "hi": 8.0, "n": 10, "groups": 1}
+    assert pooled_cdf_quantiles([[0.0, 1.0], [], [2.0, 3.0]]) is None  # fewer than 5 residuals
 
 
 def test_interval_contains_the_point():
@@ -54,3 +76,62 @@ def test_plan_headroom_names_the_interval():
     assert "c at 4 req/s" in w and "70-300 ms" in w and "9.0-12.0 ms" in w
     assert plan_headroom([SimpleNamespace(max_rate=4.0, rows=[{"passed": True, "workload.request_rate": 4.0}],
                                           candidate=plan.candidate)]) == []
+
+
+def _load_benchmark(name: str):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_intervals_from_a_written_report(tmp_path):
+    """benchmarks/intervals_from_report.py rebuilds the held-out predictions and the
+    folds' fit sources from predictions.csv and fitted_params.json: 6 rows of models A
+    (TTFT residual log 1 = 0 held out) / B, C (one row each, residuals +log 2, -log 2);
+    row 5 refused (no prediction). Each model a third of the pooled CDF -> [-log 2, log 2]."""
+    import csv
+    import json
+
+    mod = _load_benchmark("intervals_from_report")
+    cols = ["backend", "backend_version", "campaign", "model_path", "system", "silicon_ttft_ms",
+            "silicon_tpot_ms", "model_ttft_ms", "model_tpot_ms", "status"]
+    rows = [["vllm", "0.1", "", m, "h100_sxm", meas, 10.0, 100.0 if st == "ok" else "", 10.0 if st == "ok" else "", st]
+            for m, meas, st in (("A", 100.0, "ok"), ("A", 100.0, "ok"), ("A", 100.0, "ok"),
+                                ("B", 200.0, "ok"), ("C", 50.0, "ok"), ("A", 100.0, "error"))]
+    with (tmp_path / "predictions.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        w.writerows(rows)
+    fitted = {"vllm": {"source": "fitted"}}
+    (tmp_path / "fitted_params.json").write_text(json.dumps({"folds": [
+        {"scheme": "model", "group": g, "params": fitted} for g in ("A", "B", "C")]}))
+    rows_, res, schemes = mod.load_report(tmp_path)
+    assert schemes == ["model"] and rows_[0]["campaign"] is None
+    assert [p["status"] for p in res["held_out"]["model"]] == ["ok"] * 5 + ["error"]
+    assert {f["group"]: f["rows"] for f in res["folds"]} == {"A": [0, 1, 2, 5], "B": [3], "C": [4]}
+    from sim.validate.crossval import conformal_intervals
+
+    q = conformal_intervals(rows_, res, schemes, min_rows=5)["engines"]["vllm"]["ttft"]
+    assert q["n"] == 5 and q["groups"] == 3
+    assert math.isclose(q["lo"], -math.log(2)) and math.isclose(q["hi"], math.log(2))
+
+
+def test_dense_sample_groups_by_engine_release():
+    """validate_moe_sample.sample_rows on a table without campaign / mode columns (the
+    dense one): every row is agg, a row's campaign is its engine and version; one row per
+    (family, engine, campaign) group with --per-group 1; concurrency above the cap dropped."""
+    import pandas as pd
+
+    mod = _load_benchmark("validate_moe_sample")
+    df = pd.DataFrame({"model_path": ["m/X", "m/X", "m/X", "m/Y", "m/X"],
+                       "backend": ["vllm", "vllm", "vllm", "vllm", "sglang"],
+                       "backend_version": ["1", "1", "2", "1", "1"],
+                       "concurrency": [8, 16, 8, 8, 128]})
+    s = mod.sample_rows(df, per_group=1, max_conc=64, seed=0)
+    assert sorted(s["campaign"]) == ["vllm 1", "vllm 1", "vllm 2"]  # sglang's row is over the cap
+    assert len(s) == 3 and set(s.index) >= {2, 3} and len({0, 1} & set(s.index)) == 1

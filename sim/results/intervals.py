@@ -1,11 +1,19 @@
-"""Prediction intervals from cross-validated residuals (split conformal).
+"""Prediction intervals from cross-validated residuals (conformal, pooled over groups).
 
 ``benchmarks/validate_silicon.py`` scores every measured row held out of its
 fit (leave one model, one GPU, one campaign out) and writes, per engine and
 metric, the 10th and 90th percentiles of ``log(measured / predicted)`` over
 those held-out residuals of every scheme together
 (``sim.validate.crossval.conformal_intervals``) to
-``sim/data/prediction_intervals.yaml``. A prediction ``p`` of that engine
+``sim/data/prediction_intervals.yaml``. The residuals are exchangeable within
+a held-out group (a model, a GPU, a campaign), not across groups: the rows of
+one model share its error. The percentiles are therefore those of the pooled
+CDF, the mean of the groups' empirical CDFs, each group weighing the same
+whatever its row count (:func:`pooled_cdf_quantiles`; "CDF pooling" of
+R. Dunn, L. Wasserman, A. Ramdas, "Distribution-free prediction sets for
+two-layer hierarchical models", JASA 118 (2023) 2491-2502,
+doi:10.1080/01621459.2022.2060112, arXiv:1809.07441): the interval of a row
+of a new group, not of one more row of a known group. A prediction ``p`` of that engine
 then carries the nominal 80 % interval ``[p·exp(q10), p·exp(q90)]``
 (:func:`interval`), written beside the point value (``validate``:
 ``pred_ttft_ms_lo`` / ``_hi``; ``run`` / ``compare`` / ``plan``:
@@ -58,9 +66,38 @@ def summary_intervals(engine: str | None, summary: dict[str, Any]) -> dict[str, 
     return out
 
 
+def pooled_cdf_quantiles(groups: list[list[float]], alpha: float = 0.2) -> dict[str, Any] | None:
+    """{"lo", "hi", "n", "groups"}: the alpha/2 and 1 - alpha/2 quantiles of the
+    pooled CDF F(t) = (1/K) sum_k #{r in group k: r <= t} / n_k of K groups of
+    residuals (Dunn, Wasserman, Ramdas 2023, CDF pooling; module docstring):
+    ``hi`` the smallest residual r with F(r) >= 1 - alpha/2, ``lo`` the largest r
+    with the pooled share of residuals >= r at least 1 - alpha/2. Weights are
+    exact fractions (the same residuals give the same bounds on any machine).
+    None with fewer than 5 residuals; empty groups are skipped."""
+    from fractions import Fraction
+
+    groups = [g for g in groups if g]
+    n = sum(len(g) for g in groups)
+    if n < 5:
+        return None
+    pts = sorted((float(r), Fraction(1, len(groups) * len(g))) for g in groups for r in g)
+    level = Fraction(1) - Fraction(alpha).limit_denominator(10**6) / 2
+
+    def first_reaching(seq):
+        acc = Fraction(0)
+        for r, w in seq:
+            acc += w
+            if acc >= level:
+                return r
+        return seq[-1][0]
+
+    return {"lo": first_reaching(pts[::-1]), "hi": first_reaching(pts), "n": n, "groups": len(groups)}
+
+
 def residual_quantiles(meas: list[float], pred: list[float], alpha: float = 0.2) -> dict[str, float] | None:
     """{"lo", "hi", "n"}: the alpha/2 and 1 - alpha/2 quantiles of log(meas / pred)
-    (finite-sample conformal ranks: ceil((n + 1)(1 - alpha/2)))."""
+    of exchangeable rows (finite-sample split-conformal ranks:
+    ceil((n + 1)(1 - alpha/2))); rows in groups: :func:`pooled_cdf_quantiles`."""
     r = sorted(math.log(m / p) for m, p in zip(meas, pred) if m > 0 and p and p > 0 and math.isfinite(p))
     n = len(r)
     if n < 5:

@@ -324,21 +324,28 @@ def cross_validate(cache: PredictionCache, schemes: Sequence[str], rounds: int =
 
 def conformal_intervals(rows: Sequence[dict], res: dict, schemes: Sequence[str], *,
                         min_rows: int = 20, alpha: float = 0.2) -> dict:
-    """Split-conformal prediction intervals from a :func:`cross_validate` result.
+    """Conformal prediction intervals, pooled over groups, from a :func:`cross_validate` result.
 
     Per engine and metric, the alpha/2 and 1 - alpha/2 quantiles of
     log(measured / predicted) over the held-out residuals of every
     leave-one-group-out scheme in ``schemes`` together (model, GPU, campaign):
     a row held out of a fold in which its engine was fitted (not pooled over
     engines) contributes one residual per scheme, since a new deployment may be
-    new in its model, its GPU or its campaign. An engine with fewer than
-    ``min_rows`` residuals takes every engine's. Coverage is measured one
-    level further out: for each group of each scheme, the quantiles from the
-    residuals of the rows outside that group only, scored on that group's
-    held-out residuals of that scheme. Returns ``{"scheme", "engines":
-    engine -> metric -> {"lo", "hi", "n"}, "coverage_other_groups": metric ->
-    {"share", "n"}, "coverage_by_scheme": scheme -> metric -> {"share", "n"}}``."""
-    from sim.results.intervals import residual_quantiles
+    new in its model, its GPU or its campaign. The residuals of one held-out
+    group (one scheme's group) share its error, so each group weighs the same
+    in the quantiles, whatever its row count: CDF pooling
+    (``sim.results.intervals.pooled_cdf_quantiles``; Dunn, Wasserman, Ramdas,
+    JASA 2023). Plain split-conformal ranks over every residual let the groups
+    with many rows set the band, and covered 69 % (TTFT) / 75 % (TPOT) of
+    held-out groups' rows on 2026-12-05 against 76 % / 85 % pooled. An engine
+    with fewer than ``min_rows`` residuals takes every engine's. Coverage is
+    measured one level further out: for each group of each scheme, the
+    quantiles from the residuals of the rows outside that group only, scored on
+    that group's held-out residuals of that scheme. Returns ``{"scheme",
+    "engines": engine -> metric -> {"lo", "hi", "n", "groups"},
+    "coverage_other_groups": metric -> {"share", "n"}, "coverage_by_scheme":
+    scheme -> metric -> {"share", "n"}}``."""
+    from sim.results.intervals import pooled_cdf_quantiles
 
     held_out = res["held_out"]
     used = [s for s in ("model", "system", "campaign") if s in schemes] or list(schemes[:1])
@@ -352,9 +359,14 @@ def conformal_intervals(rows: Sequence[dict], res: dict, schemes: Sequence[str],
                                    if (f["params"].get(rows[i]["backend"]) or {}).get("source") == "fitted"}
         entries += [(i, scheme) for i, p in enumerate(held) if p.get("status") == "ok" and i in fitted_in_fold]
 
+    def residual(i, s, m):
+        return math.log(float(rows[i][f"silicon_{m}_ms"]) / held_out[s][i][f"pred_{m}_ms"])
+
     def quantiles(es, m):
-        return residual_quantiles([float(rows[i][f"silicon_{m}_ms"]) for i, _ in es],
-                                  [held_out[s][i][f"pred_{m}_ms"] for i, s in es], alpha)
+        by_group: dict[tuple[str, str], list[float]] = {}
+        for i, s in es:
+            by_group.setdefault((s, group_of(rows[i], s)), []).append(residual(i, s, m))
+        return pooled_cdf_quantiles([by_group[k] for k in sorted(by_group)], alpha)
 
     engines: dict = {}
     all_engines = sorted({rows[i]["backend"] for s in used for i, p in enumerate(held_out[s])
@@ -385,7 +397,7 @@ def conformal_intervals(rows: Sequence[dict], res: dict, schemes: Sequence[str],
                     for i, s in test:
                         if rows[i]["backend"] != eng:
                             continue
-                        r = math.log(float(rows[i][f"silicon_{m}_ms"]) / held_out[s][i][f"pred_{m}_ms"])
+                        r = residual(i, s, m)
                         cover[scheme][m][0] += int(q["lo"] <= r <= q["hi"])
                         cover[scheme][m][1] += 1
     pooled = {m: [sum(cover[s][m][k] for s in used) for k in (0, 1)] for m in ("ttft", "tpot")}
