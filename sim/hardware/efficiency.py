@@ -167,6 +167,16 @@ class MoeParams(KernelParams):
     launch and exit, vLLM ``fused_moe`` with an ``expert_map``), + ``launch_s``."""
     expert_s: float = _Cost
     row_s: float = _Cost
+    #: True: the intermediate caches (w13 output, activation, w2 output, moe_sum) span
+    #: every routed row of the batch, T top_k, local or not (vLLM's Triton fused_moe
+    #: with an expert_map writes zeros for other ranks' experts' rows); False: only
+    #: the rank's T top_k / ep rows (the gpt-oss OAI Triton kernel, whose time falls
+    #: as 1/ep at large T); chosen from the table by ``calibration.fit.fit_moe``
+    whole_batch_rows: bool = True
+    #: fixed cost of the expert-parallel path, paid where ep > 1 (the routing remapped to
+    #: local experts, the local rows gathered and scattered: the gpt-oss OAI Triton
+    #: kernel's floor is ~68 us at EP 2-128 against ~38-48 us at TP 2-32 on H100)
+    ep_s: float = Field(default=0.0, ge=0, le=MAX_FIXED_COST_S)
     tile_m: int = Field(default=64, gt=0, le=2 ** 16)        #: rows per expert block, T > E
     tile_m_small: int = Field(default=16, gt=0, le=2 ** 16)  #: rows per expert block, T <= E
 
