@@ -90,3 +90,11 @@ def test_gdn_layer_terms_by_hand():
     # without decode_launch_s the decode path falls back to launch_s
     q = p.model_copy(update={"decode_launch_s": None})
     assert gdn_layer_s(q, hw, 0.0, 0.0, 1.0, True) == pytest.approx(8e-6 + 0.2e-6, rel=1e-12)
+
+
+def test_gdn_serial_tokens_by_hand():
+    from sim.cost_model.layer_kinds import gdn_serial_tokens  # noqa: PLC0415
+    # 2 sequences x 4 heads on 132 SMs: one wave, the longest sequence's 300 tokens
+    assert gdn_serial_tokens(8, 132, 300.0, 200.0) == 300.0
+    # 100 sequences x 4 heads: ceil(400 / 132) = 4 waves x the mean 200 tokens
+    assert gdn_serial_tokens(400, 132, 300.0, 200.0) == 800.0
