@@ -156,14 +156,19 @@ def _predict(kind: str, df: pd.DataFrame, hw: HardwareProfile, skipped: dict[str
         fmt = df["moe_dtype"].astype(str).map(MOE_DTYPES)
         keep = _skip(fmt.isna().to_numpy(), "moe_dtype not modelled", skipped)
         pred = np.full(len(df), np.nan)
-        for f in fmt[keep].unique():
-            rows = keep & (fmt == f).to_numpy()
-            s = df[rows]
-            pred[rows] = moe_layer_time_s(hw, s["num_tokens"].to_numpy(), s["hidden_size"].to_numpy(),
-                                          (s["inter_size"] / s["moe_tp_size"]).to_numpy(),
-                                          s["num_experts"].to_numpy(), s["topk"].to_numpy(), f,
-                                          s["moe_ep_size"].to_numpy().astype(float))
         dist = df["distribution"].astype(str)
+        # balanced rows as the table dealt them (fitted.moe_touched_rows), others uniform
+        routing = np.where(dist == "balanced", "balanced", "uniform")
+        for f in fmt[keep].unique():
+            for r in ("balanced", "uniform"):
+                rows = keep & (fmt == f).to_numpy() & (routing == r)
+                if not rows.any():
+                    continue
+                s = df[rows]
+                pred[rows] = moe_layer_time_s(hw, s["num_tokens"].to_numpy(), s["hidden_size"].to_numpy(),
+                                              (s["inter_size"] / s["moe_tp_size"]).to_numpy(),
+                                              s["num_experts"].to_numpy(), s["topk"].to_numpy(), f,
+                                              s["moe_ep_size"].to_numpy().astype(float), routing=r)
         band = np.where(df["num_tokens"].to_numpy() <= SMALL_M, f"tokens <= {SMALL_M}",
                         f"tokens > {SMALL_M}")
         # balanced routing first (the cost model's uniform routing); skewed reported

@@ -48,6 +48,7 @@ SPACE = {
     "seq_head_s": (1e-8, 1e-14, 1e-5),
     "expert_s": (5e-7, 1e-12, 1e-4),
     "row_s": (1e-8, 1e-14, 1e-5),
+    "ep_s": (1e-6, 1e-12, 1e-3),
     "cta_token_s": (1e-8, 1e-14, 1e-5),
     "latency_s": (5e-6, 1e-8, 1e-3),
     "latency_per_gpu_s": (1e-6, 1e-11, 1e-3),
@@ -75,12 +76,13 @@ FREE = {
     # decode attention is memory-bound (query heads per KV head << the ridge point):
     # its compute term stays the plain roofline (efficiency 1), not fitted
     "generation_attention": (GenerationAttentionParams, _MEMORY + ("seq_head_s",)),
-    "moe": (MoeParams, _CORE + ("expert_s", "row_s")),
+    "moe": (MoeParams, _CORE + ("expert_s", "row_s", "ep_s")),
     "all_reduce": (AllReduceParams, ("latency_s", "latency_per_gpu_s", "half_bytes", "exponent")),
 }
 FIXED_DEFAULTS = {"compute_efficiency_max": 1.0, "compute_half_flops": 1.0, "compute_exponent": 0.5,
                   "memory_exponent": 0.5, "k_serial_s": 0.0, "k_split": 1e6,
-                  "softmax_flops_per_score": 0.0, "seq_head_s": 0.0, "expert_s": 0.0, "row_s": 0.0}
+                  "softmax_flops_per_score": 0.0, "seq_head_s": 0.0, "expert_s": 0.0, "row_s": 0.0,
+                  "ep_s": 0.0}
 W8A8_FAMILIES = ("gemm.fp8", "gemm.fp8_block")
 #: tables larger than this pick their best start on a seeded subsample of this many rows
 SCREEN_ROWS = 4000
@@ -184,7 +186,7 @@ def predict(family: str, params, rows: pd.DataFrame | dict, dev: Device) -> np.n
         return moe_fitted_s(params, a["num_tokens"], a["hidden_size"], a["inter_size"] / a["moe_tp_size"],
                             a["num_experts"], a["topk"], dev.peak_fp8 if w8a8 else dev.peak_bf16,
                             dev.hbm_bw, weight_bytes=WEIGHT_BYTES_PER_PARAM[fmt],
-                            act_bytes=1.0 if w8a8 else 2.0, ep=a["moe_ep_size"])
+                            act_bytes=1.0 if w8a8 else 2.0, ep=a["moe_ep_size"], routing="balanced")
     return all_reduce_fitted_s(params, dev.link_bw, a["message_bytes"], a["num_gpus"])
 
 
@@ -310,15 +312,32 @@ def fit_block_fp8(rows: pd.DataFrame, dev: Device, fp8: GemmParams, family: str 
                       free_override=FREE["gemm_block"][1])
 
 
+def fit_moe(family: str, rows: pd.DataFrame, dev: Device, **kw) -> FitResult:
+    """A fused-MoE kernel, choosing from the data whether its intermediate caches span
+    the whole batch's routed rows (vLLM's Triton fused_moe with an expert_map) or the
+    rank's only (``MoeParams.whole_batch_rows``): fitted both ways where the table has
+    EP > 1 rows, the lower training cost wins."""
+    fixed = kw.pop("fixed", None) or {}
+    if not (rows["moe_ep_size"] > 1).any():  # nothing tells either term
+        return fit_family(family, rows, dev, fixed={"ep_s": 0.0, "whole_batch_rows": True, **fixed}, **kw)
+    if "whole_batch_rows" in fixed:
+        return fit_family(family, rows, dev, fixed=fixed, **kw)
+    fits = [fit_family(family, rows, dev, fixed={**fixed, "whole_batch_rows": w}, **kw)
+            for w in (True, False)]
+    return min(fits, key=lambda f: f.cost)
+
+
 def fit_any(family: str, rows: pd.DataFrame, dev: Device, *, fp8: GemmParams | None = None,
             **kw) -> FitResult:
     """:func:`fit_generation` for decode attention (unless ``split_kv_min_group``
     is fixed), :func:`fit_block_fp8` for block-fp8 GEMMs given the per-tensor
-    ``fp8`` fit, :func:`fit_family` otherwise."""
+    ``fp8`` fit, :func:`fit_moe` for fused MoE, :func:`fit_family` otherwise."""
     if family.split("@")[0] == "gemm.fp8_block" and fp8 is not None:
         return fit_block_fp8(rows, dev, fp8, family, fixed=kw.get("fixed"))
     if family == "generation_attention" and "split_kv_min_group" not in kw.get("fixed", {}):
         return fit_generation(rows, dev, start=kw.get("start"), fixed=kw.get("fixed"))
+    if kind_of_family(family) == "moe":
+        return fit_moe(family, rows, dev, **kw)
     return fit_family(family, rows, dev, **kw)
 
 

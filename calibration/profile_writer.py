@@ -78,7 +78,9 @@ def build_efficiency(fits: dict[str, FitResult], base: HardwareProfile, *,
         if fam.startswith("moe.") and "@" not in fam:
             moe[fam.split(".", 1)[1]] = fit.params
     return FittedEfficiency(form="fitted_v1", step_overhead_s=fallback.step_overhead_s, gemm=gemm,
-                            elementwise=elementwise, moe=moe, mla=fallback.mla, gdn=fallback.gdn, **pick)
+                            elementwise=elementwise, moe=moe, mla=fallback.mla, gdn=fallback.gdn,
+                            custom_all_reduce=fallback.custom_all_reduce, mla_engines=fallback.mla_engines,
+                            **pick)
 
 
 def _round(x: Any) -> Any:

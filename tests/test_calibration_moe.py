@@ -5,6 +5,7 @@ MoE table with the expected error, and profiles without the new sections load.""
 from pathlib import Path
 
 import numpy as np
+import pytest
 import pandas as pd
 
 from calibration.check_tables import check_dir
@@ -68,7 +69,8 @@ def test_check_tables_scores_a_tiny_moe_table(tmp_path):
     rows = moe_rows().head(24)
     pred = moe_layer_time_s(hw, rows["num_tokens"], rows["hidden_size"],
                             rows["inter_size"] / rows["moe_tp_size"], rows["num_experts"],
-                            rows["topk"], "bf16", rows["moe_ep_size"].to_numpy())
+                            rows["topk"], "bf16", rows["moe_ep_size"].to_numpy(), routing="balanced")
+    # balanced rows are scored with the table's balanced routing
     df = rows.assign(kernel_source="k", moe_dtype="bfloat16", distribution="balanced",
                      latency=1e3 * pred * 1.25)  # measured 25 % above: APE 20 %
     df.to_csv(tmp_path / "x_moe.csv", index=False)
@@ -122,3 +124,58 @@ def test_live_moe_csv_is_fitted_into_the_profile(tmp_path):
     assert list(fits) == ["moe.bf16"] and scores["moe.bf16"][2] < 2.0
     eff = build_efficiency(fits, get_hardware("h100_sxm"))
     assert eff.moe["bf16"] == fits["moe.bf16"].params
+
+
+def test_moe_routing_touched_experts_and_rows_by_hand():
+    from sim.cost_model.fitted import moe_touched_rows  # noqa: PLC0415
+    # uniform: 64 experts over EP 8, top-4, one token: 8 x (1 - 60/64) = 0.5 experts, 0.5 rows
+    t, m = moe_touched_rows(1.0, 64.0, 4.0, 8.0, "uniform")
+    assert (t, m) == (0.5, 0.5)
+    # balanced (the tables): at least one expert with one row on the measured rank
+    assert moe_touched_rows(1.0, 64.0, 4.0, 8.0, "balanced") == (1.0, 1.0)
+    # 32 tokens x top-4 = 128 rows over min(64, 128) = 64 experts: 8 local experts, 16 rows
+    t, m = moe_touched_rows(32.0, 64.0, 4.0, 8.0, "balanced")
+    assert (float(t), float(m)) == (8.0, 16.0)
+    # 8 tokens x top-4 = 32 distinct experts (< 64): 4 per rank, 4 rows
+    t, m = moe_touched_rows(8.0, 64.0, 4.0, 8.0, "balanced")
+    assert (float(t), float(m)) == (4.0, 4.0)
+
+
+def test_moe_layer_terms_by_hand():
+    from sim.cost_model.fitted import moe_fitted_s  # noqa: PLC0415
+    p = MoeParams(compute_efficiency_max=0.5, compute_half_flops=1.0, compute_exponent=1.0,
+                  memory_efficiency_max=0.8, memory_half_bytes=1.0, memory_exponent=1.0,
+                  launch_s=1e-5, expert_s=1e-6, row_s=1e-9, ep_s=2e-5)
+    h, i, E, k, ep = 1024.0, 512.0, 64.0, 4.0, 8.0
+
+    def want(flops, nbytes, touched, fixed_ep):
+        tc = flops / (1e15 * 0.5) * (1 + 1 / flops)
+        tm = nbytes / (3e12 * 0.8) * (1 + 1 / nbytes)
+        return (tc * tc + tm * tm) ** 0.5 + 1e-5 + 1e-6 * touched + 1e-9 * 4 + fixed_ep
+
+    # T = 1, balanced: 1 expert, 1 row padded to 16; weights 3 h I x 2 B; the local row's
+    # A reads (h + I) x 2 B; all 4 routed rows' caches (5 I + 2 h) x 2 B
+    flops = 6.0 * 16 * h * i
+    local = 3 * h * i * 2 + (h + i) * 2
+    nbytes = local + 4 * (5 * i + 2 * h) * 2
+    got = moe_fitted_s(p, 1.0, h, i, E, k, 1e15, 3e12, weight_bytes=2.0, ep=ep, routing="balanced")
+    assert float(got) == pytest.approx(want(flops, nbytes, 1.0, 2e-5), rel=1e-12)
+    # a kernel whose caches hold the rank's rows only: 1 row's caches
+    q = p.model_copy(update={"whole_batch_rows": False})
+    got = moe_fitted_s(q, 1.0, h, i, E, k, 1e15, 3e12, weight_bytes=2.0, ep=ep, routing="balanced")
+    assert float(got) == pytest.approx(want(flops, local + (5 * i + 2 * h) * 2, 1.0, 2e-5), rel=1e-12)
+    # EP 1: no EP-path cost
+    got = moe_fitted_s(p, 1.0, h, i, E, k, 1e15, 3e12, weight_bytes=2.0, ep=1.0, routing="balanced")
+    flops1 = 6.0 * 4 * 16 * h * i  # 4 experts x 1 row, each padded to 16
+    nbytes1 = 4 * 3 * h * i * 2 + 4 * (h + i) * 2 + 4 * (5 * i + 2 * h) * 2
+    assert float(got) == pytest.approx(want(flops1, nbytes1, 4.0, 0.0), rel=1e-12)
+
+
+def test_moe_fit_chooses_local_rows_from_the_table():
+    from calibration.fit import fit_any  # noqa: PLC0415
+    rows = moe_rows()
+    true = MOE_TRUE.model_copy(update={"whole_batch_rows": False, "ep_s": 3e-5})
+    rows["latency_s"] = predict("moe.mxfp4", true, rows, DEV)
+    fit = fit_any("moe.mxfp4", rows, DEV)
+    assert fit.params.whole_batch_rows is False
+    assert np.abs(predict("moe.mxfp4", fit.params, rows, DEV) / rows["latency_s"] - 1).max() < 0.02

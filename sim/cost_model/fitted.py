@@ -138,30 +138,59 @@ def gemm_measured_s(p: GemmParams, m, n, k, peak: float, bw: float, *, weight_by
 
 
 # -- fused MoE --------------------------------------------------------------------------
+#: how routed rows spread over the experts: ``uniform`` (each token picks top_k experts
+#: at random, the serving model), ``balanced`` (the kernel tables' balanced
+#: distribution: the T top_k rows dealt evenly over min(E, T top_k) experts, and the
+#: measured rank always gets at least one expert with one row)
+MOE_ROUTINGS = ("uniform", "balanced")
+
+
+def moe_touched_rows(T, E, k, ep, routing: str = "uniform"):
+    """(local experts touched, local routed rows) on one rank (arrays broadcast).
+    ``uniform``: E/ep (1 - (1 - k/E)^T) experts (expected distinct picks), T k / ep
+    rows. ``balanced``: min(E, T k) / ep experts and T k / ep rows, each at least 1
+    (vLLM 0.24's H100 fused-MoE table: at EP 1 the layer's time grows with T until
+    T top_k = E and is flat after, e.g. hidden 2048, 256 experts, top-8 at T = 32;
+    at T = 1 and EP 128 a layer of 128 experts costs one expert's weight read, 146 us
+    for hidden 5120 x 8192, not 1/128 of one)."""
+    if routing == "balanced":
+        return np.maximum(np.minimum(E, T * k) / ep, 1.0), np.maximum(T * k / ep, 1.0)
+    if routing != "uniform":
+        raise ValueError(f"routing={routing!r}: one of {MOE_ROUTINGS}")
+    return np.maximum(E / ep * (1.0 - (1.0 - k / E) ** T), 1e-9), T * k / ep
+
+
 def moe_fitted_s(p: MoeParams, num_tokens, hidden, inter, num_experts, top_k, peak: float,
-                 bw: float, *, weight_bytes: float, act_bytes: float = ACT_BYTES, ep=1.0):
+                 bw: float, *, weight_bytes: float, act_bytes: float = ACT_BYTES, ep=1.0,
+                 routing: str = "uniform"):
     """One fused-MoE layer on one rank (``MoeParams``; arrays broadcast): ``inter``
     is the rank's expert intermediate size (I / moe_tp), ``ep`` the expert-parallel
-    size (the rank holds E/ep experts and gets T top_k / ep routed rows); 0 where T = 0."""
+    size (the rank holds E/ep experts and gets T top_k / ep routed rows), ``routing``
+    one of :data:`MOE_ROUTINGS` (:func:`moe_touched_rows`); 0 where T = 0."""
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # T = 0 rows: masked below
         return _moe_fitted_s(p, num_tokens, hidden, inter, num_experts, top_k, peak, bw,
-                             weight_bytes, act_bytes, ep)
+                             weight_bytes, act_bytes, ep, routing)
 
 
 def _moe_fitted_s(p, num_tokens, hidden, inter, num_experts, top_k, peak, bw, weight_bytes,
-                  act_bytes, ep):
+                  act_bytes, ep, routing):
     T = np.asarray(num_tokens, dtype=float)
     E, k = np.asarray(num_experts, dtype=float), np.asarray(top_k, dtype=float)
-    touched = np.maximum(E / ep * (1.0 - (1.0 - k / E) ** T), 1e-9)
-    m = T * k / ep
+    touched, m = moe_touched_rows(T, E, k, ep, routing)
     tile = np.where(T <= E, p.tile_m_small, p.tile_m)  # vLLM fused_moe get_default_config
     m_tiled = touched * ceil_div(m / touched, tile) * tile
     flops = 6.0 * m_tiled * hidden * inter
+    # local rows: the w13 GEMM's A read (h) and the w2 GEMM's (I); every routed row of
+    # the batch, local or not (vLLM's Triton fused_moe with an expert_map writes zeros
+    # for blocks of other ranks' experts, ``write_zeros_to_output``, and
+    # silu_and_mul / moe_sum run over the whole T top_k intermediate caches): the w13
+    # output (2I) written and read, the activation (I) written, the w2 output (h)
+    # written and read by moe_sum (``MoeParams.whole_batch_rows``; else local rows only)
     nbytes = (touched * 3.0 * hidden * inter * weight_bytes
-              + m * (hidden * act_bytes + 2.0 * inter * ACT_BYTES + inter * ACT_BYTES
-                     + hidden * ACT_BYTES))
+              + m * (hidden * act_bytes + inter * ACT_BYTES)
+              + (T * k if p.whole_batch_rows else m) * (5.0 * inter + 2.0 * hidden) * ACT_BYTES)
     t = (p.launch_s + smooth_max(compute_time_s(p, flops, peak), memory_time_s(p, nbytes, bw))
-         + p.expert_s * touched + p.row_s * T * k)
+         + p.expert_s * touched + p.row_s * T * k + p.ep_s * (np.asarray(ep) > 1))
     return np.where(T > 0, t, 0.0)
 
 

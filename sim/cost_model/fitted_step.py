@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.cost_model.fitted import bus_efficiency, gemm_family, moe_fitted_s
+from sim.cost_model.fitted import bus_efficiency, gemm_family, moe_fitted_s, moe_touched_rows
 from sim.cost_model.roofline import ACT_BYTES, GemmPrecision
 from sim.hardware.efficiency import FittedEfficiency
 from sim.hardware.profile import HardwareProfile
@@ -131,6 +131,9 @@ class FittedMoe:
         self.fused = w13.eff.moe.get(moe_backend_family(w13.eff, moe_backend, w13.prec.quantization))
         self.kernel_prec = kernel_prec if moe_backend is not None else None
         self.ep = 1.0  #: expert-parallel size: the rank holds E / ep experts, gets T top_k / ep rows
+        #: how rows spread over experts (``fitted.MOE_ROUTINGS``): uniform when serving;
+        #: ``balanced`` scores the kernel tables' balanced rows (calibration.check_tables)
+        self.routing = "uniform"
 
     def experts_s(self, T):
         """One layer's routed experts for T tokens (float or float64 array)."""
@@ -143,9 +146,9 @@ class FittedMoe:
             else:
                 peak, act = pr.peak_flops_per_s, (pr.act_quant_bytes if self.w13.w8a8 else ACT_BYTES)
             return moe_fitted_s(self.fused, T, self.w13.k, self.w13.n / 2.0, E, k,
-                                peak, self.w13.bw, weight_bytes=pr.weight_bytes, act_bytes=act, ep=self.ep)
-        touched = E / self.ep * (1.0 - (1.0 - k / E) ** T)
-        m = T * k / self.ep
+                                peak, self.w13.bw, weight_bytes=pr.weight_bytes, act_bytes=act, ep=self.ep,
+                                routing=self.routing)
+        touched, m = moe_touched_rows(T, E, k, self.ep, self.routing)
         if isinstance(T, np.ndarray):
             t13 = np.where(T <= E, MOE_SMALL_BLOCK_M, self.w13.tm)
             t2 = np.where(T <= E, MOE_SMALL_BLOCK_M, self.w2.tm)

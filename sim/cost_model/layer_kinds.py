@@ -243,9 +243,12 @@ class GatedDeltaNet:
         self.seq_s = layers * gp.seq_s if gp else 0.0  #: per sequence with new tokens, all layers
         if gp is not None:
             prefill = (gp.prefill_compute_efficiency, gp.prefill_memory_efficiency, gp.launch_s)
-            decode = (gp.decode_compute_efficiency, gp.decode_memory_efficiency, gp.launch_s)
+            decode = (gp.decode_compute_efficiency, gp.decode_memory_efficiency, gp.decode_launch)
         self.pre, self.dec = _Roofline(hw, prefill, layers, 2), _Roofline(hw, decode, layers, 2)
         self.ssm_bytes = SSM_DTYPE_BYTES[model.mamba_ssm_dtype]
+        self.v_heads = model.linear_num_value_heads // tp
+        self.num_sms = hw.num_sms
+        self.cta_token_s = layers * gp.cta_token_s if gp else 0.0  #: serial chunk walk, all layers
 
     def step_s(self, n: np.ndarray, c: np.ndarray, decode_C: int | None = None) -> float:
         if decode_C is not None:
@@ -260,7 +263,10 @@ class GatedDeltaNet:
         npre = int(pre.sum())
         if npre:
             sn = float(n[pre].sum())
-            t += (self.pre(sn * self.flops_pre, npre * 2.0 * self.state + sn * self.act_per_tok)
+            serial = self.cta_token_s * gdn_serial_tokens(npre * self.v_heads, self.num_sms,
+                                                          float(n[pre].max()), sn / npre)
+            t += (max(self.pre(sn * self.flops_pre, npre * 2.0 * self.state + sn * self.act_per_tok),
+                      serial + self.pre.c)
                   + self.seq_s * npre)
         return t
 
@@ -277,11 +283,25 @@ def mla_layer_s(p, hw: HardwareProfile, flops, nbytes, new_tokens, decode):
             + p.token_s * new_tokens)
 
 
-def gdn_layer_s(p, hw: HardwareProfile, flops, nbytes, seqs, decode):
+def gdn_serial_tokens(seq_heads, num_sms, longest, mean):
+    """Tokens one CTA of the chunked GDN prefill walks in order: the longest
+    sequence's, or, where the (sequence, value head) pairs take several waves over
+    the SMs, waves x the mean length (arrays broadcast)."""
+    waves = -(-seq_heads // num_sms)
+    return np.maximum(longest, waves * mean)
+
+
+def gdn_layer_s(p, hw: HardwareProfile, flops, nbytes, seqs, decode, tokens_per_seq=1.0,
+                v_heads=0.0):
     """One layer of :class:`GatedDeltaNet` with ``fitted_v1`` ``gdn`` parameters ``p``
-    for a batch that is all decodes or all prefill chunks (arrays broadcast; the
-    terms of ``step_s``): FLOPs, bytes, sequences, ``decode`` True for one new token."""
+    for a batch that is all decodes or all prefill chunks of ``tokens_per_seq``
+    tokens each (arrays broadcast; the terms of ``step_s``): FLOPs, bytes,
+    sequences, ``decode`` True for one new token, ``v_heads`` value heads per rank."""
     peak, bw = hw.peak_flops_per_s.bf16, hw.hbm_bandwidth_bytes_per_s
     ce = np.where(decode, p.decode_compute_efficiency, p.prefill_compute_efficiency)
     me = np.where(decode, p.decode_memory_efficiency, p.prefill_memory_efficiency)
-    return np.maximum(flops / (peak * ce), nbytes / (bw * me)) + 2.0 * p.launch_s + p.seq_s * seqs
+    launch = 2.0 * np.where(decode, p.decode_launch, p.launch_s)
+    serial = np.where(decode, 0.0, p.cta_token_s * gdn_serial_tokens(
+        np.asarray(seqs) * v_heads, hw.num_sms, tokens_per_seq, tokens_per_seq))
+    roof = np.maximum(flops / (peak * ce), nbytes / (bw * me))
+    return np.maximum(roof, serial) + launch + p.seq_s * seqs

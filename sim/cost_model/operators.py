@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.cost_model.fitted import (all_reduce_fitted_s, gemm_family, gemm_fitted_s, gemm_measured_s,
+from sim.cost_model.fitted import (all_reduce_fitted_s, gemm_family, gemm_fitted_s, gemm_measured_s, moe_touched_rows,
                                    uniform_attention_s)
 from sim.cost_model.fitted_step import FittedGemm, FittedMoe
 from sim.cost_model.roofline import ACT_BYTES, GemmPrecision, gemm_precision, roofline_time_s
@@ -183,10 +183,12 @@ def all_reduce_time_s(hw: HardwareProfile, nbytes, num_gpus, *, custom: bool = F
 
 # -- fused MoE --------------------------------------------------------------------
 def moe_layer_time_s(hw: HardwareProfile, num_tokens, hidden, inter, num_experts, top_k,
-                     quantization: str | None = "bf16", ep: float = 1.0):
+                     quantization: str | None = "bf16", ep: float = 1.0, routing: str = "uniform"):
     """One MoE layer's routed experts on one rank (no router GEMM; arrays
     broadcast): ``inter`` = the rank's expert intermediate size (I / moe_tp),
-    ``ep`` the expert-parallel size. ``fitted_v1``: the step model's own
+    ``ep`` the expert-parallel size, ``routing`` how rows spread over the experts
+    (``fitted.MOE_ROUTINGS``: uniform when serving, balanced as the kernel tables'
+    balanced rows). ``fitted_v1``: the step model's own
     :class:`~sim.cost_model.fitted_step.FittedMoe` (the profile's fused-MoE kernel
     for the weight format where fitted, else grouped GEMMs); ``scalar``: the
     roofline of the grouped GEMMs (touched experts' weights, 6 m h I FLOPs)."""
@@ -197,13 +199,12 @@ def moe_layer_time_s(hw: HardwareProfile, num_tokens, hidden, inter, num_experts
     if isinstance(eff, FittedEfficiency):
         w13, w2 = FittedGemm(eff, 2.0 * i, h, prec, bw, 1), FittedGemm(eff, h, i, prec, bw, 1)
         moe = FittedMoe(w13, w13, w2, num_experts, top_k)
-        moe.ep = ep
+        moe.ep, moe.routing = ep, routing
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(T > 0, moe.experts_s(T), 0.0)
     ce, me, launch = eff.operator_efficiency("gemm")
     E, k = np.asarray(num_experts, dtype=float), np.asarray(top_k, dtype=float)
-    touched = E / ep * (1.0 - (1.0 - k / E) ** T)
-    m = T * k / ep
+    touched, m = moe_touched_rows(T, E, k, ep, routing)
     flops = 6.0 * m * h * i
     nbytes = touched * 3.0 * h * i * prec.weight_bytes + m * ACT_BYTES * (2.0 * h + 3.0 * i)
     return roofline_time_s(flops, nbytes, prec.peak_flops_per_s, bw, ce, me, 3 * launch)

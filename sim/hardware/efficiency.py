@@ -167,6 +167,16 @@ class MoeParams(KernelParams):
     launch and exit, vLLM ``fused_moe`` with an ``expert_map``), + ``launch_s``."""
     expert_s: float = _Cost
     row_s: float = _Cost
+    #: True: the intermediate caches (w13 output, activation, w2 output, moe_sum) span
+    #: every routed row of the batch, T top_k, local or not (vLLM's Triton fused_moe
+    #: with an expert_map writes zeros for other ranks' experts' rows); False: only
+    #: the rank's T top_k / ep rows (the gpt-oss OAI Triton kernel, whose time falls
+    #: as 1/ep at large T); chosen from the table by ``calibration.fit.fit_moe``
+    whole_batch_rows: bool = True
+    #: fixed cost of the expert-parallel path, paid where ep > 1 (the routing remapped to
+    #: local experts, the local rows gathered and scattered: the gpt-oss OAI Triton
+    #: kernel's floor is ~68 us at EP 2-128 against ~38-48 us at TP 2-32 on H100)
+    ep_s: float = Field(default=0.0, ge=0, le=MAX_FIXED_COST_S)
     tile_m: int = Field(default=64, gt=0, le=2 ** 16)        #: rows per expert block, T > E
     tile_m_small: int = Field(default=16, gt=0, le=2 ** 16)  #: rows per expert block, T <= E
 
@@ -190,15 +200,33 @@ class MlaParams(_Strict):
 
 class GdnParams(_Strict):
     """Gated DeltaNet layers (``sim/cost_model/layer_kinds.GatedDeltaNet``: causal
-    conv1d + gated delta rule, 2 kernels of ``launch_s``), fitted to the engines'
+    conv1d + gated delta rule, 2 kernels per layer), fitted to the engines'
     GDN kernel tables: decode and prefill rooflines at these efficiencies, +
-    ``seq_s`` per sequence and layer (per-sequence state setup, chunk bookkeeping)."""
+    ``seq_s`` per sequence and layer (per-sequence state setup, chunk bookkeeping).
+    The two paths run different kernels, so each has its fixed cost per kernel:
+    prefill ``launch_s`` (vLLM 0.24 on Hopper: ``causal_conv1d_fn`` + FlashInfer's
+    chunked ``chunk_gated_delta_rule``, 2.3 + 11.6 us floor on H100), decode
+    ``decode_launch_s`` (``causal_conv1d_update`` + the Triton
+    ``fused_recurrent_gated_delta_rule_packed_decode``, 1.9 + 4.4 us floor;
+    ../shared/kernels/h100_sxm/vllm-0.24.0_gdn at batch 1); None: ``launch_s``.
+    The chunked prefill kernel gives each (sequence, value head) one CTA that walks
+    the sequence's chunks in order (the inter-chunk state recurrence, FLA / FlashInfer
+    ``chunk_gated_delta_rule``), so with few (sequence, head) pairs it is bound by that
+    serial walk: ``cta_token_s`` per token of the longest sequence, per wave of
+    (sequence, value head) pairs over the SMs (the third term of the max)."""
     decode_compute_efficiency: float = _Eff
     decode_memory_efficiency: float = _Eff
     prefill_compute_efficiency: float = _Eff
     prefill_memory_efficiency: float = _Eff
     launch_s: float = _Cost
     seq_s: float = _Cost
+    decode_launch_s: float | None = Field(default=None, ge=0, le=MAX_FIXED_COST_S)
+    cta_token_s: float = Field(default=0.0, ge=0, le=MAX_FIXED_COST_S)
+
+    @property
+    def decode_launch(self) -> float:
+        """Fixed cost per decode kernel (``decode_launch_s``, else ``launch_s``)."""
+        return self.launch_s if self.decode_launch_s is None else self.decode_launch_s
 
 
 #: expert weight formats of ``fitted_v1``'s optional ``moe`` section (servesim names)
