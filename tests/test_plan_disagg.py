@@ -204,3 +204,18 @@ def test_moe_pool_parallelism_is_searched_per_pool():
     assert by_dp[4] == ["1P1D"]
     assert by_dp[1] == ["1P1D", "1P2D", "1P3D", "1P4D", "2P1D", "2P3D", "3P1D", "3P2D", "4P1D"]
     assert all(c.num_gpus <= 5 for c in auto)
+
+
+def test_cli_expert_parallel_value_is_a_one_line_error(tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from sim.cli.sweep import plan
+
+    app = typer.Typer()
+    app.command()(plan)
+    app.command()(lambda: None)
+    r = CliRunner().invoke(app, ["plan", "--model", "mixtral-8x7b", "--hardware", "h100_sxm", "--slo",
+                                 "p99_tpot_ms=50", "--disagg", "1P1D", "--expert-parallel", "off,maybe",
+                                 "--out", str(tmp_path), "--quiet"])
+    assert r.exit_code != 0 and "--expert-parallel: 'maybe' must be on or off" in str(r.exception)
