@@ -68,7 +68,6 @@ MODELLED: dict[str, tuple[str, ...]] = {
 #: (https://docs.nvidia.com/dynamo/getting-started/support-matrix): "the backend
 #: framework versions included with each Dynamo release". Releases before 0.6.0
 #: are not in that table and are not mapped.
-DYNAMO_SOURCE = "https://docs.nvidia.com/dynamo/getting-started/support-matrix (Backend Dependencies)"
 DYNAMO_BACKENDS: dict[str, dict[str, str]] = {
     "0.6.0": {"vllm": "0.11.0", "sglang": "0.5.3.post2", "trtllm": "1.1.0rc5"},
     "0.6.1": {"vllm": "0.11.0", "sglang": "0.5.3.post2", "trtllm": "1.1.0rc5"},
