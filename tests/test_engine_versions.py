@@ -86,3 +86,33 @@ def test_engine_version_without_engine_or_as_a_number_is_refused():
     with pytest.raises(ConfigError, match=r"engine_version: 0.12 was read as a number .* e\.g\. '0\.12\.0'"):
         build_config(overrides={"engine": "vllm", "engine_version": 0.12})
     assert build_config(overrides={"engine": "vllm", "engine_version": "0.12.0"}).engine_version == "0.12.0"
+
+
+def test_a_dynamo_release_is_read_as_the_engine_release_it_ships():
+    """disagg_dev.csv's TensorRT-LLM rows record the Dynamo release of their
+    ``ai-dynamo/tensorrtllm-runtime`` image as ``backend_version``; the Dynamo
+    support matrix gives the engine each release ships (0.8.1.post2: TensorRT-LLM
+    1.2.0rc6.post2, overlap scheduler on; read as 0.8.1 it would be TensorRT-LLM
+    0.18.2's behaviour, overlap off)."""
+    from sim.presets.versions import dynamo_engine_version
+    from sim.validate.rows import row_engine_version
+
+    img = "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.1.post2"
+    assert dynamo_engine_version("trtllm", img) == ("0.8.1.post2", "1.2.0rc6.post2")
+    assert dynamo_engine_version("trtllm", img.replace("/nvidia", "#nvidia")) == ("0.8.1.post2", "1.2.0rc6.post2")
+    # a post-release the table does not list: its base release's engine
+    assert dynamo_engine_version("trtllm", "nvcr.io#nvidia/ai-dynamo/tensorrtllm-runtime:0.7.0.post2") == (
+        "0.7.0.post2", "1.2.0rc2")
+    assert dynamo_engine_version("sglang", "nvcr.io/nvidia/ai-dynamo/sglang-runtime:0.8.0") == ("0.8.0", "0.5.6.post2")
+    # not mapped: another engine's image, a release before the table, not a Dynamo image
+    assert dynamo_engine_version("sglang", img) is None
+    assert dynamo_engine_version("trtllm", "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.5.1-rc0.pre3") is None
+    assert dynamo_engine_version("sglang", "lmsysorg/sglang:v0.5.8-cu130") is None
+    row = {"backend": "trtllm", "backend_version": "0.8.1.post2", "image": img}
+    assert row_engine_version(row) == "1.2.0rc6.post2"
+    assert version_warning("trtllm", row_engine_version(row)) is None
+    assert SimConfig(engine="trtllm", engine_version=row_engine_version(row)).overlap_scheduling is True
+    assert SimConfig(engine="trtllm", engine_version="0.8.1.post2").overlap_scheduling is False
+    # a backend_version that is the engine's own release (not the image tag) is kept
+    assert row_engine_version({**row, "backend_version": "1.3.0rc5"}) == "1.3.0rc5"
+    assert row_engine_version({"backend": "vllm", "backend_version": "0.12.0"}) == "0.12.0"

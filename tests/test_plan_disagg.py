@@ -15,7 +15,7 @@ import sim.sweep.plan as plan_mod
 from sim.config import build_config
 from sim.errors import ConfigError
 from sim.sweep.plan import (SLO, Candidate, PlanSettings, make_candidates, make_disagg_candidates,
-                            parse_disagg_shapes, plan_candidate, ratio_shapes)
+                            parse_disagg_shapes, plan_candidate, pool_parallel_options, ratio_shapes)
 from sim.sweep.plan_report import agg_vs_disagg_line, answer_line, plan_markdown, plan_table
 
 DATA = Path(__file__).parent / "data"
@@ -142,6 +142,9 @@ def test_run_plan_decode_bound_1p2d_serves_twice_2p1d(tmp_path):
     (["--disagg", "auto", "--max-gpus", "1"], "no prefill:decode shape fits --max-gpus 1"),
     (["--max-gpus", "0"], "--max-gpus: must be >= 1, got 0"),
     (["--disagg", "1P1D", "--vary", "disaggregation.num_decode_workers=1,2"], "plan sets the pools itself"),
+    (["--decode-dp", "1,4"], "--decode-dp: sets the pools of disaggregated candidates; add --disagg"),
+    (["--disagg", "1P1D", "--decode-dp", "1,4"], "are searched for MoE models; "),
+    (["--disagg", "1P1D", "--expert-parallel", "maybe"], "are searched for MoE models; "),
 ])
 def test_cli_plan_disagg_options_are_one_line_errors(tmp_path, args, match):
     import typer
@@ -174,3 +177,45 @@ def test_a_base_config_disaggregation_is_kept_pool_by_pool_and_replicas_multiply
     assert d.decode == {"max_num_seqs": 16, "tensor_parallel_size": 2} and d.prefill == {"tensor_parallel_size": 1}
     agg = apply_variant(base, _variant(make_candidates([GPU], [2])[0], 3, base))
     assert agg.disaggregation is None and agg.num_replicas == 3 and agg.tensor_parallel_size == 2
+
+
+def test_moe_pool_parallelism_is_searched_per_pool():
+    """Decode pool: DP 1 / 4 x EP off / on (4 options), prefill TP 1 alone. By hand, at
+    1P1D: GPUs = 1 (prefill) + TP 1 x DP per decode worker = 2, 2, 5, 5; the names and
+    columns say each pool's DP and EP; --disagg auto within 5 GPUs: a DP-4 decode worker
+    (4 GPUs) leaves room for 1P1D only, a DP-1 one for every ratio x + y <= 5 in lowest terms."""
+    opts = pool_parallel_options([1, 4], [False, True])
+    assert opts == [{"data_parallel_size": 1, "enable_expert_parallel": False},
+                    {"data_parallel_size": 1, "enable_expert_parallel": True},
+                    {"data_parallel_size": 4, "enable_expert_parallel": False},
+                    {"data_parallel_size": 4, "enable_expert_parallel": True}]
+    assert pool_parallel_options() == [{}] and pool_parallel_options(None, [True]) == [{"enable_expert_parallel": True}]
+    cs = make_disagg_candidates(["h100_sxm"], [(1, 1)], [1], [1], pool_parallel={"decode": opts})
+    assert [c.name for c in cs] == ["h100_sxm 1P1D P-tp1 D-tp1-dp1", "h100_sxm 1P1D P-tp1 D-tp1-dp1-ep",
+                                    "h100_sxm 1P1D P-tp1 D-tp1-dp4", "h100_sxm 1P1D P-tp1 D-tp1-dp4-ep"]
+    assert [c.num_gpus for c in cs] == [2, 2, 5, 5]
+    assert cs[3].overrides["disaggregation"]["decode"] == {"tensor_parallel_size": 1, "data_parallel_size": 4,
+                                                            "enable_expert_parallel": True}
+    assert cs[3].overrides["disaggregation"]["prefill"] == {"tensor_parallel_size": 1}
+    assert cs[3].columns["decode_dp"] == 4 and cs[3].columns["decode_ep"] is True and "prefill_dp" not in cs[3].columns
+    auto = make_disagg_candidates(["h100_sxm"], "auto", [1], [1], max_gpus=5,
+                                  pool_parallel={"decode": pool_parallel_options([1, 4])})
+    by_dp = {dp: [c.name.split(" ")[1] for c in auto if c.columns["decode_dp"] == dp] for dp in (1, 4)}
+    assert by_dp[4] == ["1P1D"]
+    assert by_dp[1] == ["1P1D", "1P2D", "1P3D", "1P4D", "2P1D", "2P3D", "3P1D", "3P2D", "4P1D"]
+    assert all(c.num_gpus <= 5 for c in auto)
+
+
+def test_cli_expert_parallel_value_is_a_one_line_error(tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from sim.cli.sweep import plan
+
+    app = typer.Typer()
+    app.command()(plan)
+    app.command()(lambda: None)
+    r = CliRunner().invoke(app, ["plan", "--model", "mixtral-8x7b", "--hardware", "h100_sxm", "--slo",
+                                 "p99_tpot_ms=50", "--disagg", "1P1D", "--expert-parallel", "off,maybe",
+                                 "--out", str(tmp_path), "--quiet"])
+    assert r.exit_code != 0 and "--expert-parallel: 'maybe' must be on or off" in str(r.exception)

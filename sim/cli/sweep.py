@@ -89,6 +89,13 @@ def plan(
                                                         "(default: --tp's)."),
     decode_tp: Optional[str] = typer.Option(None, help="Decode-pool TP sizes of disaggregated candidates "
                                                        "(default: --tp's)."),
+    prefill_dp: Optional[str] = typer.Option(None, help="Prefill-pool data_parallel_size values of disaggregated "
+                                                        "candidates, an MoE model's attention-DP ranks per worker "
+                                                        "(e.g. 1,8; a worker is TP x DP GPUs)."),
+    decode_dp: Optional[str] = typer.Option(None, help="Decode-pool data_parallel_size values (as --prefill-dp)."),
+    expert_parallel: Optional[str] = typer.Option(None, help="enable_expert_parallel values searched in each pool "
+                                                             "of disaggregated candidates of an MoE model: on, off "
+                                                             "or off,on (experts EP over the worker's GPUs)."),
     agg: bool = typer.Option(True, "--agg/--no-agg", help="Include aggregated candidates (with --disagg)."),
     max_gpus: Optional[int] = typer.Option(None, help="GPU budget: the most GPUs a deployment may use."),
     replicas: Optional[str] = typer.Option(None, help="Allowed replica counts, comma-separated (default: 1..--max-replicas)."),
@@ -117,7 +124,7 @@ def plan(
     from sim.config import build_config, check_known_keys, parse_value, set_dotted
     from sim.results.metrics import parse_goodput
     from sim.sweep.plan import (PlanSettings, check_vary_values, make_candidates, make_disagg_candidates,
-                                parse_disagg_shapes, parse_prices, parse_slos)
+                                parse_disagg_shapes, parse_prices, parse_slos, pool_parallel_options)
     from sim.sweep.plan_report import agg_vs_disagg_line, answer_line, run_plan
     from sim.sweep.spec import check_names
 
@@ -164,6 +171,7 @@ def plan(
         if val is not None and disagg is None and base.disaggregation is None:
             raise ConfigError(f"{opt}: sets the pools of disaggregated candidates; add --disagg SHAPES (e.g. 1P2D)")
     ptp_list, dtp_list = _split(prefill_tp, "prefill-tp", int, minimum=1), _split(decode_tp, "decode-tp", int, minimum=1)
+    pool_parallel = _pool_parallel(base, disagg, prefill_dp, decode_dp, expert_parallel, pool_parallel_options)
     for opt, lst in (("--tp", tp_list), ("--prefill-tp", ptp_list), ("--decode-tp", dtp_list)):
         for t in lst or []:
             if t & (t - 1):
@@ -181,7 +189,8 @@ def plan(
                    for p in ("prefill", "decode")}
         dis_cands = make_disagg_candidates(
             hw_cands, shapes, ptp_list or tp_list or [pool_tp["prefill"] or base.tensor_parallel_size],
-            dtp_list or tp_list or [pool_tp["decode"] or base.tensor_parallel_size], sch_cands, extra, max_gpus)
+            dtp_list or tp_list or [pool_tp["decode"] or base.tensor_parallel_size], sch_cands, extra, max_gpus,
+            pool_parallel)
         if not dis_cands:
             raise ConfigError(f"--disagg {disagg}: no prefill:decode shape fits --max-gpus {max_gpus} with these "
                               "TP sizes")
@@ -233,6 +242,34 @@ def plan(
         typer.echo(f"launch command ({launch.engine}; {out}/launch.sh):")
         typer.echo(launch.text().rstrip("\n"))
     typer.echo(f"report: {out}/plan.md (one page with the figures: {out}/report.html)")
+
+
+def _pool_parallel(base, disagg, prefill_dp, decode_dp, expert_parallel, options) -> dict[str, list[dict]]:
+    """Each pool's searched parallelism (``--prefill-dp`` / ``--decode-dp`` /
+    ``--expert-parallel``): pool -> options (:func:`sim.sweep.plan.pool_parallel_options`).
+    One-line errors: without --disagg, on a dense model, a bad value."""
+    if prefill_dp is None and decode_dp is None and expert_parallel is None:
+        return {}
+    given = [o for o, v in (("--prefill-dp", prefill_dp), ("--decode-dp", decode_dp),
+                            ("--expert-parallel", expert_parallel)) if v is not None]
+    if disagg is None and base.disaggregation is None:
+        raise ConfigError(f"{given[0]}: sets the pools of disaggregated candidates; add --disagg SHAPES (e.g. 1P2D)")
+    from sim.model_spec import get_model
+
+    if not get_model(base.model).is_moe:
+        raise ConfigError(f"{given[0]}: attention data parallelism and expert parallelism in a pool are searched "
+                          f"for MoE models; {base.model} is dense (use --prefill-tp / --decode-tp, or --disagg "
+                          "shapes for more workers)")
+    ep: list[bool] | None = None
+    if expert_parallel is not None:
+        ep = []
+        for v in _split(expert_parallel, "expert-parallel"):
+            if v.lower() not in ("on", "off", "true", "false"):
+                raise ConfigError(f"--expert-parallel: {v!r} must be on or off (e.g. off,on)")
+            if (b := v.lower() in ("on", "true")) not in ep:
+                ep.append(b)
+    return {"prefill": options(_split(prefill_dp, "prefill-dp", int, minimum=1), ep),
+            "decode": options(_split(decode_dp, "decode-dp", int, minimum=1), ep)}
 
 
 def _check_plannable(base) -> None:

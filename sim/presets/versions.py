@@ -62,6 +62,48 @@ MODELLED: dict[str, tuple[str, ...]] = {
     "trtllm": ("0.18.2", "1.0.0", "1.2.0"),
 }
 
+#: NVIDIA Dynamo release -> the engine release its runtime container ships
+#: (``nvcr.io/nvidia/ai-dynamo/{tensorrtllm,sglang,vllm}-runtime:<Dynamo release>``).
+#: Source: Dynamo Support Matrix, "Backend Dependencies"
+#: (https://docs.nvidia.com/dynamo/getting-started/support-matrix): "the backend
+#: framework versions included with each Dynamo release". Releases before 0.6.0
+#: are not in that table and are not mapped.
+DYNAMO_BACKENDS: dict[str, dict[str, str]] = {
+    "0.6.0": {"vllm": "0.11.0", "sglang": "0.5.3.post2", "trtllm": "1.1.0rc5"},
+    "0.6.1": {"vllm": "0.11.0", "sglang": "0.5.3.post2", "trtllm": "1.1.0rc5"},
+    "0.6.1.post1": {"vllm": "0.11.0", "sglang": "0.5.3.post2", "trtllm": "1.1.0rc5"},
+    "0.7.0": {"vllm": "0.11.0", "sglang": "0.5.4.post3", "trtllm": "1.2.0rc2"},
+    "0.7.0.post1": {"vllm": "0.11.0", "sglang": "0.5.4.post3", "trtllm": "1.2.0rc3"},
+    "0.7.1": {"vllm": "0.11.0", "sglang": "0.5.4.post3", "trtllm": "1.2.0rc3"},
+    "0.8.0": {"vllm": "0.12.0", "sglang": "0.5.6.post2", "trtllm": "1.2.0rc6.post1"},
+    "0.8.1": {"vllm": "0.12.0", "sglang": "0.5.6.post2", "trtllm": "1.2.0rc6.post1"},
+    "0.8.1.post1": {"vllm": "0.12.0", "sglang": "0.5.6.post2", "trtllm": "1.2.0rc6.post1"},
+    "0.8.1.post2": {"vllm": "0.12.0", "sglang": "0.5.6.post2", "trtllm": "1.2.0rc6.post2"},
+    "0.8.1.post3": {"vllm": "0.12.0", "sglang": "0.5.6.post2", "trtllm": "1.2.0rc6.post3"},
+    "0.9.0": {"vllm": "0.14.1", "sglang": "0.5.8", "trtllm": "1.3.0rc1"},
+}
+#: the image repository of each engine's Dynamo runtime container
+DYNAMO_RUNTIME_IMAGES = {"tensorrtllm-runtime": "trtllm", "sglang-runtime": "sglang", "vllm-runtime": "vllm"}
+_DYNAMO_IMAGE = re.compile(r"ai-dynamo[/#]([a-z]+-runtime):([^\s/#]+)$")
+
+
+def dynamo_engine_version(engine: str, image: str) -> tuple[str, str] | None:
+    """(Dynamo release, engine release) of a Dynamo runtime container ``image``
+    of ``engine`` (``nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.1.post2``
+    -> ``("0.8.1.post2", "1.2.0rc6.post2")``, :data:`DYNAMO_BACKENDS`). A
+    post-release not in the table takes its base release's engine (the table
+    pins one per release; e.g. ``0.7.0.post2`` -> 0.7.0's). None when the image
+    is not a Dynamo runtime of ``engine`` or its release is not in the table."""
+    m = _DYNAMO_IMAGE.search(str(image or "").strip())
+    if not m or DYNAMO_RUNTIME_IMAGES.get(m.group(1)) != engine:
+        return None
+    tag = m.group(2)
+    rel = DYNAMO_BACKENDS.get(tag) or DYNAMO_BACKENDS.get(tag.split(".post")[0])
+    if rel is None or engine not in rel:
+        return None
+    return tag, rel[engine]
+
+
 _NUM = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(.*)$")
 
 

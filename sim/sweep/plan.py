@@ -30,6 +30,14 @@ SLOs, then the cheapest number of replicas that serves a target rate.
   ratio is searched by listing shapes (``1P2D,2P1D``) or, with a GPU budget,
   every ratio ``x:y`` in lowest terms that fits it (``2P2D`` is two ``1P1D``
   replicas). Aggregated and disaggregated candidates are ranked together by cost.
+  For an MoE model each pool's parallelism is searched too (``pool_parallel``):
+  ``data_parallel_size`` D attention ranks per worker and ``enable_expert_parallel``
+  (vLLM's keys: ``--data-parallel-size`` with ``--enable-expert-parallel`` runs the
+  experts EP over the worker's D x TP GPUs, docs.vllm.ai serving/data_parallel_deployment
+  and expert_parallel_deployment; SGLang ``--dp-size --enable-dp-attention --ep-size``,
+  TensorRT-LLM ``enable_attention_dp``), per pool independently, as the disaggregated
+  recipes deploy a wide-EP decode pool behind a TP prefill pool. A worker is then
+  ``tp x D`` GPUs.
 - **GPU budget** (``max_gpus``): a candidate whose one replica needs more GPUs is
   infeasible; replica counts are limited to the budget.
 """
@@ -226,8 +234,8 @@ class Candidate:
         d = self.overrides.get("disaggregation")
         if d is None:  # TP x attention-DP ranks (a DP group, or DP replicas of a dense model)
             return int(self.overrides["tensor_parallel_size"]) * int(self.overrides.get("data_parallel_size") or 1)
-        return (int(d["num_prefill_workers"]) * int(d["prefill"]["tensor_parallel_size"])
-                + int(d["num_decode_workers"]) * int(d["decode"]["tensor_parallel_size"]))
+        return (int(d["num_prefill_workers"]) * _worker_gpus(d["prefill"])
+                + int(d["num_decode_workers"]) * _worker_gpus(d["decode"]))
 
     @property
     def columns(self) -> dict:
@@ -238,7 +246,17 @@ class Candidate:
         if d is not None:
             out.update(prefill_workers=d["num_prefill_workers"], prefill_tp=d["prefill"]["tensor_parallel_size"],
                        decode_workers=d["num_decode_workers"], decode_tp=d["decode"]["tensor_parallel_size"])
+            for pool in ("prefill", "decode"):  # a searched pool parallelism (pool_parallel)
+                if "data_parallel_size" in d[pool]:
+                    out[f"{pool}_dp"] = d[pool]["data_parallel_size"]
+                if "enable_expert_parallel" in d[pool]:
+                    out[f"{pool}_ep"] = d[pool]["enable_expert_parallel"]
         return out
+
+
+def _worker_gpus(pool: Mapping[str, Any]) -> int:
+    """GPUs of one worker of a pool: TP x attention-DP ranks."""
+    return int(pool["tensor_parallel_size"]) * int(pool.get("data_parallel_size") or 1)
 
 
 def make_candidates(hardware: list[str], tp: list[int], schedulers: list[str] | None = None,
@@ -287,23 +305,56 @@ def ratio_shapes(tp_p: int, tp_d: int, max_gpus: int) -> list[tuple[int, int]]:
             if math.gcd(x, y) == 1 and x * tp_p + y * tp_d <= max_gpus]
 
 
+def pool_parallel_options(dp: list[int] | None = None, expert_parallel: list[bool] | None = None) -> list[dict]:
+    """A pool's parallelism options beyond TP: ``data_parallel_size`` × ``enable_expert_parallel``
+    (each key only when searched); ``[{}]`` when neither is. ``[1, 8]`` × ``[False, True]`` →
+    four options, DP 1 / 8 with the experts TP-sharded or EP over the worker's GPUs."""
+    dims: list[list[tuple[str, Any]]] = []
+    if dp:
+        dims.append([("data_parallel_size", int(d)) for d in dp])
+    if expert_parallel:
+        dims.append([("enable_expert_parallel", bool(e)) for e in expert_parallel])
+    return [dict(combo) for combo in itertools.product(*dims)]
+
+
+def _pool_label(pool: str, tp: int, par: Mapping[str, Any]) -> str:
+    """``P-tp1``, ``D-tp1-dp8-ep`` (``-ep``: enable_expert_parallel on)."""
+    out = f"{pool}-tp{tp}"
+    if "data_parallel_size" in par:
+        out += f"-dp{par['data_parallel_size']}"
+    if par.get("enable_expert_parallel"):
+        out += "-ep"
+    return out
+
+
 def make_disagg_candidates(hardware: list[str], shapes: list[tuple[int, int]] | str, prefill_tp: list[int],
                            decode_tp: list[int], schedulers: list[str] | None = None,
-                           vary: Mapping[str, list] | None = None, max_gpus: int | None = None) -> list[Candidate]:
-    """xPyD candidates: hardware × shape × prefill TP × decode TP × scheduler × ``vary``.
-    ``shapes="auto"`` lists every ratio that fits ``max_gpus`` (:func:`ratio_shapes`)."""
+                           vary: Mapping[str, list] | None = None, max_gpus: int | None = None,
+                           pool_parallel: Mapping[str, list[dict]] | None = None) -> list[Candidate]:
+    """xPyD candidates: hardware × prefill TP × decode TP × each pool's parallelism option ×
+    shape × scheduler × ``vary``. ``pool_parallel``: pool → its options
+    (:func:`pool_parallel_options`: ``data_parallel_size`` / ``enable_expert_parallel``,
+    searched per pool independently; an MoE model's); a worker is TP × DP GPUs.
+    ``shapes="auto"`` lists every ratio that fits ``max_gpus`` (:func:`ratio_shapes`,
+    with the workers' GPUs)."""
     if shapes == "auto" and not max_gpus:
         raise ConfigError("--disagg auto: searching every prefill:decode ratio needs a GPU budget; give --max-gpus N")
+    pp = pool_parallel or {}
     out = []
-    for hw, tp_p, tp_d in itertools.product(hardware, prefill_tp, decode_tp):
-        for x, y in (ratio_shapes(tp_p, tp_d, max_gpus) if shapes == "auto" else shapes):  # type: ignore[arg-type]
-            dis = {"num_prefill_workers": x, "num_decode_workers": y, "prefill": {"tensor_parallel_size": tp_p},
-                   "decode": {"tensor_parallel_size": tp_d}}
+    for hw, tp_p, tp_d, par_p, par_d in itertools.product(hardware, prefill_tp, decode_tp,
+                                                           pp.get("prefill") or [{}], pp.get("decode") or [{}]):
+        pool_p, pool_d = {"tensor_parallel_size": tp_p, **par_p}, {"tensor_parallel_size": tp_d, **par_d}
+        shape_list = (ratio_shapes(_worker_gpus(pool_p), _worker_gpus(pool_d), max_gpus)  # type: ignore[arg-type]
+                      if shapes == "auto" else shapes)
+        for x, y in shape_list:
+            dis = {"num_prefill_workers": x, "num_decode_workers": y, "prefill": dict(pool_p),
+                   "decode": dict(pool_d)}
             hw_name = Path(str(hw)).stem if str(hw).endswith((".yaml", ".yml")) else str(hw)
             for c in make_candidates([hw], [0], schedulers, vary):
                 ov = {k: v for k, v in c.overrides.items() if k != "tensor_parallel_size"}
                 rest = c.name.split(" ", 2)[2:]  # after "HW tp0"
-                name = " ".join([hw_name, f"{x}P{y}D", f"P-tp{tp_p}", f"D-tp{tp_d}"] + rest)
+                name = " ".join([hw_name, f"{x}P{y}D", _pool_label("P", tp_p, par_p), _pool_label("D", tp_d, par_d)]
+                                + rest)
                 out.append(Candidate(name, {**ov, "disaggregation": dis}))
     return out
 

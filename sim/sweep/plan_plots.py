@@ -124,8 +124,7 @@ def _color_key(c) -> str:
     """Hardware and TP; a disaggregated candidate: hardware and its xPyD pools."""
     o = c.columns
     if c.is_disagg:
-        return (f"{o['hardware']} {o['prefill_workers']}P{o['decode_workers']}D "
-                f"tp{o['prefill_tp']}/{o['decode_tp']}")
+        return " ".join([o["hardware"], c.name.split(" ")[1]] + c.name.split(" ")[2:4])  # HW xPyD P-.. D-..
     return f"{o['hardware']} tp{o['tensor_parallel_size']}"
 
 

@@ -204,6 +204,8 @@ def plan_markdown(table, s: PlanSettings, context: dict, figures: list[str],
             "cost_per_hour_usd", "usd_per_million_output_tokens", "p99_ttft_ms", "p99_tpot_ms", "verified"]
     if "kind" in table and (table["kind"] == "disagg").any():  # the pools of each replica (xPyD unit)
         cols[2:2] = ["kind", "prefill_workers", "prefill_tp", "decode_workers", "decode_tp"]
+        # a searched pool parallelism (MoE: attention DP ranks, expert parallelism)
+        cols[7:7] = [k for k in ("prefill_dp", "prefill_ep", "decode_dp", "decode_ep") if k in table]
     ok = table[table["status"] == "ok"]
     bad = table[table["status"] != "ok"]
     slos = ", ".join(map(str, s.slos)) or "none"

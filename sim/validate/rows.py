@@ -22,7 +22,11 @@ Each row is simulated as it was run (:func:`row_overrides`):
   Its per-model recipe settings (``Harness.recipe_args``) are applied after
   ``engine_args``.
   The engine release (``backend_version``) is passed as ``engine_version``
-  (``sim/presets/versions.py``). ``aic`` reproduces aiconfigurator's own
+  (``sim/presets/versions.py``); where that cell holds the NVIDIA Dynamo
+  release of a Dynamo runtime image (``disagg_dev.csv``'s TensorRT-LLM rows:
+  ``tensorrtllm-runtime:0.8.1.post2`` with ``backend_version`` 0.8.1.post2),
+  the engine release that Dynamo release ships (:func:`row_engine_version`; the
+  Dynamo support matrix, docs.nvidia.com/dynamo/getting-started/support-matrix). ``aic`` reproduces aiconfigurator's own
   serving evaluation, which produced the dense table (``silicon_data_source``: the ``aic-auto-gap-analysis`` data;
   ``batch_size`` = ``concurrency`` in every row):
 
@@ -99,6 +103,7 @@ import numpy as np
 from sim.workload.client_phase import CLIENT_PHASE_SPREAD, PHASE_KEY, check_phase_spread, disperse_client_phases
 from sim.errors import ConfigError, InfeasibleError, ServesimError, require_file
 from sim.presets import PRESETS, version_warning
+from sim.presets.versions import dynamo_engine_version
 from sim.results.intervals import interval
 from sim.validate.disagg_rows import NotSimulable, disagg_pools, disagg_row_overrides, is_disagg
 from sim.validate.harness import HARNESSES, Harness, harness_for_row
@@ -149,6 +154,20 @@ def _cell(row: dict, key: str) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
     return str(v).strip()
+
+
+def row_engine_version(row: dict) -> str:
+    """The engine release a row ran: its ``backend_version``, except where that
+    cell holds the NVIDIA Dynamo release of a Dynamo runtime container (the
+    ``image`` is ``ai-dynamo/<engine>-runtime:<tag>`` and ``backend_version`` is
+    ``<tag>``, as in ``disagg_dev.csv``'s TensorRT-LLM rows: ``0.8.1.post2``):
+    then the engine release that Dynamo release ships (``DYNAMO_BACKENDS`` in
+    ``sim/presets/versions.py``, from the Dynamo support matrix). '' if not recorded."""
+    v = _cell(row, "backend_version")
+    mapped = dynamo_engine_version(_cell(row, "backend").lower(), _cell(row, "image"))
+    if mapped is not None and (not v or v == mapped[0]):
+        return mapped[1]
+    return v
 
 
 #: 4-bit weight formats: a row's 4-bit label on a checkpoint published in another 4-bit
@@ -275,9 +294,10 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
     if layout is not None:  # an MoE row's attention DP and expert layout, as deployed
         ov.update(layout)
     _check_one_domain(row, ov["tensor_parallel_size"])
-    if _cell(row, "backend_version"):
-        # the engine release selects its documented behaviour changes (sim/presets/versions.py)
-        ov["engine_version"] = _cell(row, "backend_version")
+    if row_engine_version(row):
+        # the engine release selects its documented behaviour changes (sim/presets/versions.py);
+        # a Dynamo release read as the engine release it ships (row_engine_version)
+        ov["engine_version"] = row_engine_version(row)
     if h.deployment == "aic_generator":
         ov.update(aic_deploy_overrides(engine, isl, conc))
     if h.max_num_seqs_from:
@@ -413,7 +433,7 @@ def simulate_row(row: dict, opts: ValidateOptions) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     out: dict[str, Any] = {"pred_ttft_ms": math.nan, "pred_tpot_ms": math.nan, "status": "ok", "reason": "",
-                           "warning": version_warning(_cell(row, "backend").lower(), _cell(row, "backend_version"))
+                           "warning": version_warning(_cell(row, "backend").lower(), row_engine_version(row))
                            or ""}
     try:
         if is_disagg(row):  # its pools as deployed (sim/validate/disagg_rows.py)
