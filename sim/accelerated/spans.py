@@ -463,8 +463,7 @@ class AcceleratedStepping:
         for d, p_start, p_end, reqs, n, running, waiting, u in pauses:
             rec.step_cols.append((rep.index, p_start, 1, p_end - p_start, running, waiting, n, n, 0, u, 0,
                                   u, waiting))
-        for step, fin in parts.finished:
-            rec.finish(rep, fin, ends[step - 1], seen[step - 1])
+        rec.finish_steps(rep, parts.finished, ends, seen)
 
     def _queued_span_run(self, rep, span, start: float):
         """A queued decode span (requests waiting): each step is gated by the
@@ -661,8 +660,7 @@ class AcceleratedStepping:
                                 parts.batch, last_w, decode * counts + prefill, prefill, decode * counts,
                                 last_u, parts.preempted, mean_u, mean_w))
         self.rec.step_cols.extend_rows(rows)
-        for step, fin in parts.finished:
-            self.rec.finish(rep, fin, ends[step - 1], seen[step - 1])
+        self.rec.finish_steps(rep, parts.finished, ends, seen)
 
 def _marked_waits(marks: list[tuple[int, int]], j: int) -> np.ndarray:
     """Requests waiting in each of a span's first ``j`` step rows, from its
