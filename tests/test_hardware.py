@@ -122,3 +122,18 @@ def test_registered_efficiency_form_is_dispatched(tmp_path):
         assert hw.efficiency.operator_efficiency("gemm") == (0.5, 0.5, 0.0)
     finally:
         EFFICIENCY_FORMS.pop("constant")
+
+
+def test_a_profile_is_parsed_once_per_content(tmp_path):
+    """``servesim validate`` builds two deployments per row: the profile is read
+    once (the same frozen object), and again when the file changes."""
+    assert get_hardware("h100_sxm") is get_hardware("h100_sxm")
+    p = tmp_path / "gpu.yaml"
+    text = TEST_GPU.read_text()
+    p.write_text(text)
+    first = load_hardware(p)
+    assert load_hardware(p) is first
+    p.write_text(text.replace(f"num_sms: {first.num_sms}", f"num_sms: {first.num_sms + 1}"))
+    assert load_hardware(p).num_sms == first.num_sms + 1
+    with pytest.raises(Exception):  # frozen: a cached profile cannot be changed by one user
+        first.num_sms = 1

@@ -197,7 +197,9 @@ class ChunkedRuns(DecodeRuns):
         sched._no_evict_invalidate()  # it holds no blocks yet: the admission reserve is recounted
         if req.status != RequestStatus.PREEMPTED:  # as _admit(req, 0): its lookup hit nothing
             req.num_cached_tokens = 0
-        sched.kv.record_prefix_cache_stats(req, 0)
+        kv = sched.kv
+        if kv.enable_prefix_caching:  # (the counters count nothing without caching)
+            kv.record_prefix_cache_stats(req, 0)
         req.status = RequestStatus.RUNNING
         sched.running.append(req)
         req.num_computed_tokens = num_tokens

@@ -136,7 +136,7 @@ class AcceleratedStepping:
         now = self.env.now
         j = max(min(bisect_left(ends, now) + 1, len(ends)), floor)
         if ends[j - 1] > now:
-            yield self.env.timeout_at(ends[j - 1])
+            yield self.env.step_end(ends[j - 1], rep.index)
         return j
 
     def _run_ends(self, rep, ends: list[float], j: int, start: float) -> None:
@@ -182,7 +182,7 @@ class AcceleratedStepping:
         self._run_begins(rep, ends)
         try:
             while True:
-                yield env.timeout_at(ends[-1])
+                yield env.step_end(ends[-1], rep.index)
                 m = len(ends)
                 if m >= k or not rep.merging:  # all k steps, or cut by an arrival in the last one
                     break
@@ -232,9 +232,9 @@ class AcceleratedStepping:
                         if clock.end < until and m + 1 < span.k:
                             clock.advance(span.k - m - 1, until)
                         continue
-                    yield env.timeout_at(ends[-1])  # they wait: the span ends with step m
+                    yield env.step_end(ends[-1], rep.index)  # they wait: the span ends with step m
                     break
-                yield env.timeout_at(ends[-1])
+                yield env.step_end(ends[-1], rep.index)
                 m = len(ends)
                 if m >= span.k:
                     break
@@ -297,7 +297,7 @@ class AcceleratedStepping:
                     if traffic.num_arrived == traffic.num_sent:
                         traffic.send_inline(rep, end, held)
                     else:  # one was in the frontend already: its event sends it
-                        yield env.timeout_at(end)
+                        yield env.step_end(end, rep.index)
                         self.num_events += 1
                         held += rep.pending
                         rep.pending = []
@@ -352,7 +352,7 @@ class AcceleratedStepping:
                 rep.pending += held
             end = clock.end if pausing else ends[-1]
             if end > env.now:
-                yield env.timeout_at(end)
+                yield env.step_end(end, rep.index)
         finally:
             self._lag_spans.discard(rep.index)
         self._run_ends(rep, ends, j, start)
@@ -463,8 +463,7 @@ class AcceleratedStepping:
         for d, p_start, p_end, reqs, n, running, waiting, u in pauses:
             rec.step_cols.append((rep.index, p_start, 1, p_end - p_start, running, waiting, n, n, 0, u, 0,
                                   u, waiting))
-        for step, fin in parts.finished:
-            rec.finish(rep, fin, ends[step - 1], seen[step - 1])
+        rec.finish_steps(rep, parts.finished, ends, seen)
 
     def _queued_span_run(self, rep, span, start: float):
         """A queued decode span (requests waiting): each step is gated by the
@@ -492,7 +491,7 @@ class AcceleratedStepping:
                     if inline and self.traffic.num_arrived == self.traffic.num_sent:  # sent here (see _span_run)
                         self.traffic.send_inline(rep, ends[-1])
                     else:
-                        yield env.timeout_at(ends[-1])
+                        yield env.step_end(ends[-1], rep.index)
                         self.num_events += 1
                         rep.merging = True  # (an arrival to an empty queue cuts: it is simply seen next)
                     until = self.traffic.next_send_s()
@@ -522,7 +521,7 @@ class AcceleratedStepping:
                 else:
                     clock.advance(1)
             if ends[-1] > env.now:
-                yield env.timeout_at(ends[-1])
+                yield env.step_end(ends[-1], rep.index)
             j = len(ends)
         except Interrupt:  # not expected: steps are never timed past the next send
             raise RuntimeError("queued decode span interrupted") from None
@@ -661,8 +660,7 @@ class AcceleratedStepping:
                                 parts.batch, last_w, decode * counts + prefill, prefill, decode * counts,
                                 last_u, parts.preempted, mean_u, mean_w))
         self.rec.step_cols.extend_rows(rows)
-        for step, fin in parts.finished:
-            self.rec.finish(rep, fin, ends[step - 1], seen[step - 1])
+        self.rec.finish_steps(rep, parts.finished, ends, seen)
 
 def _marked_waits(marks: list[tuple[int, int]], j: int) -> np.ndarray:
     """Requests waiting in each of a span's first ``j`` step rows, from its

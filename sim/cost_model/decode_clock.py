@@ -38,6 +38,9 @@ class DecodeClock:
                  cpu_of, overlap: bool) -> None:
         t = attn.tile
         self.attn, self.linear_s, self.cpu_of, self.overlap, self.tile = attn, linear_s, cpu_of, overlap, t
+        # the attention form's constants, read once per advance() call
+        self._consts = (attn.layers, attn.ga.launch_s, attn.c1, attn.c2, attn.ca_exp, attn.m1, attn.m2,
+                        attn.me_exp, attn.bk, attn.cta, attn.naive)
         self.S = len(contexts)
         self.X = sum(contexts)
         self.tiles = sum([(x + t) // t for x in contexts])
@@ -110,15 +113,13 @@ class DecodeClock:
         if j0:
             self._enter(j0)
         a = self.attn
-        t, layers, launch = self.tile, a.layers, a.ga.launch_s
-        S, X, tiles = self.S, self.X, self.tiles
+        layers, launch, c1, c2, cexp, m1, m2, mexp, bk, cta, naive = self._consts
+        t, S, X, tiles = self.tile, self.S, self.X, self.tiles
         cr = self.crossings
         leave = self.leave
         lin = self.lin
         cpu, overlap = self.cpu, self.overlap
-        c1, c2, cexp, m1, m2, mexp = a.c1, a.c2, a.ca_exp, a.m1, a.m2, a.me_exp
-        bqb, bk, bseq, cta, ctas = self.bqb, a.bk, self.bseq, a.cta, self.ctas
-        naive = a.naive
+        bqb, bseq, ctas = self.bqb, self.bseq, self.ctas
         tiles_then = self.tiles_then
         tb2 = tp2 = 0.0
         if tiles_then >= 0:
@@ -126,7 +127,10 @@ class DecodeClock:
         ends = self.ends
         append = ends.append
         end = self.end
-        L = X + S * (j0 + 1)
+        # KV tokens read by step j, X + S (j + 1): an exact integer kept as a float
+        # (below 2 ** 53 every add is exact: the same value as float(int))
+        L = float(X + S * (j0 + 1))
+        Sf = float(S)
         for j in range(j0, j0 + k):
             if j > j0:
                 if j in leave:  # finished after step j: out of the batch
@@ -135,12 +139,12 @@ class DecodeClock:
                     S, X, tiles = self.S, self.X, self.tiles
                     lin = self.lin
                     cpu, bqb, bseq, ctas, tiles_then = self.cpu, self.bqb, self.bseq, self.ctas, -1
-                    L = X + S * (j + 1)
+                    L = float(X + S * (j + 1))
+                    Sf = float(S)
                 else:
                     tiles += cr[-j % t]
-                    L += S
-            sum_len = float(L)  # KV tokens read: X + S (j + 1), an exact integer
-            tc = c1 * sum_len + c2 * sum_len ** cexp
+                    L += Sf
+            tc = c1 * L + c2 * L ** cexp
             if tiles != tiles_then:
                 tiles_then = tiles
                 tiled = float(tiles * t)
@@ -150,10 +154,11 @@ class DecodeClock:
                 if cta:
                     tp = ctas * (tiled / float(S)) * cta
                     tp2 = tp * tp
-            # FittedAttention._gen's (tc² + tb² + tp²) ** 0.5, the same adds in the same order
-            g = (tc * tc + tb2 + tp2) ** 0.5 if cta else (tc * tc + tb2) ** 0.5
+            # FittedAttention._gen's (tc² + tb² + tp²) ** 0.5, the same adds in the same
+            # order (without CTAs tp2 stays 0.0, and x + 0.0 is x)
+            g = (tc * tc + tb2 + tp2) ** 0.5
             if naive:
-                g += a._naive_extra(sum_len)
+                g += a._naive_extra(L)
             dt = (launch + g) * layers + lin
             if overlap:
                 end += dt if dt > cpu else cpu

@@ -100,7 +100,14 @@ def dp_group_loop(sim, group: DPGroup):
     lag = ranks[0].lag
     finish = ranks[0].on_finish if ranks[0].on_finish is not None else rec.finish
     disagg = sim.disagg
+    index = ranks[0].index  # the group's place in the order of events at one instant
+    settled = -1.0
     while True:
+        if settled != env.now:  # schedule() after every other event at this instant (Environment.settle)
+            settled = env.now
+            late = env.settle(index)
+            if late is not None:
+                yield late
         if not group.has_work():
             yield from _sleep(env, group)
             continue
@@ -145,7 +152,7 @@ def dp_group_loop(sim, group: DPGroup):
             rep.busy = lag
             rep.last_step_start = start
             rec.step(rep, start, dt, out)
-        yield env.timeout(dt)
+        yield env.step_end(start + dt, index)
         sim.num_events += 1
         sim.num_steps += 1
         now = env.now

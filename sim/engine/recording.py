@@ -155,6 +155,22 @@ class Recorder:
             # run does not keep every Request object alive (memory O(running)).
             rep.scheduler.finished.clear()
 
+    def finish_steps(self, rep, finished: list[tuple[int, list[Request]]], ends: list[float],
+                     seen: list[float]) -> None:
+        """:meth:`finish` for the steps of a merged stretch: ``finished`` holds
+        (step, requests finishing there) in step order; step s (1-based) ends at
+        ``ends[s - 1]`` and its tokens reach the clients at ``seen[s - 1]``."""
+        record, on_done = self.record, self.on_done
+        for step, reqs in finished:
+            now, at = ends[step - 1], seen[step - 1]
+            for req in reqs:
+                req.finish_time = at
+                rep.outstanding -= 1
+                record(req)
+                on_done(req, at - now)
+        if finished:
+            rep.scheduler.finished.clear()
+
     def joined(self, completed: list[tuple[Request, bool]], end: float) -> None:
         """Requests whose prefill a span completed at the step ending at
         ``end`` (request, resumed after a preemption): a new one's first token;

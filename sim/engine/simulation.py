@@ -28,7 +28,7 @@ Processes:
   to it and not yet finished or rejected (waiting included).
 - **replica loop** (one per replica): ``schedule()`` → step time from the cost
   model for exactly the scheduled batch, plus the engine's CPU overheads
-  (``sim/cost_model/overheads.py``) → ``yield env.timeout(step_time)`` →
+  (``sim/cost_model/overheads.py``) → wait until the step ends →
   ``update_from_output()``. An idle replica waits on an event an arrival
   triggers; it never polls.
 
@@ -71,8 +71,16 @@ from sim.workload.config import MAX_SIMULATED_CLOCK_S
 Interrupt = simpy.Interrupt
 
 
+#: Event priorities at one instant (SimPy orders its queue by (time, priority,
+#: creation)): see :class:`Environment`. A replica's step end and its next
+#: ``schedule()`` add the replica's index, so ties between replicas go in replica order.
+STEP_END = NORMAL + 1
+SCHEDULE = STEP_END + (1 << 24)
+
+
 class Environment(simpy.Environment):
-    """SimPy's environment, plus events at an absolute time and traffic events.
+    """SimPy's environment, plus events at an absolute time and a fixed order
+    of the events that fall at one instant.
 
     ``env.timeout(t - env.now)`` fires at ``now + (t - now)`` in floating
     point, which is a neighbour of ``t`` for some pairs (and no delay reaches
@@ -80,25 +88,52 @@ class Environment(simpy.Environment):
     the arrival process last woke, which differs between the reference and the
     accelerated stepping. :meth:`timeout_at` fires at exactly ``t``.
 
-    Traffic comes first at a tie: a request that reaches the router at the
-    very time a step ends is seen by the next step's ``schedule()``, whatever
-    order the events were created in (``traffic=True``: SimPy's URGENT
-    priority; engine steps are NORMAL). Simultaneous arrivals (clients of one
-    cohort) are thus all queued before an idle replica, woken by the first,
-    forms its batch; and a merged run, which has no event at each step end,
-    knows what the reference would have seen there."""
+    At one instant ``t`` the events go in this order, whatever order they
+    were created in (which differs between the reference and the accelerated
+    stepping): (1) traffic (``traffic=True``: SimPy's URGENT), so a request
+    that reaches the router at the very time a step ends is routed before the
+    step's completions change the loads; (2) other events (NORMAL: wake-ups);
+    (3) engine step ends (:meth:`step_end`), in replica order; (4) the
+    replicas' next ``schedule()`` (:meth:`settle`), in replica order. So a
+    step scheduled at ``t`` sees every request that reached its replica at
+    ``t``, including one a closed-loop client sent when another replica's step
+    ended at ``t`` (simultaneous arrivals, e.g. the clients of one cohort, are
+    all queued before an idle replica forms its batch), and a merged run,
+    which has no event at each step end, knows what the reference would have
+    seen there. (Real replicas tie at an exact float time only by
+    construction, e.g. identical replicas in lock-step; any fixed rule is as
+    faithful as another, this one is the simplest both steppings can follow.)"""
 
-    def timeout_at(self, t: float, traffic: bool = False) -> simpy.Event:
-        """An event that fires at simulated time exactly ``t`` (>= now), as a
-        ``Timeout`` does (same fields); ``traffic``: before the engine's events
-        at the same time."""
+    def at(self, t: float, priority: int) -> simpy.Event:
+        """An event that fires at simulated time exactly ``t`` (>= now) with
+        ``priority`` at a tie, as a ``Timeout`` does (same fields)."""
         if t < self._now:
             raise ValueError(f"time {t!r} is in the past (now {self._now!r})")
         ev = simpy.Event(self)
         ev._ok = True
         ev._value = None
-        heappush(self._queue, (t, URGENT if traffic else NORMAL, next(self._eid), ev))
+        heappush(self._queue, (t, priority, next(self._eid), ev))
         return ev
+
+    def timeout_at(self, t: float, traffic: bool = False) -> simpy.Event:
+        """An event at exactly ``t``; ``traffic``: before every other event at
+        the same time (see the class docstring)."""
+        return self.at(t, URGENT if traffic else NORMAL)
+
+    def step_end(self, t: float, index: int) -> simpy.Event:
+        """The end, at exactly ``t``, of an engine step of replica ``index``
+        (after traffic and other events at ``t``; replicas in index order)."""
+        return self.at(t, STEP_END + index)
+
+    def settle(self, index: int) -> simpy.Event | None:
+        """Replica ``index`` is about to ``schedule()`` now: an event after
+        every other event now pending at this instant (step ends included;
+        replicas in index order) to wait for first, or None when nothing else
+        is pending now (waiting would change nothing)."""
+        q = self._queue
+        if q and q[0][0] == self._now:
+            return self.at(self._now, SCHEDULE + index)
+        return None
 
     def traffic_timeout(self, delay: float) -> simpy.Event:
         """``timeout(delay)`` (the same ``now + delay``) for a traffic event:
@@ -227,7 +262,13 @@ class Simulation:
         finish = rep.on_finish if rep.on_finish is not None else rec.finish
         stepping = self.stepping
         recv = rep.recv_interval > 1
+        settled = -1.0  # the instant this replica last waited for (Environment.settle)
         while True:
+            if settled != env.now:  # schedule() after every other event at this instant
+                settled = env.now
+                late = env.settle(rep.index)
+                if late is not None:
+                    yield late
             if recv:
                 self._maybe_recv(rep)
             if not sched.has_unfinished_requests() and not rep.pending:
@@ -283,7 +324,7 @@ class Simulation:
             if recv:
                 rep.recv_weight = RECV_WEIGHT_OTHER if out.num_prefill_tokens > 0 else RECV_WEIGHT_DECODE
             record_step(rep, start, dt, out)
-            yield env.timeout(dt)
+            yield env.step_end(start + dt, rep.index)
             self.num_events += 1
             self.num_steps += 1
             step_done(rep, out, start, env.now, finish)

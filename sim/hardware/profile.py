@@ -202,17 +202,33 @@ def _validate(data: Any, source: str) -> HardwareProfile:
         raise ConfigError(f"{source}: invalid hardware profile: " + "; ".join(msgs)) from None
 
 
+#: validated profiles by (path, text): a profile is parsed once per process however
+#: many deployments use it (``servesim validate`` builds two per row); profiles are
+#: frozen, and an edited file is parsed again.
+_LOADED: dict[tuple[str, str], HardwareProfile] = {}
+
+
 def load_hardware(path: str | Path) -> HardwareProfile:
-    """Load and validate one profile YAML."""
+    """Load and validate one profile YAML (parsed once per content)."""
     path = Path(path)
     try:
-        data = safe_load_unique(path.read_text())  # a key given twice is an error
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read hardware profile: {e}") from e
+    key = (str(path), text)
+    hw = _LOADED.get(key)
+    if hw is None:
+        hw = _LOADED[key] = _parse_hardware(path, text)
+    return hw
+
+
+def _parse_hardware(path: Path, text: str) -> HardwareProfile:
+    try:
+        data = safe_load_unique(text)  # a key given twice is an error
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}:" if mark else ""
         raise ConfigError(f"{path}:{where} cannot read hardware profile: {getattr(e, 'problem', None) or e}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read hardware profile: {e}") from e
     return _validate(data, str(path))
 
 
