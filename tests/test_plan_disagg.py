@@ -219,3 +219,20 @@ def test_cli_expert_parallel_value_is_a_one_line_error(tmp_path):
                                  "p99_tpot_ms=50", "--disagg", "1P1D", "--expert-parallel", "off,maybe",
                                  "--out", str(tmp_path), "--quiet"])
     assert r.exit_code != 0 and "--expert-parallel: 'maybe' must be on or off" in str(r.exception)
+
+
+def test_a_disaggregated_winner_gets_the_disaggregated_launch():
+    """The answer's launch command is built from the winning candidate itself: a 1P2D
+    winner on 2 replicas launches 2 prefill and 4 decode workers (the disaggregated
+    launch, which names its pools), not an aggregated ``vllm serve`` of the base."""
+    from sim.sweep.plan_report import winner_launch
+
+    base = build_config(overrides={"model": MODEL, "hardware": GPU, "max_model_len": 1024})
+    agg, dis = make_candidates([GPU], [1])[0], make_disagg_candidates([GPU], [(1, 2)], [1], [1])[0]
+    table = pd.DataFrame([{"candidate": dis.name, "status": "ok", "replicas": 2},
+                          {"candidate": agg.name, "status": "ok", "replicas": 5}])
+    la = winner_launch(base, table, [agg, dis])
+    assert "2 prefill worker(s) of TP 1, 4 decode worker(s) of TP 1" in la.text()
+    assert "serve" not in la.argv
+    la_agg = winner_launch(base, table.iloc[::-1].reset_index(drop=True), [agg, dis])
+    assert "--data-parallel-size" in la_agg.argv and "5" in la_agg.argv

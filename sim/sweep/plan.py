@@ -410,6 +410,12 @@ def simulate(base: SimConfig, c: Candidate, rate: float, replicas: int = 1, good
     return add_derived(row)
 
 
+def candidate_config(base: SimConfig, c: Candidate, replicas: int = 1) -> SimConfig:
+    """The config a candidate runs as on ``replicas`` replicas (xPyD units when
+    disaggregated): the base with the candidate's overrides."""
+    return apply_variant(base, _variant(c, replicas, base))
+
+
 @dataclass
 class CandidatePlan:
     """The outcome for one candidate. ``status``: ``ok``; ``infeasible`` (the config

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sim.config import SimConfig
-from sim.sweep.plan import Candidate, CandidatePlan, PlanSettings, check_models_and_hardware, plan_candidate
+from sim.sweep.plan import (Candidate, CandidatePlan, PlanSettings, candidate_config, check_models_and_hardware,
+                            plan_candidate)
 
 STATUS_ORDER = {"ok": 0, "target_unmet": 1, "no_rate": 2, "infeasible": 3}
 LAT_COLS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
@@ -238,10 +239,11 @@ def _launch_section(launch) -> list[str]:
     return launch.markdown(f"Launch command ({launch.engine})")
 
 
-def winner_launch(base: SimConfig, table):
+def winner_launch(base: SimConfig, table, candidates: list[Candidate]):
     """The launch command of the plan's answer (rank 1): the base config with the
-    candidate's settings and replica count, its hardware-dependent defaults resolved
-    (:func:`sim.launch.launch_command`); None when no candidate serves the load."""
+    candidate's own overrides (a disaggregated one keeps its pools) on its replica
+    count, hardware-dependent defaults resolved (:func:`sim.launch.launch_command`);
+    None when no candidate serves the load."""
     from sim.engine.deployment import build_deployment
     from sim.launch import launch_command
 
@@ -249,11 +251,8 @@ def winner_launch(base: SimConfig, table):
     if not len(ok):
         return None
     b = ok.iloc[0]
-    keys = [k for k in SimConfig.model_fields if k in b.index and k != "workload"]
-    upd = {k: (int(b[k]) if k == "tensor_parallel_size" else b[k]) for k in keys
-           if not (isinstance(b[k], float) and math.isnan(b[k]))}
-    upd["num_replicas"] = int(b["replicas"])
-    cfg = SimConfig.model_validate({**base.model_dump(exclude={"workload"}), "workload": base.workload, **upd})
+    cand = next(c for c in candidates if c.name == b["candidate"])
+    cfg = candidate_config(base, cand, int(b["replicas"]))
     return launch_command(build_deployment(cfg).cfg.model_dump(mode="json"))
 
 
@@ -313,7 +312,7 @@ def run_plan(base: SimConfig, candidates: list[Candidate], settings: PlanSetting
     warnings = plan_workload_warnings(plans)
     from sim.launch import write_launch
 
-    launch = winner_launch(base, table)
+    launch = winner_launch(base, table, candidates)
     if launch is not None:
         write_launch(out, launch)
     (out / "plan.md").write_text(plan_markdown(table, settings, context or {}, figures, warnings, launch))
