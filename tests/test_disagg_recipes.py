@@ -192,3 +192,26 @@ def test_a_recorded_row_with_attention_dp_in_the_prefill_pool_runs_n_ranks(tmp_p
     assert set(steps["replica"][pre].tolist()) == {0, 1, 2, 3}  # 4 prefill ranks, each its own batch
     assert (steps["num_running_seqs"][pre] <= 1).all()  # the row's batch 1 per rank
     assert out.summary["completed"] == 8 and set(req["replica"].tolist()) == {4}  # one decode rank (TP 8)
+
+
+def test_an_sglang_attention_dp_pool_keeps_sglang_default_request_pool_not_the_rows_batch():
+    """cfg252-like row (SGLang, GB200, prefill DP 4 x batch 1, decode 2 workers of
+    DP 4 x batch 1 at concurrency 8): the batch is the per-rank load, not
+    --max-running-requests (SGLang divides that flag by dp_size: 1 // 4 = 0
+    would not start), so both DP pools keep SGLang's default; a pool without
+    DP and a TensorRT-LLM DP pool keep the recorded batch."""
+    row = _row(image="", backend="sglang", model_path="deepseek-ai/DeepSeek-V3", precision="fp4",
+               campaign="db-dump/2026-04-27", concurrency=8.0,
+               prefill_num_workers=1.0, prefill_tp_size=1.0, prefill_attention_dp_size=4.0,
+               prefill_moe_tp_size=4.0, prefill_moe_ep_size=1.0, prefill_batch_size=1.0,
+               decode_num_workers=2.0, decode_tp_size=1.0, decode_attention_dp_size=4.0, decode_moe_tp_size=4.0,
+               decode_moe_ep_size=1.0, decode_batch_size=1.0)
+    pools = disagg_pools(row)
+    assert pools["prefill"]["batch"] is None and pools["decode"]["batch"] is None
+    assert pools["decode"]["layout"]["data_parallel_size"] == 4 and pools["decode"]["n"] == 2
+    ov = disagg_row_overrides(row, {"engine": "sglang"}, pools)
+    assert "max_num_seqs" not in ov["disaggregation"]["decode"]
+    no_dp = disagg_pools({**row, "decode_attention_dp_size": 1.0, "decode_tp_size": 4.0, "decode_batch_size": 4.0})
+    assert no_dp["decode"]["batch"] == 4 and no_dp["prefill"]["batch"] is None
+    trt = disagg_pools({**row, "backend": "trtllm"})
+    assert trt["prefill"]["batch"] == 1 and trt["decode"]["batch"] == 1

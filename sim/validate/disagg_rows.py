@@ -36,6 +36,32 @@ arguments, else the engine's default, as the engine ran; the engine preset of
 ``backend``; quantization and KV dtype as the aggregated rows
 (:func:`sim.validate.rows.row_quantization`).
 
+Except **an SGLang pool with attention DP** (``*_attention_dp_size`` > 1 on a
+recorded row): its batch size is the per-rank *load* of the benchmark
+(concurrency / workers / DP), not a flag the deployment ran with, and
+servesim keeps SGLang's default request pool (``--max-running-requests``
+unset: :func:`sim.presets.sglang.sglang_max_running_requests` per rank). The
+one flag it could be is ``--max-running-requests`` (aiconfigurator's generator
+maps its ``max_batch_size`` = the row's ``bs`` to it:
+ai-dynamo/aiconfigurator ``src/aiconfigurator/generator/config/backend_config_mapping.yaml``,
+``generator/module_bridge.py``), and SGLang divides that flag over the DP
+ranks, ``max_running_requests // dp_size`` per rank, asserting it is > 0
+(sgl-project/sglang ``python/sglang/srt/model_executor/model_runner.py``, "Init
+max running requests"; ``managers/tp_worker.py`` before): read so, 44 of the 49
+recorded SGLang DP rows would have a pool with 0 requests per rank, a server
+that does not start (43 prefill pools: batch 1 on DP 4 or 8; 6 decode pools,
+e.g. batch 16 on DP 32), the others bs / DP per rank, below the row's own
+per-rank load. Nor can it
+be the per-rank cap itself: SGLang's decode server runs at most that many
+requests per rank (``disaggregation/decode.py`` ``get_new_prebuilt_batch``:
+``min(req_to_token_pool.size, max_running_requests)``; pre-allocated and
+in-transfer requests do not count, ``DecodeReqToTokenPool``), the ranks are
+chosen by the random bootstrap room (sim/engine/disagg.py), so at 1-2
+requests per rank a request would wait a whole decode for a slot (5.9 s
+simulated at ``dsr1_gb200_sglang_fp4_disagg_1024x1024_c8_cfg252``, measured
+294 ms TTFT). TensorRT-LLM's ``max_batch_size`` is per rank and not divided:
+its rows keep the batch.
+
 **The nightly harness's recipes** (InferenceMAX, now SemiAnalysisAI/InferenceX:
 ``.github/configs/nvidia-master.yaml``, each disaggregated config's
 ``search-space`` entries: ``conc-list``, ``prefill`` / ``decode``
@@ -304,7 +330,10 @@ def disagg_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
             if tp is None:
                 raise NotSimulable(f"{p}_tp_size not recorded: not simulated rather than guessed")
             attn_tp, layout = _recorded_layout(row, p, tp)
-            pools[p] = {"n": n, "tp": attn_tp, "batch": _whole(row, f"{p}_batch_size"), "keys": {}, "recipe": []}
+            batch = _whole(row, f"{p}_batch_size")
+            if layout.get("data_parallel_size", 1) > 1 and _str(row, "backend").lower() == "sglang":
+                batch = None  # the per-rank load, not --max-running-requests (module docstring)
+            pools[p] = {"n": n, "tp": attn_tp, "batch": batch, "keys": {}, "recipe": []}
             if layout:
                 pools[p]["layout"] = layout
     elif any(_whole(row, f"{p}_tp_size") is None for p in POOLS):
