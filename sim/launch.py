@@ -11,7 +11,11 @@ the winner).
   --max_num_tokens … --extra_llm_api_options extra-llm-api-options.yaml``, the YAML holding
   ``kv_cache_config`` (``free_gpu_memory_fraction``, ``enable_block_reuse``,
   ``tokens_per_block``), ``scheduler_config.capacity_scheduler_policy`` and
-  ``enable_chunked_prefill``.
+  ``enable_chunked_prefill``;
+- a disaggregated deployment (``disaggregation``), given its pools' resolved
+  configs: one command per prefill and decode worker with the engine's P/D
+  setup, and the front end that joins them (:func:`_disaggregated_pools`);
+  without them, the pools are named and the command is not written.
 
 Every value is the resolved one the simulation ran with (hardware-dependent
 defaults filled in), so the engine runs what was simulated rather than its own
@@ -54,11 +58,17 @@ class Launch:
     yaml: str | None = None
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: more files the commands read (name -> text): a disaggregated deployment's
+    #: per-pool TensorRT-LLM options and its ``trtllm-serve disaggregated`` config
+    files: dict[str, str] = field(default_factory=dict)
+    #: a disaggregated deployment's commands, in launch order: (what it is, argv)
+    parts: list[tuple[str, list[str]]] = field(default_factory=list)
 
-    def shell(self) -> str:
-        """The command as a shell line wrapped at each flag (``\\`` continuations)."""
+    def shell(self, argv: list[str] | None = None) -> str:
+        """The command (``argv``, default this launch's) as a shell line wrapped at
+        each flag (``\\`` continuations)."""
         parts, cur = [], []
-        for a in self.argv:
+        for a in self.argv if argv is None else argv:
             if a.startswith("--") and cur:
                 parts.append(shlex.join(cur))
                 cur = []
@@ -78,6 +88,10 @@ class Launch:
             out.append("")
         if self.yaml is not None:
             out += ["```yaml", self.yaml.rstrip("\n"), "```", ""]
+        for name, body in self.files.items():
+            out += [f"`{name}`:", "", "```yaml", body.rstrip("\n"), "```", ""]
+        if self.parts:
+            return out + ["```bash", *(f"# {what}\n{self.shell(a)}" for what, a in self.parts), "```", ""]
         return out + ["```bash", self.shell(), "```", ""]
 
     def text(self) -> str:
@@ -86,7 +100,13 @@ class Launch:
                                      *self.notes)]
         if self.yaml is not None:
             lines += [f"cat > {EXTRA_YAML} <<'EOF'", self.yaml.rstrip("\n"), "EOF"]
-        lines.append(self.shell())
+        for name, body in self.files.items():
+            lines += [f"cat > {name} <<'EOF'", body.rstrip("\n"), "EOF"]
+        if self.parts:
+            for what, a in self.parts:
+                lines += [f"# {what}", self.shell(a)]
+        else:
+            lines.append(self.shell())
         return "\n".join(lines) + "\n"
 
 
@@ -113,10 +133,15 @@ def model_checkpoint(model: str, quantization: str | None) -> tuple[str, bool]:
     return next((i for i in ids if i.endswith("-Instruct")), ids[0]), False
 
 
-def launch_command(cfg: dict[str, Any]) -> Launch:
-    """The launch command of a resolved config (``summary.json``'s ``config``)."""
+def launch_command(cfg: dict[str, Any], pools: dict[str, dict[str, Any]] | None = None) -> Launch:
+    """The launch command of a resolved config (``summary.json``'s ``config``);
+    for a disaggregated one, ``pools``: each pool's resolved engine config
+    (``prefill`` / ``decode``: ``Deployment.disagg.<pool>.cfg`` dumped), without
+    which its per-pool commands cannot be written."""
     engine = cfg.get("engine") or "vllm"
     if cfg.get("disaggregation"):
+        if pools is not None:
+            return _disaggregated_pools(cfg, engine, pools)
         return _disaggregated(cfg, engine)
     return {"vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm}[engine](cfg)
 
@@ -134,6 +159,122 @@ def _disaggregated(cfg: dict[str, Any], engine: str) -> Launch:
     la = Launch(engine, ["#", f"disaggregated {engine}: {pools}"])
     la.problems.append(f"disaggregated prefill and decode pools ({pools}): launch each pool's workers with "
                        f"{engine}'s disaggregation setup; per-pool commands are not written")
+    return la
+
+
+#: servesim's ``kv_connector`` -> SGLang ``--disaggregation-transfer-backend`` / TensorRT-LLM
+#: ``cache_transceiver_config.backend`` (None: the engine has no such backend)
+_SGLANG_BACKEND = {"NixlConnector": "nixl", "nixl": "nixl", "MooncakeConnector": "mooncake", "mooncake": "mooncake"}
+_TRTLLM_BACKEND = {"NixlConnector": "NIXL", "nixl": "NIXL"}
+#: first port of each pool's workers (worker i listens on base + i) and of the front end
+_PORTS = {"prefill": 8100, "decode": 8200, "router": 8000}
+_POOLS = ("prefill", "decode")
+
+
+def _disaggregated_pools(cfg: dict[str, Any], engine: str, pools: dict[str, dict[str, Any]]) -> Launch:
+    """Per-pool commands of a disaggregated deployment: each pool's engine command
+    (its resolved config, :func:`launch_command`) once per worker with the engine's
+    P/D setup, then the front end that sends a request to a prefill worker, then a
+    decode worker, all on one host (``localhost``, ports from ``_PORTS``; replace
+    with the workers' hosts):
+
+    - vLLM: ``--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'``
+      on every worker, each with its own ``VLLM_NIXL_SIDE_CHANNEL_PORT``, and the
+      proxy ``tests/v1/kv_connector/nixl_integration/toy_proxy_server.py
+      --prefiller-hosts … --prefiller-ports … --decoder-hosts … --decoder-ports …``
+      (docs.vllm.ai/en/stable/features/nixl_connector_usage.html); the other
+      connectors (P2P-NCCL, LMCache, Mooncake) take per-connector settings not
+      written here;
+    - SGLang: ``--disaggregation-mode prefill|decode
+      --disaggregation-transfer-backend nixl|mooncake`` (each prefill worker its
+      own ``--disaggregation-bootstrap-port``, default 8998), and the router
+      ``python -m sglang_router.launch_router --pd-disaggregation --prefill URL
+      BOOTSTRAP_PORT … --decode URL …``
+      (docs.sglang.io/advanced_features/pd_disaggregation.html);
+    - TensorRT-LLM: a ``trtllm-serve`` per context (prefill) and generation
+      (decode) server, each with its options file holding
+      ``cache_transceiver_config: {backend: …}`` (the overlap scheduler as
+      simulated; releases before NVIDIA/TensorRT-LLM#10755 require it off on
+      context servers: a note says so), and
+      ``trtllm-serve disaggregated -c disagg-config.yaml`` listing their URLs
+      under ``context_servers`` / ``generation_servers``
+      (NVIDIA/TensorRT-LLM ``examples/disaggregated/README.md``,
+      docs ``features/disagg-serving.md``)."""
+    d = cfg["disaggregation"]
+    conn = d.get("kv_connector") or "NixlConnector"
+    n = {p: int(d[f"num_{p}_workers"]) for p in _POOLS}
+    urls = {p: [f"localhost:{_PORTS[p] + i}" for i in range(n[p])] for p in _POOLS}
+    la = Launch(engine, [], notes=[f"{n['prefill']} prefill and {n['decode']} decode worker(s), written for one host "
+                                   "(localhost, a port each): run each worker on its own GPUs "
+                                   "(CUDA_VISIBLE_DEVICES) or host and give the front end their addresses"])
+    cmds: dict[str, Launch] = {}
+    for p in _POOLS:
+        pc = {k: v for k, v in pools[p].items() if k not in ("disaggregation", "num_replicas")}
+        sub = launch_command(pc)
+        la.problems += [f"{p} pool: {x}" for x in sub.problems]
+        la.notes += [f"{p} pool: {x}" for x in sub.notes if x not in la.notes]
+        cmds[p] = sub
+    if engine == "vllm":
+        if conn != "NixlConnector":
+            la.problems.append(f"kv_connector {conn!r}: only NixlConnector's vLLM setup is written here")
+        ktc = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+        for p in _POOLS:
+            for i, u in enumerate(urls[p]):
+                port = u.split(":")[1]
+                side = 5600 + (0 if p == "prefill" else n["prefill"]) + i
+                la.parts.append((f"{p} worker {i + 1} of {n[p]}",
+                                 ["env", f"VLLM_NIXL_SIDE_CHANNEL_PORT={side}", *cmds[p].argv, "--port", port,
+                                  "--kv-transfer-config", ktc]))
+        proxy = ["python", "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py", "--port",
+                 str(_PORTS["router"]), "--prefiller-hosts", *["localhost"] * n["prefill"],
+                 "--prefiller-ports", *[u.split(":")[1] for u in urls["prefill"]],
+                 "--decoder-hosts", *["localhost"] * n["decode"],
+                 "--decoder-ports", *[u.split(":")[1] for u in urls["decode"]]]
+        la.parts.append(("the proxy (vLLM's NIXL example): prefill, then decode", proxy))
+    elif engine == "sglang":
+        backend = _SGLANG_BACKEND.get(conn)
+        if backend is None:
+            la.problems.append(f"kv_connector {conn!r} is not an SGLang transfer backend (nixl, mooncake)")
+            backend = "nixl"
+        router = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
+        for p in _POOLS:
+            for i, u in enumerate(urls[p]):
+                extra = ["--port", u.split(":")[1], "--disaggregation-mode", p,
+                         "--disaggregation-transfer-backend", backend]
+                if p == "prefill":
+                    boot = str(8998 + i)
+                    extra += ["--disaggregation-bootstrap-port", boot]
+                    router += ["--prefill", f"http://{u}", boot]
+                else:
+                    router += ["--decode", f"http://{u}"]
+                la.parts.append((f"{p} worker {i + 1} of {n[p]}", [*cmds[p].argv, *extra]))
+        la.parts.append(("the router (sglang-router, PD mode)", router + ["--host", "0.0.0.0", "--port",
+                                                                          str(_PORTS["router"])]))
+    else:  # trtllm
+        backend = _TRTLLM_BACKEND.get(conn)
+        if backend is None:
+            la.problems.append(f"kv_connector {conn!r}: TensorRT-LLM's cache transceiver backends here: NIXL "
+                               "(UCX, MPI and DEFAULT are TensorRT-LLM's own)")
+            backend = "DEFAULT"
+        for p, role in (("prefill", "context"), ("decode", "generation")):
+            name = f"extra-llm-api-options-{p}.yaml"
+            y = cmds[p].yaml or ""
+            if p == "prefill" and pools[p].get("overlap_scheduling"):
+                la.notes.append("prefill pool: TensorRT-LLM releases before NVIDIA/TensorRT-LLM#10755 (January "
+                                "2026) refuse the overlap scheduler on context servers: there set "
+                                "disable_overlap_scheduler: true (simulated with it on)")
+            la.files[name] = y + f"cache_transceiver_config:\n  backend: {backend}\n"
+            argv = [name if a == EXTRA_YAML else a for a in cmds[p].argv]
+            for i, u in enumerate(urls[p]):
+                la.parts.append((f"{role} ({p}) server {i + 1} of {n[p]}",
+                                 [*argv, "--host", "localhost", "--port", u.split(":")[1]]))
+        la.files["disagg-config.yaml"] = "\n".join(
+            ["hostname: localhost", f"port: {_PORTS['router']}", "backend: pytorch",
+             "context_servers:", f"  num_instances: {n['prefill']}", "  urls:", *[f"    - \"{u}\"" for u in urls["prefill"]],
+             "generation_servers:", f"  num_instances: {n['decode']}", "  urls:",
+             *[f"    - \"{u}\"" for u in urls["decode"]]]) + "\n"
+        la.parts.append(("the disaggregated front end", ["trtllm-serve", "disaggregated", "-c", "disagg-config.yaml"]))
+    la.argv = [a for _, argv in la.parts for a in argv]
     return la
 
 
@@ -291,4 +432,7 @@ def write_launch(out_dir, launch: Launch, name: str = "launch.sh") -> list:
         paths.append(out / EXTRA_YAML)
     else:
         (out / EXTRA_YAML).unlink(missing_ok=True)
+    for fname, body in launch.files.items():
+        (out / fname).write_text(body)
+        paths.append(out / fname)
     return paths

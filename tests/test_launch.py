@@ -130,3 +130,73 @@ def test_a_disaggregated_winner_names_its_pools_instead_of_a_broken_command():
     text = la.text()
     assert "1 prefill worker(s) of TP 1, 2 decode worker(s) of TP 2" in text
     assert la.problems and "per-pool commands are not written" in la.problems[0]
+
+
+def _disagg_launch(engine, **dis):
+    from sim.config import build_config
+    from sim.engine.deployment import build_deployment
+    from sim.launch import launch_command
+
+    cfg = build_config(overrides={"engine": engine, "model": "llama-3.1-8b", "hardware": "h100_sxm",
+                                  "disaggregation": {"num_prefill_workers": 1, "num_decode_workers": 2,
+                                                     "decode": {"tensor_parallel_size": 2, "max_num_seqs": 128},
+                                                     **dis}})
+    dep = build_deployment(cfg)
+    pools = {p: getattr(dep.disagg, p).cfg.model_dump(mode="json") for p in ("prefill", "decode")}
+    return launch_command(dep.cfg.model_dump(mode="json"), pools)
+
+
+def test_a_disaggregated_vllm_deployment_gets_one_nixl_command_per_worker_and_the_proxy():
+    la = _disagg_launch("vllm")
+    assert not la.problems
+    assert [w for w, _ in la.parts] == ["prefill worker 1 of 1", "decode worker 1 of 2", "decode worker 2 of 2",
+                                        "the proxy (vLLM's NIXL example): prefill, then decode"]
+    pre, dec2, proxy = la.parts[0][1], la.parts[2][1], la.parts[3][1]
+    assert pre[:4] == ["env", "VLLM_NIXL_SIDE_CHANNEL_PORT=5600", "vllm", "serve"]
+    assert pre[pre.index("--tensor-parallel-size") + 1] == "1"
+    assert pre[-4:] == ["--port", "8100", "--kv-transfer-config",
+                        '{"kv_connector":"NixlConnector","kv_role":"kv_both"}']
+    assert dec2[1] == "VLLM_NIXL_SIDE_CHANNEL_PORT=5602" and dec2[dec2.index("--port") + 1] == "8201"
+    assert dec2[dec2.index("--tensor-parallel-size") + 1] == "2" and dec2[dec2.index("--max-num-seqs") + 1] == "128"
+    assert proxy == ["python", "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py", "--port", "8000",
+                     "--prefiller-hosts", "localhost", "--prefiller-ports", "8100",
+                     "--decoder-hosts", "localhost", "localhost", "--decoder-ports", "8200", "8201"]
+    assert "VLLM_NIXL_SIDE_CHANNEL_PORT=5601" in la.text()
+
+
+def test_a_disaggregated_sglang_deployment_gets_pd_modes_and_the_pd_router():
+    la = _disagg_launch("sglang", kv_connector="mooncake")
+    assert not la.problems
+    pre, dec1, router = la.parts[0][1], la.parts[1][1], la.parts[3][1]
+    assert pre[-8:] == ["--port", "8100", "--disaggregation-mode", "prefill", "--disaggregation-transfer-backend",
+                        "mooncake", "--disaggregation-bootstrap-port", "8998"]
+    assert dec1[-6:] == ["--port", "8200", "--disaggregation-mode", "decode", "--disaggregation-transfer-backend",
+                         "mooncake"]
+    assert dec1[dec1.index("--max-running-requests") + 1] == "128" and dec1[dec1.index("--tp") + 1] == "2"
+    assert router == ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation",
+                      "--prefill", "http://localhost:8100", "8998", "--decode", "http://localhost:8200",
+                      "--decode", "http://localhost:8201", "--host", "0.0.0.0", "--port", "8000"]
+    assert _disagg_launch("sglang", kv_connector="P2pNcclConnector").problems  # not an SGLang backend
+
+
+def test_a_disaggregated_trtllm_deployment_gets_context_generation_servers_and_the_disagg_config(tmp_path):
+    from sim.launch import write_launch
+
+    la = _disagg_launch("trtllm")
+    assert not la.problems
+    assert [w for w, _ in la.parts][-1] == "the disaggregated front end"
+    assert la.parts[-1][1] == ["trtllm-serve", "disaggregated", "-c", "disagg-config.yaml"]
+    ctx, gen2 = la.parts[0][1], la.parts[2][1]
+    assert ctx[ctx.index("--extra_llm_api_options") + 1] == "extra-llm-api-options-prefill.yaml"
+    assert ctx[-4:] == ["--host", "localhost", "--port", "8100"]
+    assert gen2[gen2.index("--tp_size") + 1] == "2" and gen2[gen2.index("--max_batch_size") + 1] == "128"
+    assert gen2[-1] == "8201"
+    assert la.files["extra-llm-api-options-decode.yaml"].endswith("cache_transceiver_config:\n  backend: NIXL\n")
+    assert la.files["disagg-config.yaml"] == (
+        'hostname: localhost\nport: 8000\nbackend: pytorch\ncontext_servers:\n  num_instances: 1\n  urls:\n'
+        '    - "localhost:8100"\ngeneration_servers:\n  num_instances: 2\n  urls:\n'
+        '    - "localhost:8200"\n    - "localhost:8201"\n')
+    paths = {p.name for p in write_launch(tmp_path, la)}
+    assert paths == {"launch.sh", "extra-llm-api-options-prefill.yaml", "extra-llm-api-options-decode.yaml",
+                     "disagg-config.yaml"}
+    assert "trtllm-serve disaggregated -c disagg-config.yaml" in (tmp_path / "launch.sh").read_text()

@@ -232,7 +232,10 @@ def test_a_disaggregated_winner_gets_the_disaggregated_launch():
     table = pd.DataFrame([{"candidate": dis.name, "status": "ok", "replicas": 2},
                           {"candidate": agg.name, "status": "ok", "replicas": 5}])
     la = winner_launch(base, table, [agg, dis])
-    assert "2 prefill worker(s) of TP 1, 4 decode worker(s) of TP 1" in la.text()
-    assert "serve" not in la.argv
+    whats = [w for w, _ in la.parts]  # one command per worker (sim/launch.py), then the proxy
+    assert whats[:2] == ["prefill worker 1 of 2", "prefill worker 2 of 2"] and whats[5] == "decode worker 4 of 4"
+    assert len(whats) == 7 and whats[6].startswith("the proxy")
+    assert all("--data-parallel-size" not in a for _, a in la.parts)
+    assert "2 prefill and 4 decode worker(s)" in la.text()
     la_agg = winner_launch(base, table.iloc[::-1].reset_index(drop=True), [agg, dis])
     assert "--data-parallel-size" in la_agg.argv and "5" in la_agg.argv

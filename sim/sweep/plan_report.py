@@ -253,7 +253,10 @@ def winner_launch(base: SimConfig, table, candidates: list[Candidate]):
     b = ok.iloc[0]
     cand = next(c for c in candidates if c.name == b["candidate"])
     cfg = candidate_config(base, cand, int(b["replicas"]))
-    return launch_command(build_deployment(cfg).cfg.model_dump(mode="json"))
+    dep = build_deployment(cfg)
+    pools = ({p: getattr(dep.disagg, p).cfg.model_dump(mode="json") for p in ("prefill", "decode")}
+             if dep.disagg is not None else None)
+    return launch_command(dep.cfg.model_dump(mode="json"), pools)
 
 
 def run_plan(base: SimConfig, candidates: list[Candidate], settings: PlanSettings, out_dir: str | Path, *,
