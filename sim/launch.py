@@ -372,7 +372,12 @@ def _sglang(cfg: dict[str, Any]) -> Launch:
     if cfg.get("moe_ep_size"):
         a += ["--ep-size", str(cfg["moe_ep_size"])]
     chunk = cfg["max_num_batched_tokens"] if _SGLANG_MODES.get(cfg["scheduler"], True) else -1
-    a += ["--max-running-requests", str(cfg["max_num_seqs"]), "--chunked-prefill-size", str(chunk)]
+    # servesim's limits are per attention rank; with --enable-dp-attention SGLang divides both flags
+    # by --dp (server_args.py: chunked_prefill_size // dp_size; model_runner.py:
+    # max_running_requests // dp_size), so the flags carry dp x the per-rank value
+    per = dp if dp > 1 else 1
+    a += ["--max-running-requests", str(cfg["max_num_seqs"] * per),
+          "--chunked-prefill-size", str(chunk * per if chunk > 0 else chunk)]
     if cfg.get("max_prefill_tokens"):
         a += ["--max-prefill-tokens", str(cfg["max_prefill_tokens"])]
     a += ["--mem-fraction-static", f"{cfg['gpu_memory_utilization']:g}", "--page-size", str(cfg["block_size"]),

@@ -200,3 +200,20 @@ def test_a_disaggregated_trtllm_deployment_gets_context_generation_servers_and_t
     assert paths == {"launch.sh", "extra-llm-api-options-prefill.yaml", "extra-llm-api-options-decode.yaml",
                      "disagg-config.yaml"}
     assert "trtllm-serve disaggregated -c disagg-config.yaml" in (tmp_path / "launch.sh").read_text()
+
+
+def test_sglang_dp_attention_flags_carry_dp_times_the_per_rank_limits():
+    """servesim's max_num_seqs / max_num_batched_tokens are per attention rank; SGLang
+    divides --max-running-requests and --chunked-prefill-size by --dp under
+    --enable-dp-attention, so DP 4 x 64 seqs x 2048 tokens is written 256 / 8192."""
+    from sim.config import build_config
+    from sim.launch import launch_command
+
+    d = build_config(overrides={"engine": "sglang"}).model_dump(mode="json")
+    d.update(data_parallel_size=4, max_num_seqs=64, max_num_batched_tokens=2048, gpu_memory_utilization=0.8)
+    a = launch_command(d).argv
+    assert a[a.index("--dp") + 1] == "4" and "--enable-dp-attention" in a
+    assert a[a.index("--max-running-requests") + 1] == "256" and a[a.index("--chunked-prefill-size") + 1] == "8192"
+    d.update(data_parallel_size=1, num_replicas=4)  # plain DP of whole engines: SGLang does not divide
+    a = launch_command(d).argv
+    assert a[a.index("--max-running-requests") + 1] == "64" and a[a.index("--chunked-prefill-size") + 1] == "2048"
