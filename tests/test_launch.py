@@ -217,3 +217,20 @@ def test_sglang_dp_attention_flags_carry_dp_times_the_per_rank_limits():
     d.update(data_parallel_size=1, num_replicas=4)  # plain DP of whole engines: SGLang does not divide
     a = launch_command(d).argv
     assert a[a.index("--max-running-requests") + 1] == "64" and a[a.index("--chunked-prefill-size") + 1] == "2048"
+
+
+def test_compare_rebuilds_a_disaggregated_variants_pools_from_its_summary_config():
+    from sim.cli.compare import _pools
+    from sim.config import build_config
+    from sim.engine.deployment import build_deployment
+    from sim.launch import launch_command
+
+    d = build_deployment(build_config(overrides={"engine": "trtllm", "disaggregation": {
+        "num_decode_workers": 2, "decode": {"max_num_seqs": 96}}})).cfg.model_dump(mode="json")
+    pools = _pools(d)
+    assert pools["decode"]["max_num_seqs"] == 96 and _pools({**d, "disaggregation": None}) is None
+    la = launch_command(d, pools)
+    assert [w for w, _ in la.parts] == ["context (prefill) server 1 of 1", "generation (decode) server 1 of 2",
+                                        "generation (decode) server 2 of 2", "the disaggregated front end"]
+    gen = la.parts[1][1]
+    assert gen[gen.index("--max_batch_size") + 1] == "96"

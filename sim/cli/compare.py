@@ -69,7 +69,7 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
     # the variant winning the most metrics that its engine can run as simulated; else the top one,
     # its launch command saying what does not match
     ranked = ranked_by_wins(variants)
-    launches = {n: launch_command(results[n][0]["config"]) for n, _ in ranked}
+    launches = {n: launch_command(results[n][0]["config"], _pools(results[n][0]["config"])) for n, _ in ranked}
     wins = dict(ranked)
     winner = next((n for n, _ in ranked if not launches[n].problems), ranked[0][0] if ranked else None)
     launch = (winner, launches[winner]) if winner is not None else None
@@ -127,3 +127,15 @@ def _remove_stale_variants(out: Path, names: set[str]) -> None:
         except OSError:
             print(f"note: {folder}/ is from an earlier comparison and holds other files; left in place",
                   file=sys.stderr)
+
+
+def _pools(cfg: dict):
+    """A disaggregated variant's pools, each its resolved engine config (the
+    per-pool launch commands, :func:`sim.launch.launch_command`); None otherwise."""
+    if not cfg.get("disaggregation"):
+        return None
+    from sim.config import SimConfig
+    from sim.engine.deployment import build_deployment
+
+    dep = build_deployment(SimConfig.model_validate(cfg))
+    return {p: getattr(dep.disagg, p).cfg.model_dump(mode="json") for p in ("prefill", "decode")}
