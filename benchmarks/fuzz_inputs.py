@@ -160,7 +160,7 @@ FLOAT_KEYS = ["gpu_memory_utilization", "watermark", "cpu_step_overhead_s", "cpu
               "eager_step_overhead_s", "frontend_latency_s", "frontend_token_s"]
 BOOL_KEYS = ["enable_chunked_prefill", "enable_prefix_caching", "overlap_scheduling", "exact_steps"]
 ENUM_KEYS = {"engine": "vllm", "policy": "fcfs", "capacity_scheduler_policy": "max_utilization",
-             "kv_memory_rule": "utilization", "memory_profile": "after_cuda_context", "kv_cache_dtype": "fp8", "kv_allocation": "paged",
+             "kv_memory_rule": "utilization", "kv_cache_dtype": "fp8", "kv_allocation": "paged",
              "contiguous_reserve": "max_tokens", "dtype": "bfloat16", "quantization": "fp8",
              "attention_impl": "flash", "router": "random", "scheduler": "chunked", "model": "llama-3.1-8b",
              "hardware": "h100_sxm"}
