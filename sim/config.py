@@ -85,6 +85,9 @@ class SimConfig(BaseModel):
     # KV = f x (total - weights - activations) (TensorRT-LLM free_gpu_memory_fraction);
     # static_fraction: KV = total x f - weights - non-torch (SGLang mem_fraction_static).
     kv_memory_rule: Literal["utilization", "free_fraction", "static_fraction"] = "utilization"
+    # What vLLM's init-time memory snapshot holds, which sets the non-torch memory
+    # subtracted (sim/kv_cache/sizing.py::non_torch_bytes); None = before_cuda_context.
+    memory_profile: Literal["before_cuda_context", "after_cuda_context", "after_nccl_init"] | None = None
     num_gpu_blocks_override: int | None = Field(default=None, ge=2)
     enable_prefix_caching: StrictBool = False
     kv_cache_dtype: Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"

@@ -105,6 +105,7 @@ def test_every_config_key_is_a_kebab_flag(key):
     """Each key takes its vLLM-style flag; the value reaches the key unchanged."""
     values = {"model": "qwen3-0.6b", "hardware": "h200_sxm", "engine": "sglang", "scheduler": "static",
               "policy": "priority", "capacity_scheduler_policy": "max_utilization", "kv_memory_rule": "free_fraction",
+              "memory_profile": "after_cuda_context",
               "kv_cache_dtype": "fp8", "kv_allocation": "contiguous", "contiguous_reserve": "max_tokens",
               "dtype": "float16", "quantization": "fp8", "attention_impl": "naive", "router": "random",
               "block_size": 32, "tensor_parallel_size": 2, "num_replicas": 3, "max_num_seqs": 7,

@@ -183,6 +183,7 @@ def _build_one(cfg: SimConfig) -> Deployment:
         max_num_batched_tokens=cfg.max_num_batched_tokens, max_model_len=max_model_len,
         num_gpu_blocks_override=cfg.num_gpu_blocks_override, max_num_seqs=cfg.max_num_seqs or 2048,
         kv_memory_rule=cfg.kv_memory_rule, hybrid_kv_cache=hybrid_off is None, hybrid_off_reason=hybrid_off,
+        memory_profile=cfg.memory_profile,
     ) if not expert_parallel else _sizing_per_gpu(model, hw, cfg, max_model_len, layout, hybrid_off)
     if cfg.max_num_seqs is None:  # SGLang: the request pool, sized from the KV pool
         kv_tokens = (sizing.num_gpu_blocks - 1) * cfg.block_size
@@ -242,6 +243,6 @@ def _sizing_per_gpu(model, hw, cfg, max_model_len, layout, hybrid_off=None):
             max_num_batched_tokens=cfg.max_num_batched_tokens, max_model_len=max_model_len,
             num_gpu_blocks_override=cfg.num_gpu_blocks_override, max_num_seqs=cfg.max_num_seqs or 2048,
             kv_memory_rule=cfg.kv_memory_rule, weight_bytes=weight_bytes_per_gpu(model, layout, cfg.quantization),
-            hybrid_kv_cache=hybrid_off is None, hybrid_off_reason=hybrid_off)
+            hybrid_kv_cache=hybrid_off is None, hybrid_off_reason=hybrid_off, memory_profile=cfg.memory_profile)
     except InfeasibleError as e:
         raise InfeasibleError(f"{layout.describe()}: {e}") from None
