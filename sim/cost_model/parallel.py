@@ -36,7 +36,15 @@ tokens in the group, each routed to k of E experts (uniform routing):
   N x min(k, E/ep);
 - local experts touched: E/ep x (1 - (1 - k/E)^N) (each expert hit with that
   probability);
-- expert GEMMs w13 (n = 2 I / moe_tp, k = h) and w2 (n = h, k = I / moe_tp)
+- the experts on those rows: on a ``fitted_v1`` profile with a fused-MoE family
+  for the experts' weight format, that fused layer (``fitted.moe_fitted_s`` at
+  ``ep``, I / moe_tp, and the token count whose even share N' k / ep equals the
+  most loaded rank's rows), as for tensor-sharded experts: the engines run
+  the same fused kernel on a rank's local experts, and its routing / align /
+  un-permute kernels cost 14-25 us a layer at decode that grouped GEMMs miss
+  (H100 fused-MoE tables, Qwen3-235B / MiniMax / DeepSeek shapes, EP 4-8,
+  1-16 tokens: tables 30-310 us, grouped GEMMs 18-214 us). Otherwise
+  expert GEMMs w13 (n = 2 I / moe_tp, k = h) and w2 (n = h, k = I / moe_tp)
   over those rows and experts, with the same roofline / fitted GEMM terms as
   the tensor-sharded experts of :class:`~sim.cost_model.step.CostModel`;
 - communication per MoE layer (D > 1): with EP, DeepEP-style dispatch and
@@ -63,6 +71,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.cost_model.fitted import moe_fitted_s
 from sim.cost_model.fitted_step import MOE_SMALL_BLOCK_M, FittedGemm
 from sim.cost_model.operators import gemm_cost
 from sim.cost_model.roofline import ACT_BYTES, gemm_precision
@@ -271,9 +280,17 @@ class ParallelMoe:
         eff = hw.efficiency
         bw = hw.hbm_bandwidth_bytes_per_s
         self.fitted = isinstance(eff, FittedEfficiency)
+        self._fused = None
         if self.fitted:
             self._router = FittedGemm(eff, self.E, h, bf16, bw, L)
             self._w = [FittedGemm(eff, 2 * im, h, prec, bw, L), FittedGemm(eff, h, im, prec, bw, L)]
+            # the fused-MoE kernel of the experts' weight format (fitted_v1 ``moe``), as
+            # FittedMoe times tensor-sharded experts: the engines run the same fused kernel
+            # on an EP rank's local experts (vLLM FusedMoE with expert_map; SGLang / TRT-LLM
+            # EP MoE), whose routing, align/sort and un-permute kernels grouped GEMMs miss
+            self._fused = eff.moe.get(prec.quantization)
+            self._moe_args = (h, im, prec.peak_flops_per_s, bw, prec.weight_bytes,
+                              prec.act_quant_bytes if prec.act_quant_bytes > 0 else ACT_BYTES)
         else:
             ce, me, launch = eff.operator_efficiency("gemm")
             f1, by1 = gemm_cost(1.0, self.E, h, bf16)
@@ -311,9 +328,19 @@ class ParallelMoe:
         return 2.0 * self.L * per_call
 
     def experts_s(self, T):
-        """Router (on the rank's T tokens) + expert GEMMs of the most loaded GPU, s."""
+        """Router (on the rank's T tokens) + the experts of the most loaded GPU, s: the
+        profile's fused-MoE layer (``fitted_v1`` ``moe`` family of the experts' format) at
+        that GPU's rows, else (no such family, or a scalar profile) grouped expert GEMMs."""
         rows, touched = self.rows_and_touched(T)
         T = np.asarray(T, dtype=float)
+        if self.fitted and self._fused is not None:
+            # the fused layer at the token count whose even share (N k / ep rows) is the
+            # most loaded rank's rows: that rank sets the layer's time
+            h, im, peak, bw, wb, act = self._moe_args
+            n_eff = rows * self.ep / self.k
+            layer = moe_fitted_s(self._fused, n_eff, h, im, self.E, self.k, peak, bw,
+                                 weight_bytes=wb, act_bytes=act, ep=float(self.ep))
+            return self._router.time_s(T) * self.L + layer * self.L
         if self.fitted:
             tile = np.where(T * self.D <= self.E, MOE_SMALL_BLOCK_M, self._w[0].tm)
             t = self._router.time_s(T) * self.L

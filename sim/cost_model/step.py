@@ -114,8 +114,9 @@ class CostModel:
     format): the engine's fused-MoE kernel, timed by another ``fitted_v1`` ``moe``
     family (:data:`~sim.cost_model.fitted_step.MOE_BACKENDS`, e.g. ``marlin``).
     It applies to tensor-sharded experts on a fitted profile; the expert-parallel
-    path (``routed_experts``) and scalar profiles time experts as grouped GEMMs
-    whatever the backend, as for every format. ``engine`` (a preset name): kernels
+    path (``routed_experts``) times experts by the fused family of their weight
+    format whatever the backend (grouped GEMMs where the profile has none), scalar
+    profiles as grouped GEMMs. ``engine`` (a preset name): kernels
     that differ by engine and were fitted per engine take that engine's fit
     (MLA: ``fitted_v1`` ``mla_engines``); None or an engine without one, the default.
     """
