@@ -45,8 +45,8 @@ sampling: a rank's weight S_r is the sum of E/ep independent draws (mean
 are divided by their total, so the most loaded rank's share is 1/ep +
 sqrt((E/ep) v) z(ep) / (E m1) (normal limit of max_r S_r - mean S over the
 mean total), capped at 1, and it gets that share of the T k rows; an expert
-is touched where its rounded count is at least 1, i.e. x_e >= x* = E m1 /
-(2 T k), so the rank touches E/ep P(x >= x*) experts (at least 1).
+is touched where its rounded count is at least 1 or the rounding shortfall
+reaches it (:func:`power_law_touched_experts`), the rank 1/ep of them.
 """
 
 from __future__ import annotations
@@ -165,9 +165,45 @@ def power_law_tail(x, a, b, alpha: float):
     return _power_moment_integral(0.0, xc, b, alpha) / _power_moment_integral(0.0, a, b, alpha)
 
 
+def _power_law_partial_mean(u, a, b, alpha: float):
+    """E[X; X >= u] for the truncated power law on [a, b]."""
+    uc = np.clip(u, a, b)
+    return _power_moment_integral(1.0, uc, b, alpha) / _power_moment_integral(0.0, a, b, alpha)
+
+
+#: integer counts summed one by one in :func:`power_law_touched_experts` (beyond: the mean)
+_ROUND_TERMS = 32
+
+
+def power_law_touched_experts(num_tokens, num_experts, top_k, alpha: float):
+    """Expected experts (of all E) with at least one row under aiconfigurator's
+    power law: expert e gets round(c x_e) rows, c = T k / (E m1); n1 = E P(c X >=
+    1/2) round to one or more; the rounding shortfall delta = T k - E E[round(c X)]
+    (E[round(c X)] = sum_j P(c X >= j - 1/2)) is dealt one row each to the experts
+    in descending order, the n1 nonzero ones first, so the touched count is
+    max(n1, min(delta, E))."""
+    T = np.asarray(num_tokens, dtype=float)
+    E, k = np.asarray(num_experts, dtype=float), np.asarray(top_k, dtype=float)
+    a, b = power_law_support(T, E, k)
+    m1, _ = power_law_moments(a, b, alpha)
+    c = T * k / (E * m1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rounded = 0.0
+        for j in range(1, _ROUND_TERMS + 1):
+            rounded = rounded + power_law_tail((j - 0.5) / c, a, b, alpha)
+        u = (_ROUND_TERMS + 0.5) / c
+        rounded = rounded + np.maximum(c * _power_law_partial_mean(u, a, b, alpha)
+                                       - _ROUND_TERMS * power_law_tail(u, a, b, alpha), 0.0)
+        n1 = E * power_law_tail(0.5 / c, a, b, alpha)
+    delta = T * k - E * rounded
+    return np.where(T > 0, np.maximum(n1, np.minimum(delta, E)), 0.0)
+
+
 def power_law_max_rank_load(num_tokens, num_experts, top_k, ep, alpha: float):
     """(rows, experts touched) of the most loaded EP rank under aiconfigurator's
-    ``power_law_<alpha>`` routing (module docstring; arrays broadcast)."""
+    ``power_law_<alpha>`` routing (module docstring; arrays broadcast): the rank's
+    share of the rows, its 1/ep share of :func:`power_law_touched_experts` (at
+    least one expert, at most its rows and its E/ep experts)."""
     T = np.asarray(num_tokens, dtype=float)
     E, k, ep = (np.asarray(x, dtype=float) for x in (num_experts, top_k, ep))
     El = E / ep
@@ -175,9 +211,8 @@ def power_law_max_rank_load(num_tokens, num_experts, top_k, ep, alpha: float):
     m1, v = power_law_moments(a, b, alpha)
     share = np.minimum(1.0 / ep + np.sqrt(El * v) * _z(ep, fixed_sum=False) / (E * m1), 1.0)
     rows = share * T * k
-    with np.errstate(divide="ignore", invalid="ignore"):
-        x_star = np.where(T > 0, E * m1 / (2.0 * np.maximum(T * k, 1e-30)), b)
-    touched = np.minimum(np.maximum(El * power_law_tail(x_star, a, b, alpha), 1.0), El)
+    touched = power_law_touched_experts(T, E, k, alpha) / ep
+    touched = np.minimum(np.maximum(touched, 1.0), np.minimum(El, np.maximum(rows, 1.0)))
     return rows, touched
 
 
