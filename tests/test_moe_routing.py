@@ -166,3 +166,30 @@ def test_workload_distribution_config_key(tmp_path):
     one = build_deployment(build_config(overrides=base))
     diff = bal.cost_model.step_time_s([1] * 8, [99] * 8) - one.cost_model.step_time_s([1] * 8, [99] * 8)
     assert diff == pytest.approx(2 * (32 - 64 * (1 - (15 / 16) ** 8)) * 3 * 1024 * 512 * 2 / 1e12, rel=1e-6)
+
+
+# -- the accelerated stepping times the same routing --------------------------------------
+@pytest.mark.parametrize("keys", [{"workload_distribution": "power_law_1.2"},
+                                  {"workload_distribution": "power_law_1.01", "data_parallel_size": 2,
+                                   "enable_expert_parallel": True},
+                                  {"workload_distribution": "balanced", "tensor_parallel_size": 2,
+                                   "enable_expert_parallel": True}])
+def test_accelerated_is_bit_identical_with_skewed_routing(tmp_path, keys):
+    import importlib.util  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "fuzz_equivalence.py"
+    spec = importlib.util.spec_from_file_location("fuzz_equivalence", path)
+    fuzz = sys.modules.get("fuzz_equivalence")
+    if fuzz is None:
+        fuzz = importlib.util.module_from_spec(spec)
+        sys.modules["fuzz_equivalence"] = fuzz
+        spec.loader.exec_module(fuzz)
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(MOE))
+    cfg = {"model": str(p), "hardware": "h100_sxm", "scheduler": "chunked", "max_num_batched_tokens": 256,
+           "max_num_seqs": 16, "workload.num_requests": 24, "workload.arrival": "poisson",
+           "workload.request_rate": 50.0, "workload.input_len": {"dist": "uniform", "low": 20, "high": 300},
+           "workload.output_len": {"dist": "uniform", "low": 2, "high": 40}, **keys}
+    res = fuzz.run_pair(cfg)
+    assert res["status"] == "ok", res
