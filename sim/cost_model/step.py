@@ -273,7 +273,7 @@ class CostModel:
         if self.fitted:
             return self._moe_fitted(T)
         E, k = self.model.num_experts, self.model.num_experts_per_tok
-        if self.workload_distribution == "uniform":
+        if self.workload_distribution == "uniform" or T <= 0:
             touched = expected_experts_touched(E, k, T)  # distinct experts hit (uniform routing)
             m = T * k
         else:
