@@ -123,6 +123,11 @@ class SimConfig(BaseModel):
     enable_expert_parallel: StrictBool = False  # vLLM: EP size = DP x TP, experts whole on each GPU
     moe_ep_size: int | None = Field(default=None, ge=1, le=1024)  # explicit EP ranks (x moe_tp_size = dp x tp)
     moe_tp_size: int | None = Field(default=None, ge=1, le=1024)  # explicit expert tensor-parallel ranks
+    # How routed tokens spread over the experts (aiconfigurator's ModelConfig.workload_distribution
+    # and its MoE tables' ``distribution``; sim/cost_model/moe.py): "uniform" (each token picks
+    # top_k experts at random), "balanced" (rows dealt evenly), "power_law_<alpha>" (skewed expert
+    # loads, e.g. power_law_1.2). With expert parallelism the step waits for the most loaded rank.
+    workload_distribution: str = Field(default="uniform", pattern=r"^(uniform|balanced|power_law_\d+(\.\d+)?)$")
 
     # The time keys below are at most an hour each: beyond that a run's simulated
     # time drifts toward float64's limits (1e308 s overheads ran to inf/nan times).

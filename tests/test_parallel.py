@@ -15,9 +15,10 @@ import pytest
 
 from sim.config import build_config
 from sim.cost_model.parallel import (NIC_BANDWIDTH_BYTES_PER_S, NIC_LATENCY_S, ParallelLayout, ParallelMoe,
-                                     all_to_all_s, ep_rank_rows_max, expected_max_std_normal,
+                                     all_to_all_s, ep_rank_rows_max,
                                      expert_weight_bytes_read_per_gpu, remote_ranks_per_token, resolve_layout,
                                      weight_bytes_per_gpu)
+from sim.cost_model.moe import expected_max_std_normal
 from sim.engine.deployment import build_deployment
 from sim.errors import ConfigError, InfeasibleError
 from sim.hardware.profile import get_hardware
@@ -96,10 +97,11 @@ def test_expected_max_of_normals_and_most_loaded_rank():
     assert expected_max_std_normal(8) == pytest.approx(1.4236, abs=1e-3)
     # EP 1: every row on the one rank
     assert ep_rank_rows_max(10, 64, 4, 1) == pytest.approx(40)
-    # EP 8, N tokens: mean 4N/8, sd sqrt(N 4 (1/8)(7/8)(60/63)), + 1.4236 sd for the max of 8
+    # EP 8, N tokens: mean 4N/8, sd sqrt(N 4 (1/8)(7/8)(60/63)), + 1.4236 sd sqrt(8/7) for
+    # the max of 8 counts that sum to 4N
     N = 1000
     sd = math.sqrt(N * 4 * (1 / 8) * (7 / 8) * 60 / 63)
-    assert ep_rank_rows_max(N, 64, 4, 8) == pytest.approx(500 + 1.4236 * sd, rel=1e-4)
+    assert ep_rank_rows_max(N, 64, 4, 8) == pytest.approx(500 + 1.4236 * math.sqrt(8 / 7) * sd, rel=1e-4)
     # capped: one token gives a rank at most min(k, E/ep) rows
     assert ep_rank_rows_max(1, 64, 4, 64) <= 1.0
 

@@ -112,7 +112,8 @@ def test_every_config_key_is_a_kebab_flag(key):
               "max_num_batched_tokens": 4096, "max_model_len": 4096, "long_prefill_token_threshold": 64,
               "max_prefill_tokens": 1024, "gpu_memory_utilization": 0.8, "num_gpu_blocks_override": 500,
               "watermark": 0.01, "seed": 5, "data_parallel_size": 2, "moe_ep_size": 2, "moe_tp_size": 1,
-              "engine_version": "0.24.0", "moe_backend": "marlin", "scheduler_recv_interval": 10}
+              "engine_version": "0.24.0", "moe_backend": "marlin", "scheduler_recv_interval": 10,
+              "workload_distribution": "power_law_1.2"}
     bools = config_keys()
     extra: list[str] = []
     if key in ("client_think_time_s", "client_start_spread_s"):

@@ -166,6 +166,9 @@ def _build_one(cfg: SimConfig) -> Deployment:
         raise ConfigError(f"scheduler_recv_interval: {cfg.scheduler_recv_interval} is modelled for aggregated "
                           "replicas without attention data parallelism (SGLang's skipper counts one "
                           "scheduler's passes); set it to 1 here")
+    if cfg.workload_distribution != "uniform" and not model.is_moe:
+        raise ConfigError(f"workload_distribution: {cfg.workload_distribution!r} applies to MoE models; "
+                          f"{model.name} has no routed experts")
     expert_parallel = model.is_moe and (layout.data_parallel_size > 1 or layout.moe_ep_size > 1
                                         or layout.moe_tp_size != cfg.tensor_parallel_size)
     max_model_len = cfg.max_model_len or model.max_position_embeddings
@@ -192,8 +195,9 @@ def _build_one(cfg: SimConfig) -> Deployment:
     cost = CostModel(
         model, hw, tensor_parallel_size=cfg.tensor_parallel_size, quantization=cfg.quantization,
         kv_cache_dtype=cfg.kv_cache_dtype, attention_impl=cfg.attention_impl,
-        routed_experts=ParallelMoe(model, hw, layout, cfg.quantization) if expert_parallel else None,
-        moe_backend=cfg.moe_backend, engine=cfg.engine,
+        routed_experts=(ParallelMoe(model, hw, layout, cfg.quantization, cfg.workload_distribution)
+                        if expert_parallel else None),
+        moe_backend=cfg.moe_backend, engine=cfg.engine, workload_distribution=cfg.workload_distribution,
     )
     limits = SchedulerLimits(
         max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
