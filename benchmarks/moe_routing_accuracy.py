@@ -58,13 +58,17 @@ def held_out_fits(seed: int = 0):
     return hw.model_copy(update={"efficiency": eff}), train_shapes
 
 
-def score(hw, train_shapes) -> list[dict]:
-    out = []
+def _tables():
+    """(engine, its fused-MoE table) for each engine whose table is in ../shared."""
     for engine, name in TABLES.items():
         path = shared_dir() / "kernels" / GPU / name
-        if not path.exists():
-            continue
-        df = READERS["moe"](path)
+        if path.exists():
+            yield engine, READERS["moe"](path)
+
+
+def score(hw, train_shapes) -> list[dict]:
+    out = []
+    for engine, df in _tables():
         dist = df["distribution"].astype(str)
         fmt = df["moe_dtype"].astype(str).map(MOE_DTYPES)
         shape = list(df[SHAPE].itertuples(index=False, name=None))
@@ -107,11 +111,7 @@ def skew_ratios(hw) -> list[dict]:
     same row key, median by EP size, rows with T >= 1024 tokens (where the
     measured rank's extra rows show); the kernel fit's error cancels in the ratio."""
     out = []
-    for engine, name in TABLES.items():
-        path = shared_dir() / "kernels" / GPU / name
-        if not path.exists():
-            continue
-        df = READERS["moe"](path)
+    for engine, df in _tables():
         df = df[df["moe_dtype"].astype(str).map(MOE_DTYPES).isin(list(hw.efficiency.moe))]
         p = df.pivot_table(index=KEY, columns="distribution", values="latency_s").reset_index()
         p = p[p["num_tokens"] >= 1024]

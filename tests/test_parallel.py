@@ -296,10 +296,10 @@ def test_layout_keys_from_the_measured_tables_columns():
 
 def test_ep_experts_take_the_fused_moe_family_at_the_most_loaded_rank(moe):
     """On a fitted profile with a fused-MoE family for the experts' format, an EP rank's
-    experts are that fused layer (fitted.moe_fitted_s at ep) at the token count whose even
-    share N' k / ep is the most loaded rank's rows -- not grouped GEMMs."""
+    experts are that fused layer (fitted.moe_fitted_s at ep on the group's tokens, costing
+    the most loaded rank's rows) -- not grouped GEMMs."""
     from sim.cost_model import CostModel
-    from sim.cost_model.fitted import moe_fitted_s
+    from sim.cost_model.fitted import moe_fitted_s, moe_touched_rows
     from sim.cost_model.roofline import gemm_precision
 
     hw = get_hardware("h100_sxm")
@@ -307,18 +307,20 @@ def test_ep_experts_take_the_fused_moe_family_at_the_most_loaded_rank(moe):
     if fam is None:
         pytest.skip("h100_sxm profile without a bf16 fused-MoE family")
     prec = gemm_precision(hw, "bf16")
-    # EP 1, experts tensor-sharded over TP 2: rows = T k, so N' = T and the EP path is the
+    # EP 1, experts tensor-sharded over TP 2: rows = T k, and the EP path is the
     # tensor-sharded FittedMoe of CostModel, float for float
     T = 6.0
     pm1 = ParallelMoe(moe, hw, ParallelLayout(2, 1, 1, 2, False))
     cm = CostModel(moe, hw, tensor_parallel_size=2)
     assert pm1(T) == pytest.approx(cm._moe_fitted(T), rel=1e-12)
-    # EP 8 (no DP), T = 16 tokens: most loaded rank's rows = 16 x 4/8 + sqrt(16 var) z(8),
-    # var = 4 (1/8)(7/8)(60/63); N' = rows x 8 / 4; router GEMM on T plus 2 MoE layers
+    # EP 8 (no DP), T = 16 tokens: the most loaded rank's rows inside the fused layer are
+    # 16 x 4/8 + sqrt(16 var) z(8) sqrt(8/7), var = 4 (1/8)(7/8)(60/63) (ranks' counts sum
+    # to N k); router GEMM on T plus 2 MoE layers
     pm8 = ParallelMoe(moe, hw, ParallelLayout(8, 1, 8, 1, False))
     var = 4 * (1 / 8) * (7 / 8) * 60 / 63
-    rows = 16 * 4 / 8 + math.sqrt(16 * var) * expected_max_std_normal(8)
-    layer = moe_fitted_s(fam, rows * 8 / 4, 1024, 512, 64, 4, prec.peak_flops_per_s,
+    rows = 16 * 4 / 8 + math.sqrt(16 * var) * expected_max_std_normal(8) * math.sqrt(8 / 7)
+    assert float(moe_touched_rows(16.0, 64, 4, 8)[1]) == pytest.approx(rows, rel=1e-12)
+    layer = moe_fitted_s(fam, 16.0, 1024, 512, 64, 4, prec.peak_flops_per_s,
                          hw.hbm_bandwidth_bytes_per_s, weight_bytes=2.0, act_bytes=2.0, ep=8.0)
     assert pm8(16.0) == pytest.approx(pm8._router.time_s(16.0) * 2 + 2 * float(layer), rel=1e-12)
     # more than the grouped-GEMM form of the same rows (routing / align / un-permute kernels)
