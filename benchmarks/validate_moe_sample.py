@@ -12,6 +12,11 @@ with numpy's ``default_rng(--seed)`` (all rows of smaller groups). The same
 seed and table give the same rows. Rows run in one process by default (about
 a few minutes on one core); ``--workers`` to spread them.
 
+``--dense N``: instead, N rows of ``../shared/silicon/dense_agg_dev.csv`` with
+tensor parallelism >= 2 and concurrency <= ``--max-concurrency``, drawn with
+``default_rng(--seed)`` (the dense check of a change to the decode step; scores
+per engine, GPU and TP).
+
     PYTHONPATH=. python3 benchmarks/validate_moe_sample.py [--out runs/moe_sample.csv]
     PYTHONPATH=. python3 benchmarks/validate_moe_sample.py --table dense --per-group 16 \
         --max-concurrency 1000 --out runs/dense_sample.csv   # 80 dense rows, 16 per model x engine
@@ -30,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 TABLE = REPO.parent / "shared" / "silicon" / "moe_agg_dev.csv"
 #: --table shorthands
 TABLES = {"moe": TABLE, "dense": REPO.parent / "shared" / "silicon" / "dense_agg_dev.csv"}
+DENSE_TABLE = TABLES["dense"]
 
 
 def family(model_path: str) -> str:
@@ -58,6 +64,14 @@ def sample_rows(df, per_group: int, max_conc: int, seed: int):
             idx = rng.choice(idx, size=per_group, replace=False)
         keep.extend(int(i) for i in idx)
     return df.loc[sorted(keep)]
+
+
+def dense_sample(df, n: int, max_conc: int, seed: int):
+    """``--dense N``: N seeded rows with TP >= 2 and concurrency <= max_conc, in table order."""
+    df = df[(df["tp_size"] >= 2) & (df["concurrency"] <= max_conc)].copy()
+    df["family"] = df["model_path"].str.split("/").str[-1]
+    idx = np.random.default_rng(seed).choice(df.index.to_numpy(), size=min(n, len(df)), replace=False)
+    return df.loc[sorted(int(i) for i in idx)]
 
 
 def scores(d, by: str | None):
@@ -92,11 +106,15 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(REPO / "runs" / "moe_sample.csv"))
     ap.add_argument("--warmup-per-client", type=int, default=None,
                     help="override every harness's warm-up requests per client (default: the harness's)")
+    ap.add_argument("--dense", type=int, default=0,
+                    help="score N seeded dense_agg_dev.csv rows (TP >= 2) instead of the MoE sample")
     ap.add_argument("--only", default="", help="pandas query restricting the sample (e.g. \"family=='DeepSeek'\")")
     a = ap.parse_args(argv)
 
-    df = pd.read_csv(TABLES.get(a.table, a.table))
-    s = sample_rows(df, a.per_group, a.max_concurrency, a.seed)
+    if a.dense:
+        s = dense_sample(pd.read_csv(DENSE_TABLE), a.dense, a.max_concurrency, a.seed)
+    else:
+        s = sample_rows(pd.read_csv(TABLES.get(a.table, a.table)), a.per_group, a.max_concurrency, a.seed)
     if a.only:
         s = s.query(a.only)
     t0 = time.perf_counter()
@@ -110,7 +128,8 @@ def main(argv=None) -> int:
     bad = p[p["status"] != "ok"]
     for reason, n in bad["reason"].value_counts().items():
         print(f"  not simulated ({n}): {reason[:150]}")
-    tab = pd.concat([scores(p, None)] + [scores(p, k) for k in ("family", "backend", "campaign", "system")])
+    tab = pd.concat([scores(p, None)] + [scores(p, k) for k in ("family", "backend", "campaign", "system", "tp_size")
+                                       if k in p])
     print(tab.round(1).to_string(index=False))
     return 0
 

@@ -28,6 +28,7 @@ from calibration.tables import READERS, find_tables
 from sim.cost_model.operators import (all_reduce_time_s, attention_uniform_time_s, gemm_time_s,
                                      moe_layer_time_s)
 from calibration.tables import MOE_DTYPES
+from sim.cost_model.moe import parse_workload_distribution
 from sim.cost_model.roofline import gemm_dtype
 from sim.errors import ServesimError
 from sim.hardware.profile import HardwareProfile, get_hardware
@@ -157,10 +158,11 @@ def _predict(kind: str, df: pd.DataFrame, hw: HardwareProfile, skipped: dict[str
         keep = _skip(fmt.isna().to_numpy(), "moe_dtype not modelled", skipped)
         pred = np.full(len(df), np.nan)
         dist = df["distribution"].astype(str)
-        # balanced rows as the table dealt them (fitted.moe_touched_rows), others uniform
-        routing = np.where(dist == "balanced", "balanced", "uniform")
+        # every row with the routing its table measured (sim.cost_model.moe: balanced, or
+        # aiconfigurator's power_law_<alpha> on the most loaded EP rank); others uniform
+        routing = np.array([d if _routing_known(d) else "uniform" for d in dist])
         for f in fmt[keep].unique():
-            for r in ("balanced", "uniform"):
+            for r in np.unique(routing):
                 rows = keep & (fmt == f).to_numpy() & (routing == r)
                 if not rows.any():
                     continue
@@ -168,10 +170,9 @@ def _predict(kind: str, df: pd.DataFrame, hw: HardwareProfile, skipped: dict[str
                 pred[rows] = moe_layer_time_s(hw, s["num_tokens"].to_numpy(), s["hidden_size"].to_numpy(),
                                               (s["inter_size"] / s["moe_tp_size"]).to_numpy(),
                                               s["num_experts"].to_numpy(), s["topk"].to_numpy(), f,
-                                              s["moe_ep_size"].to_numpy().astype(float), routing=r)
+                                              s["moe_ep_size"].to_numpy().astype(float), routing=str(r))
         band = np.where(df["num_tokens"].to_numpy() <= SMALL_M, f"tokens <= {SMALL_M}",
                         f"tokens > {SMALL_M}")
-        # balanced routing first (the cost model's uniform routing); skewed reported
         combo = ("dtype " + df["moe_dtype"].astype(str) + " / " + dist).to_numpy()
         kern = ("kernel " + df["kernel_source"].astype(str) + " / " + dist).to_numpy()
         return keep, pred, [("routing " + dist).to_numpy(), band, combo, kern], (
@@ -183,6 +184,15 @@ def _predict(kind: str, df: pd.DataFrame, hw: HardwareProfile, skipped: dict[str
     band = np.where(df["message_bytes"].to_numpy() <= SMALL_MESSAGE, "small message (<= 1 MiB)",
                     "large message (> 1 MiB)")
     return keep, pred, [band, df["num_gpus"].map(lambda p: f"{p} GPUs").to_numpy()], None
+
+
+def _routing_known(distribution: str) -> bool:
+    """True where ``distribution`` is a routing the cost model times."""
+    try:
+        parse_workload_distribution(distribution)
+    except ValueError:
+        return False
+    return True
 
 
 def check_table(kind: str, path: Path, hw: HardwareProfile, *, model_free: bool = False,

@@ -85,6 +85,9 @@ class SimConfig(BaseModel):
     # KV = f x (total - weights - activations) (TensorRT-LLM free_gpu_memory_fraction);
     # static_fraction: KV = total x f - weights - non-torch (SGLang mem_fraction_static).
     kv_memory_rule: Literal["utilization", "free_fraction", "static_fraction"] = "utilization"
+    # What vLLM's init-time memory snapshot holds, which sets the non-torch memory
+    # subtracted (sim/kv_cache/sizing.py::non_torch_bytes); None = before_cuda_context.
+    memory_profile: Literal["before_cuda_context", "after_cuda_context", "after_nccl_init"] | None = None
     num_gpu_blocks_override: int | None = Field(default=None, ge=2)
     enable_prefix_caching: StrictBool = False
     kv_cache_dtype: Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
@@ -120,6 +123,11 @@ class SimConfig(BaseModel):
     enable_expert_parallel: StrictBool = False  # vLLM: EP size = DP x TP, experts whole on each GPU
     moe_ep_size: int | None = Field(default=None, ge=1, le=1024)  # explicit EP ranks (x moe_tp_size = dp x tp)
     moe_tp_size: int | None = Field(default=None, ge=1, le=1024)  # explicit expert tensor-parallel ranks
+    # How routed tokens spread over the experts (aiconfigurator's ModelConfig.workload_distribution
+    # and its MoE tables' ``distribution``; sim/cost_model/moe.py): "uniform" (each token picks
+    # top_k experts at random), "balanced" (rows dealt evenly), "power_law_<alpha>" (skewed expert
+    # loads, e.g. power_law_1.2). With expert parallelism the step waits for the most loaded rank.
+    workload_distribution: str = Field(default="uniform", pattern=r"^(uniform|balanced|power_law_\d+(\.\d+)?)$")
 
     # The time keys below are at most an hour each: beyond that a run's simulated
     # time drifts toward float64's limits (1e308 s overheads ran to inf/nan times).

@@ -2,6 +2,7 @@
 timings the cost model's own formulas generate, check_tables scores a tiny
 MoE table with the expected error, and profiles without the new sections load."""
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -128,9 +129,15 @@ def test_live_moe_csv_is_fitted_into_the_profile(tmp_path):
 
 def test_moe_routing_touched_experts_and_rows_by_hand():
     from sim.cost_model.fitted import moe_touched_rows  # noqa: PLC0415
-    # uniform: 64 experts over EP 8, top-4, one token: 8 x (1 - 60/64) = 0.5 experts, 0.5 rows
+    # uniform, EP 1: 64 experts, top-4, 4 tokens: 64 (1 - (60/64)^4) experts, 16 rows
+    t, m = moe_touched_rows(4.0, 64.0, 4.0, 1.0, "uniform")
+    assert (float(t), float(m)) == (pytest.approx(64 * (1 - (60 / 64) ** 4)), 16.0)
+    # uniform, EP 8, one token: the most loaded rank, mean 0.5 rows + sd sqrt(4 (1/8)(7/8)(60/63))
+    # x 1.4236 sqrt(8/7); its 8 experts hit as by 1 x rows / 0.5 tokens
+    rows = 0.5 + math.sqrt(4 * (1 / 8) * (7 / 8) * 60 / 63) * 1.4236 * math.sqrt(8 / 7)
     t, m = moe_touched_rows(1.0, 64.0, 4.0, 8.0, "uniform")
-    assert (t, m) == (0.5, 0.5)
+    assert float(m) == pytest.approx(rows, rel=1e-4)
+    assert float(t) == pytest.approx(8 * (1 - (60 / 64) ** (rows / 0.5)), rel=1e-4)
     # balanced (the tables): at least one expert with one row on the measured rank
     assert moe_touched_rows(1.0, 64.0, 4.0, 8.0, "balanced") == (1.0, 1.0)
     # 32 tokens x top-4 = 128 rows over min(64, 128) = 64 experts: 8 local experts, 16 rows

@@ -227,10 +227,20 @@ def test_gpt_oss_120b_at_131072_tokens_on_one_h100():
     assert rep["kv_cache_groups"] == 2 and rep["layers_per_kv_cache_group"] == 18
     assert rep["kv_cache_group_0"] == "sliding_attention (window 128)"
     assert rep["kv_cache_group_1_blocks_at_max_model_len"] == 8_192
-    # one block table for every layer (vLLM --disable-hybrid-kv-cache-manager): 8,192 blocks
-    # of 36 layers do not fit
+    # one block table for every layer (vLLM --disable-hybrid-kv-cache-manager): a request
+    # needs 8,192 blocks of 36 layers (16 x 36 x 2,048 B = 1,179,648 B each): about one
+    # such request fits at vLLM 0.24's defaults (non-torch memory 0.16 GiB since the
+    # memory snapshot follows the CUDA context and NCCL: sim/kv_cache/sizing.py), half of
+    # what the hybrid pool holds ...
+    one = build_deployment(_gpt_oss("gpt-oss-120b", disable_hybrid_kv_cache_manager=True)).sizing
+    assert not one.hybrid and one.block_bytes == 1_179_648 and one.blocks_per_request == 8_192
+    avail1 = (H100.memory_bytes * one.gpu_memory_utilization - one.weight_bytes_per_rank
+              - one.activation_bytes_estimate)
+    assert one.num_gpu_blocks == int(avail1 // 1_179_648)
+    assert 1 < one.max_concurrency < s.max_concurrency / 1.8
+    # ... and none at gpu_memory_utilization 0.9 (vLLM 0.11)
     with pytest.raises(InfeasibleError):
-        build_deployment(_gpt_oss("gpt-oss-120b", disable_hybrid_kv_cache_manager=True))
+        build_deployment(_gpt_oss("gpt-oss-120b", disable_hybrid_kv_cache_manager=True, engine_version="0.11.0"))
 
 
 def test_other_engines_keep_the_conservative_pool_and_say_so():

@@ -15,9 +15,10 @@ import pytest
 
 from sim.config import build_config
 from sim.cost_model.parallel import (NIC_BANDWIDTH_BYTES_PER_S, NIC_LATENCY_S, ParallelLayout, ParallelMoe,
-                                     all_to_all_s, ep_rank_rows_max, expected_max_std_normal,
+                                     all_to_all_s, ep_rank_rows_max,
                                      expert_weight_bytes_read_per_gpu, remote_ranks_per_token, resolve_layout,
                                      weight_bytes_per_gpu)
+from sim.cost_model.moe import expected_max_std_normal
 from sim.engine.deployment import build_deployment
 from sim.errors import ConfigError, InfeasibleError
 from sim.hardware.profile import get_hardware
@@ -96,10 +97,11 @@ def test_expected_max_of_normals_and_most_loaded_rank():
     assert expected_max_std_normal(8) == pytest.approx(1.4236, abs=1e-3)
     # EP 1: every row on the one rank
     assert ep_rank_rows_max(10, 64, 4, 1) == pytest.approx(40)
-    # EP 8, N tokens: mean 4N/8, sd sqrt(N 4 (1/8)(7/8)(60/63)), + 1.4236 sd for the max of 8
+    # EP 8, N tokens: mean 4N/8, sd sqrt(N 4 (1/8)(7/8)(60/63)), + 1.4236 sd sqrt(8/7) for
+    # the max of 8 counts that sum to 4N
     N = 1000
     sd = math.sqrt(N * 4 * (1 / 8) * (7 / 8) * 60 / 63)
-    assert ep_rank_rows_max(N, 64, 4, 8) == pytest.approx(500 + 1.4236 * sd, rel=1e-4)
+    assert ep_rank_rows_max(N, 64, 4, 8) == pytest.approx(500 + 1.4236 * math.sqrt(8 / 7) * sd, rel=1e-4)
     # capped: one token gives a rank at most min(k, E/ep) rows
     assert ep_rank_rows_max(1, 64, 4, 64) <= 1.0
 
@@ -290,3 +292,37 @@ def test_layout_keys_from_the_measured_tables_columns():
                                                      "moe_ep_size": 1, "moe_tp_size": 2}
     with pytest.raises(ConfigError, match="moe_ep_size: 1 x moe_tp_size 3 = 3 GPUs, but tp_size is 2"):
         layout_keys_from_table(2, None, 3, 1)  # 3 GPUs of experts: no whole number of TP-2 ranks
+
+
+def test_ep_experts_take_the_fused_moe_family_at_the_most_loaded_rank(moe):
+    """On a fitted profile with a fused-MoE family for the experts' format, an EP rank's
+    experts are that fused layer (fitted.moe_fitted_s at ep on the group's tokens, costing
+    the most loaded rank's rows) -- not grouped GEMMs."""
+    from sim.cost_model import CostModel
+    from sim.cost_model.fitted import moe_fitted_s, moe_touched_rows
+    from sim.cost_model.roofline import gemm_precision
+
+    hw = get_hardware("h100_sxm")
+    fam = hw.efficiency.moe.get("bf16")
+    if fam is None:
+        pytest.skip("h100_sxm profile without a bf16 fused-MoE family")
+    prec = gemm_precision(hw, "bf16")
+    # EP 1, experts tensor-sharded over TP 2: rows = T k, and the EP path is the
+    # tensor-sharded FittedMoe of CostModel, float for float
+    T = 6.0
+    pm1 = ParallelMoe(moe, hw, ParallelLayout(2, 1, 1, 2, False))
+    cm = CostModel(moe, hw, tensor_parallel_size=2)
+    assert pm1(T) == pytest.approx(cm._moe_fitted(T), rel=1e-12)
+    # EP 8 (no DP), T = 16 tokens: the most loaded rank's rows inside the fused layer are
+    # 16 x 4/8 + sqrt(16 var) z(8) sqrt(8/7), var = 4 (1/8)(7/8)(60/63) (ranks' counts sum
+    # to N k); router GEMM on T plus 2 MoE layers
+    pm8 = ParallelMoe(moe, hw, ParallelLayout(8, 1, 8, 1, False))
+    var = 4 * (1 / 8) * (7 / 8) * 60 / 63
+    rows = 16 * 4 / 8 + math.sqrt(16 * var) * expected_max_std_normal(8) * math.sqrt(8 / 7)
+    assert float(moe_touched_rows(16.0, 64, 4, 8)[1]) == pytest.approx(rows, rel=1e-12)
+    layer = moe_fitted_s(fam, 16.0, 1024, 512, 64, 4, prec.peak_flops_per_s,
+                         hw.hbm_bandwidth_bytes_per_s, weight_bytes=2.0, act_bytes=2.0, ep=8.0)
+    assert pm8(16.0) == pytest.approx(pm8._router.time_s(16.0) * 2 + 2 * float(layer), rel=1e-12)
+    # more than the grouped-GEMM form of the same rows (routing / align / un-permute kernels)
+    pm8._fused = None
+    assert pm8(16.0) < pm8._router.time_s(16.0) * 2 + 2 * float(layer)

@@ -7,7 +7,7 @@ import pytest
 
 from sim.errors import ConfigError, InfeasibleError
 from sim.hardware.profile import get_hardware
-from sim.kv_cache.sizing import GiB, activation_bytes_estimate, compute_kv_sizing, kv_report
+from sim.kv_cache.sizing import GiB, activation_bytes_estimate, compute_kv_sizing, kv_report, non_torch_bytes
 from sim.model_spec import ModelSpec, get_model
 
 DATA = Path(__file__).parent / "data"
@@ -116,3 +116,39 @@ def test_block_override_larger_than_the_gpu_is_an_error():
     compute_kv_sizing(MODEL, HW, num_gpu_blocks_override=ok, max_model_len=4096)
     with pytest.raises(ConfigError, match=r"num_gpu_blocks_override: invalid value .* GiB of KV cache per rank, more than"):
         compute_kv_sizing(MODEL, HW, num_gpu_blocks_override=ok + 1, max_model_len=4096)
+
+
+def test_non_torch_memory_by_vllm_memory_profile():
+    """Non-torch memory subtracted per rank, by what vLLM's init-time snapshot holds
+    (sim/kv_cache/sizing.py): PR 10511's log (1.79 / 3.58 GiB at TP 1 / 2), the profile
+    run's 0.16 GiB once the CUDA context is in the snapshot (PR 12126), plus NCCL and
+    custom all-reduce buffers (3.58 - 1.79 GiB) at TP > 1 until PR 25359 put them there too."""
+    assert non_torch_bytes(1) == non_torch_bytes(1, "before_cuda_context") == 1.79 * GiB
+    assert non_torch_bytes(4, "before_cuda_context") == 3.58 * GiB
+    assert non_torch_bytes(1, "after_cuda_context") == pytest.approx(0.16 * GiB)
+    assert non_torch_bytes(2, "after_cuda_context") == pytest.approx((0.16 + 1.79) * GiB)
+    assert non_torch_bytes(1, "after_nccl_init") == non_torch_bytes(8, "after_nccl_init") == pytest.approx(0.16 * GiB)
+    with pytest.raises(ConfigError, match="memory_profile"):
+        non_torch_bytes(1, "v0")
+    # Llama-3.1-8B on H100 at util 0.9: 1.79 - 0.16 = 1.63 GiB more KV cache, to a block (2 MiB)
+    hw = get_hardware("h100_sxm")
+    kw = dict(gpu_memory_utilization=0.9, max_num_seqs=256, max_model_len=8192)
+    old = compute_kv_sizing(get_model("llama-3.1-8b"), hw, **kw)
+    new = compute_kv_sizing(get_model("llama-3.1-8b"), hw, memory_profile="after_nccl_init", **kw)
+    assert abs((new.kv_cache_bytes - old.kv_cache_bytes) - 1.63 * GiB) <= new.block_bytes
+    assert new.activation_bytes_estimate == pytest.approx(old.activation_bytes_estimate - 1.63 * GiB)
+
+
+@pytest.mark.parametrize("version, profile", [(None, "after_nccl_init"), ("0.24.0", "after_nccl_init"),
+                                              ("0.11.0", "after_nccl_init"), ("0.10.2", "after_cuda_context"),
+                                              ("0.7.3", "after_cuda_context"), ("0.6.5", "before_cuda_context")])
+def test_vllm_engine_version_selects_the_memory_profile(version, profile):
+    from sim.config import SimConfig
+    from sim.engine.deployment import build_deployment
+    cfg = SimConfig(model="llama-3.1-8b", hardware="h100_sxm", engine="vllm", engine_version=version,
+                    max_model_len=8192)
+    dep = build_deployment(cfg)
+    assert dep.cfg.memory_profile == profile
+    assert dep.sizing.activation_bytes_estimate == pytest.approx(
+        activation_bytes_estimate(get_model("llama-3.1-8b"), max_num_batched_tokens=dep.cfg.max_num_batched_tokens,
+                                  max_num_seqs=dep.cfg.max_num_seqs, memory_profile=profile))

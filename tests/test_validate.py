@@ -63,6 +63,15 @@ def test_row_mapping():
     assert row_quantization({"precision": "fp8", "gemm_quant_mode": "fp8_block"}) == "fp8_block"
     assert row_quantization({"precision": "fp8", "gemm_quant_mode": "fp8"}) == "fp8"
     assert row_quantization({"precision": float("nan"), "gemm_quant_mode": float("nan")}) is None
+    # an fp8 label on a block-FP8 checkpoint (weight_block_size [128, 128]) runs block-scaled
+    mm = {"precision": "fp8", "gemm_quant_mode": "fp8", "model_path": "MiniMaxAI/MiniMax-M2.5"}
+    assert row_quantization(mm) == "fp8_block"
+    assert row_quantization(dict(mm, model_path="deepseek-ai/DeepSeek-R1")) == "fp8_block"
+    # ... and so does one whose experts the table labels fp8_block (Qwen3.5's bf16 config)
+    assert row_quantization(dict(mm, model_path="Qwen/Qwen3.5-397B-A17B", moe_quant_mode="fp8_block")) == "fp8_block"
+    # a bf16 checkpoint quantized per tensor by the engine, and a per-tensor FP8 checkpoint, stay fp8
+    assert row_quantization(dict(mm, model_path="Qwen/Qwen3-32B")) == "fp8"
+    assert row_quantization(dict(mm, model_path="nvidia/Llama-3.1-70B-Instruct-FP8")) == "fp8"
     ov = row_overrides(dict(ROW, backend="trtllm", precision="fp8", gemm_quant_mode="fp8", tp_size=2.0),
                        ValidateOptions(protocol="steady"))
     assert ov["engine"] == "trtllm" and ov["tensor_parallel_size"] == 2 and ov["kv_cache_dtype"] == "fp8"

@@ -105,13 +105,15 @@ def test_every_config_key_is_a_kebab_flag(key):
     """Each key takes its vLLM-style flag; the value reaches the key unchanged."""
     values = {"model": "qwen3-0.6b", "hardware": "h200_sxm", "engine": "sglang", "scheduler": "static",
               "policy": "priority", "capacity_scheduler_policy": "max_utilization", "kv_memory_rule": "free_fraction",
+              "memory_profile": "after_cuda_context",
               "kv_cache_dtype": "fp8", "kv_allocation": "contiguous", "contiguous_reserve": "max_tokens",
               "dtype": "float16", "quantization": "fp8", "attention_impl": "naive", "router": "random",
               "block_size": 32, "tensor_parallel_size": 2, "num_replicas": 3, "max_num_seqs": 7,
               "max_num_batched_tokens": 4096, "max_model_len": 4096, "long_prefill_token_threshold": 64,
               "max_prefill_tokens": 1024, "gpu_memory_utilization": 0.8, "num_gpu_blocks_override": 500,
               "watermark": 0.01, "seed": 5, "data_parallel_size": 2, "moe_ep_size": 2, "moe_tp_size": 1,
-              "engine_version": "0.24.0", "moe_backend": "marlin", "scheduler_recv_interval": 10}
+              "engine_version": "0.24.0", "moe_backend": "marlin", "scheduler_recv_interval": 10,
+              "workload_distribution": "power_law_1.2"}
     bools = config_keys()
     extra: list[str] = []
     if key in ("client_think_time_s", "client_start_spread_s"):

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.cost_model.moe import WORKLOAD_DISTRIBUTIONS, max_rank_load
 from sim.hardware.efficiency import (AllReduceParams, ContextAttentionParams, FittedEfficiency,
                             GemmParams, GenerationAttentionParams, KernelParams, MoeParams)
 
@@ -138,26 +139,30 @@ def gemm_measured_s(p: GemmParams, m, n, k, peak: float, bw: float, *, weight_by
 
 
 # -- fused MoE --------------------------------------------------------------------------
-#: how routed rows spread over the experts: ``uniform`` (each token picks top_k experts
-#: at random, the serving model), ``balanced`` (the kernel tables' balanced
+#: how routed rows spread over the experts (``sim.cost_model.moe``'s
+#: ``workload_distribution`` values): ``uniform`` (each token picks top_k experts at
+#: random, the serving model), ``balanced`` (the kernel tables' balanced
 #: distribution: the T top_k rows dealt evenly over min(E, T top_k) experts, and the
-#: measured rank always gets at least one expert with one row)
-MOE_ROUTINGS = ("uniform", "balanced")
+#: measured rank always gets at least one expert with one row), ``power_law_<alpha>``
+#: (the tables' skewed rows: aiconfigurator's power-law expert loads, the most
+#: loaded EP rank measured)
+MOE_ROUTINGS = WORKLOAD_DISTRIBUTIONS
 
 
 def moe_touched_rows(T, E, k, ep, routing: str = "uniform"):
-    """(local experts touched, local routed rows) on one rank (arrays broadcast).
-    ``uniform``: E/ep (1 - (1 - k/E)^T) experts (expected distinct picks), T k / ep
-    rows. ``balanced``: min(E, T k) / ep experts and T k / ep rows, each at least 1
-    (vLLM 0.24's H100 fused-MoE table: at EP 1 the layer's time grows with T until
-    T top_k = E and is flat after, e.g. hidden 2048, 256 experts, top-8 at T = 32;
-    at T = 1 and EP 128 a layer of 128 experts costs one expert's weight read, 146 us
-    for hidden 5120 x 8192, not 1/128 of one)."""
-    if routing == "balanced":
-        return np.maximum(np.minimum(E, T * k) / ep, 1.0), np.maximum(T * k / ep, 1.0)
-    if routing != "uniform":
-        raise ValueError(f"routing={routing!r}: one of {MOE_ROUTINGS}")
-    return np.maximum(E / ep * (1.0 - (1.0 - k / E) ** T), 1e-9), T * k / ep
+    """(local experts touched, local routed rows) on the most loaded EP rank (arrays
+    broadcast; :func:`sim.cost_model.moe.max_rank_load`). ``uniform``: at EP 1
+    E (1 - (1 - k/E)^T) experts (expected distinct picks) and T k rows; at EP > 1 the
+    expected maximum over the ranks. ``balanced``: min(E, T k) / ep experts and
+    T k / ep rows, each at least 1 (vLLM 0.24's H100 fused-MoE table: at EP 1 the
+    layer's time grows with T until T top_k = E and is flat after, e.g. hidden 2048,
+    256 experts, top-8 at T = 32; at T = 1 and EP 128 a layer of 128 experts costs
+    one expert's weight read, 146 us for hidden 5120 x 8192, not 1/128 of one)."""
+    try:
+        rows, touched = max_rank_load(T, E, k, ep, routing)
+    except ValueError as e:
+        raise ValueError(f"routing={routing!r}: {e}") from None
+    return np.maximum(touched, 1e-9), rows
 
 
 def moe_fitted_s(p: MoeParams, num_tokens, hidden, inter, num_experts, top_k, peak: float,

@@ -23,6 +23,7 @@ from sim.cost_model.roofline import ACT_BYTES
 from sim.cost_model.operators import attention_cost, attention_peak_flops, ATTENTION_KERNELS
 from sim.hardware.efficiency import FittedEfficiency
 from sim.hardware.profile import HardwareProfile
+from sim.presets import PRESETS
 from sim.model_spec import SSM_DTYPE_BYTES, ModelSpec, gdn_flops_per_token, window_keys
 
 
@@ -58,6 +59,14 @@ def _split(n: np.ndarray, c: np.ndarray):
     dec = n == 1
     pre = n > 1
     return c[dec], n[pre], c[pre]
+
+
+def mla_decode_engine(engine: str | None) -> str | None:
+    """The engine whose MLA module fit times ``engine``'s decode steps: the preset's
+    ``mla_decode_module`` (SGLang: TensorRT-LLM's, ``sim/presets/sglang.py``), else ``engine``."""
+    preset = PRESETS.get(engine or "")
+    m = preset.mla_decode_module if preset is not None else None
+    return m.value if m is not None else engine
 
 
 class MlaAttention:
@@ -98,14 +107,19 @@ class MlaAttention:
         self.kvb = kv_bytes
         prefill, decode = attention_limits(hw)
         eff = hw.efficiency
-        # the engine's own MLA module fit where the profile has one (``mla_engines``), else ``mla``
-        mp = eff.mla_for(engine) if isinstance(eff, FittedEfficiency) else None
+        # the engine's own MLA module fit where the profile has one (``mla_engines``), else
+        # ``mla``; its decode steps may run another engine's kernels (``mla_decode_engine``)
+        fitted = isinstance(eff, FittedEfficiency)
+        mp = eff.mla_for(engine) if fitted else None
+        md = eff.mla_for(mla_decode_engine(engine)) if fitted else None
         #: per step: fixed s and s per new token, all layers (``fitted_v1`` ``mla``: the
-        #: module's small kernels; 0 without it)
+        #: module's small kernels; 0 without it); a step of decodes only takes the decode
+        #: module's (``fixed_dec_s``, ``token_dec_s``), a step with a prefill chunk these
         self.fixed_s, self.token_s = (layers * mp.layer_s, layers * mp.token_s) if mp else (0.0, 0.0)
+        self.fixed_dec_s, self.token_dec_s = (layers * md.layer_s, layers * md.token_s) if md else (0.0, 0.0)
         if mp is not None:
             prefill = (mp.prefill_compute_efficiency, mp.prefill_memory_efficiency, mp.launch_s)
-            decode = (mp.decode_compute_efficiency, mp.decode_memory_efficiency, mp.launch_s)
+            decode = (md.decode_compute_efficiency, md.decode_memory_efficiency, md.launch_s)
         self.pre, self.dec = _Roofline(hw, prefill, layers, 2), _Roofline(hw, decode, layers, 2)
         #: softmax per (query, key, head) in tensor-core FLOP-equivalents (exp on the SFUs), the
         #: fitted context-attention term (``fitted_v1``); 0 for the scalar form
@@ -137,10 +151,11 @@ class MlaAttention:
     def step_s(self, n: np.ndarray, c: np.ndarray, decode_C: int | None = None) -> float:
         if decode_C is not None:
             b = n.shape[0]
-            t = self.fixed_s + self.token_s * float(b)  # the general path's order: same floats
+            t = self.fixed_dec_s + self.token_dec_s * float(b)  # the general path's order: same floats
             return t + self.dec(*self.decode_cost(float(b), float(decode_C + b)))
         cd, npf, cpf = _split(n, c)
-        t = self.fixed_s + self.token_s * float(n.sum()) if n.size else 0.0
+        fixed, tok = (self.fixed_s, self.token_s) if npf.size else (self.fixed_dec_s, self.token_dec_s)
+        t = fixed + tok * float(n.sum()) if n.size else 0.0
         if cd.size:
             t += self.dec(*self.decode_cost(float(cd.size), float(cd.sum() + cd.size)))
         if npf.size:

@@ -26,17 +26,24 @@ lasts as long as the slowest rank (:meth:`CostModel.dp_group_step_s`).
 Routed-expert time per GPU for T (padded) tokens per attention rank, N = D x T
 tokens in the group, each routed to k of E experts (uniform routing):
 
-- rows on one EP rank: hypergeometric per token (k distinct experts of E, E/ep
-  of them on the rank): mean k/ep, variance k (1/ep)(1 - 1/ep)(E - k)/(E - 1);
-  over N independent tokens mean mu = N k / ep and sigma = sqrt(N var). The
-  step waits for the most loaded EP rank: E[max of ep ranks] ~ mu + sigma x
-  z(ep), z(ep) = the expected maximum of ep independent standard normals
-  (1.42 at 8, 2.04 at 32; normal approximation of the counts, ranks treated as
-  independent -- slightly high, since their counts sum to N k), capped at
-  N x min(k, E/ep);
-- local experts touched: E/ep x (1 - (1 - k/E)^N) (each expert hit with that
-  probability);
-- expert GEMMs w13 (n = 2 I / moe_tp, k = h) and w2 (n = h, k = I / moe_tp)
+- rows and touched experts of the most loaded EP rank
+  (:func:`sim.cost_model.moe.max_rank_load`): under uniform routing each
+  rank's rows are a sum of per-token hypergeometric counts (mean N k / ep)
+  and the ep counts sum to N k, so the expected maximum is mu + sigma z(ep)
+  sqrt(ep/(ep-1)) (z(ep): expected maximum of ep independent standard
+  normals, 1.42 at 8; the sqrt for the sum constraint), capped at
+  N x min(k, E/ep); the experts it touches are those of a rank that saw
+  N x rows / mu tokens. ``workload_distribution`` (``power_law_<alpha>``)
+  replaces uniform routing by aiconfigurator's skewed expert loads;
+- the experts on those rows: on a ``fitted_v1`` profile with a fused-MoE family
+  for the experts' weight format, that fused layer (``fitted.moe_fitted_s`` on
+  the group's N tokens at ``ep`` and I / moe_tp, costing the most loaded rank's
+  rows and experts under the routing), as for tensor-sharded experts: the engines run
+  the same fused kernel on a rank's local experts, and its routing / align /
+  un-permute kernels cost 14-25 us a layer at decode that grouped GEMMs miss
+  (H100 fused-MoE tables, Qwen3-235B / MiniMax / DeepSeek shapes, EP 4-8,
+  1-16 tokens: tables 30-310 us, grouped GEMMs 18-214 us). Otherwise
+  expert GEMMs w13 (n = 2 I / moe_tp, k = h) and w2 (n = h, k = I / moe_tp)
   over those rows and experts, with the same roofline / fitted GEMM terms as
   the tensor-sharded experts of :class:`~sim.cost_model.step.CostModel`;
 - communication per MoE layer (D > 1): with EP, DeepEP-style dispatch and
@@ -58,12 +65,13 @@ attention, dense and shared-expert weights are replicated over the D ranks
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from sim.cost_model.fitted import moe_fitted_s
 from sim.cost_model.fitted_step import MOE_SMALL_BLOCK_M, FittedGemm
+from sim.cost_model.moe import max_rank_load, uniform_max_rank_load
 from sim.cost_model.operators import gemm_cost
 from sim.cost_model.roofline import ACT_BYTES, gemm_precision
 from sim.errors import ConfigError
@@ -150,35 +158,10 @@ def resolve_layout(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_siz
     return ParallelLayout(tp, dp, ep, mtp, dp > 1)
 
 
-_Z_CACHE: dict[int, float] = {}
-
-
-def expected_max_std_normal(n: int) -> float:
-    """E[max of n independent standard normals] (0 at n = 1, 1/sqrt(pi) at 2,
-    1.4236 at 8), by numerical integration of n x phi(x) Phi(x)^(n-1)."""
-    if n <= 1:
-        return 0.0
-    z = _Z_CACHE.get(n)
-    if z is None:
-        x = np.linspace(-10.0, 10.0, 40001)
-        phi = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
-        Phi = 0.5 * (1.0 + np.array([math.erf(v / math.sqrt(2.0)) for v in x]))
-        f = x * n * phi * Phi ** (n - 1)
-        z = _Z_CACHE[n] = float(np.sum((f[1:] + f[:-1]) * 0.5 * (x[1] - x[0])))
-    return z
-
-
 def ep_rank_rows_max(num_tokens, num_experts: int, top_k: int, ep: int):
     """Expected expert rows (token x expert pairs) on the most loaded of ``ep``
     EP ranks for ``num_tokens`` tokens routed uniformly (module docstring)."""
-    N = np.asarray(num_tokens, dtype=float)
-    E, k = num_experts, top_k
-    if ep == 1:
-        return N * k
-    p = 1.0 / ep
-    var = k * p * (1.0 - p) * (E - k) / (E - 1) if E > 1 else 0.0
-    cap = N * min(k, E // ep)
-    return np.minimum(N * k * p + np.sqrt(N * var) * expected_max_std_normal(ep), cap)
+    return uniform_max_rank_load(num_tokens, num_experts, top_k, ep)[0]
 
 
 def remote_ranks_per_token(num_experts: int, top_k: int, ep: int) -> float:
@@ -258,8 +241,9 @@ class ParallelMoe:
     :class:`~sim.cost_model.step.CostModel` as ``routed_experts``."""
 
     def __init__(self, model: ModelSpec, hw: HardwareProfile, layout: ParallelLayout,
-                 quantization: str | None = None) -> None:
+                 quantization: str | None = None, workload_distribution: str = "uniform") -> None:
         self.model, self.hw, self.layout = model, hw, layout
+        self.workload_distribution = workload_distribution  # sim.cost_model.moe.WORKLOAD_DISTRIBUTIONS
         L = model.num_moe_layers
         h = model.hidden_size
         self.E, self.k, self.L, self.h = model.num_experts, model.num_experts_per_tok, L, h
@@ -271,9 +255,17 @@ class ParallelMoe:
         eff = hw.efficiency
         bw = hw.hbm_bandwidth_bytes_per_s
         self.fitted = isinstance(eff, FittedEfficiency)
+        self._fused = None
         if self.fitted:
             self._router = FittedGemm(eff, self.E, h, bf16, bw, L)
             self._w = [FittedGemm(eff, 2 * im, h, prec, bw, L), FittedGemm(eff, h, im, prec, bw, L)]
+            # the fused-MoE kernel of the experts' weight format (fitted_v1 ``moe``), as
+            # FittedMoe times tensor-sharded experts: the engines run the same fused kernel
+            # on an EP rank's local experts (vLLM FusedMoE with expert_map; SGLang / TRT-LLM
+            # EP MoE), whose routing, align/sort and un-permute kernels grouped GEMMs miss
+            self._fused = eff.moe.get(prec.quantization)
+            self._moe_args = (h, im, prec.peak_flops_per_s, bw, prec.weight_bytes,
+                              prec.act_quant_bytes if prec.act_quant_bytes > 0 else ACT_BYTES)
         else:
             ce, me, launch = eff.operator_efficiency("gemm")
             f1, by1 = gemm_cost(1.0, self.E, h, bf16)
@@ -289,11 +281,10 @@ class ParallelMoe:
         self.remote = remote_ranks_per_token(self.E, self.k, self.ep)
 
     def rows_and_touched(self, T):
-        """(rows on the most loaded EP rank, local experts touched) for T tokens per rank."""
+        """(rows, local experts touched) on the most loaded EP rank for T tokens
+        per attention rank (N = D T in the group)."""
         N = np.asarray(T, dtype=float) * self.D
-        rows = ep_rank_rows_max(N, self.E, self.k, self.ep)
-        touched = self.El * (1.0 - (1.0 - self.k / self.E) ** N)
-        return rows, touched
+        return max_rank_load(N, self.E, self.k, self.ep, self.workload_distribution)
 
     def comm_s(self, T):
         """Dispatch + combine (EP) or all-gather + reduce-scatter (experts
@@ -311,9 +302,20 @@ class ParallelMoe:
         return 2.0 * self.L * per_call
 
     def experts_s(self, T):
-        """Router (on the rank's T tokens) + expert GEMMs of the most loaded GPU, s."""
-        rows, touched = self.rows_and_touched(T)
+        """Router (on the rank's T tokens) + the experts of the most loaded GPU, s: the
+        profile's fused-MoE layer (``fitted_v1`` ``moe`` family of the experts' format) at
+        that GPU's rows, else (no such family, or a scalar profile) grouped expert GEMMs."""
         T = np.asarray(T, dtype=float)
+        if self.fitted and self._fused is not None:
+            # the fused layer on the group's N = D T tokens at this EP size: its rows and
+            # experts are the most loaded rank's under the routing (fitted.moe_touched_rows),
+            # the rank that sets the layer's time
+            h, im, peak, bw, wb, act = self._moe_args
+            layer = moe_fitted_s(self._fused, T * self.D, h, im, self.E, self.k, peak, bw,
+                                 weight_bytes=wb, act_bytes=act, ep=float(self.ep),
+                                 routing=self.workload_distribution)
+            return self._router.time_s(T) * self.L + layer * self.L
+        rows, touched = self.rows_and_touched(T)
         if self.fitted:
             tile = np.where(T * self.D <= self.E, MOE_SMALL_BLOCK_M, self._w[0].tm)
             t = self._router.time_s(T) * self.L

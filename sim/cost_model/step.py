@@ -24,7 +24,7 @@ from sim.cost_model.operators import (ATTENTION_IMPLS, ATTENTION_KERNELS, attent
 from sim.cost_model.fitted_step import (FittedAllReduce, FittedAttention, FittedGemm,
                                         FittedMoe, inter_node_all_reduce_s, moe_backend_family)
 from sim.cost_model.layer_kinds import GatedDeltaNet, MlaAttention, SlidingAttention
-from sim.cost_model.moe import expected_experts_touched
+from sim.cost_model.moe import expected_experts_touched, max_rank_load, parse_workload_distribution
 from sim.cost_model.roofline import ACT_BYTES, gemm_precision
 from sim.hardware.efficiency import FittedEfficiency
 from sim.errors import ConfigError
@@ -114,21 +114,26 @@ class CostModel:
     format): the engine's fused-MoE kernel, timed by another ``fitted_v1`` ``moe``
     family (:data:`~sim.cost_model.fitted_step.MOE_BACKENDS`, e.g. ``marlin``).
     It applies to tensor-sharded experts on a fitted profile; the expert-parallel
-    path (``routed_experts``) and scalar profiles time experts as grouped GEMMs
-    whatever the backend, as for every format. ``engine`` (a preset name): kernels
+    path (``routed_experts``) times experts by the fused family of their weight
+    format whatever the backend (grouped GEMMs where the profile has none), scalar
+    profiles as grouped GEMMs. ``engine`` (a preset name): kernels
     that differ by engine and were fitted per engine take that engine's fit
     (MLA: ``fitted_v1`` ``mla_engines``); None or an engine without one, the default.
+    ``workload_distribution`` (:data:`~sim.cost_model.moe.WORKLOAD_DISTRIBUTIONS`):
+    how the routed rows spread over the experts (uniform random by default).
     """
 
     def __init__(self, model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_size: int = 1,
                  quantization: str | None = None, kv_cache_dtype: str = "auto",
                  attention_impl: str = "flash", routed_experts=None, moe_backend: str | None = None,
-                 engine: str | None = None) -> None:
+                 engine: str | None = None, workload_distribution: str = "uniform") -> None:
         model.check_tensor_parallel_size(tensor_parallel_size)
         # expert / attention-data parallelism: the routed part (router + experts +
         # dispatch) as a callable of T with ``table`` (sim/cost_model/parallel.py ParallelMoe);
         # None = experts tensor-sharded over the TP ranks as below
         self._routed_override = routed_experts
+        parse_workload_distribution(workload_distribution)  # ValueError naming the key
+        self.workload_distribution = workload_distribution
         if attention_impl not in ATTENTION_IMPLS:
             raise ConfigError(f"attention_impl: unknown value {attention_impl!r}; "
                               f"valid: {', '.join(ATTENTION_IMPLS)}")
@@ -187,6 +192,7 @@ class CostModel:
                                              gemm(h, im_r, layers=L_moe),
                                              model.num_experts, model.num_experts_per_tok, moe_backend,
                                              gemm_precision(hw, kernel) if kernel else None)
+                self._moe_fitted.routing = workload_distribution
                 if routed_experts is not None:
                     self._moe_fitted = routed_experts
             # grouped expert GEMMs w13 (n=2I, k=h) and w2 (n=h, k=I), all MoE layers:
@@ -268,8 +274,11 @@ class CostModel:
         if self.fitted:
             return self._moe_fitted(T)
         E, k = self.model.num_experts, self.model.num_experts_per_tok
-        touched = expected_experts_touched(E, k, T)  # distinct experts hit (uniform routing)
-        m = T * k
+        if self.workload_distribution == "uniform" or T <= 0:
+            touched = expected_experts_touched(E, k, T)  # distinct experts hit (uniform routing)
+            m = T * k
+        else:
+            m, touched = (float(x) for x in max_rank_load(T, E, k, 1, self.workload_distribution))
         t = self._router(T)
         for f, a, w, c in self._moe:
             t += max(f * m, a * m + w * touched) + c

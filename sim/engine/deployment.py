@@ -166,6 +166,9 @@ def _build_one(cfg: SimConfig) -> Deployment:
         raise ConfigError(f"scheduler_recv_interval: {cfg.scheduler_recv_interval} is modelled for aggregated "
                           "replicas without attention data parallelism (SGLang's skipper counts one "
                           "scheduler's passes); set it to 1 here")
+    if cfg.workload_distribution != "uniform" and not model.is_moe:
+        raise ConfigError(f"workload_distribution: {cfg.workload_distribution!r} applies to MoE models; "
+                          f"{model.name} has no routed experts")
     expert_parallel = model.is_moe and (layout.data_parallel_size > 1 or layout.moe_ep_size > 1
                                         or layout.moe_tp_size != cfg.tensor_parallel_size)
     max_model_len = cfg.max_model_len or model.max_position_embeddings
@@ -183,6 +186,7 @@ def _build_one(cfg: SimConfig) -> Deployment:
         max_num_batched_tokens=cfg.max_num_batched_tokens, max_model_len=max_model_len,
         num_gpu_blocks_override=cfg.num_gpu_blocks_override, max_num_seqs=cfg.max_num_seqs or 2048,
         kv_memory_rule=cfg.kv_memory_rule, hybrid_kv_cache=hybrid_off is None, hybrid_off_reason=hybrid_off,
+        memory_profile=cfg.memory_profile,
     ) if not expert_parallel else _sizing_per_gpu(model, hw, cfg, max_model_len, layout, hybrid_off)
     if cfg.max_num_seqs is None:  # SGLang: the request pool, sized from the KV pool
         kv_tokens = (sizing.num_gpu_blocks - 1) * cfg.block_size
@@ -191,8 +195,9 @@ def _build_one(cfg: SimConfig) -> Deployment:
     cost = CostModel(
         model, hw, tensor_parallel_size=cfg.tensor_parallel_size, quantization=cfg.quantization,
         kv_cache_dtype=cfg.kv_cache_dtype, attention_impl=cfg.attention_impl,
-        routed_experts=ParallelMoe(model, hw, layout, cfg.quantization) if expert_parallel else None,
-        moe_backend=cfg.moe_backend, engine=cfg.engine,
+        routed_experts=(ParallelMoe(model, hw, layout, cfg.quantization, cfg.workload_distribution)
+                        if expert_parallel else None),
+        moe_backend=cfg.moe_backend, engine=cfg.engine, workload_distribution=cfg.workload_distribution,
     )
     limits = SchedulerLimits(
         max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
@@ -242,6 +247,6 @@ def _sizing_per_gpu(model, hw, cfg, max_model_len, layout, hybrid_off=None):
             max_num_batched_tokens=cfg.max_num_batched_tokens, max_model_len=max_model_len,
             num_gpu_blocks_override=cfg.num_gpu_blocks_override, max_num_seqs=cfg.max_num_seqs or 2048,
             kv_memory_rule=cfg.kv_memory_rule, weight_bytes=weight_bytes_per_gpu(model, layout, cfg.quantization),
-            hybrid_kv_cache=hybrid_off is None, hybrid_off_reason=hybrid_off)
+            hybrid_kv_cache=hybrid_off is None, hybrid_off_reason=hybrid_off, memory_profile=cfg.memory_profile)
     except InfeasibleError as e:
         raise InfeasibleError(f"{layout.describe()}: {e}") from None

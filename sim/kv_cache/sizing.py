@@ -47,11 +47,31 @@ Activation/workspace estimate (vLLM profiles a dummy forward pass of
   - largest transient: max(q,k,v + attention output, gate_up + SiLU output) per rank,
     MoE: x num_experts_per_tok routed copies;
   - sampler: fp32 logits and probabilities, 2 x min(max_num_seqs, T) x vocab/tp x 4 B;
-  - non-torch memory (CUDA context, cuBLAS workspace, NCCL buffers): 1.79 GiB at
-    TP 1 and 3.58 GiB at TP > 1, as vLLM logged for Llama-3-8B on H100
-    (github.com/vllm-project/vllm/pull/10511: activation peak 1.26 GiB, non-torch
-    1.79 / 3.58 GiB). The CUDA-graph estimate vLLM 0.24 also subtracts (a few
-    hundred MiB for small models) is not modelled separately.
+  - non-torch memory: what vLLM's profiler counts as memory used outside
+    PyTorch's allocator *since its init-time snapshot* (``memory_profiling`` in
+    vllm/utils; memory already used at the snapshot comes out of the
+    1 - ``gpu_memory_utilization`` headroom instead). What the snapshot holds
+    changed with the release (``memory_profile``, :func:`non_torch_bytes`):
+
+    - ``before_cuda_context`` (vLLM 0.6.5-0.6.x, PR 10511's profiler, and the
+      value used without an engine, and for SGLang / TensorRT-LLM, whose own
+      non-torch memory is not modelled apart): the CUDA context, NCCL and the
+      rest: 1.79 GiB at TP 1, 3.58 GiB at TP > 1 as logged for Llama-3-8B on
+      H100 (github.com/vllm-project/vllm/pull/10511: activation peak 1.26 GiB);
+    - ``after_cuda_context`` (0.7-0.10: PR 11809 / 12126 take the snapshot after
+      the CUDA context is made, but before ``init_worker_distributed_environment``):
+      what the profile run allocates outside PyTorch, 0.16 GiB (PR 12126's log,
+      H100, TP 1), plus at TP > 1 the NCCL and custom all-reduce buffers made
+      after the snapshot (PR 25359: they "show up as non-torch memory increase"),
+      1.79 GiB (PR 10511's TP 2 less TP 1 figure; their growth with the TP size
+      is not modelled);
+    - ``after_nccl_init`` (0.11 on, vLLM's preset: PR 25359, merged 2025-09,
+      moved ``init_worker_distributed_environment`` before the snapshot in
+      ``vllm/v1/worker/gpu_worker.py::init_device``): the profile run's 0.16 GiB
+      at every TP size.
+
+    The CUDA-graph estimate vLLM 0.24 also subtracts (a few hundred MiB for
+    small models) is not modelled separately.
 """
 
 from __future__ import annotations
@@ -67,6 +87,12 @@ from sim.model_spec import ModelSpec
 GiB = float(1 << 30)
 NON_TORCH_BYTES_TP1 = 1.79 * GiB
 NON_TORCH_BYTES_TP_GT1 = 3.58 * GiB
+#: non-torch increase of vLLM's profile run once the CUDA context is in the snapshot (PR 12126 log)
+NON_TORCH_PROFILE_RUN_BYTES = 0.16 * GiB
+#: NCCL + custom all-reduce buffers at TP > 1 (PR 10511: 3.58 - 1.79 GiB at TP 2)
+NCCL_BUFFER_BYTES = NON_TORCH_BYTES_TP_GT1 - NON_TORCH_BYTES_TP1
+#: what vLLM's init-time memory snapshot already holds (module docstring)
+MEMORY_PROFILES = ("before_cuda_context", "after_cuda_context", "after_nccl_init")
 KV_MEMORY_RULES = ("utilization", "free_fraction", "static_fraction")
 
 
@@ -103,8 +129,22 @@ class KVSizing:
     max_num_batched_tokens: int = 8192    #: (a sliding-window group's admission cap)
 
 
+def non_torch_bytes(tensor_parallel_size: int = 1, memory_profile: str | None = None) -> float:
+    """Non-torch memory the KV rule subtracts, per rank, under ``memory_profile``
+    (one of :data:`MEMORY_PROFILES`; None = ``before_cuda_context``; module docstring)."""
+    tp = tensor_parallel_size
+    if memory_profile is None or memory_profile == "before_cuda_context":
+        return NON_TORCH_BYTES_TP1 if tp == 1 else NON_TORCH_BYTES_TP_GT1
+    if memory_profile == "after_cuda_context":
+        return NON_TORCH_PROFILE_RUN_BYTES + (NCCL_BUFFER_BYTES if tp > 1 else 0.0)
+    if memory_profile == "after_nccl_init":
+        return NON_TORCH_PROFILE_RUN_BYTES
+    raise ConfigError(f"memory_profile: invalid value {memory_profile!r}; must be one of {', '.join(MEMORY_PROFILES)}")
+
+
 def activation_bytes_estimate(model: ModelSpec, *, tensor_parallel_size: int = 1,
-                              max_num_batched_tokens: int = 8192, max_num_seqs: int = 1024) -> float:
+                              max_num_batched_tokens: int = 8192, max_num_seqs: int = 1024,
+                              memory_profile: str | None = None) -> float:
     """Peak activation + workspace bytes per rank (see module docstring)."""
     tp, T, h = tensor_parallel_size, max_num_batched_tokens, model.hidden_size
     if model.is_classic:
@@ -123,7 +163,7 @@ def activation_bytes_estimate(model: ModelSpec, *, tensor_parallel_size: int = 1
         mlp = max(mlp, 3 * (model.intermediate_size // tp))
     torch_bytes = 2.0 * T * (2 * h + max(attn, mlp))
     sampler = 2.0 * min(max_num_seqs, T) * math.ceil(model.vocab_size / tp) * 4.0
-    return torch_bytes + sampler + (NON_TORCH_BYTES_TP1 if tp == 1 else NON_TORCH_BYTES_TP_GT1)
+    return torch_bytes + sampler + non_torch_bytes(tp, memory_profile)
 
 
 def _check(name: str, value, ok: bool, rule: str) -> None:
@@ -138,7 +178,7 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
                       num_gpu_blocks_override: int | None = None,
                       max_num_seqs: int = 1024, kv_memory_rule: str = "utilization",
                       weight_bytes: float | None = None, hybrid_kv_cache: bool = False,
-                      hybrid_off_reason: str | None = None) -> KVSizing:
+                      hybrid_off_reason: str | None = None, memory_profile: str | None = None) -> KVSizing:
     """Number of KV blocks per rank (defaults: vLLM 0.24 serve on a large GPU).
 
     Raises InfeasibleError when the weights (plus the activation estimate) do
@@ -148,6 +188,8 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
     layers as vLLM's kv_cache_groups (module docstring; ``block_size`` then at
     least :func:`~sim.kv_cache.groups.attention_block_size`);
     ``hybrid_off_reason``: why not, when False (shown by ``servesim kv``).
+    ``memory_profile``: what vLLM's init-time memory snapshot holds, which sets
+    the non-torch memory subtracted (:func:`non_torch_bytes`).
     """
     tp = tensor_parallel_size
     model.check_tensor_parallel_size(tp)
@@ -191,7 +233,7 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
     weights = model.weight_bytes(quantization, tp) if weight_bytes is None else weight_bytes
     act = activation_bytes_estimate(model, tensor_parallel_size=tp,
                                     max_num_batched_tokens=max_num_batched_tokens,
-                                    max_num_seqs=max_num_seqs)
+                                    max_num_seqs=max_num_seqs, memory_profile=memory_profile)
     _check("kv_memory_rule", kv_memory_rule, kv_memory_rule in KV_MEMORY_RULES,
            f"must be one of {', '.join(KV_MEMORY_RULES)}")
     usable = hw.memory_bytes * gpu_memory_utilization
@@ -201,7 +243,7 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
         usable = hw.memory_bytes - weights - act  # free after load and profiling
         available = gpu_memory_utilization * usable
     else:  # static_fraction
-        act = NON_TORCH_BYTES_TP1 if tp == 1 else NON_TORCH_BYTES_TP_GT1
+        act = non_torch_bytes(tp, memory_profile)
         available = usable - weights - act
     state_seq = model.state_bytes_per_sequence(tp)
     # linear-attention states as pages of the pool (hybrid), else reserved for max_num_seqs

@@ -77,6 +77,26 @@ def hardware_defaults(cfg: Any, memory_bytes: float, hardware_name: str) -> dict
             "gpu_memory_utilization": sglang_mem_fraction_static(memory_bytes, cfg.tensor_parallel_size, mnbt)}
 
 
+#: why SGLang's decode steps of MLA layers take TensorRT-LLM's module fit (``fitted_v1``
+#: ``mla_engines.trtllm``) rather than vLLM's (``mla``): SGLang has no module table, and its decode kernels are
+#: TensorRT-LLM's or match them. On Blackwell its DeepSeek recipes run
+#: ``--attention-backend trtllm_mla`` (InferenceMAX ``dsr1_fp8_b200.sh`` / ``dsr1_fp4_b200.sh``),
+#: TensorRT-LLM's decode kernel through FlashInfer (decode only; prefill falls back to
+#: FlashInfer MLA: sgl-project/sglang ``docs/backend/attention_backend.md``); on Hopper its
+#: default is FA3 (same page). Against the H100 kernel tables
+#: (../shared/kernels/h100_sxm), SGLang 0.5.14's generation MLA kernel over TensorRT-LLM
+#: 1.3's, bf16 KV, batch <= 64, context < 16k: median 0.99x (10-90 %: 0.85-1.13x, 784
+#: shapes); its absorb BMMs (``mla_bmm``, <= 64 tokens): bf16 0.98x, fp8 1.08x. vLLM's
+#: module fit carries 2 x 15.8 + 46.5 us a layer of fixed terms against TensorRT-LLM's
+#: 2 x 3.8 + 14.0 (reports/calibration/README.md); SGLang replays decode as CUDA graphs like
+#: TensorRT-LLM (``--cuda-graph-max-bs``). Not covered: SGLang on Hopper with an fp8 KV cache,
+#: whose kernel is 1.6x TensorRT-LLM's (median, 1.25-5.8x) in the same tables. Prefill keeps
+#: the default fit: SGLang's context MLA kernel (FlashInfer / FA3) runs at ~170 TFLOP/s on the
+#: H100 table against TensorRT-LLM's 525-590 (``MlaAttention`` docstring).
+SGLANG_MLA_SOURCE = ("TensorRT-LLM's MLA decode kernels (trtllm_mla on Blackwell) or kernels matching them "
+                     "on the H100 tables (generation MLA 0.99x, absorb BMMs 0.98x, bf16 KV); "
+                     "sim/presets/sglang.py SGLANG_MLA_SOURCE")
+
 PRESET = EnginePreset(
     name="sglang",
     versions="SGLang 0.5.x",
@@ -109,6 +129,7 @@ PRESET = EnginePreset(
             "frontend_token_s": 60e-6},
     client_phase_spread=0.0,
     max_num_seqs_from_kv=sglang_max_running_requests,
+    mla_decode_module=Default("trtllm", SGLANG_MLA_SOURCE),
     resolved={
         "max_num_batched_tokens": "chunked_prefill_size by GPU memory: < 20 GiB 2048, < 35 GiB 2048, "
                                   "< 60 GiB 4096, < 90 GiB 8192 (H100), < 160 GiB 8192 (H200), else 16384 "

@@ -60,7 +60,11 @@ class EnginePreset:
     source; ``hardware_defaults(cfg, memory_bytes, hardware_name)`` computes them
     (a dict of ``max_num_batched_tokens``, ``max_num_seqs`` (None: from the KV
     pool, ``max_num_seqs_from_kv(kv_tokens, max_model_len)``) and
-    ``gpu_memory_utilization``) for the keys ``cfg`` leaves unset."""
+    ``gpu_memory_utilization``) for the keys ``cfg`` leaves unset.
+    ``mla_decode_module``: the engine whose MLA module fit (``fitted_v1`` ``mla_engines``)
+    times this engine's decode-only steps of MLA layers, with its source (None: its own
+    name, i.e. its own fit where the profile has one, else the default ``mla``); steps
+    with a prefill chunk take the engine's own."""
     name: str
     versions: str
     defaults: dict[str, Default]
@@ -70,3 +74,4 @@ class EnginePreset:
     client_phase_spread: float = 0.0
     resolved: dict[str, str] = field(default_factory=dict)
     max_num_seqs_from_kv: Callable[[int, int], int] | None = None
+    mla_decode_module: Default | None = None

@@ -38,6 +38,14 @@ VERSION_CHANGES: dict[str, tuple[VersionChange, ...]] = {
         VersionChange("overlap_scheduling", "0.14.0", False,
                       "async_scheduling off in 0.11, on by default from 0.14 (release notes; "
                       "vllm/config/vllm.py in 0.24; ENGINE_SEMANTICS 1.1)"),
+        VersionChange("memory_profile", "0.11.0", "after_cuda_context",
+                      "github.com/vllm-project/vllm/pull/25359 (merged 2025-09-22) moved "
+                      "init_worker_distributed_environment before the init-time memory snapshot; before it "
+                      "NCCL buffers 'show up as non-torch memory increase' (sim/kv_cache/sizing.py)"),
+        VersionChange("memory_profile", "0.7.0", "before_cuda_context",
+                      "github.com/vllm-project/vllm/pull/12126 and 11809 (January 2025, in 0.7.0) keep the CUDA "
+                      "context in the baseline snapshot (non-torch 0.16 GiB in its log); PR 10511's profiler "
+                      "(0.6.5) logged 1.79 / 3.58 GiB non-torch at TP 1 / 2 on H100"),
         VersionChange("gpu_memory_utilization", "0.24.0", 0.9,
                       "vllm/config/cache.py gpu_memory_utilization 0.9 in 0.11, 0.92 in 0.24 (ENGINE_SEMANTICS "
                       "sources); the release in between that changed it was not read: modelled from 0.24"),

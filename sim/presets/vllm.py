@@ -37,6 +37,10 @@ PRESET = EnginePreset(
                                                 "KV = total x util - weights - activation peak "
                                                 "(gpu_worker.py::determine_available_memory)"),
         "kv_memory_rule": Default("utilization", "vllm/v1/worker/gpu_worker.py::determine_available_memory"),
+        "memory_profile": Default("after_nccl_init", "vllm/v1/worker/gpu_worker.py::init_device: "
+                                                     "init_worker_distributed_environment before the memory "
+                                                     "snapshot (github.com/vllm-project/vllm/pull/25359, 0.11); "
+                                                     "non-torch increase 0.16 GiB (pull/12126's log)"),
         "enable_prefix_caching": Default(True, "vllm/config/cache.py: on for generative models"),
         "policy": Default("fcfs", "vllm/config/scheduler.py policy='fcfs'"),
         "capacity_scheduler_policy": Default(None, "vLLM allocates blocks on demand and preempts by "

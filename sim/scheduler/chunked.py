@@ -26,6 +26,29 @@ the last-started request not yet scheduled this step (possibly the request
 itself). Simplification: TensorRT-LLM's chunk rounding to ``tokens_per_block``
 and its reuse-aware skip are not modelled.
 
+With a capacity policy set, admission allocates the blocks of the request's
+whole prompt at its first chunk, as TensorRT-LLM's PyTorch backend does
+(``tensorrt_llm/_torch/pyexecutor/resource_manager.py``
+``KVCacheManager.prepare_resources``: ``add_sequence(req.py_request_id,
+req.prompt_len, ...)`` when ``req.is_first_context_chunk``), so a chunked
+prompt in progress never runs short of blocks between its chunks; vLLM
+allocates chunk by chunk. A request's admission check counts the same blocks
+(``kvCacheManager.cpp::getNeededBlocksOneStep``: the whole prompt for a first
+context chunk).
+
+``max_utilization`` pause and resume, as TensorRT-LLM does it
+(``capacityScheduler.cpp::MaxUtilizationScheduler``, mirrored by
+``tensorrt_llm/_torch/pyexecutor/scheduler/scheduler_v2.py::MaxUtilizationPolicy``;
+``py_executor.py::_pause_requests``): the paused request's ``pause()``
+(``llmRequest.h``) folds its generated tokens into the prompt and returns it
+to ``CONTEXT_INIT``; ``_terminate_request`` → ``free_resources`` frees all its
+KV blocks; it stays in ``active_requests`` in arrival order, ahead of later
+arrivals, and is resumed as a new context of prompt + generated tokens (a
+recompute) once its whole prompt's blocks fit; a context that does not fit
+with no started request after it ends the pass (head of line). Here the
+paused request goes to the front of the waiting queue and the WAITING pass
+readmits it first, which is the same order.
+
 Speculative decoding (drafts, lookahead slots) is not modelled: every decode
 schedules one token.
 """
@@ -151,6 +174,7 @@ class ChunkedPrefillScheduler(Scheduler):
         waiting = self.waiting
         running = self.running
         no_evict = lim.capacity_scheduler_policy == "guaranteed_no_evict"
+        trt = lim.capacity_scheduler_policy is not None
         while waiting and budget > 0 and len(running) < lim.max_num_seqs:
             req = waiting.peek()
             hit_blocks, num_hit = kv.get_computed_blocks(req)
@@ -164,8 +188,11 @@ class ChunkedPrefillScheduler(Scheduler):
                 if not self._fits_no_evict(req):
                     break
                 num_free_before = kv.num_free_blocks
-            if kv.allocate_slots(req, n, num_hit, hit_blocks, full_sequence_check=True,
-                                 has_scheduled_reqs=bool(running)) is None:
+            # TensorRT-LLM (a capacity policy set) takes the blocks of the whole
+            # prompt at its first context chunk: ``add_sequence(prompt_len)``.
+            rest = req.num_tokens - num_hit - n if trt else 0
+            if kv.allocate_slots(req, n, num_hit, hit_blocks, num_lookahead_tokens=rest,
+                                 full_sequence_check=True, has_scheduled_reqs=bool(running)) is None:
                 break
             waiting.pop()
             self._admit(req, num_hit)

@@ -184,12 +184,33 @@ def row_quantization(row: dict) -> str | None:
     (``../shared/silicon/README``; ``openai/gpt-oss-120b`` ``quantization_config``
     ``quant_method: mxfp4``), and no engine re-quantizes MXFP4 weights to NVFP4
     (InferenceMAX's gpt-oss recipes serve ``openai/gpt-oss-120b`` as published).
-    Such a row runs with the checkpoint's own format (None)."""
+    Such a row runs with the checkpoint's own format (None).
+
+    Likewise an ``fp8`` label (per-tensor FP8 in the table's README) on a checkpoint
+    published as block-scaled FP8 (``quantization_config.weight_block_size``
+    [128, 128]: DeepSeek-R1/V3, MiniMax-M2.5, Qwen3-235B-A22B-FP8), or on a row whose
+    ``moe_quant_mode`` is ``fp8_block`` (the Qwen3.5 FP8 rows), runs as ``fp8_block``:
+    the engines load the checkpoint's block scales as published and run block-scaled
+    kernels (vLLM ``quantization/fp8.py``: ``block_quant = weight_block_size is not
+    None`` selects ``W8A8BlockFp8LinearOp`` and the block-FP8 fused MoE,
+    ``quantization/utils/fp8_utils.py``); none re-quantizes them per tensor. The table
+    itself labels one checkpoint both ways: ``Qwen/Qwen3-235B-A22B-FP8`` is ``fp8`` in
+    its vLLM rows and ``fp8_block`` in its SGLang / TensorRT-LLM rows."""
     q = _cell(row, "gemm_quant_mode") or _cell(row, "precision")
     if q.lower() not in _QUANT:
         raise ConfigError(f"gemm_quant_mode/precision: unknown value {q!r}; valid: "
                           f"{', '.join(k or '(empty)' for k in _QUANT)}")
     quant = _QUANT[q.lower()]
+    if quant == "fp8":
+        if _cell(row, "moe_quant_mode").lower() == "fp8_block":
+            return "fp8_block"
+        try:
+            from sim.model_spec import get_model
+
+            own = get_model(_cell(row, "model_path")).quantization
+        except ConfigError:
+            return quant  # an unknown model is named when the deployment is built
+        return "fp8_block" if own == "fp8_block" else quant
     if quant in FOUR_BIT:
         from sim.model_spec import get_model
 
