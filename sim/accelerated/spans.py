@@ -15,6 +15,12 @@ sends arrivals itself: ``Traffic.send_inline``) and records through its
 :class:`~sim.engine.recording.Recorder`, as the reference mode's steps would.
 ``rep`` is a :class:`sim.engine.replica.Replica`.
 
+With closed-loop clients of the only replica, overlap-scheduled (what
+``servesim validate`` runs with the engine presets), lag spans (below) stop at
+each step where requests finish and hand them to their clients there
+(:class:`_ClientTurns`); the sends come back through the engine's events
+(``Simulation.send``), timed ahead by ``Traffic.next_send_s``.
+
 With overlap scheduling on the only replica in open loop (the engine presets'
 default), spans see each arrival a step late, as the reference mode does
 (:meth:`AcceleratedStepping._lag_span_run`): chunked-family policies admit it
@@ -77,12 +83,17 @@ class AcceleratedStepping:
         self._lag_spans: set[int] = set()  # replicas inside a lag span (arrivals do not cut it)
 
     # ------------------------------------------------------------------ engine hooks
-    def merged(self, rep, out, ctx: list[int], start: float):
+    def merged(self, rep, out, ctx: list[int], start: float, flushed: bool = False):
         """A stretch of merged steps starting with ``out`` (just scheduled at
         ``start``), as a generator for the replica loop to run, or None: the
-        reference mode's single step."""
+        reference mode's single step. ``flushed``: requests that reached the
+        overlap-scheduled replica during its last step were queued after this
+        ``schedule()`` (the next one sees them); then only a closed-loop lag
+        span starts, which looks at the queue at its first step boundary, as
+        the reference mode does (in closed loop a send lands in nearly every
+        step of a large batch, so spans would otherwise seldom start)."""
         runs = self.runs[rep.index]
-        if runs is None or not self.fast:
+        if runs is None or not self.fast or (flushed and not self.closed):
             return None
         plan = runs.plan_decode_span(out, self.queued, self.lag_joins) if self.span else None
         if plan is not None:
@@ -93,6 +104,8 @@ class AcceleratedStepping:
             if self.lag:
                 return self._lag_span_run(rep, plan, start)
             return self._span_run(rep, plan, start, self.joins)
+        if flushed:  # a merged run would not see the requests queued after its first step's schedule()
+            return None
         k = runs.max_decode_run(out)
         return self._decode_run(rep, out, ctx, k, start) if k > 1 else None
 
