@@ -95,7 +95,12 @@ class AcceleratedStepping:
         runs = self.runs[rep.index]
         if runs is None or not self.fast or (flushed and not self.closed):
             return None
-        plan = runs.plan_decode_span(out, self.queued, self.lag_joins) if self.span else None
+        span = self.span
+        if span and self.closed and not flushed and rep.scheduler.waiting:
+            # a closed-loop queue behind a blocked head: a merged decode run goes further
+            # (a lag span would mostly end at its first step boundary, each costing a plan)
+            span = False
+        plan = runs.plan_decode_span(out, self.queued, self.lag_joins) if span else None
         if plan is not None:
             if plan.queued:
                 return self._queued_span_run(rep, plan, start)
