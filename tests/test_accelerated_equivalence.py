@@ -280,3 +280,42 @@ def test_a_step_scheduled_at_a_tie_sees_a_closed_loop_send_from_another_replica(
     assert st["num_waiting_reqs"][rows0[10]] == 0
     res = fuzz.compare(ref, _tie_run(False))
     assert res[2] == "equal", res[0]
+
+
+#: Closed-loop clients of one overlap-scheduled replica (what ``servesim
+#: validate`` runs): each engine preset's policy (vLLM's chunked, SGLang's
+#: prefill-first with its pauses, TensorRT-LLM's guaranteed_no_evict), the
+#: frontend streaming every token, exponential think times. Requests finish
+#: inside decode spans, and each finish's client sends its next request from
+#: there (AcceleratedStepping._lag_span_run with ``closed``).
+CLOSED_LOOP_IN_SPANS = {
+    "model": "llama-3.1-8b", "hardware": "h100_sxm", "seed": 5, "client_think_time_s": 0.002,
+    "workload.max_concurrency": 24, "workload.num_requests": 120,
+    "workload.input_len": {"dist": "uniform", "low": 200, "high": 900},
+    "workload.output_len": {"dist": "uniform", "low": 2, "high": 120}}
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_closed_loop_finishes_inside_a_span_send_the_next_requests(engine, monkeypatch):
+    from sim.accelerated import spans
+
+    handed = []  # (request id, the time its client sees the last token) as spans hand finishes over
+    due = spans._ClientTurns.due
+
+    def counted(self, ends, pauses, s):
+        done = due(self, ends, pauses, s)
+        handed.extend((req.request_id, seen) for req, seen in done)
+        return done
+
+    monkeypatch.setattr(spans._ClientTurns, "due", counted)
+    cfg = {**CLOSED_LOOP_IN_SPANS, "engine": engine}
+    res = fuzz.run_pair(cfg)
+    assert res["status"] == "ok", res["diffs"]
+    assert len(handed) > 40  # most finishes came inside spans (120 requests)
+    ref = fuzz.simulate(cfg, True).result.requests
+    finish = dict(zip(ref["request_id"].tolist(), ref["finish_time_s"].tolist()))
+    # a span told each client when the reference mode's client saw the last token
+    assert all(finish[i] == seen for i, seen in handed)
+    # most of them while clients still had requests to send (their next send came later)
+    last_send = ref["arrival_time_s"].max()
+    assert sum(seen < last_send for _, seen in handed) > 40

@@ -179,8 +179,8 @@ def test_fast_mode_equals_reference_with_engine_presets(engine):
 def test_open_loop_runs_are_timed_up_to_the_next_send(monkeypatch):
     """Open loop: a merged run is timed up to the next send, so the arrival that
     cuts it lands in its last timed step and no SimPy interrupt is needed. Closed
-    loop (send times unknown ahead) still interrupts, and the results above hold
-    for both."""
+    loop too: a client's send is known from when its think time starts
+    (``Traffic.next_send_s``), and the results above hold for both."""
     import simpy
 
     calls = []
@@ -188,8 +188,8 @@ def test_open_loop_runs_are_timed_up_to_the_next_send(monkeypatch):
     monkeypatch.setattr(simpy.Process, "interrupt", lambda self, cause=None: (calls.append(1), orig(self, cause)))
     _, res, _ = simulate(cfg_for(exact_steps=False, scheduler="chunked", **SCENARIOS["open_loop_poisson"]))
     assert res.num_events < res.num_steps and calls == []
-    simulate(cfg_for(exact_steps=False, scheduler="chunked", **SCENARIOS["closed_loop_think_time"]))
-    assert len(calls) > 0
+    _, res, _ = simulate(cfg_for(exact_steps=False, scheduler="chunked", **SCENARIOS["closed_loop_think_time"]))
+    assert res.num_events < res.num_steps and calls == []
 
 
 def test_run_goes_on_past_finishes_hand_schedule():

@@ -15,6 +15,12 @@ sends arrivals itself: ``Traffic.send_inline``) and records through its
 :class:`~sim.engine.recording.Recorder`, as the reference mode's steps would.
 ``rep`` is a :class:`sim.engine.replica.Replica`.
 
+With closed-loop clients of the only replica, overlap-scheduled (what
+``servesim validate`` runs with the engine presets), lag spans (below) stop at
+each step where requests finish and hand them to their clients there
+(:class:`_ClientTurns`); the sends come back through the engine's events
+(``Simulation.send``), timed ahead by ``Traffic.next_send_s``.
+
 With overlap scheduling on the only replica in open loop (the engine presets'
 default), spans see each arrival a step late, as the reference mode does
 (:meth:`AcceleratedStepping._lag_span_run`): chunked-family policies admit it
@@ -58,10 +64,13 @@ class AcceleratedStepping:
         # hash their filled blocks only at the run's end: keep exact steps there.
         self.fast = not (cfg.enable_prefix_caching and cfg.router == "prefix_aware" and cfg.num_replicas > 1)
         lag = cfg.overlap_scheduling
+        # Closed-loop clients of the only replica, overlap-scheduled: its lag spans stop
+        # at each step where a request finishes, for its client's turn (``_lag_span_run``).
+        self.closed = self.fast and lag and self.traffic.closed and len(self.traffic.replicas) == 1
         # Runs go on past finishes where nothing sees a finish before the run's end:
         # open loop (a finish sends nothing) and no load-aware router across replicas.
-        self.span = self.fast and cfg.workload.max_concurrency is None and (
-            cfg.num_replicas == 1 or cfg.router in ("round_robin", "random"))
+        self.span = self.fast and (self.closed or cfg.workload.max_concurrency is None and (
+            cfg.num_replicas == 1 or cfg.router in ("round_robin", "random")))
         # Spans take in whole-prompt arrivals where no step adds per-step accounting (no
         # lag). Queued spans record tokens as they come: only where a step's tokens
         # reach the clients at its end (no frontend streaming).
@@ -69,19 +78,29 @@ class AcceleratedStepping:
         self.queued = self.joins and self.rec.frontend_tok_s <= 0.0
         # Overlap scheduling on the only replica in open loop: spans see each arrival a
         # step late, as the reference mode does (``_lag_span_run``), joins included.
-        self.lag = self.span and lag and self.traffic.inline
+        self.lag = self.span and lag and (self.traffic.inline or self.closed)
         self.lag_joins = self.lag and not self.rec.track_unused and self.cost.decode_clock_joins
         self._lag_spans: set[int] = set()  # replicas inside a lag span (arrivals do not cut it)
 
     # ------------------------------------------------------------------ engine hooks
-    def merged(self, rep, out, ctx: list[int], start: float):
+    def merged(self, rep, out, ctx: list[int], start: float, flushed: bool = False):
         """A stretch of merged steps starting with ``out`` (just scheduled at
         ``start``), as a generator for the replica loop to run, or None: the
-        reference mode's single step."""
+        reference mode's single step. ``flushed``: requests that reached the
+        overlap-scheduled replica during its last step were queued after this
+        ``schedule()`` (the next one sees them); then only a closed-loop lag
+        span starts, which looks at the queue at its first step boundary, as
+        the reference mode does (in closed loop a send lands in nearly every
+        step of a large batch, so spans would otherwise seldom start)."""
         runs = self.runs[rep.index]
-        if runs is None or not self.fast:
+        if runs is None or not self.fast or (flushed and not self.closed):
             return None
-        plan = runs.plan_decode_span(out, self.queued, self.lag_joins) if self.span else None
+        span = self.span
+        if span and self.closed and not flushed and rep.scheduler.waiting:
+            # a closed-loop queue behind a blocked head: a merged decode run goes further
+            # (a lag span would mostly end at its first step boundary, each costing a plan)
+            span = False
+        plan = runs.plan_decode_span(out, self.queued, self.lag_joins) if span else None
         if plan is not None:
             if plan.queued:
                 return self._queued_span_run(rep, plan, start)
@@ -90,6 +109,8 @@ class AcceleratedStepping:
             if self.lag:
                 return self._lag_span_run(rep, plan, start)
             return self._span_run(rep, plan, start, self.joins)
+        if flushed:  # a merged run would not see the requests queued after its first step's schedule()
+            return None
         k = runs.max_decode_run(out)
         return self._decode_run(rep, out, ctx, k, start) if k > 1 else None
 
@@ -284,6 +305,7 @@ class AcceleratedStepping:
         marks.append((1, len(sched.waiting)))
         lasts = list(span.lasts)  # members' last steps (a heap): where a blocked queue is looked at again
         heapq.heapify(lasts)
+        turns = _ClientTurns(span, rep.frontend_done, self.rec.frontend_tok_s) if self.closed else None
         self._lag_spans.add(rep.index)
         clock.advance(1)
         if rep.num_recovering:  # back where they were when preempted, by step 1's end
@@ -292,9 +314,20 @@ class AcceleratedStepping:
         try:
             while True:
                 s = len(ends)  # decode steps timed; the next step is decided at the end of the last one
+                if turns is not None and s > turns.folded:
+                    done = turns.due(ends, span.pauses if pausing else (), s)
+                    if done:  # their clients' turns, at step s's end (after its traffic)
+                        if ends[-1] > env.now:
+                            yield env.step_end(ends[-1], rep.index)
+                            self.num_events += 1
+                        on_done = self.rec.on_done
+                        for req, seen in done:
+                            on_done(req, seen - ends[-1])
+                        held += rep.pending  # (sent at once: landed in step s)
+                        rep.pending = []
                 end = clock.end if pausing else ends[-1]  # (of a pause after step s, if any)
                 if traffic.next_send_s() <= end:  # sends landing in step s
-                    if traffic.num_arrived == traffic.num_sent:
+                    if traffic.inline and traffic.num_arrived == traffic.num_sent:
                         traffic.send_inline(rep, end, held)
                     else:  # one was in the frontend already: its event sends it
                         yield env.step_end(end, rep.index)
@@ -322,6 +355,8 @@ class AcceleratedStepping:
                                 break
                             for jn in span.joins[-len(reqs):]:
                                 heapq.heappush(lasts, jn[2])
+                            if turns is not None:
+                                turns.joined(span.joins[-len(reqs):])
                         elif held:
                             clock.advance(1)
                         else:  # blocked until a finish: plain decode steps up to the next one (or send)
@@ -332,7 +367,9 @@ class AcceleratedStepping:
                     if held:
                         clock.advance(1)
                     else:  # nobody waits: plain decode steps up to the one the next send lands in
-                        clock.advance(span.k - s, traffic.next_send_s())
+                        # (closed loop: or the next finish, where a client sends again)
+                        n = span.k - s if turns is None else min(span.k, turns.next_finish()) - s
+                        clock.advance(n, traffic.next_send_s())
                 else:
                     break
                 if held:  # queued after step s + 1's schedule
@@ -345,6 +382,8 @@ class AcceleratedStepping:
                     held = []
                 if pause is not None:
                     pause[6] = len(sched.waiting)
+                    if turns is not None:
+                        turns.joined(span.joins[-len(pause[3]):])
                 elif len(sched.waiting) != marks[-1][1]:
                     marks.append((s + 1, len(sched.waiting)))
             j = len(ends)
@@ -463,7 +502,7 @@ class AcceleratedStepping:
         for d, p_start, p_end, reqs, n, running, waiting, u in pauses:
             rec.step_cols.append((rep.index, p_start, 1, p_end - p_start, running, waiting, n, n, 0, u, 0,
                                   u, waiting))
-        rec.finish_steps(rep, parts.finished, ends, seen)
+        rec.finish_steps(rep, parts.finished, ends, seen, self.closed)
 
     def _queued_span_run(self, rep, span, start: float):
         """A queued decode span (requests waiting): each step is gated by the
@@ -660,7 +699,72 @@ class AcceleratedStepping:
                                 parts.batch, last_w, decode * counts + prefill, prefill, decode * counts,
                                 last_u, parts.preempted, mean_u, mean_w))
         self.rec.step_cols.extend_rows(rows)
-        self.rec.finish_steps(rep, parts.finished, ends, seen)
+        self.rec.finish_steps(rep, parts.finished, ends, seen, self.closed)
+
+class _ClientTurns:
+    """Closed-loop clients inside a lag span (``AcceleratedStepping._lag_span_run``,
+    ``closed``): a client sends its next request when its previous one
+    finished and the frontend streamed the last token (plus its think time:
+    ``Traffic.on_done``), so a finish inside the span must reach its client at
+    its step's end, where the reference mode's ``step_done`` tells it, in the
+    same order (requests in running-list order: step 1's members, then the
+    joins). The span stops at every step where requests finish
+    (:meth:`next_finish`) and hands them over (:meth:`due`) with the time the
+    frontend delivers that step's tokens: the frontend's FIFO (``Recorder.deliver``)
+    folded step by step — decode steps and the pauses between them, with the
+    same float operations as the span's records (``_span_done``,
+    ``_pause_span_done``), which recompute it at the end."""
+
+    def __init__(self, span, frontend_done: float, tok: float) -> None:
+        self.fin = [(f, i, r) for i, (r, f) in enumerate(zip(span.scheduled, span.lasts))]
+        heapq.heapify(self.fin)  # (last step, running-list position, request)
+        self.next_id = len(self.fin)
+        self.alive = len(self.fin)  # requests emitting a token in the next decode step to fold
+        self.folded = 0  # decode steps folded into the frontend so far
+        self.paused = 0  # pauses folded so far
+        self.f = frontend_done
+        self.tok = tok
+
+    def joined(self, joins: list[list]) -> None:
+        """``span.joins`` entries just added: they decode from the next decode step on."""
+        for jn in joins:
+            heapq.heappush(self.fin, (jn[2], self.next_id, jn[1]))
+            self.next_id += 1
+        self.alive += len(joins)
+
+    def next_finish(self) -> int:
+        """The next step at which a request finishes (a large number if none)."""
+        return self.fin[0][0] if self.fin else 1 << 62
+
+    def due(self, ends: list[float], pauses, s: int) -> list[tuple]:
+        """Fold the decode steps up to ``s`` (and the pauses before them) into
+        the frontend; returns (request, when the client sees its last token)
+        of those finishing at step ``s`` (none may finish before: the span
+        stops at each finish)."""
+        fin, tok = self.fin, self.tok
+        f = self.f
+        done = []
+        for i in range(self.folded + 1, s + 1):
+            while self.paused < len(pauses) and pauses[self.paused][0] == i - 1:  # after step i - 1
+                p = pauses[self.paused]
+                if tok > 0.0:
+                    e = p[2]
+                    f = (e if e > f else f) + tok * len(p[3])
+                self.paused += 1
+            e = ends[i - 1]
+            if tok > 0.0:
+                f = (e if e > f else f) + tok * self.alive
+            while fin and fin[0][0] <= i:
+                last, _, req = heapq.heappop(fin)
+                if last != s:
+                    raise RuntimeError(f"closed-loop span: request {req.request_id} finished at step {last} "
+                                       f"unseen (step {s} reached)")
+                done.append((req, f if tok > 0.0 else e))
+        self.alive -= len(done)  # (after step s: its finishes leave the batch)
+        self.f = f
+        self.folded = s
+        return done
+
 
 def _marked_waits(marks: list[tuple[int, int]], j: int) -> np.ndarray:
     """Requests waiting in each of a span's first ``j`` step rows, from its

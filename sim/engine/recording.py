@@ -156,10 +156,12 @@ class Recorder:
             rep.scheduler.finished.clear()
 
     def finish_steps(self, rep, finished: list[tuple[int, list[Request]]], ends: list[float],
-                     seen: list[float]) -> None:
+                     seen: list[float], notified: bool = False) -> None:
         """:meth:`finish` for the steps of a merged stretch: ``finished`` holds
         (step, requests finishing there) in step order; step s (1-based) ends at
-        ``ends[s - 1]`` and its tokens reach the clients at ``seen[s - 1]``."""
+        ``ends[s - 1]`` and its tokens reach the clients at ``seen[s - 1]``.
+        ``notified``: ``on_done`` was called for each at its step's end already
+        (closed-loop clients inside a span)."""
         record, on_done = self.record, self.on_done
         for step, reqs in finished:
             now, at = ends[step - 1], seen[step - 1]
@@ -167,7 +169,8 @@ class Recorder:
                 req.finish_time = at
                 rep.outstanding -= 1
                 record(req)
-                on_done(req, at - now)
+                if not notified:
+                    on_done(req, at - now)
         if finished:
             rep.scheduler.finished.clear()
 

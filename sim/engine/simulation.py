@@ -314,8 +314,8 @@ class Simulation:
             rep.busy = lag
             rec.step_started(rep, out, start)
             new, ctx = out.forward_shape()
-            if stepping is not None and not flushed:
-                merged = stepping.merged(rep, out, ctx, start)
+            if stepping is not None:
+                merged = stepping.merged(rep, out, ctx, start, flushed)
                 if merged is not None:
                     yield from merged
                     continue

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections import deque
+from heapq import heappop, heappush
 
 import numpy as np
 
@@ -68,6 +69,10 @@ class Traffic:
         self._draining = False
         self.num_sent = 0  # requests handed to the router so far
         self.num_arrived = 0  # open-loop requests sent by their clients so far (>= num_sent)
+        # Closed loop (not gated): when each pending client send will reach the router, or
+        # earlier (a heap; ``next_send_s``).
+        self.closed = self.max_concurrency is not None and not self.gated
+        self._closed_sends: list[float] = []
         # One replica in open loop: its decode spans may send requests themselves.
         self.inline = len(replicas) == 1 and self.max_concurrency is None
         self._spec_columns()
@@ -81,7 +86,9 @@ class Traffic:
         spread = self.client_start_spread_s
         for c in range(min(self.max_concurrency, len(self.specs))):
             if spread > 0.0:
-                ev = env.traffic_timeout(float(self.client_rng.uniform(0.0, spread)))
+                u = float(self.client_rng.uniform(0.0, spread))
+                ev = env.traffic_timeout(u)
+                heappush(self._closed_sends, (env.now + u) + self.frontend_s)  # (a think time: later)
                 ev.callbacks.append(lambda _ev, cid=c: self._client_turn(cid))
             else:
                 self._client_turn(c)
@@ -149,10 +156,21 @@ class Traffic:
         return reps[i] if hits[i] > _CACHE_THRESHOLD * req.num_prompt_tokens else least_loaded
 
     def next_send_s(self) -> float:
-        """When the next open-loop request reaches the router (s; inf in closed
-        loop or when every request was sent). Merged decode runs are timed up
-        to it, so the arrival that cuts one usually finds its last step timed;
-        it only bounds work done ahead and never changes a result."""
+        """When the next open-loop request reaches the router (s; inf when
+        every request was sent, or gated). In closed loop: the earliest time
+        at which a client's pending send can reach the router after now (a
+        send whose think time or frontend latency is running), inf when none
+        is pending; it may be earlier than the send (a client left with no
+        request to send). Merged steps are timed up to it, so the arrival that
+        ends them usually finds their last step timed; it only bounds work done
+        ahead and never changes a result. (Called where every traffic event of
+        the current instant has fired: ``sim.engine.simulation.Environment``.)"""
+        if self.closed:
+            q = self._closed_sends
+            now = self.env.now
+            while q and q[0] <= now:
+                heappop(q)
+            return q[0] if q else math.inf
         return self._send_at[self.num_sent]
 
     def _arrivals(self):
@@ -211,6 +229,8 @@ class Traffic:
             self.send(req)
             return
         ev = self.env.traffic_timeout(self.frontend_s)
+        if self.closed:
+            heappush(self._closed_sends, self.env.now + self.frontend_s)  # (the event's time)
         ev.callbacks.append(lambda _ev, r=req: self.send(r))
 
     def on_done(self, req: Request, delay: float = 0.0) -> None:
@@ -269,6 +289,8 @@ class Traffic:
         if self.think_s > 0.0:
             delay += float(self.client_rng.exponential(self.think_s))
         ev = self.env.traffic_timeout(delay)
+        t = self.env.now + delay  # (the event's time), then the frontend's
+        heappush(self._closed_sends, t + self.frontend_s if self.frontend_s > 0.0 else t)
         ev.callbacks.append(lambda _ev, c=client_id: self._think_done(c))
 
     def _think_done(self, client_id: int) -> None:
