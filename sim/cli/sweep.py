@@ -123,8 +123,8 @@ def plan(
     """Find, per candidate, the highest request rate within the SLOs and the cheapest configuration for a target rate."""
     from sim.config import build_config, check_known_keys, parse_value, set_dotted
     from sim.results.metrics import parse_goodput
-    from sim.sweep.plan import (PlanSettings, check_vary_values, make_candidates, make_disagg_candidates,
-                                parse_disagg_shapes, parse_prices, parse_slos, pool_parallel_options)
+    from sim.sweep.plan import (PlanSettings, base_data_parallel, check_vary_values, make_candidates,
+                                make_disagg_candidates, parse_disagg_shapes, parse_prices, parse_slos, pool_parallel_options)
     from sim.sweep.plan_report import agg_vs_disagg_line, answer_line, run_plan
     from sim.sweep.spec import check_names
 
@@ -177,7 +177,8 @@ def plan(
             if t & (t - 1):
                 raise ConfigError(f"{opt}: {t} is not a power of two (tensor_parallel_size 1, 2, 4, 8, ...)")
     hw_cands, sch_cands = hw_list or [base.hardware], sched_list or [base.scheduler]
-    cands = (make_candidates(hw_cands, tp_list or [base.tensor_parallel_size], sch_cands, extra)
+    bdp = base_data_parallel(base)  # the base's DP ranks count in a candidate's GPUs
+    cands = (make_candidates(hw_cands, tp_list or [base.tensor_parallel_size], sch_cands, extra, bdp)
              if agg else [])
     if disagg is not None or base.disaggregation is not None:
         if disagg is not None:
@@ -190,7 +191,7 @@ def plan(
         dis_cands = make_disagg_candidates(
             hw_cands, shapes, ptp_list or tp_list or [pool_tp["prefill"] or base.tensor_parallel_size],
             dtp_list or tp_list or [pool_tp["decode"] or base.tensor_parallel_size], sch_cands, extra, max_gpus,
-            pool_parallel)
+            pool_parallel, bdp)
         if not dis_cands:
             raise ConfigError(f"--disagg {disagg}: no prefill:decode shape fits --max-gpus {max_gpus} with these "
                               "TP sizes")
