@@ -250,6 +250,12 @@ class SimConfig(BaseModel):
                                  f"{alias!r}); set one of them")
             if "scheduler" not in self.model_fields_set:
                 self.scheduler = alias
+        if self.memory_profile is not None and self.engine not in (None, "vllm"):
+            # vLLM's memory-profiling snapshot (vllm/utils memory_profiling; sim/kv_cache/sizing.py):
+            # SGLang and TensorRT-LLM size their pools by their own rules (kv_memory_rule)
+            raise ValueError(f"memory_profile {self.memory_profile!r} is vLLM's memory-profiling rule (what its "
+                             f"init-time snapshot holds) and has no effect with engine {self.engine!r}; drop "
+                             "memory_profile")
         if self.block_size <= 0 or self.block_size > 1024 or self.block_size & (self.block_size - 1):
             raise ValueError(f"block_size must be a power of two from 1 to 1024 (vLLM accepts 1, 8, 16, 32, "
                              f"64, 128; TensorRT-LLM 32/64/128; SGLang pages of 1), got {self.block_size}")
