@@ -208,11 +208,29 @@ class SimConfig(BaseModel):
                     raise ValueError(f"{k}: {v!r} is beyond any real setting (at most {MAX_CONFIG_INT:,})")
         return data
 
+    @staticmethod
+    def _check_capacity_policy(data: Any) -> None:
+        """``capacity_scheduler_policy`` is TensorRT-LLM's admission rule (README, *Configuration*;
+        sim/scheduler/chunked.py): honoured by the ``chunked``, ``continuous`` and ``mixed``
+        schedulers with ``engine: trtllm`` or no engine. Given by the caller (before a preset fills
+        it) with ``engine: vllm`` / ``sglang`` (engines without the key) or with the ``static`` /
+        ``prefill_first`` schedulers (their own admission: it would be ignored) it is refused."""
+        if not isinstance(data, dict) or data.get("capacity_scheduler_policy") is None:
+            return
+        pol, engine, sched = data["capacity_scheduler_policy"], data.get("engine"), data.get("scheduler")
+        if engine in ("vllm", "sglang"):
+            raise ValueError(f"capacity_scheduler_policy {pol!r} is TensorRT-LLM's admission rule; engine "
+                             f"{engine!r} has no such key; use engine trtllm or drop capacity_scheduler_policy")
+        if sched in ("static", "prefill_first", "prefill_first_whole"):
+            raise ValueError(f"capacity_scheduler_policy {pol!r} has no effect with scheduler {sched!r} (its own "
+                             "admission rule); it applies to schedulers chunked, continuous and mixed; drop one")
+
     @model_validator(mode="before")
     @classmethod
     def _engine_preset(cls, data: Any) -> Any:
         """Fill the keys the caller did not set from ``engine``'s preset."""
         data = cls._drop_nulls(data)
+        cls._check_capacity_policy(data)
         if isinstance(data, dict) and isinstance(data.get("engine"), str) and data["engine"] in PRESETS:
             ecp, sched = data.get("enable_chunked_prefill"), data.get("scheduler")
             if isinstance(ecp, bool) and isinstance(sched, str):  # both given: the preset must not hide it
