@@ -299,6 +299,38 @@ def make_candidates(hardware: list[str], tp: list[int], schedulers: list[str] | 
     return out
 
 
+def drop_equivalent(cands: list[Candidate]) -> tuple[list[Candidate], list[tuple[str, str]]]:
+    """The candidates less those that deploy the same as an earlier one, and (dropped, kept)
+    name pairs: ``enable_expert_parallel`` on a worker of one GPU (TP x DP = 1) is EP off
+    (vLLM's EP group is the worker's DP x TP ranks, docs.vllm.ai serving/expert_parallel_deployment:
+    one rank holds every expert either way)."""
+    import json
+
+    def pool_key(pool: Mapping[str, Any], base_dp: int) -> dict:
+        p = dict(pool)
+        if p.get("enable_expert_parallel") and _worker_gpus(p, base_dp) == 1:
+            p["enable_expert_parallel"] = False
+        return p
+
+    kept: dict[str, Candidate] = {}
+    dropped: list[tuple[str, str]] = []
+    for c in cands:
+        ov = dict(c.overrides)
+        d = ov.get("disaggregation")
+        if d is not None:
+            ov["disaggregation"] = {**d, **{p: pool_key(d[p], c.base_dp.get(p, 1)) for p in ("prefill", "decode")}}
+        else:
+            ov.update(pool_key({k: v for k, v in ov.items() if k in ("tensor_parallel_size", "data_parallel_size",
+                                                                      "enable_expert_parallel")},
+                               c.base_dp.get("agg", 1)))
+        key = json.dumps(ov, sort_keys=True, default=str)
+        if key in kept:
+            dropped.append((c.name, kept[key].name))
+        else:
+            kept[key] = c
+    return list(kept.values()), dropped
+
+
 def parse_disagg_shapes(text: str) -> list[tuple[int, int]] | str:
     """``"1P1D,1P2D,2P1D"`` → [(1, 1), (1, 2), (2, 1)]; ``"auto"`` → ``"auto"``.
     ConfigError naming the bad entry."""
