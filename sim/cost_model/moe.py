@@ -52,7 +52,6 @@ reaches it (:func:`power_law_touched_experts`), the rank 1/ep of them.
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 
