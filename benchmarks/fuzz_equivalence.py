@@ -205,8 +205,10 @@ def draw_config(r: random.Random, *, max_requests: int = 200, traces: bool = Tru
         c["enable_prefix_caching"] = prefix_caching
         if r.random() < 0.35:
             c["overlap_scheduling"] = True
-        if r.random() < 0.2:
-            c["capacity_scheduler_policy"] = r.choice(["guaranteed_no_evict", "max_utilization"])
+        if r.random() < 0.2:  # TensorRT-LLM's admission: refused where the scheduler ignores it
+            cap = r.choice(["guaranteed_no_evict", "max_utilization"])
+            if scheduler in ("chunked", "continuous", "mixed"):
+                c["capacity_scheduler_policy"] = cap
         if not prefix_caching and r.random() < 0.15:
             c["kv_allocation"] = "contiguous"
             c["contiguous_reserve"] = r.choice(["max_model_len", "max_tokens"])

@@ -17,11 +17,13 @@ from __future__ import annotations
 import difflib
 import math
 import re
+import typing
 from pathlib import Path
 from typing import Any, Callable, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, ValidationError, field_validator,
+                      model_validator)
 
 from sim.disaggregation import POOL_KEYS, DisaggregationConfig
 from sim.errors import ConfigError, require_file
@@ -38,6 +40,12 @@ CHUNKING_MODES = ("chunked", "prefill_first")
 #: the largest integer a config key takes (tokens, blocks, sequences): far past any real
 #: engine, well inside int64 and exact in float64
 MAX_CONFIG_INT = 1 << 40
+#: ``workload_distribution: power_law_<alpha>`` (sim/cost_model/moe.py): expert weights drawn
+#: from the density x^-alpha truncated to aiconfigurator's support (its MoE tables use 1.01 and
+#: 1.2). Any finite alpha > 0 is a decaying law there and is computed stably; alpha <= 0 is
+#: not a skew toward few experts (alpha 0: uniform weights), so it is refused.
+POWER_LAW_ALPHA_RULE = "alpha a finite number > 0, e.g. power_law_1.2; aiconfigurator's tables use 1.01 and 1.2"
+WORKLOAD_DISTRIBUTION_RE = re.compile(r"^power_law_(\d+(?:\.\d+)?)$")
 KV_MEMORY_RULES = ("utilization", "free_fraction", "static_fraction")
 POLICIES = ("fcfs", "priority")
 CAPACITY_POLICIES = ("guaranteed_no_evict", "max_utilization")
@@ -127,7 +135,7 @@ class SimConfig(BaseModel):
     # and its MoE tables' ``distribution``; sim/cost_model/moe.py): "uniform" (each token picks
     # top_k experts at random), "balanced" (rows dealt evenly), "power_law_<alpha>" (skewed expert
     # loads, e.g. power_law_1.2). With expert parallelism the step waits for the most loaded rank.
-    workload_distribution: str = Field(default="uniform", pattern=r"^(uniform|balanced|power_law_\d+(\.\d+)?)$")
+    workload_distribution: str = "uniform"
 
     # The time keys below are at most an hour each: beyond that a run's simulated
     # time drifts toward float64's limits (1e308 s overheads ran to inf/nan times).
@@ -165,10 +173,28 @@ class SimConfig(BaseModel):
     # Prefill and decode on separate workers (sim/disaggregation.py); None = aggregated
     disaggregation: DisaggregationConfig | None = None
 
+    @classmethod
+    def _drop_nulls(cls, data: Any) -> Any:
+        """``key: null`` for a key that cannot be unset (``block_size``, ``workload_distribution``)
+        restores its default, as README's *Configuration* says (and as the workload keys do,
+        :class:`~sim.workload.config.WorkloadConfig`): the key is dropped, so an engine preset
+        fills it where it has a value."""
+        if not isinstance(data, dict):
+            return data
+        out = {}
+        for k, v in data.items():
+            f = cls.model_fields.get(k)
+            if (v is None and f is not None and type(None) not in typing.get_args(f.annotation)
+                    and f.annotation is not Any and not f.is_required()):
+                continue
+            out[k] = v
+        return out
+
     @model_validator(mode="before")
     @classmethod
     def _no_bool_numbers(cls, data: Any) -> Any:
         """No bool for a number (``reject_bool_numbers``), no integer beyond any real setting."""
+        data = cls._drop_nulls(data)
         reject_bool_numbers(cls, data, "a number or name")
         if isinstance(data, dict):
             ev = data.get("engine_version")
@@ -182,10 +208,29 @@ class SimConfig(BaseModel):
                     raise ValueError(f"{k}: {v!r} is beyond any real setting (at most {MAX_CONFIG_INT:,})")
         return data
 
+    @staticmethod
+    def _check_capacity_policy(data: Any) -> None:
+        """``capacity_scheduler_policy`` is TensorRT-LLM's admission rule (README, *Configuration*;
+        sim/scheduler/chunked.py): honoured by the ``chunked``, ``continuous`` and ``mixed``
+        schedulers with ``engine: trtllm`` or no engine. Given by the caller (before a preset fills
+        it) with ``engine: vllm`` / ``sglang`` (engines without the key) or with the ``static`` /
+        ``prefill_first`` schedulers (their own admission: it would be ignored) it is refused."""
+        if not isinstance(data, dict) or data.get("capacity_scheduler_policy") is None:
+            return
+        pol, engine, sched = data["capacity_scheduler_policy"], data.get("engine"), data.get("scheduler")
+        if engine in ("vllm", "sglang"):
+            raise ValueError(f"capacity_scheduler_policy {pol!r} is TensorRT-LLM's admission rule; engine "
+                             f"{engine!r} has no such key; use engine trtllm or drop capacity_scheduler_policy")
+        if sched in ("static", "prefill_first", "prefill_first_whole"):
+            raise ValueError(f"capacity_scheduler_policy {pol!r} has no effect with scheduler {sched!r} (its own "
+                             "admission rule); it applies to schedulers chunked, continuous and mixed; drop one")
+
     @model_validator(mode="before")
     @classmethod
     def _engine_preset(cls, data: Any) -> Any:
         """Fill the keys the caller did not set from ``engine``'s preset."""
+        data = cls._drop_nulls(data)
+        cls._check_capacity_policy(data)
         if isinstance(data, dict) and isinstance(data.get("engine"), str) and data["engine"] in PRESETS:
             ecp, sched = data.get("enable_chunked_prefill"), data.get("scheduler")
             if isinstance(ecp, bool) and isinstance(sched, str):  # both given: the preset must not hide it
@@ -195,6 +240,16 @@ class SimConfig(BaseModel):
                                      f"{str(ecp).lower()} (vLLM's alias for scheduler {alias!r}); set one of them")
             return apply_preset(data)
         return data
+
+    @field_validator("workload_distribution")
+    @classmethod
+    def _workload_distribution(cls, v: str) -> str:
+        """``uniform``, ``balanced`` or ``power_law_<alpha>`` with a finite alpha > 0
+        (:data:`POWER_LAW_ALPHA_RULE`); the message lists them."""
+        m = WORKLOAD_DISTRIBUTION_RE.match(v)
+        if v in ("uniform", "balanced") or (m is not None and 0.0 < float(m.group(1)) < math.inf):
+            return v
+        raise ValueError(f"expected uniform, balanced or power_law_<alpha> ({POWER_LAW_ALPHA_RULE})")
 
     @model_validator(mode="after")
     def _check(self) -> "SimConfig":
@@ -213,6 +268,12 @@ class SimConfig(BaseModel):
                                  f"{alias!r}); set one of them")
             if "scheduler" not in self.model_fields_set:
                 self.scheduler = alias
+        if self.memory_profile is not None and self.engine not in (None, "vllm"):
+            # vLLM's memory-profiling snapshot (vllm/utils memory_profiling; sim/kv_cache/sizing.py):
+            # SGLang and TensorRT-LLM size their pools by their own rules (kv_memory_rule)
+            raise ValueError(f"memory_profile {self.memory_profile!r} is vLLM's memory-profiling rule (what its "
+                             f"init-time snapshot holds) and has no effect with engine {self.engine!r}; drop "
+                             "memory_profile")
         if self.block_size <= 0 or self.block_size > 1024 or self.block_size & (self.block_size - 1):
             raise ValueError(f"block_size must be a power of two from 1 to 1024 (vLLM accepts 1, 8, 16, 32, "
                              f"64, 128; TensorRT-LLM 32/64/128; SGLang pages of 1), got {self.block_size}")

@@ -162,3 +162,19 @@ def test_a_preset_default_in_conflict_is_named_in_the_error():
     dep = build_deployment(build_config(overrides={"engine": "vllm", "kv_allocation": "contiguous",
                                                    "enable_prefix_caching": False}))
     assert not dep.cfg.enable_prefix_caching
+
+
+def test_capacity_scheduler_policy_is_refused_where_it_has_no_effect():
+    """TensorRT-LLM's admission key: with engine vllm / sglang (no such key) or the static /
+    prefill_first schedulers (their own admission, the key was silently ignored) it is an error;
+    with trtllm or no engine on chunked / continuous / mixed it applies as before."""
+    for kw, msg in (({"engine": "sglang"}, "engine 'sglang' has no such key"),
+                    ({"engine": "vllm"}, "engine 'vllm' has no such key"),
+                    ({"scheduler": "static"}, "has no effect with scheduler 'static'"),
+                    ({"engine": "trtllm", "scheduler": "prefill_first"}, "has no effect with scheduler 'prefill_first'")):
+        with pytest.raises(ValueError, match=rf"capacity_scheduler_policy 'max_utilization' .*{msg}"):
+            SimConfig(capacity_scheduler_policy="max_utilization", **kw)
+    for kw in ({}, {"engine": "trtllm"}, {"scheduler": "continuous"}, {"engine": "trtllm", "scheduler": "mixed"}):
+        assert SimConfig(capacity_scheduler_policy="max_utilization", **kw).capacity_scheduler_policy == "max_utilization"
+    # the trtllm preset's own default is not the caller's choice: a static scheduler keeps it
+    assert SimConfig(engine="trtllm", scheduler="static").capacity_scheduler_policy == "guaranteed_no_evict"

@@ -31,6 +31,9 @@ def test_hand_made_vllm_versions():
     # 0.7.3 (V0): prefill-only steps of whole prompts, 256 sequences
     v07 = SimConfig(engine="vllm", engine_version="0.7.3")
     assert (v07.scheduler, v07.max_num_seqs) == ("prefill_first_whole", 256)
+    # V0's prefix caching is opt-in (V1, from 0.8.0, turns it on)
+    assert v07.enable_prefix_caching is False and new.enable_prefix_caching is True
+    assert SimConfig(engine="vllm", engine_version="0.6.5", enable_prefix_caching=True).enable_prefix_caching
     # explicit keys win over the version's
     assert SimConfig(engine="vllm", engine_version="0.12.0", overlap_scheduling=True).overlap_scheduling is True
     assert version_defaults("vllm", "0.14.0") == {"gpu_memory_utilization": 0.9}

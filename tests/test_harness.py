@@ -5,6 +5,8 @@ sets a row's simulation (hand-computed lengths and counts)."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -146,3 +148,42 @@ def test_cli_harness_option(tmp_path):
     assert "warning: vllm 0.5.0 is older than every modelled release" in r.output  # backend_version -> engine_version
     js = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert js["options"]["harness"] == "g" and js["options"]["harnesses"] == ["g"]
+
+
+def test_recipe_formulas_are_checked_at_load_naming_the_file(tmp_path):
+    """A formula's key is an engine key a recipe can set, checked when the file is read (named
+    with ``recipe_args[i].formulas.<key>``); a 5000-term formula is one line, not a RecursionError;
+    a division by zero on a row names the file and the row's values."""
+    import yaml
+
+    from sim.errors import ConfigError
+    from sim.validate.harness import MAX_FORMULA_CHARS, load_harness
+
+    def write(formulas: dict) -> Path:
+        p = tmp_path / "h.yaml"
+        p.write_text(yaml.safe_dump({"name": "r", "recipe_args": [
+            {"model": "*", "systems": ["*"], "engine": "vllm", "args": {"max_num_seqs": 8}},
+            {"model": "*", "systems": ["*"], "engine": "vllm", "formulas": formulas}]}))
+        return p
+
+    for key, msg in (("model", "fixed by the row or the run"), ("workload.num_requests", "fixed by the row"),
+                     ("max_num_seq", "unknown config key 'max_num_seq'; did you mean max_num_seqs?")):
+        p = write({key: "isl"})
+        with pytest.raises(ConfigError, match=rf"^{re.escape(str(p))}: recipe_args\[1\]\.formulas\.{re.escape(key)}: "
+                                              rf".*{re.escape(msg)}"):
+            load_harness(str(p))
+    long = " + ".join(["isl"] * 5000)
+    p = write({"max_num_batched_tokens": long})
+    with pytest.raises(ConfigError, match=rf"formulas\.max_num_batched_tokens: the formula is {len(long)} characters "
+                                          rf"long; at most {MAX_FORMULA_CHARS}"):
+        load_harness(str(p))
+    # 240 nested parentheses: under the length cap, beyond the parser's nesting: one line, the text cut short
+    with pytest.raises(ConfigError, match=r"formulas.max_num_seqs: .\(+\.\.\.. is not an expression"):
+        load_harness(str(write({"max_num_seqs": "(" * 240 + "isl" + ")" * 240})))
+    h = load_harness(str(write({"max_num_batched_tokens": "isl // (concurrency - 8)"})))
+    row = dict(backend="vllm", model_path="m", system="h100_sxm", isl=1024, osl=128, concurrency=8)
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(tmp_path / 'h.yaml'))}: recipe_args\[1\]\.formulas\."
+                                          r"max_num_batched_tokens \(row isl 1024, osl 128, concurrency 8\): "
+                                          r"'isl // \(concurrency - 8\)' divides by zero"):
+        h.recipe_overrides(row, "vllm")
+    assert h.recipe_overrides(dict(row, concurrency=9), "vllm") == {"max_num_seqs": 8, "max_num_batched_tokens": 1024}

@@ -193,3 +193,26 @@ def test_accelerated_is_bit_identical_with_skewed_routing(tmp_path, keys):
            "workload.output_len": {"dist": "uniform", "low": 2, "high": 40}, **keys}
     res = fuzz.run_pair(cfg)
     assert res["status"] == "ok", res
+
+
+def test_power_law_alpha_is_checked_and_large_alpha_is_finite():
+    """alpha 0 is refused with ConfigError (the API's error) naming the key and listing the values;
+    a large alpha (200, 1000: 0.01^-alpha overflowed to NaN step times) puts every weight at the
+    support's lower end, so the hot rank carries T k / ep rows (balanced): 256 x 8 / 8 = 256."""
+    from sim.config import build_config
+    from sim.errors import ConfigError
+
+    for bad in ("power_law_0", "power_law_0.0", "zipf"):
+        with pytest.raises(ConfigError, match=rf"^workload_distribution: '{bad}' is not one of uniform, balanced"):
+            parse_workload_distribution(bad)
+        with pytest.raises(ConfigError, match=r"workload_distribution: expected uniform, balanced or "
+                                              r"power_law_<alpha> \(alpha a finite number > 0"):
+            build_config(overrides={"workload_distribution": bad})
+    for alpha in (200.0, 1000.0):
+        for T in (4, 256):  # support [0.01, 2] (T k <= E) and [1, 0.8 T]
+            rows, touched = power_law_max_rank_load(T, 256, 8, 8, alpha)
+            assert np.isfinite(rows) and np.isfinite(touched)
+            assert float(rows) == pytest.approx(T * 8 / 8, rel=0.01)
+    # null in a file restores the default, as for every other key
+    assert build_config(overrides={"workload_distribution": None}).workload_distribution == "uniform"
+    assert build_config(overrides={"block_size": None}).block_size == 16

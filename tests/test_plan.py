@@ -438,3 +438,37 @@ def test_cli_plan_price_override_and_launch_command(tmp_path, monkeypatch):
     bad = CliRunner().invoke(app, ["plan", "--model", MODEL, "--hardware", GPU, "--slo", "p99_ttft_ms=500",
                                    "--price", "h200_sxm=3", "--out", str(tmp_path / "b"), "--quiet"])
     assert "h200_sxm is not a candidate GPU of this plan" in str(bad.exception)
+
+
+def test_the_base_configs_data_parallel_size_counts_in_gpus_and_cost(tmp_path, monkeypatch):
+    """``--set data_parallel_size=2`` in the base config: each replica is TP 1 x DP 2 = 2 GPUs
+    (the launch line says --data-parallel-size 2), so 3 replicas for 10 req/s at 4 req/s each
+    are 6 GPUs at $1 = $6/h, not 3 GPUs / $3/h (the candidate's overrides alone)."""
+    import typer
+    from typer.testing import CliRunner
+
+    from sim.cli.sweep import plan
+    from sim.sweep.plan import base_data_parallel, make_disagg_candidates
+
+    monkeypatch.setattr(plan_mod, "simulate", fake_simulate)
+    app = typer.Typer()
+    app.command()(plan)
+    app.command()(lambda: None)
+    r = CliRunner().invoke(app, [
+        "plan", "--model", MODEL, "--hardware", GPU, "--tp", "1", "--slo", "p99_ttft_ms=500", "--target-rate", "10",
+        "--set", "max_model_len=1024", "--set", "data_parallel_size=2", "--out", str(tmp_path), "--workers", "1",
+        "--quiet"])
+    assert r.exit_code == 0, r.output
+    table = pd.read_csv(tmp_path / "plan.csv")
+    assert list(table["replicas"]) == [3] and list(table["num_gpus"]) == [6]
+    assert list(table["cost_per_hour_usd"]) == [6.0]
+    # a candidate's own value wins; a disaggregated pool inherits the base's top-level DP unless its pool sets one
+    base = build_config(overrides={"model": MODEL, "hardware": GPU, "data_parallel_size": 2,
+                                   "disaggregation": {"num_prefill_workers": 1, "num_decode_workers": 1,
+                                                      "decode": {"data_parallel_size": 4}}})
+    bdp = base_data_parallel(base)
+    assert bdp == {"agg": 2, "prefill": 2, "decode": 4}
+    own = make_candidates([GPU], [2], None, {"data_parallel_size": [1]}, bdp)[0]
+    assert own.num_gpus == 2 and make_candidates([GPU], [2], None, None, bdp)[0].num_gpus == 4
+    d = make_disagg_candidates([GPU], [(1, 2)], [1], [2], base_dp=bdp)[0]
+    assert d.num_gpus == 1 * 1 * 2 + 2 * 2 * 4  # 1 prefill worker TP1 x DP2 + 2 decode workers TP2 x DP4

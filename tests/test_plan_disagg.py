@@ -239,3 +239,39 @@ def test_a_disaggregated_winner_gets_the_disaggregated_launch():
     assert "2 prefill and 4 decode worker(s)" in la.text()
     la_agg = winner_launch(base, table.iloc[::-1].reset_index(drop=True), [agg, dis])
     assert "--data-parallel-size" in la_agg.argv and "5" in la_agg.argv
+
+
+def test_equivalent_candidates_and_list_options():
+    """EP on a 1-GPU worker is EP off: --expert-parallel off,on at TP 1 gives one candidate per
+    shape, not four identical ones; on a 2-GPU decode worker EP stays a choice. List options:
+    an empty item is refused, a non-number says so, on/off and true/false both read, and
+    --expert-parallel off on a dense model is a no-op rather than an error."""
+    from sim.cli.sweep import _pool_parallel, _split
+    from sim.sweep.plan import drop_equivalent
+
+    opts = pool_parallel_options(None, [False, True])
+    cs = make_disagg_candidates(["h100_sxm"], [(1, 1)], [1], [1, 2], pool_parallel={"prefill": opts, "decode": opts})
+    kept, dropped = drop_equivalent(cs)
+    assert [c.name for c in kept] == ["h100_sxm 1P1D P-tp1 D-tp1", "h100_sxm 1P1D P-tp1 D-tp2",
+                                      "h100_sxm 1P1D P-tp1 D-tp2-ep"]
+    assert dropped == [("h100_sxm 1P1D P-tp1 D-tp1-ep", "h100_sxm 1P1D P-tp1 D-tp1"),
+                       ("h100_sxm 1P1D P-tp1-ep D-tp1", "h100_sxm 1P1D P-tp1 D-tp1"),
+                       ("h100_sxm 1P1D P-tp1-ep D-tp1-ep", "h100_sxm 1P1D P-tp1 D-tp1"),
+                       ("h100_sxm 1P1D P-tp1-ep D-tp2", "h100_sxm 1P1D P-tp1 D-tp2"),
+                       ("h100_sxm 1P1D P-tp1-ep D-tp2-ep", "h100_sxm 1P1D P-tp1 D-tp2-ep")]
+    # the base's DP 2 makes a TP 1 worker 2 GPUs: EP there is a real choice
+    two = make_disagg_candidates(["h100_sxm"], [(1, 1)], [1], [1], pool_parallel={"decode": opts},
+                                 base_dp={"prefill": 1, "decode": 2})
+    assert len(drop_equivalent(two)[0]) == 2
+    with pytest.raises(ConfigError, match=r"^--decode-dp: '1,,2' has an empty item"):
+        _split("1,,2", "decode-dp", int, minimum=1)
+    with pytest.raises(ConfigError, match=r"^--decode-dp: 'abc' is not a whole number"):
+        _split("abc", "decode-dp", int, minimum=1)
+    assert _split("1, 2 4", "tp", int) == [1, 2, 4]
+    moe = build_config(overrides={"model": "mixtral-8x7b", "hardware": "h100_sxm"})
+    on = _pool_parallel(moe, "1P1D", None, None, "true,false", pool_parallel_options)
+    assert on == _pool_parallel(moe, "1P1D", None, None, "on,off", pool_parallel_options)
+    dense = build_config(overrides={"model": MODEL, "hardware": GPU})
+    assert _pool_parallel(dense, "1P1D", None, None, "off", pool_parallel_options) == {}
+    with pytest.raises(ConfigError, match="are searched for MoE models"):
+        _pool_parallel(dense, "1P1D", None, None, "off,on", pool_parallel_options)

@@ -152,3 +152,35 @@ def test_vllm_engine_version_selects_the_memory_profile(version, profile):
     assert dep.sizing.activation_bytes_estimate == pytest.approx(
         activation_bytes_estimate(get_model("llama-3.1-8b"), max_num_batched_tokens=dep.cfg.max_num_batched_tokens,
                                   max_num_seqs=dep.cfg.max_num_seqs, memory_profile=profile))
+
+
+def test_memory_profile_is_vllm_only_and_kv_shows_it_apart():
+    """memory_profile is vLLM's memory-profiling rule: refused with engine sglang / trtllm (it
+    used to change their KV cache silently); kv reports the profile and its non-torch GiB as their
+    own lines, the activation estimate without them; kv warns of an engine version as run does."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from sim.config import SimConfig
+
+    for engine in ("sglang", "trtllm"):
+        with pytest.raises(ValueError, match=rf"memory_profile 'after_nccl_init' is vLLM's memory-profiling rule .*"
+                                             rf"no effect with engine '{engine}'"):
+            SimConfig(engine=engine, memory_profile="after_nccl_init")
+    assert SimConfig(engine="vllm", memory_profile="after_nccl_init").memory_profile == "after_nccl_init"
+    assert SimConfig(memory_profile="after_cuda_context").memory_profile == "after_cuda_context"  # no engine: vLLM-like
+    s = compute_kv_sizing(get_model("llama-3.1-8b"), get_hardware("h100_sxm"), max_model_len=8192,
+                          memory_profile="after_cuda_context", tensor_parallel_size=2)
+    rep = kv_report(s)
+    assert rep["memory_profile"] == "after_cuda_context"
+    assert rep["non_torch_gib"] == pytest.approx(0.16 + 1.79)  # profile run + NCCL buffers at TP > 1
+    assert rep["activation_gib_estimate"] == pytest.approx(s.activation_bytes_estimate / GiB - (0.16 + 1.79))
+    assert kv_report(compute_kv_sizing(get_model("llama-3.1-8b"), get_hardware("h100_sxm"),
+                                       max_model_len=8192))["memory_profile"] == "before_cuda_context (default)"
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-m", "sim", "kv", "--model", "llama-3.1-8b", "--hardware", "h100_sxm",
+                        "--engine", "vllm", "--engine-version", "foo"], capture_output=True, text=True, timeout=300,
+                       env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert r.returncode == 0, r.stderr
+    assert "warning: engine_version 'foo' of vllm is not a version number" in r.stderr

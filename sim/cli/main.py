@@ -254,6 +254,11 @@ def kv(
         if dep.layout.attention_dp:  # each attention rank has its own KV cache
             rep["kv_cache_tokens_per_dp_group"] = rep["kv_cache_tokens"] * dep.layout.data_parallel_size
     print_kv_report(rep, dep)
+    from sim.presets import version_warning
+
+    vw = version_warning(cfg.engine, cfg.engine_version)  # as run warns (sim/results/warnings.py)
+    if vw:
+        typer.echo(f"warning: {vw}", err=True)
 
 
 @app.command()

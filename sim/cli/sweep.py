@@ -5,6 +5,7 @@ parameters, registered in :mod:`sim.cli.main` with ``app.command()(sweep)`` and
 from __future__ import annotations
 
 import math
+import re
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -57,16 +58,18 @@ def _split(text: str | None, what: str, conv=str, minimum: int | None = None) ->
     if not text.strip(" ,"):
         raise ConfigError(f"--{what}: {text!r} names no value")
     out = []
-    for x in text.replace(" ", ",").split(","):
-        if x:
-            try:
-                v = conv(x)
-            except ValueError:
-                raise ConfigError(f"--{what}: {x!r} is not a valid value in {text!r}") from None
-            if minimum is not None and v < minimum:
-                raise ConfigError(f"--{what}: {x!r} must be >= {minimum}")
-            if v not in out:
-                out.append(v)
+    for x in re.split(r"\s*,\s*|\s+", text.strip()):
+        if not x:  # "1,,2" or a trailing comma: a value left out is a typo, not nothing
+            raise ConfigError(f"--{what}: {text!r} has an empty item; give the values comma-separated (e.g. 1,2)")
+        try:
+            v = conv(x)
+        except ValueError:
+            kind = "a whole number" if conv is int else "a valid value"
+            raise ConfigError(f"--{what}: {x!r} is not {kind} (in {text!r}; comma-separated, e.g. 1,2)") from None
+        if minimum is not None and v < minimum:
+            raise ConfigError(f"--{what}: {x!r} must be >= {minimum}")
+        if v not in out:
+            out.append(v)
     return out
 
 
@@ -95,7 +98,8 @@ def plan(
     decode_dp: Optional[str] = typer.Option(None, help="Decode-pool data_parallel_size values (as --prefill-dp)."),
     expert_parallel: Optional[str] = typer.Option(None, help="enable_expert_parallel values searched in each pool "
                                                              "of disaggregated candidates of an MoE model: on, off "
-                                                             "or off,on (experts EP over the worker's GPUs)."),
+                                                             "or off,on (true / false too; experts EP over the "
+                                                             "worker's GPUs; on a 1-GPU worker on = off)."),
     agg: bool = typer.Option(True, "--agg/--no-agg", help="Include aggregated candidates (with --disagg)."),
     max_gpus: Optional[int] = typer.Option(None, help="GPU budget: the most GPUs a deployment may use."),
     replicas: Optional[str] = typer.Option(None, help="Allowed replica counts, comma-separated (default: 1..--max-replicas)."),
@@ -123,8 +127,9 @@ def plan(
     """Find, per candidate, the highest request rate within the SLOs and the cheapest configuration for a target rate."""
     from sim.config import build_config, check_known_keys, parse_value, set_dotted
     from sim.results.metrics import parse_goodput
-    from sim.sweep.plan import (PlanSettings, check_vary_values, make_candidates, make_disagg_candidates,
-                                parse_disagg_shapes, parse_prices, parse_slos, pool_parallel_options)
+    from sim.sweep.plan import (PlanSettings, base_data_parallel, check_vary_values, drop_equivalent,
+                                make_candidates, make_disagg_candidates, parse_disagg_shapes, parse_prices,
+                                parse_slos, pool_parallel_options)
     from sim.sweep.plan_report import agg_vs_disagg_line, answer_line, run_plan
     from sim.sweep.spec import check_names
 
@@ -177,7 +182,8 @@ def plan(
             if t & (t - 1):
                 raise ConfigError(f"{opt}: {t} is not a power of two (tensor_parallel_size 1, 2, 4, 8, ...)")
     hw_cands, sch_cands = hw_list or [base.hardware], sched_list or [base.scheduler]
-    cands = (make_candidates(hw_cands, tp_list or [base.tensor_parallel_size], sch_cands, extra)
+    bdp = base_data_parallel(base)  # the base's DP ranks count in a candidate's GPUs
+    cands = (make_candidates(hw_cands, tp_list or [base.tensor_parallel_size], sch_cands, extra, bdp)
              if agg else [])
     if disagg is not None or base.disaggregation is not None:
         if disagg is not None:
@@ -190,13 +196,17 @@ def plan(
         dis_cands = make_disagg_candidates(
             hw_cands, shapes, ptp_list or tp_list or [pool_tp["prefill"] or base.tensor_parallel_size],
             dtp_list or tp_list or [pool_tp["decode"] or base.tensor_parallel_size], sch_cands, extra, max_gpus,
-            pool_parallel)
+            pool_parallel, bdp)
         if not dis_cands:
             raise ConfigError(f"--disagg {disagg}: no prefill:decode shape fits --max-gpus {max_gpus} with these "
                               "TP sizes")
         cands += dis_cands
     elif not agg:
         raise ConfigError("--no-agg: no candidate left; add --disagg SHAPES (e.g. 1P1D,1P2D,2P1D)")
+    cands, same = drop_equivalent(cands)
+    if same:
+        typer.echo(f"note: {len(same)} candidate(s) dropped as the same deployment as another: expert parallelism "
+                   f"on a 1-GPU worker is EP off (e.g. {same[0][0]} = {same[0][1]})", err=True)
     check_vary_values(base, cands, extra)
     reps = _split(replicas, "replicas", int, minimum=1) or None
     if max_replicas < 1:
@@ -257,6 +267,9 @@ def _pool_parallel(base, disagg, prefill_dp, decode_dp, expert_parallel, options
     from sim.model_spec import get_model
 
     if not get_model(base.model).is_moe:
+        if prefill_dp is None and decode_dp is None and all(
+                v.lower() in ("off", "false") for v in _split(expert_parallel, "expert-parallel")):
+            return {}  # --expert-parallel off on a dense model: no experts, nothing to search (a no-op)
         raise ConfigError(f"{given[0]}: attention data parallelism and expert parallelism in a pool are searched "
                           f"for MoE models; {base.model} is dense (use --prefill-tp / --decode-tp, or --disagg "
                           "shapes for more workers)")
@@ -265,7 +278,7 @@ def _pool_parallel(base, disagg, prefill_dp, decode_dp, expert_parallel, options
         ep = []
         for v in _split(expert_parallel, "expert-parallel"):
             if v.lower() not in ("on", "off", "true", "false"):
-                raise ConfigError(f"--expert-parallel: {v!r} must be on or off (e.g. off,on)")
+                raise ConfigError(f"--expert-parallel: {v!r} must be on or off (true / false too; e.g. off,on)")
             if (b := v.lower() in ("on", "true")) not in ep:
                 ep.append(b)
     return {"prefill": options(_split(prefill_dp, "prefill-dp", int, minimum=1), ep),

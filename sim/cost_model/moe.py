@@ -52,10 +52,11 @@ reaches it (:func:`power_law_touched_experts`), the rank 1/ep of them.
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 
+from sim.config import POWER_LAW_ALPHA_RULE, WORKLOAD_DISTRIBUTION_RE
+from sim.errors import ConfigError
 from sim.model_spec import WEIGHT_BYTES_PER_PARAM, ModelSpec
 
 #: ``workload_distribution`` values (aiconfigurator's names): ``uniform`` (each
@@ -63,18 +64,19 @@ from sim.model_spec import WEIGHT_BYTES_PER_PARAM, ModelSpec
 #: kernel tables' balanced rows: the T top_k rows dealt evenly over min(E, T top_k)
 #: experts), ``power_law_<alpha>`` (module docstring)
 WORKLOAD_DISTRIBUTIONS = ("uniform", "balanced", "power_law_<alpha>")
-_POWER_LAW = re.compile(r"^power_law_(\d+(?:\.\d+)?)$")
+_POWER_LAW = WORKLOAD_DISTRIBUTION_RE
 
 
 def parse_workload_distribution(value: str) -> tuple[str, float]:
     """(kind, alpha) of a ``workload_distribution`` value; alpha 0 unless power law.
-    ValueError (one line, naming the key) for anything else."""
+    ConfigError (one line, naming the key, listing the values) for anything else:
+    alpha must be a finite number > 0 (:data:`sim.config.POWER_LAW_ALPHA_RULE`)."""
     if value in ("uniform", "balanced"):
         return value, 0.0
     m = _POWER_LAW.match(str(value))
-    if m is None or float(m.group(1)) <= 0.0:
-        raise ValueError(f"workload_distribution: {value!r} is not one of "
-                         f"{', '.join(WORKLOAD_DISTRIBUTIONS)} (alpha > 0, e.g. power_law_1.2)")
+    if m is None or not (0.0 < float(m.group(1)) < math.inf):
+        raise ConfigError(f"workload_distribution: {value!r} is not one of "
+                          f"{', '.join(WORKLOAD_DISTRIBUTIONS)} ({POWER_LAW_ALPHA_RULE})")
     return "power_law", float(m.group(1))
 
 
@@ -143,32 +145,36 @@ def power_law_support(num_tokens, num_experts, top_k):
     return np.where(big, 1.0, 0.01), np.where(big, np.maximum(0.8 * T, 1.0 + 1e-9), 2.0)
 
 
-def _power_moment_integral(p, a, b, alpha):
-    """Integral of x^(p - alpha) over [a, b] (log where the power is -1)."""
+def _power_moment_integral(p, lo, hi, alpha, a):
+    """Integral of u^(p - alpha) du over [lo/a, hi/a] (u = x / a, log where the power is -1):
+    the integral of x^(p - alpha) over [lo, hi] is a^(p + 1 - alpha) times it. In units of
+    the support's lower end ``a`` (lo, hi >= a) u^e stays in [0, (b/a)^3] for every alpha > 0,
+    so a large alpha underflows harmlessly instead of overflowing a^e (0.01^-200 = 1e400); the
+    ratios below take the a^(...) factors out by hand."""
     e = p + 1.0 - alpha
     if abs(e) < 1e-12:
-        return np.log(b / a)
-    return (b ** e - a ** e) / e
+        return np.log(hi / lo)
+    return ((hi / a) ** e - (lo / a) ** e) / e
 
 
 def power_law_moments(a, b, alpha: float):
     """(mean, variance) of the density ~ x^-alpha truncated to [a, b]."""
-    z = _power_moment_integral(0.0, a, b, alpha)
-    m1 = _power_moment_integral(1.0, a, b, alpha) / z
-    m2 = _power_moment_integral(2.0, a, b, alpha) / z
+    z = _power_moment_integral(0.0, a, b, alpha, a)
+    m1 = a * _power_moment_integral(1.0, a, b, alpha, a) / z
+    m2 = a * a * _power_moment_integral(2.0, a, b, alpha, a) / z
     return m1, np.maximum(m2 - m1 * m1, 0.0)
 
 
 def power_law_tail(x, a, b, alpha: float):
     """P(X >= x) for the truncated power law on [a, b] (1 below a, 0 above b)."""
     xc = np.clip(x, a, b)
-    return _power_moment_integral(0.0, xc, b, alpha) / _power_moment_integral(0.0, a, b, alpha)
+    return _power_moment_integral(0.0, xc, b, alpha, a) / _power_moment_integral(0.0, a, b, alpha, a)
 
 
 def _power_law_partial_mean(u, a, b, alpha: float):
     """E[X; X >= u] for the truncated power law on [a, b]."""
     uc = np.clip(u, a, b)
-    return _power_moment_integral(1.0, uc, b, alpha) / _power_moment_integral(0.0, a, b, alpha)
+    return a * _power_moment_integral(1.0, uc, b, alpha, a) / _power_moment_integral(0.0, a, b, alpha, a)
 
 
 #: integer counts summed one by one in :func:`power_law_touched_experts` (beyond: the mean)

@@ -127,6 +127,10 @@ class KVSizing:
     hybrid_off_reason: str | None = None
     blocks_per_request: int = 0           #: blocks of one max_model_len request, all groups
     max_num_batched_tokens: int = 8192    #: (a sliding-window group's admission cap)
+    #: what vLLM's init-time memory snapshot holds (None: ``before_cuda_context``, :func:`non_torch_bytes`)
+    memory_profile: str | None = None
+    #: the non-torch memory subtracted under it, per rank (part of ``activation_bytes_estimate``)
+    non_torch_bytes: float = 0.0
 
 
 def non_torch_bytes(tensor_parallel_size: int = 1, memory_profile: str | None = None) -> float:
@@ -287,7 +291,7 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
                     state_seq, state, model.sliding_window, "mla" if model.is_mla else "gqa",
                     model.is_classic, groups, hybrid,
                     None if hybrid else (hybrid_off_reason or groups.reason or "hybrid KV cache manager off"),
-                    blocks_per_seq, max_num_batched_tokens)
+                    blocks_per_seq, max_num_batched_tokens, memory_profile, non_torch_bytes(tp, memory_profile))
 
 
 def _layer_type_rows(sizing: KVSizing) -> dict:
@@ -370,7 +374,11 @@ def kv_report(sizing: KVSizing, lengths: tuple[int, ...] = (1024, 4096, 32768),
         "gpu_memory_gib": sizing.memory_bytes / GiB,
         "gpu_memory_utilization": sizing.gpu_memory_utilization,
         "weight_gib_per_rank": sizing.weight_bytes_per_rank / GiB,
-        "activation_gib_estimate": sizing.activation_bytes_estimate / GiB,
+        # the estimate's torch part (activations, sampler) and the non-torch memory under the
+        # memory profile, each its own line (their sum is what the KV rule subtracts)
+        "activation_gib_estimate": (sizing.activation_bytes_estimate - sizing.non_torch_bytes) / GiB,
+        "memory_profile": sizing.memory_profile or "before_cuda_context (default)",
+        "non_torch_gib": sizing.non_torch_bytes / GiB,
         "kv_cache_gib": sizing.kv_cache_bytes / GiB,
         "num_gpu_blocks": sizing.num_gpu_blocks,
         # hybrid: vLLM's "GPU KV cache size" (max concurrency x max_model_len), tokens of

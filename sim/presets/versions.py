@@ -35,6 +35,11 @@ VERSION_CHANGES: dict[str, tuple[VersionChange, ...]] = {
                       "prefill-only steps before decodes (vllm/core/scheduler.py::_schedule_default)"),
         VersionChange("max_num_seqs", "0.8.0", 256,
                       "V0 SchedulerConfig max_num_seqs 256 (vllm/config.py, 0.7)"),
+        VersionChange("enable_prefix_caching", "0.8.0", False,
+                      "V0 EngineArgs: automatic prefix caching is opt-in (--enable-prefix-caching, default off; "
+                      "vllm/engine/arg_utils.py, whose V0 create_engine_config enables chunked prefill for "
+                      "max_model_len > 32K only 'not self.enable_prefix_caching'); the V1 engine (default from "
+                      "0.8.0) turns it on (vllm/config/cache.py in 0.24)"),
         VersionChange("overlap_scheduling", "0.14.0", False,
                       "async_scheduling off in 0.11, on by default from 0.14 (release notes; "
                       "vllm/config/vllm.py in 0.24; ENGINE_SEMANTICS 1.1)"),

@@ -219,6 +219,10 @@ class Candidate:
 
     name: str
     overrides: dict
+    #: the base config's ``data_parallel_size`` of an aggregated worker (``"agg"``) and of each
+    #: pool's worker (``"prefill"`` / ``"decode"``), counted where the candidate does not set it
+    #: (:func:`base_data_parallel`); empty = 1
+    base_dp: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def is_disagg(self) -> bool:
@@ -233,9 +237,10 @@ class Candidate:
         """GPUs of one replica (one xPyD unit when disaggregated)."""
         d = self.overrides.get("disaggregation")
         if d is None:  # TP x attention-DP ranks (a DP group, or DP replicas of a dense model)
-            return int(self.overrides["tensor_parallel_size"]) * int(self.overrides.get("data_parallel_size") or 1)
-        return (int(d["num_prefill_workers"]) * _worker_gpus(d["prefill"])
-                + int(d["num_decode_workers"]) * _worker_gpus(d["decode"]))
+            dp = self.overrides.get("data_parallel_size") or self.base_dp.get("agg") or 1
+            return int(self.overrides["tensor_parallel_size"]) * int(dp)
+        return (int(d["num_prefill_workers"]) * _worker_gpus(d["prefill"], self.base_dp.get("prefill", 1))
+                + int(d["num_decode_workers"]) * _worker_gpus(d["decode"], self.base_dp.get("decode", 1)))
 
     @property
     def columns(self) -> dict:
@@ -254,14 +259,29 @@ class Candidate:
         return out
 
 
-def _worker_gpus(pool: Mapping[str, Any]) -> int:
-    """GPUs of one worker of a pool: TP x attention-DP ranks."""
-    return int(pool["tensor_parallel_size"]) * int(pool.get("data_parallel_size") or 1)
+def _worker_gpus(pool: Mapping[str, Any], base_dp: int = 1) -> int:
+    """GPUs of one worker of a pool: TP x attention-DP ranks (``base_dp`` where the pool does not set them)."""
+    return int(pool["tensor_parallel_size"]) * int(pool.get("data_parallel_size") or base_dp or 1)
+
+
+def base_data_parallel(base: SimConfig) -> dict[str, int]:
+    """The base config's ``data_parallel_size`` per worker kind, for :attr:`Candidate.base_dp`:
+    ``agg`` its top-level value; ``prefill`` / ``decode`` its ``disaggregation.<pool>`` value,
+    else the top-level one (a pool inherits the top-level engine keys, :func:`sim.config.pool_config`).
+    A candidate that does not set ``data_parallel_size`` runs with these ranks, so they count
+    in its GPUs and cost."""
+    pools = base.disaggregation.model_dump(exclude_unset=True) if base.disaggregation is not None else {}
+    out = {"agg": int(base.data_parallel_size)}
+    for pool in ("prefill", "decode"):
+        out[pool] = int((pools.get(pool) or {}).get("data_parallel_size") or base.data_parallel_size)
+    return out
 
 
 def make_candidates(hardware: list[str], tp: list[int], schedulers: list[str] | None = None,
-                    vary: Mapping[str, list] | None = None) -> list[Candidate]:
-    """The product hardware × TP × scheduler × each ``vary`` key's values."""
+                    vary: Mapping[str, list] | None = None,
+                    base_dp: Mapping[str, int] | None = None) -> list[Candidate]:
+    """The product hardware × TP × scheduler × each ``vary`` key's values. ``base_dp``:
+    the base config's DP ranks (:func:`base_data_parallel`), counted in :attr:`Candidate.num_gpus`."""
     dims: list[list[tuple[str, Any]]] = [[("hardware", h) for h in hardware], [("tensor_parallel_size", t) for t in tp]]
     if schedulers:
         dims.append([("scheduler", s) for s in schedulers])
@@ -275,8 +295,40 @@ def make_candidates(hardware: list[str], tp: list[int], schedulers: list[str] | 
         name = " ".join([hw, f"tp{ov['tensor_parallel_size']}"]
                         + ([ov["scheduler"]] if "scheduler" in ov else [])
                         + [f"{k}={v}" for k, v in combo[3 if schedulers else 2:]])
-        out.append(Candidate(name, ov))
+        out.append(Candidate(name, ov, dict(base_dp or {})))
     return out
+
+
+def drop_equivalent(cands: list[Candidate]) -> tuple[list[Candidate], list[tuple[str, str]]]:
+    """The candidates less those that deploy the same as an earlier one, and (dropped, kept)
+    name pairs: ``enable_expert_parallel`` on a worker of one GPU (TP x DP = 1) is EP off
+    (vLLM's EP group is the worker's DP x TP ranks, docs.vllm.ai serving/expert_parallel_deployment:
+    one rank holds every expert either way)."""
+    import json
+
+    def pool_key(pool: Mapping[str, Any], base_dp: int) -> dict:
+        p = dict(pool)
+        if p.get("enable_expert_parallel") and _worker_gpus(p, base_dp) == 1:
+            p["enable_expert_parallel"] = False
+        return p
+
+    kept: dict[str, Candidate] = {}
+    dropped: list[tuple[str, str]] = []
+    for c in cands:
+        ov = dict(c.overrides)
+        d = ov.get("disaggregation")
+        if d is not None:
+            ov["disaggregation"] = {**d, **{p: pool_key(d[p], c.base_dp.get(p, 1)) for p in ("prefill", "decode")}}
+        else:
+            ov.update(pool_key({k: v for k, v in ov.items() if k in ("tensor_parallel_size", "data_parallel_size",
+                                                                      "enable_expert_parallel")},
+                               c.base_dp.get("agg", 1)))
+        key = json.dumps(ov, sort_keys=True, default=str)
+        if key in kept:
+            dropped.append((c.name, kept[key].name))
+        else:
+            kept[key] = c
+    return list(kept.values()), dropped
 
 
 def parse_disagg_shapes(text: str) -> list[tuple[int, int]] | str:
@@ -330,7 +382,8 @@ def _pool_label(pool: str, tp: int, par: Mapping[str, Any]) -> str:
 def make_disagg_candidates(hardware: list[str], shapes: list[tuple[int, int]] | str, prefill_tp: list[int],
                            decode_tp: list[int], schedulers: list[str] | None = None,
                            vary: Mapping[str, list] | None = None, max_gpus: int | None = None,
-                           pool_parallel: Mapping[str, list[dict]] | None = None) -> list[Candidate]:
+                           pool_parallel: Mapping[str, list[dict]] | None = None,
+                           base_dp: Mapping[str, int] | None = None) -> list[Candidate]:
     """xPyD candidates: hardware × prefill TP × decode TP × each pool's parallelism option ×
     shape × scheduler × ``vary``. ``pool_parallel``: pool → its options
     (:func:`pool_parallel_options`: ``data_parallel_size`` / ``enable_expert_parallel``,
@@ -340,11 +393,13 @@ def make_disagg_candidates(hardware: list[str], shapes: list[tuple[int, int]] | 
     if shapes == "auto" and not max_gpus:
         raise ConfigError("--disagg auto: searching every prefill:decode ratio needs a GPU budget; give --max-gpus N")
     pp = pool_parallel or {}
+    bdp = dict(base_dp or {})
     out = []
     for hw, tp_p, tp_d, par_p, par_d in itertools.product(hardware, prefill_tp, decode_tp,
                                                            pp.get("prefill") or [{}], pp.get("decode") or [{}]):
         pool_p, pool_d = {"tensor_parallel_size": tp_p, **par_p}, {"tensor_parallel_size": tp_d, **par_d}
-        shape_list = (ratio_shapes(_worker_gpus(pool_p), _worker_gpus(pool_d), max_gpus)  # type: ignore[arg-type]
+        shape_list = (ratio_shapes(_worker_gpus(pool_p, bdp.get("prefill", 1)),  # type: ignore[arg-type]
+                                   _worker_gpus(pool_d, bdp.get("decode", 1)), max_gpus)
                       if shapes == "auto" else shapes)
         for x, y in shape_list:
             dis = {"num_prefill_workers": x, "num_decode_workers": y, "prefill": dict(pool_p),
@@ -355,7 +410,7 @@ def make_disagg_candidates(hardware: list[str], shapes: list[tuple[int, int]] | 
                 rest = c.name.split(" ", 2)[2:]  # after "HW tp0"
                 name = " ".join([hw_name, f"{x}P{y}D", _pool_label("P", tp_p, par_p), _pool_label("D", tp_d, par_d)]
                                 + rest)
-                out.append(Candidate(name, {**ov, "disaggregation": dis}))
+                out.append(Candidate(name, {**ov, "disaggregation": dis}, bdp))
     return out
 
 

@@ -48,6 +48,15 @@ BATCH_FROM = ("batch_size", "concurrency", None)
 
 #: names a recipe formula may use: the row's nominal lengths and client concurrency
 FORMULA_NAMES = ("isl", "osl", "concurrency")
+#: the longest formula read: a recipe's shell arithmetic is a line (InferenceMAX's longest,
+#: ``(CONC + ISL + 64 + 63) / 64 * 64``, is ~35 characters); a longer text is refused before
+#: it is parsed (a 5000-term sum ran Python out of recursion)
+MAX_FORMULA_CHARS = 500
+#: config keys a recipe formula may not set: what the row itself fixes (its model, GPU,
+#: engine and release, workload), and the run's own settings; anything else must be an engine
+#: key of :class:`sim.config.SimConfig`
+NOT_RECIPE_KEYS = ("model", "hardware", "engine", "engine_version", "workload", "disaggregation", "seed",
+                   "exact_steps")
 
 
 def eval_formula(expr: str, values: dict[str, int], where: str = "formula") -> int:
@@ -57,6 +66,12 @@ def eval_formula(expr: str, values: dict[str, int], where: str = "formula") -> i
     ``max`` / ``min``. Nothing else is evaluated (no names, calls or attributes
     beyond these); ConfigError (one line naming ``where``) otherwise."""
     import ast
+
+    if len(expr) > MAX_FORMULA_CHARS:
+        raise ConfigError(f"{where}: the formula is {len(expr)} characters long; at most {MAX_FORMULA_CHARS} "
+                          f"(a recipe's one line of shell arithmetic)")
+
+    shown = repr(expr) if len(expr) <= 80 else repr(expr[:60] + "...")
 
     def ev(n: ast.AST) -> int:
         if isinstance(n, ast.Expression):
@@ -74,19 +89,22 @@ def eval_formula(expr: str, values: dict[str, int], where: str = "formula") -> i
             if isinstance(n.op, ast.Mult):
                 return a * b
             if b == 0:
-                raise ConfigError(f"{where}: {expr!r} divides by zero")
+                raise ConfigError(f"{where}: {shown} divides by zero")
             return a // b
         if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("max", "min")
                 and n.args and not n.keywords):
             return (max if n.func.id == "max" else min)(ev(a) for a in n.args)
-        raise ConfigError(f"{where}: {expr!r}: only whole numbers, {', '.join(FORMULA_NAMES)}, + - * //, "
+        raise ConfigError(f"{where}: {shown}: only whole numbers, {', '.join(FORMULA_NAMES)}, + - * //, "
                           "parentheses, max and min")
 
     try:
         tree = ast.parse(expr, mode="eval")
-    except SyntaxError:
-        raise ConfigError(f"{where}: {expr!r} is not an expression") from None
-    return ev(tree)
+    except (SyntaxError, RecursionError, MemoryError):
+        raise ConfigError(f"{where}: {shown} is not an expression (or is nested too deeply)") from None
+    try:
+        return ev(tree)
+    except RecursionError:
+        raise ConfigError(f"{where}: {shown} is nested too deeply") from None
 
 
 @dataclass(frozen=True)
@@ -112,18 +130,22 @@ class RecipeArgs:
     concurrency: tuple[int | None, int | None] = (None, None)
     #: config key -> the recipe's formula of the row's isl / osl / concurrency (:func:`eval_formula`)
     formulas: dict[str, str] = field(default_factory=dict)
+    #: where the entry was read (``FILE: recipe_args[i]``), named by a formula's error on a row
+    origin: str = ""
 
     def overrides(self, row: dict) -> dict[str, Any]:
         """``args`` plus each of ``formulas`` evaluated on the row's nominal isl, osl, concurrency."""
         out = dict(self.args)
         if self.formulas:
+            where = self.origin or f"recipe_args {self.model}"
             try:
                 values = {k: int(float(_cell(row, k))) for k in FORMULA_NAMES}
             except ValueError:
-                raise ConfigError(f"recipe {self.model}: a row needs whole isl, osl, concurrency for "
+                raise ConfigError(f"{where}: a row needs whole isl, osl, concurrency for "
                                   f"{', '.join(self.formulas)}") from None
+            shown = ", ".join(f"{k} {v}" for k, v in values.items())
             for k, expr in self.formulas.items():
-                out[k] = eval_formula(expr, values, f"recipe_args {self.model} {k}")
+                out[k] = eval_formula(expr, values, f"{where}.formulas.{k} (row {shown})")
         return out
 
     def matches(self, row: dict, engine: str) -> bool:
@@ -459,7 +481,8 @@ def _recipe_args(path: str, items: Any) -> tuple[RecipeArgs, ...]:
         formulas = it.get("formulas", {})
         if not isinstance(formulas, dict) or not all(isinstance(v, str) for v in formulas.values()):
             raise ConfigError(f"{where}.formulas: must map config keys to formulas (text), got {formulas!r}")
-        for k, expr in formulas.items():  # checked now, on sample values
+        for k, expr in formulas.items():  # checked now: the key, and the formula on sample values
+            _check_formula_key(f"{where}.formulas.{k}", str(k))
             eval_formula(expr, {n: 1024 for n in FORMULA_NAMES}, f"{where}.formulas.{k}")
         if args is None and formulas:
             args = {}
@@ -476,8 +499,23 @@ def _recipe_args(path: str, items: Any) -> tuple[RecipeArgs, ...]:
                               f"concurrency [min, max] (null = open); got {quant!r}, {tps!r}, {conc!r}")
         out.append(RecipeArgs(model, tuple(systems), engine, dict(args), str(it.get("source", "")),
                               tuple(q.lower() for q in quant), tuple(tps), (conc[0], conc[1]),
-                              {str(k): v for k, v in formulas.items()}))
+                              {str(k): v for k, v in formulas.items()}, where))
     return tuple(out)
+
+
+def _check_formula_key(where: str, key: str) -> None:
+    """A recipe formula sets an engine key of the config: not the row's model, GPU, engine
+    or workload (:data:`NOT_RECIPE_KEYS`), nothing unknown. One line naming ``where``."""
+    import difflib
+
+    from sim.config import SimConfig
+
+    if key in NOT_RECIPE_KEYS or key.startswith("workload."):
+        raise ConfigError(f"{where}: a recipe formula sets engine keys; {key} is fixed by the row or the run "
+                          f"(not one of {', '.join(NOT_RECIPE_KEYS)}, workload.*)")
+    if key not in SimConfig.model_fields:
+        close = difflib.get_close_matches(key, list(SimConfig.model_fields), n=1)
+        raise ConfigError(f"{where}: unknown config key {key!r}" + (f"; did you mean {close[0]}?" if close else ""))
 
 
 def load_harness(spec: str | Path | Harness) -> Harness:
