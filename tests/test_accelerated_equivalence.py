@@ -319,3 +319,28 @@ def test_closed_loop_finishes_inside_a_span_send_the_next_requests(engine, monke
     # most of them while clients still had requests to send (their next send came later)
     last_send = ref["arrival_time_s"].max()
     assert sum(seen < last_send for _, seen in handed) > 40
+
+
+#: Found by the fuzzer (seed 11, config 1039: vLLM, closed loop, traces not clipped
+#: to max_model_len): a request that never fits is rejected when it reaches the
+#: replica, and its client sends the next one at once. Inside a closed-loop lag span
+#: the rejection came late (at the span's end, not after the next step's
+#: ``schedule()``), and a send made as the span began (the engine loop had just
+#: rejected the client's request) waited in ``rep.pending`` until the span ended.
+#: Fixed in AcceleratedStepping._lag_span_run: such a send lands in step 1; a
+#: request that will be rejected ends the span at the step it landed in.
+CLOSED_LOOP_REJECTIONS = {
+    "model": "llama-3.1-8b", "hardware": "h100_sxm", "max_model_len": 1024, "max_num_seqs": 8,
+    "workload.clip_to_max_model_len": False, "workload.max_concurrency": 4, "seed": 0,
+    "workload.num_requests": 12, "frontend_token_s": 4.457e-05,
+    "workload.input_len": {"dist": "uniform", "low": 100, "high": 1400},
+    "workload.output_len": {"dist": "uniform", "low": 2, "high": 200}}
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_closed_loop_rejections_inside_a_span_free_the_client_at_once(engine):
+    cfg = {**CLOSED_LOOP_REJECTIONS, "engine": engine}
+    ref = fuzz.simulate(cfg, True).result
+    assert len(ref.rejected_reasons) == 2  # prompt + output over 1024 tokens: never fits
+    res = fuzz.run_pair(cfg)
+    assert res["status"] == "ok", res["diffs"]

@@ -288,7 +288,13 @@ class AcceleratedStepping:
         whole (``_join_span``, where the policy's admissions allow:
         ``spans_join``) or the span ends before it, with the requests that
         landed in its last step left in ``rep.pending`` for the engine loop,
-        exactly where the reference mode has them."""
+        exactly where the reference mode has them. Closed loop: a request the
+        engine loop rejected as the span began may have sent its client's next
+        one at once (into ``rep.pending``): it landed in step 1. A request
+        landing in step s that will be rejected (``Scheduler.rejection``: it
+        never fits) ends the span at step s: its rejection, after step s + 1's
+        ``schedule()``, is its client's turn at step s's end, which the engine
+        loop takes as the reference mode does."""
         env = self.env
         ov = self.overheads
         traffic = self.traffic
@@ -301,6 +307,8 @@ class AcceleratedStepping:
             span.no_evict_h0 = sched._no_evict_available_blocks()
         ends = clock.ends
         held: list = []  # (send time, request) landed in the last step timed, not queued yet
+        if rep.pending:  # closed loop: sent as the span began (a client whose request the engine
+            held, rep.pending = rep.pending, []  # loop just rejected): landed in step 1
         marks = span.wait_marks  # (decode step, requests waiting in its row from there on)
         marks.append((1, len(sched.waiting)))
         lasts = list(span.lasts)  # members' last steps (a heap): where a blocked queue is looked at again
@@ -335,6 +343,10 @@ class AcceleratedStepping:
                         held += rep.pending
                         rep.pending = []
                         continue  # (later sends of step s may be taken inline now)
+                if turns is not None and any(sched.rejection(req) is not None for _, req in held):
+                    # closed loop: its rejection after step s + 1's schedule() (at step s's
+                    # end) is its client's turn; the span ends at step s, leaving it to the loop
+                    break
                 pause = None
                 if sched.waiting:  # queued: step s + 1 admits them (whole), leaves them blocked, or the span ends
                     if pausing:
