@@ -118,7 +118,8 @@ class CostModel:
     format whatever the backend (grouped GEMMs where the profile has none), scalar
     profiles as grouped GEMMs. ``engine`` (a preset name): kernels
     that differ by engine and were fitted per engine take that engine's fit
-    (MLA: ``fitted_v1`` ``mla_engines``); None or an engine without one, the default.
+    (MLA: ``fitted_v1`` ``mla_engines``; fused MoE: ``moe_engines``); None or an engine
+    without one, the default.
     ``workload_distribution`` (:data:`~sim.cost_model.moe.WORKLOAD_DISTRIBUTIONS`):
     how the routed rows spread over the experts (uniform random by default).
     """
@@ -191,7 +192,7 @@ class CostModel:
                 self._moe_fitted = FittedMoe(self._router, gemm(2 * im_r, h, layers=L_moe),
                                              gemm(h, im_r, layers=L_moe),
                                              model.num_experts, model.num_experts_per_tok, moe_backend,
-                                             gemm_precision(hw, kernel) if kernel else None)
+                                             gemm_precision(hw, kernel) if kernel else None, engine=engine)
                 self._moe_fitted.routing = workload_distribution
                 if routed_experts is not None:
                     self._moe_fitted = routed_experts
