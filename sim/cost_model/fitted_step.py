@@ -197,9 +197,11 @@ class FittedAllReduce:
     nodes the custom kernels do not apply (they need peer access to every GPU)."""
 
     def __init__(self, eff: FittedEfficiency, hw: HardwareProfile, hidden: int, tp: int,
-                 count: int) -> None:
+                 count: int, bytes_per_tok: float | None = None) -> None:
         p = eff.all_reduce
-        self.count, self.bytes_per_tok = count, hidden * ACT_BYTES
+        # bytes per token of one call: ``hidden`` bf16 activations unless given
+        self.count = count
+        self.bytes_per_tok = hidden * ACT_BYTES if bytes_per_tok is None else bytes_per_tok
         self.hw, self.tp_all = hw, tp
         self.multi_node = hw.tensor_parallel_nodes(tp) > 1
         tp = tp // hw.tensor_parallel_nodes(tp)  # the NVLink part runs inside one domain
@@ -230,6 +232,21 @@ class FittedAllReduce:
         if self.multi_node:
             t += inter_node_all_reduce_s(self.hw, self.tp_all, b)
         return self.count * t
+
+
+class AllReduceSum:
+    """Several kinds of all-reduce per step (:class:`FittedAllReduce` each, in order),
+    summed: the layers' activations and, for models whose QK-norm spans all heads
+    (``ModelSpec.qk_norm_across_heads``), the norm's squared means."""
+
+    def __init__(self, *parts: FittedAllReduce) -> None:
+        self.parts = parts
+
+    def __call__(self, T):
+        total = self.parts[0](T)
+        for p in self.parts[1:]:
+            total = total + p(T)
+        return total
 
 
 class FittedAttention:
