@@ -116,8 +116,8 @@ class FittedMoe:
     """Router GEMM + the routed experts over all layers. Where the profile has a
     fused-MoE kernel for the experts' weight format (``fitted_v1`` ``moe``
     section, fitted to the engines' fused-MoE tables; ``engine``'s own fit where
-    ``moe_engines`` lists it) the experts are one such layer (``fitted.moe_fitted_s``); otherwise grouped expert GEMMs w13 and w2 of
-    the GEMM family: the T x top_k routed rows are spread over the expected
+    ``moe_engines`` lists it) the experts are one such layer (``fitted.moe_fitted_s``);
+    otherwise grouped expert GEMMs w13 and w2 of the GEMM family: the T x top_k routed rows are spread over the expected
     number of distinct experts hit (uniform routing), each expert's rows padded
     to the kernel's row block (:data:`MOE_SMALL_BLOCK_M` while T <= E, else the
     GEMM family's tile)."""
