@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from sim.cost_model.fitted import (all_reduce_fitted_s, gemm_measured_s, moe_fitted_s, uniform_context_s,
+from sim.cost_model.fitted import (UNALIGNED_ELEMENTS, all_reduce_fitted_s, gemm_measured_s, moe_fitted_s, uniform_context_s,
                                    uniform_generation_s)
 from sim.hardware.efficiency import (AllReduceParams, ContextAttentionParams, GemmParams,
                             GenerationAttentionParams, MoeParams)
@@ -49,6 +49,8 @@ SPACE = {
     "expert_s": (5e-7, 1e-12, 1e-4),
     "row_s": (1e-8, 1e-14, 1e-5),
     "ep_s": (1e-6, 1e-12, 1e-3),
+    "unaligned_w2_mac_s": (2e-14, 1e-18, 1e-10),
+    "unaligned_w2_out_s": (3e-12, 1e-16, 1e-8),
     "cta_token_s": (1e-8, 1e-14, 1e-5),
     "latency_s": (5e-6, 1e-8, 1e-3),
     "latency_per_gpu_s": (1e-6, 1e-11, 1e-3),
@@ -76,13 +78,14 @@ FREE = {
     # decode attention is memory-bound (query heads per KV head << the ridge point):
     # its compute term stays the plain roofline (efficiency 1), not fitted
     "generation_attention": (GenerationAttentionParams, _MEMORY + ("seq_head_s",)),
-    "moe": (MoeParams, _CORE + ("expert_s", "row_s", "ep_s")),
+    "moe": (MoeParams, _CORE + ("expert_s", "row_s", "ep_s", "unaligned_w2_mac_s",
+                                 "unaligned_w2_out_s")),
     "all_reduce": (AllReduceParams, ("latency_s", "latency_per_gpu_s", "half_bytes", "exponent")),
 }
 FIXED_DEFAULTS = {"compute_efficiency_max": 1.0, "compute_half_flops": 1.0, "compute_exponent": 0.5,
                   "memory_exponent": 0.5, "k_serial_s": 0.0, "k_split": 1e6,
                   "softmax_flops_per_score": 0.0, "seq_head_s": 0.0, "expert_s": 0.0, "row_s": 0.0,
-                  "ep_s": 0.0}
+                  "ep_s": 0.0, "unaligned_w2_mac_s": 0.0, "unaligned_w2_out_s": 0.0}
 W8A8_FAMILIES = ("gemm.fp8", "gemm.fp8_block")
 #: tables larger than this pick their best start on a seeded subsample of this many rows
 SCREEN_ROWS = 4000
@@ -147,7 +150,7 @@ _COLUMNS = {"gemm": ("m", "n", "k"),
                                      "head_dim"),
             "all_reduce": ("message_bytes", "num_gpus"),
             "moe": ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
-                    "moe_ep_size")}
+                    "moe_ep_size", "gated")}
 
 
 def prepare(family: str, rows: pd.DataFrame | dict) -> dict[str, np.ndarray]:
@@ -155,7 +158,9 @@ def prepare(family: str, rows: pd.DataFrame | dict) -> dict[str, np.ndarray]:
     if isinstance(rows, dict):
         return rows
     kind = family.split(".")[0]
-    cols = {c: rows[c].to_numpy(float) for c in _COLUMNS[kind]}
+    cols = {c: rows[c].to_numpy(float) for c in _COLUMNS[kind] if c in rows or c != "gated"}
+    if kind == "moe" and "gated" not in cols:  # rows not from read_moe_table: gated experts
+        cols["gated"] = np.ones(len(rows))
     if kind in ("context_attention", "generation_attention"):
         kv = rows["kv_cache_dtype"].astype(str) if "kv_cache_dtype" in rows else pd.Series([""] * len(rows))
         cols["kv_bytes"] = np.where(kv.str.startswith("fp8").to_numpy(), 1.0, 2.0)
@@ -186,7 +191,8 @@ def predict(family: str, params, rows: pd.DataFrame | dict, dev: Device) -> np.n
         return moe_fitted_s(params, a["num_tokens"], a["hidden_size"], a["inter_size"] / a["moe_tp_size"],
                             a["num_experts"], a["topk"], dev.peak_fp8 if w8a8 else dev.peak_bf16,
                             dev.hbm_bw, weight_bytes=WEIGHT_BYTES_PER_PARAM[fmt],
-                            act_bytes=1.0 if w8a8 else 2.0, ep=a["moe_ep_size"], routing="balanced")
+                            act_bytes=1.0 if w8a8 else 2.0, ep=a["moe_ep_size"], routing="balanced",
+                            gated=a["gated"] > 0)
     return all_reduce_fitted_s(params, dev.link_bw, a["message_bytes"], a["num_gpus"])
 
 
@@ -318,6 +324,9 @@ def fit_moe(family: str, rows: pd.DataFrame, dev: Device, **kw) -> FitResult:
     rank's only (``MoeParams.whole_batch_rows``): fitted both ways where the table has
     EP > 1 rows, the lower training cost wins."""
     fixed = kw.pop("fixed", None) or {}
+    if not ((rows["inter_size"] / rows["moe_tp_size"]) % UNALIGNED_ELEMENTS != 0).any():
+        # no row tells them
+        fixed = {"unaligned_w2_mac_s": 0.0, "unaligned_w2_out_s": 0.0, **fixed}
     if not (rows["moe_ep_size"] > 1).any():  # nothing tells either term
         return fit_family(family, rows, dev, fixed={"ep_s": 0.0, "whole_batch_rows": True, **fixed}, **kw)
     if "whole_batch_rows" in fixed:

@@ -38,6 +38,18 @@ MOE_COLUMNS = ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter
 MOE_DTYPES = {"bfloat16": "bf16", "float16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block",
               "int4_wo": "int4_wo", "w4a16_mxfp4": "mxfp4", "nvfp4": "nvfp4"}
 
+#: (hidden_size, inter_size, topk, num_experts) of the fused-MoE tables' layers whose
+#: experts are not gated: NVIDIA Nemotron-3 (Nano: 2688 x 1856, 128 experts, top-6;
+#: Super/Ultra: 512 experts, top-22) uses squared-ReLU experts, w1 [E, I, h] with no
+#: gate (vLLM ``MoEActivation.RELU2_NO_MUL``). The tables have no activation column; the
+#: aiconfigurator collector's model list says so ("nemotron-3 nano (uses relu2,
+#: non-gated)", ``collector/common_test_cases.py`` ``_MOE_MODEL_CONFIGS``), and the
+#: H100 bf16 rows agree: read as gated they stream 4.5-4.6 TB/s once every expert is
+#: touched, above the 3.35 TB/s of HBM3, and 3.0-3.1 TB/s non-gated, as every gated
+#: layer of the table (2.9-3.2 TB/s).
+NON_GATED_MOE_SHAPES = frozenset({(2688, 1856, 6, 128), (1024, 2688, 22, 512),
+                                  (2048, 5120, 22, 512), (8192, 5120, 22, 512)})
+
 #: table kind -> file-name suffix (before .csv / .csv.gz)
 TABLE_KINDS = {"gemm": "_gemm", "context_attention": "_context_attention",
                "generation_attention": "_generation_attention", "moe": "_moe", "nccl": None}
@@ -165,8 +177,12 @@ def read_nccl_table(path: str | Path, nrows: int | None = None) -> pd.DataFrame:
 
 def read_moe_table(path: str | Path, nrows: int | None = None) -> pd.DataFrame:
     """Fused-MoE layer rows (one rank: ``num_tokens`` tokens routed over
-    ``num_experts`` experts sharded ``moe_tp_size`` x ``moe_ep_size``)."""
-    return _read(Path(path), MOE_COLUMNS, nrows)
+    ``num_experts`` experts sharded ``moe_tp_size`` x ``moe_ep_size``); adds
+    ``gated`` (False for the layers of :data:`NON_GATED_MOE_SHAPES`)."""
+    df = _read(Path(path), MOE_COLUMNS, nrows)
+    shape = zip(*(df[c].to_numpy() for c in ("hidden_size", "inter_size", "topk", "num_experts")))
+    df["gated"] = [tuple(map(int, t)) not in NON_GATED_MOE_SHAPES for t in shape]
+    return df
 
 
 def read_mla_module_table(path: str | Path, nrows: int | None = None) -> pd.DataFrame:

@@ -186,3 +186,76 @@ def test_moe_fit_chooses_local_rows_from_the_table():
     fit = fit_any("moe.mxfp4", rows, DEV)
     assert fit.params.whole_batch_rows is False
     assert np.abs(predict("moe.mxfp4", fit.params, rows, DEV) / rows["latency_s"] - 1).max() < 0.02
+
+
+def test_non_gated_moe_layer_by_hand():
+    """Nemotron-3's squared-ReLU experts: w1 is [E, I, h] (no gate), 2 h I weights and
+    4 m h I FLOPs per expert, and the w13 output is I wide (caches (3 I + 2 h) x 2 B)."""
+    from sim.cost_model.fitted import moe_fitted_s  # noqa: PLC0415
+    p = MoeParams(compute_efficiency_max=0.5, compute_half_flops=1.0, compute_exponent=1.0,
+                  memory_efficiency_max=0.8, memory_half_bytes=1.0, memory_exponent=1.0,
+                  launch_s=1e-5, expert_s=1e-6, row_s=1e-9, ep_s=2e-5)
+    h, i, E, k, ep = 1024.0, 512.0, 64.0, 4.0, 8.0
+    # T = 1, balanced, EP 8: 1 expert, 1 row padded to 16
+    flops = 4.0 * 16 * h * i                      # 67,108,864
+    nbytes = 2 * h * i * 2 + (h + i) * 2 + 4 * (3 * i + 2 * h) * 2  # 2,097,152 + 3,072 + 28,672
+    assert nbytes == 2_128_896
+    tc = flops / (1e15 * 0.5) * (1 + 1 / flops)
+    tm = nbytes / (3e12 * 0.8) * (1 + 1 / nbytes)
+    want = (tc * tc + tm * tm) ** 0.5 + 1e-5 + 1e-6 + 4e-9 + 2e-5
+    got = moe_fitted_s(p, 1.0, h, i, E, k, 1e15, 3e12, weight_bytes=2.0, ep=ep, routing="balanced",
+                       gated=False)
+    assert float(got) == pytest.approx(want, rel=1e-12)
+    # arrays mix both kinds; gated rows are the default form
+    both = moe_fitted_s(p, np.array([1.0, 1.0]), h, i, E, k, 1e15, 3e12, weight_bytes=2.0, ep=ep,
+                        routing="balanced", gated=np.array([True, False]))
+    assert both[1] == pytest.approx(want, rel=1e-12)
+    assert both[0] == float(moe_fitted_s(p, 1.0, h, i, E, k, 1e15, 3e12, weight_bytes=2.0, ep=ep,
+                                         routing="balanced"))
+
+
+def test_unaligned_w2_term_by_hand():
+    """Where the rank's intermediate size is no multiple of 16 the w2 GEMM adds
+    m_tiled h (out_s + mac_s I); a multiple of 16 adds nothing."""
+    from sim.cost_model.fitted import moe_fitted_s  # noqa: PLC0415
+    base = MoeParams(compute_efficiency_max=0.5, compute_half_flops=1.0, compute_exponent=1.0,
+                     memory_efficiency_max=0.8, memory_half_bytes=1.0, memory_exponent=1.0,
+                     launch_s=1e-5, expert_s=1e-6, row_s=1e-9)
+    p = base.model_copy(update={"unaligned_w2_mac_s": 1e-14, "unaligned_w2_out_s": 2e-12})
+    h, E, k = 1024.0, 64.0, 4.0
+
+    def t(params, inter):
+        return float(moe_fitted_s(params, 1.0, h, inter, E, k, 1e15, 3e12, weight_bytes=2.0,
+                                  routing="balanced"))
+    # T = 1, EP 1: 4 experts x 1 row, each padded to 16: m_tiled = 64 rows;
+    # I = 88: 64 x 1024 x (2e-12 + 88e-14) = 65,536 x 2.88e-12 s = 1.8874368e-7 s
+    assert t(p, 88.0) - t(base, 88.0) == pytest.approx(1.8874368e-7, rel=1e-9)
+    assert t(p, 96.0) == t(base, 96.0)
+
+
+def test_moe_table_marks_non_gated_layers(tmp_path):
+    from calibration.tables import read_moe_table  # noqa: PLC0415
+    path = tmp_path / "vllm-0.24.0_moe.csv"
+    path.write_text("kernel_source,moe_dtype,num_tokens,hidden_size,inter_size,topk,num_experts,"
+                    "moe_tp_size,moe_ep_size,distribution,latency\n"
+                    "k,bfloat16,1,2688,1856,6,128,1,1,balanced,0.065\n"
+                    "k,bfloat16,1,2048,768,8,128,1,1,balanced,0.03\n")
+    assert read_moe_table(path)["gated"].tolist() == [False, True]
+
+
+def test_moe_fit_recovers_the_unaligned_w2_cost_and_pins_it_without_such_rows():
+    from calibration.fit import fit_any  # noqa: PLC0415
+    rows = moe_rows()
+    assert not ((rows["inter_size"] / rows["moe_tp_size"]) % 16 != 0).any()
+    fit = fit_any("moe.bf16", rows.assign(latency_s=predict("moe.bf16", MOE_TRUE, rows, DEV)), DEV)
+    assert fit.params.unaligned_w2_mac_s == 0.0 and fit.params.unaligned_w2_out_s == 0.0
+    # 2816 x 704 at TP 8, 16, 32: I / TP = 88, 44, 22
+    extra = pd.DataFrame([dict(num_tokens=t, hidden_size=2816, inter_size=704, topk=8, num_experts=128,
+                               moe_tp_size=tp, moe_ep_size=1)
+                          for t in (1, 16, 256, 4096, 16384) for tp in (4, 8, 16, 32)]).astype(float)
+    rows = pd.concat([rows, extra], ignore_index=True)
+    true = MOE_TRUE.model_copy(update={"unaligned_w2_mac_s": 2e-14, "unaligned_w2_out_s": 3.5e-12})
+    rows["latency_s"] = predict("moe.bf16", true, rows, DEV)
+    fit = fit_any("moe.bf16", rows, DEV)
+    assert np.abs(predict("moe.bf16", fit.params, rows, DEV) / rows["latency_s"] - 1).max() < 0.02
+    assert fit.params.unaligned_w2_out_s == pytest.approx(3.5e-12, rel=0.2)

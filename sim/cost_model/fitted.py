@@ -147,6 +147,10 @@ def gemm_measured_s(p: GemmParams, m, n, k, peak: float, bw: float, *, weight_by
 #: (the tables' skewed rows: aiconfigurator's power-law expert loads, the most
 #: loaded EP rank measured)
 MOE_ROUTINGS = WORKLOAD_DISTRIBUTIONS
+#: Triton specialises an integer kernel argument (a size or a stride) that is a multiple
+#: of 16 as such (``tt.divisibility = 16``), which is what lets it prove 16-byte aligned
+#: rows and issue vectorised (128-bit) loads; another value gets element-wise loads
+UNALIGNED_ELEMENTS = 16
 
 
 def moe_touched_rows(T, E, k, ep, routing: str = "uniform"):
@@ -167,35 +171,47 @@ def moe_touched_rows(T, E, k, ep, routing: str = "uniform"):
 
 def moe_fitted_s(p: MoeParams, num_tokens, hidden, inter, num_experts, top_k, peak: float,
                  bw: float, *, weight_bytes: float, act_bytes: float = ACT_BYTES, ep=1.0,
-                 routing: str = "uniform"):
+                 routing: str = "uniform", gated=True):
     """One fused-MoE layer on one rank (``MoeParams``; arrays broadcast): ``inter``
     is the rank's expert intermediate size (I / moe_tp), ``ep`` the expert-parallel
     size (the rank holds E/ep experts and gets T top_k / ep routed rows), ``routing``
-    one of :data:`MOE_ROUTINGS` (:func:`moe_touched_rows`); 0 where T = 0."""
+    one of :data:`MOE_ROUTINGS` (:func:`moe_touched_rows`); 0 where T = 0. ``gated``
+    (bool or bool array): the experts' up projection is gated (SwiGLU: w13 holds gate
+    and up, [E, 2I, h], and ``silu_and_mul`` halves its 2I output) -- the models
+    servesim serves; False for non-gated experts (Nemotron-3's squared ReLU, vLLM
+    ``MoEActivation.RELU2_NO_MUL``: w1 is [E, I, h], no gate), which read 2 h I
+    weights per expert and run 4 m h I FLOPs instead of 3 h I and 6 m h I."""
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # T = 0 rows: masked below
         return _moe_fitted_s(p, num_tokens, hidden, inter, num_experts, top_k, peak, bw,
-                             weight_bytes, act_bytes, ep, routing)
+                             weight_bytes, act_bytes, ep, routing, gated)
 
 
 def _moe_fitted_s(p, num_tokens, hidden, inter, num_experts, top_k, peak, bw, weight_bytes,
-                  act_bytes, ep, routing):
+                  act_bytes, ep, routing, gated=True):
     T = np.asarray(num_tokens, dtype=float)
     E, k = np.asarray(num_experts, dtype=float), np.asarray(top_k, dtype=float)
     touched, m = moe_touched_rows(T, E, k, ep, routing)
     tile = np.where(T <= E, p.tile_m_small, p.tile_m)  # vLLM fused_moe get_default_config
     m_tiled = touched * ceil_div(m / touched, tile) * tile
-    flops = 6.0 * m_tiled * hidden * inter
+    up = np.where(gated, 2.0, 1.0)  # up-projection matrices per expert (gate + up, or up)
+    flops = 2.0 * (up + 1.0) * m_tiled * hidden * inter
     # local rows: the w13 GEMM's A read (h) and the w2 GEMM's (I); every routed row of
     # the batch, local or not (vLLM's Triton fused_moe with an expert_map writes zeros
     # for blocks of other ranks' experts, ``write_zeros_to_output``, and
     # silu_and_mul / moe_sum run over the whole T top_k intermediate caches): the w13
-    # output (2I) written and read, the activation (I) written, the w2 output (h)
-    # written and read by moe_sum (``MoeParams.whole_batch_rows``; else local rows only)
-    nbytes = (touched * 3.0 * hidden * inter * weight_bytes
+    # output (2I gated, I not) written and read, the activation (I) written, the w2
+    # output (h) written and read by moe_sum (``MoeParams.whole_batch_rows``; else
+    # local rows only)
+    nbytes = (touched * (up + 1.0) * hidden * inter * weight_bytes
               + m * (hidden * act_bytes + inter * ACT_BYTES)
-              + (T * k if p.whole_batch_rows else m) * (5.0 * inter + 2.0 * hidden) * ACT_BYTES)
+              + (T * k if p.whole_batch_rows else m) * ((2.0 * up + 1.0) * inter + 2.0 * hidden) * ACT_BYTES)
     t = (p.launch_s + smooth_max(compute_time_s(p, flops, peak), memory_time_s(p, nbytes, bw))
          + p.expert_s * touched + p.row_s * T * k + p.ep_s * (np.asarray(ep) > 1))
+    if p.unaligned_w2_mac_s > 0 or p.unaligned_w2_out_s > 0:
+        # the w2 GEMM C[m, h] = A[m, I] B[I, h] where I (its K, and the row stride of A
+        # and B) is no multiple of 16: element-wise loads (UNALIGNED_ELEMENTS)
+        unaligned = np.asarray(inter) % UNALIGNED_ELEMENTS != 0
+        t = t + unaligned * m_tiled * hidden * (p.unaligned_w2_out_s + p.unaligned_w2_mac_s * inter)
     return np.where(T > 0, t, 0.0)
 
 

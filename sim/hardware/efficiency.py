@@ -177,6 +177,12 @@ class MoeParams(KernelParams):
     #: local experts, the local rows gathered and scattered: the gpt-oss OAI Triton
     #: kernel's floor is ~68 us at EP 2-128 against ~38-48 us at TP 2-32 on H100)
     ep_s: float = Field(default=0.0, ge=0, le=MAX_FIXED_COST_S)
+    #: the w2 (down-projection) GEMM where the rank's expert intermediate size I / moe_tp
+    #: (its K, and the row stride of its A and B) is no multiple of 16: s per multiply-
+    #: accumulate (m_tiled h I) and per output element (m_tiled h) added -- Triton cannot
+    #: prove 16-byte aligned rows there and loads element-wise (``fitted.UNALIGNED_ELEMENTS``)
+    unaligned_w2_mac_s: float = Field(default=0.0, ge=0, le=MAX_FIXED_COST_S)
+    unaligned_w2_out_s: float = Field(default=0.0, ge=0, le=MAX_FIXED_COST_S)
     tile_m: int = Field(default=64, gt=0, le=2 ** 16)        #: rows per expert block, T > E
     tile_m_small: int = Field(default=16, gt=0, le=2 ** 16)  #: rows per expert block, T <= E
 
