@@ -170,7 +170,8 @@ def _predict(kind: str, df: pd.DataFrame, hw: HardwareProfile, skipped: dict[str
                 pred[rows] = moe_layer_time_s(hw, s["num_tokens"].to_numpy(), s["hidden_size"].to_numpy(),
                                               (s["inter_size"] / s["moe_tp_size"]).to_numpy(),
                                               s["num_experts"].to_numpy(), s["topk"].to_numpy(), f,
-                                              s["moe_ep_size"].to_numpy().astype(float), routing=str(r))
+                                              s["moe_ep_size"].to_numpy().astype(float), routing=str(r),
+                                              gated=s["gated"].to_numpy())
         band = np.where(df["num_tokens"].to_numpy() <= SMALL_M, f"tokens <= {SMALL_M}",
                         f"tokens > {SMALL_M}")
         combo = ("dtype " + df["moe_dtype"].astype(str) + " / " + dist).to_numpy()

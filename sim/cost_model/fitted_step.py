@@ -136,6 +136,9 @@ class FittedMoe:
         #: how rows spread over experts (``fitted.MOE_ROUTINGS``): uniform when serving;
         #: ``balanced`` scores the kernel tables' balanced rows (calibration.check_tables)
         self.routing = "uniform"
+        #: gated experts (SwiGLU, w13 = gate + up, n = 2I), or not (squared ReLU, n = I):
+        #: ``fitted.moe_fitted_s``'s ``gated``; bool or bool array
+        self.gated = True
 
     def experts_s(self, T):
         """One layer's routed experts for T tokens (float or float64 array)."""
@@ -147,9 +150,9 @@ class FittedMoe:
                 peak, act = kp.peak_flops_per_s, (kp.act_quant_bytes if kp.act_quant_bytes > 0 else ACT_BYTES)
             else:
                 peak, act = pr.peak_flops_per_s, (pr.act_quant_bytes if self.w13.w8a8 else ACT_BYTES)
-            return moe_fitted_s(self.fused, T, self.w13.k, self.w13.n / 2.0, E, k,
+            return moe_fitted_s(self.fused, T, self.w13.k, self.w2.k, E, k,
                                 peak, self.w13.bw, weight_bytes=pr.weight_bytes, act_bytes=act, ep=self.ep,
-                                routing=self.routing)
+                                routing=self.routing, gated=self.gated)
         touched, m = moe_touched_rows(T, E, k, self.ep, self.routing)
         if isinstance(T, np.ndarray):
             t13 = np.where(T <= E, MOE_SMALL_BLOCK_M, self.w13.tm)

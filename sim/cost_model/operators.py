@@ -183,7 +183,8 @@ def all_reduce_time_s(hw: HardwareProfile, nbytes, num_gpus, *, custom: bool = F
 
 # -- fused MoE --------------------------------------------------------------------
 def moe_layer_time_s(hw: HardwareProfile, num_tokens, hidden, inter, num_experts, top_k,
-                     quantization: str | None = "bf16", ep: float = 1.0, routing: str = "uniform"):
+                     quantization: str | None = "bf16", ep: float = 1.0, routing: str = "uniform",
+                     gated=True):
     """One MoE layer's routed experts on one rank (no router GEMM; arrays
     broadcast): ``inter`` = the rank's expert intermediate size (I / moe_tp),
     ``ep`` the expert-parallel size, ``routing`` how rows spread over the experts
@@ -191,20 +192,23 @@ def moe_layer_time_s(hw: HardwareProfile, num_tokens, hidden, inter, num_experts
     balanced rows). ``fitted_v1``: the step model's own
     :class:`~sim.cost_model.fitted_step.FittedMoe` (the profile's fused-MoE kernel
     for the weight format where fitted, else grouped GEMMs); ``scalar``: the
-    roofline of the grouped GEMMs (touched experts' weights, 6 m h I FLOPs)."""
+    roofline of the grouped GEMMs (touched experts' weights, 6 m h I FLOPs). ``gated``
+    (bool or bool array): False for non-gated experts (w13 is I wide, not 2I:
+    :func:`~sim.cost_model.fitted.moe_fitted_s`)."""
     prec = gemm_precision(hw, quantization)
     eff, bw = hw.efficiency, hw.hbm_bandwidth_bytes_per_s
     T = np.asarray(num_tokens, dtype=float)
     h, i = np.asarray(hidden, dtype=float), np.asarray(inter, dtype=float)
+    up = np.where(gated, 2.0, 1.0)  # up-projection matrices per expert
     if isinstance(eff, FittedEfficiency):
-        w13, w2 = FittedGemm(eff, 2.0 * i, h, prec, bw, 1), FittedGemm(eff, h, i, prec, bw, 1)
+        w13, w2 = FittedGemm(eff, up * i, h, prec, bw, 1), FittedGemm(eff, h, i, prec, bw, 1)
         moe = FittedMoe(w13, w13, w2, num_experts, top_k)
-        moe.ep, moe.routing = ep, routing
+        moe.ep, moe.routing, moe.gated = ep, routing, gated
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(T > 0, moe.experts_s(T), 0.0)
     ce, me, launch = eff.operator_efficiency("gemm")
     E, k = np.asarray(num_experts, dtype=float), np.asarray(top_k, dtype=float)
     touched, m = moe_touched_rows(T, E, k, ep, routing)
-    flops = 6.0 * m * h * i
-    nbytes = touched * 3.0 * h * i * prec.weight_bytes + m * ACT_BYTES * (2.0 * h + 3.0 * i)
+    flops = 2.0 * (up + 1.0) * m * h * i
+    nbytes = touched * (up + 1.0) * h * i * prec.weight_bytes + m * ACT_BYTES * (2.0 * h + (up + 1.0) * i)
     return roofline_time_s(flops, nbytes, prec.peak_flops_per_s, bw, ce, me, 3 * launch)
