@@ -321,19 +321,43 @@ def fit_block_fp8(rows: pd.DataFrame, dev: Device, fp8: GemmParams, family: str 
 def fit_moe(family: str, rows: pd.DataFrame, dev: Device, **kw) -> FitResult:
     """A fused-MoE kernel, choosing from the data whether its intermediate caches span
     the whole batch's routed rows (vLLM's Triton fused_moe with an expert_map) or the
-    rank's only (``MoeParams.whole_batch_rows``): fitted both ways where the table has
-    EP > 1 rows, the lower training cost wins."""
+    rank's only (``MoeParams.whole_batch_rows``; where the table has EP > 1 rows),
+    fitted both ways, the lower training cost wins; how it sizes its per-expert row
+    blocks (``MoeParams.block_m_rule``) is the kernel's (:func:`moe_block_m_rule`). The
+    unaligned-w2 costs are fitted only where some row's I / moe_tp is no multiple of
+    16 (else 0)."""
     fixed = kw.pop("fixed", None) or {}
     if not ((rows["inter_size"] / rows["moe_tp_size"]) % UNALIGNED_ELEMENTS != 0).any():
         # no row tells them
         fixed = {"unaligned_w2_mac_s": 0.0, "unaligned_w2_out_s": 0.0, **fixed}
     if not (rows["moe_ep_size"] > 1).any():  # nothing tells either term
-        return fit_family(family, rows, dev, fixed={"ep_s": 0.0, "whole_batch_rows": True, **fixed}, **kw)
+        fixed = {"ep_s": 0.0, "whole_batch_rows": True, **fixed}
+    if "block_m_rule" not in fixed:
+        fixed = {**fixed, "block_m_rule": moe_block_m_rule(rows)}
     if "whole_batch_rows" in fixed:
         return fit_family(family, rows, dev, fixed=fixed, **kw)
     fits = [fit_family(family, rows, dev, fixed={**fixed, "whole_batch_rows": w}, **kw)
             for w in (True, False)]
     return min(fits, key=lambda f: f.cost)
+
+
+#: ``kernel_source`` substrings of kernels built on OpenAI's triton_kernels grouped
+#: matmul (``matmul_ogs``): vLLM's gpt-oss MXFP4 experts on Hopper
+#: (``OAITritonExperts``, vllm/model_executor/layers/fused_moe/gpt_oss_triton_kernels_moe.py)
+MATMUL_OGS_KERNELS = ("oaitriton",)
+
+
+def moe_block_m_rule(rows: pd.DataFrame) -> str:
+    """``MoeParams.block_m_rule`` of the kernel that measured ``rows``: ``matmul_ogs``
+    for the triton_kernels-based ones (:data:`MATMUL_OGS_KERNELS`), else vLLM's
+    Triton ``fused_moe`` rule (also for rows without ``kernel_source``)."""
+    if "kernel_source" not in rows:
+        return "fused_moe"
+    src = rows["kernel_source"].astype(str)
+    ogs = src.apply(lambda k: any(s in k for s in MATMUL_OGS_KERNELS))
+    if ogs.any() and not ogs.all():
+        raise ConfigError(f"fused-MoE rows mix kernels of both block rules: {sorted(src.unique())}")
+    return "matmul_ogs" if ogs.all() and len(src) else "fused_moe"
 
 
 def fit_any(family: str, rows: pd.DataFrame, dev: Device, *, fp8: GemmParams | None = None,

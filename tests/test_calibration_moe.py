@@ -259,3 +259,25 @@ def test_moe_fit_recovers_the_unaligned_w2_cost_and_pins_it_without_such_rows():
     fit = fit_any("moe.bf16", rows, DEV)
     assert np.abs(predict("moe.bf16", fit.params, rows, DEV) / rows["latency_s"] - 1).max() < 0.02
     assert fit.params.unaligned_w2_out_s == pytest.approx(3.5e-12, rel=0.2)
+
+
+def test_moe_block_m_rules_by_hand():
+    """vLLM's Triton fused_moe: 16-row blocks while T <= E, else 64; OpenAI's
+    triton_kernels matmul_ogs (gpt-oss MXFP4): from the tokens per expert r,
+    next_pow2(2 r) in [16, 64] while r <= 64, else next_pow2(r) in [16, 128]."""
+    from calibration.fit import moe_block_m_rule  # noqa: PLC0415
+    from sim.cost_model.fitted import moe_block_m  # noqa: PLC0415
+    fused = MOE_TRUE
+    ogs = MOE_TRUE.model_copy(update={"block_m_rule": "matmul_ogs"})
+    T = np.array([32.0, 160.0, 768.0, 3072.0, 16384.0])
+    assert moe_block_m(fused, T, 128.0, T * 4 / 128).tolist() == [16, 64, 64, 64, 64]
+    # r = 1, 5, 24, 96, 512 (E = 128, top-4): 2r = 2 -> 16, 10 -> 16, 48 -> 64; r = 96 -> 128; 512 -> 128
+    assert moe_block_m(ogs, T, 128.0, T * 4 / 128).tolist() == [16, 16, 64, 128, 128]
+    # r = 20 (2r = 40 -> 64) and 12.5 (floor 12: 24 -> 32)
+    assert moe_block_m(ogs, 0.0, 1.0, np.array([20.0, 12.5])).tolist() == [64, 32]
+    # the kernel decides the rule
+    assert moe_block_m_rule(pd.DataFrame({"kernel_source": [
+        "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic"]})) == "matmul_ogs"
+    assert moe_block_m_rule(pd.DataFrame({"kernel_source": [
+        "vllm_unquantizedfusedmoe_triton_tritonexperts"]})) == "fused_moe"
+    assert moe_block_m_rule(moe_rows()) == "fused_moe"  # no kernel_source column

@@ -169,6 +169,21 @@ def moe_touched_rows(T, E, k, ep, routing: str = "uniform"):
     return np.maximum(touched, 1e-9), rows
 
 
+def moe_block_m(p: MoeParams, T, E, rows_per_expert):
+    """Rows per expert block (each expert's rows are padded to it). ``fused_moe``:
+    vLLM's Triton fused_moe without a tuned config (``get_default_config``):
+    ``tile_m_small`` while the token count T <= E, else ``tile_m``. ``matmul_ogs``:
+    OpenAI's triton_kernels grouped matmul (gpt-oss MXFP4 on Hopper,
+    ``opt_flags.make_default_opt_flags_nvidia``) sizes the block from the tokens per
+    expert r = floor(rows / experts): next_pow2(2 r) within [16, 64] while r <= 64
+    (ragged, weight-bound: fewer weight re-reads), else next_pow2(r) within [16, 128]."""
+    if p.block_m_rule == "fused_moe":
+        return np.where(T <= E, p.tile_m_small, p.tile_m)
+    r = np.maximum(np.floor(rows_per_expert), 1.0)
+    return np.where(r <= 64.0, np.clip(2.0 ** np.ceil(np.log2(2.0 * r)), 16.0, 64.0),
+                    np.clip(2.0 ** np.ceil(np.log2(r)), 16.0, 128.0))
+
+
 def moe_fitted_s(p: MoeParams, num_tokens, hidden, inter, num_experts, top_k, peak: float,
                  bw: float, *, weight_bytes: float, act_bytes: float = ACT_BYTES, ep=1.0,
                  routing: str = "uniform", gated=True):
@@ -191,7 +206,7 @@ def _moe_fitted_s(p, num_tokens, hidden, inter, num_experts, top_k, peak, bw, we
     T = np.asarray(num_tokens, dtype=float)
     E, k = np.asarray(num_experts, dtype=float), np.asarray(top_k, dtype=float)
     touched, m = moe_touched_rows(T, E, k, ep, routing)
-    tile = np.where(T <= E, p.tile_m_small, p.tile_m)  # vLLM fused_moe get_default_config
+    tile = moe_block_m(p, T, E, m / touched)
     m_tiled = touched * ceil_div(m / touched, tile) * tile
     up = np.where(gated, 2.0, 1.0)  # up-projection matrices per expert (gate + up, or up)
     flops = 2.0 * (up + 1.0) * m_tiled * hidden * inter

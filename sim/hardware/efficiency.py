@@ -183,6 +183,11 @@ class MoeParams(KernelParams):
     #: prove 16-byte aligned rows there and loads element-wise (``fitted.UNALIGNED_ELEMENTS``)
     unaligned_w2_mac_s: float = Field(default=0.0, ge=0, le=MAX_FIXED_COST_S)
     unaligned_w2_out_s: float = Field(default=0.0, ge=0, le=MAX_FIXED_COST_S)
+    #: how the kernel sizes its per-expert row block (``fitted.moe_block_m``):
+    #: ``fused_moe`` (vLLM's Triton fused_moe: ``tile_m_small`` / ``tile_m``) or
+    #: ``matmul_ogs`` (OpenAI triton_kernels, gpt-oss MXFP4: from the tokens per expert);
+    #: chosen from the table by ``calibration.fit.fit_moe``
+    block_m_rule: Literal["fused_moe", "matmul_ogs"] = "fused_moe"
     tile_m: int = Field(default=64, gt=0, le=2 ** 16)        #: rows per expert block, T > E
     tile_m_small: int = Field(default=16, gt=0, le=2 ** 16)  #: rows per expert block, T <= E
 
