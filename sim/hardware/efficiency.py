@@ -186,7 +186,7 @@ class MoeParams(KernelParams):
     #: how the kernel sizes its per-expert row block (``fitted.moe_block_m``):
     #: ``fused_moe`` (vLLM's Triton fused_moe: ``tile_m_small`` / ``tile_m``) or
     #: ``matmul_ogs`` (OpenAI triton_kernels, gpt-oss MXFP4: from the tokens per expert);
-    #: chosen from the table by ``calibration.fit.fit_moe``
+    #: the measured kernel's (``calibration.fit.moe_block_m_rule``)
     block_m_rule: Literal["fused_moe", "matmul_ogs"] = "fused_moe"
     tile_m: int = Field(default=64, gt=0, le=2 ** 16)        #: rows per expert block, T > E
     tile_m_small: int = Field(default=16, gt=0, le=2 ** 16)  #: rows per expert block, T <= E
