@@ -110,9 +110,9 @@ class DecodeClock:
         """Time up to ``k`` more decode steps; stop after the first that ends at
         or after ``until`` (s). The caller never times a step with no sequence."""
         j0 = len(self.ends)
-        if j0:
-            self._enter(j0)
-        if self.attn.naive:
+        if self.attn.naive or not j0 and 0 in self.leave:  # (a step-0 leave: never planned)
+            if j0:
+                self._enter(j0)
             self._advance_generic(j0, k, until)
             return
         layers, launch, c1, c2, cexp, m1, m2, mexp, bk, cta, _ = self._consts
@@ -130,16 +130,12 @@ class DecodeClock:
         append = ends.append
         end = self.end
         # KV tokens read by step j, X + S (j + 1): an exact integer kept as a float
-        # (below 2 ** 53 every add is exact: the same value as float(int))
-        L = float(X + S * (j0 + 1))
+        # (below 2 ** 53 every add is exact: the same value as float(int)); here
+        # those of step j0 − 1, the last timed: the loop enters step j0 (``_enter``)
+        L = float(X + S * j0)
         Sf = float(S)
-        if j0 in leave:  # (not after _enter(j0): only a step-0 leave, never planned)
-            self._advance_generic(j0, k, until)
-            return
-        # Step j0 was entered (its crossings counted, those leaving gone): take its
-        # crossings and one step's reads back, for the loop to add them again.
-        tiles -= cr[-j0 % t]
-        L -= Sf
+        if not j0:  # the batch as built: step 0's tiles, less the crossings the loop adds
+            tiles -= cr[0]
         # (tc² + tb² + tp²) ** 0.5 as FittedAttention._gen adds them (without CTAs tp2 is
         # 0.0, and x + 0.0 is x: the add is left out); a step's end as the engine's t += dt
         for j in range(j0, j0 + k):
@@ -263,8 +259,10 @@ class DecodeClock:
         if p < 2 or a.naive or self.S == (len(gone) if gone else 0):  # (nobody decodes: no generation core)
             self.mixed([(p, 0)], [(p, last)], cpu)
             return
-        if j:
+        if gone is not None:
             self._enter(j)
+        elif j:  # (``_enter`` when nobody leaves)
+            self.tiles += self.crossings[-j % self.tile]
         S = self.S
         c = self._consts
         L = float(self.X + S * (j + 1))
