@@ -42,6 +42,7 @@ import numpy as np
 from sim.accelerated.policies import decode_runs_for
 from sim.cost_model import PY_RUN_MAX_STEPS
 from sim.engine.simulation import Interrupt
+from sim.results.metrics import float64_bytes
 
 _RUN_CHUNK = 16  # steps of a merged decode run timed first (most runs end sooner)
 
@@ -486,7 +487,7 @@ class AcceleratedStepping:
                 req.last_token_time = last if d < j else p[2]
             if d < j:  # their first gap: from the pause's end to decode step d + 1's
                 itl_add(ends[d] - p[2], float(len(reqs)))
-        e = np.array(ends[:j])
+        e = np.frombuffer(float64_bytes(ends[:j]))  # (read-only; a list's floats: faster than np.array)
         dts = np.diff(e, prepend=start)
         if j > 1:
             w = np.repeat(np.array(parts.pooled, dtype=np.float64), counts)[1:]

@@ -89,13 +89,12 @@ class Recorder:
         finish(rep, finished, now, seen)
 
     def record(self, req: Request) -> None:
-        flat = self.req_cols.flat
-        flat.extend(_request_row(req))
+        cols = self.req_cols
         if req.status == RequestStatus.REJECTED:
             self.reasons[req.request_id] = req.reason
-            flat.append(STATUS_REJECTED)
+            cols.flat.frombytes(cols.pack_row(*_request_row(req), STATUS_REJECTED))
         else:
-            flat.append(STATUS_FINISHED)
+            cols.flat.frombytes(cols.pack_row(*_request_row(req), STATUS_FINISHED))
 
     @staticmethod
     def preempted(rep, preempted, now: float) -> None:
@@ -171,15 +170,13 @@ class Recorder:
         ``notified``: ``on_done`` was called for each at its step's end already
         (closed-loop clients inside a span)."""
         on_done = self.on_done
-        flat = self.req_cols.flat
-        extend, append = flat.extend, flat.append
+        add, pack_row = self.req_cols.flat.frombytes, self.req_cols.pack_row
         for step, reqs in finished:  # (finished requests: ``record``'s rows, status finished)
             now, at = ends[step - 1], seen[step - 1]
             for req in reqs:
                 req.finish_time = at
                 rep.outstanding -= 1
-                extend(_request_row(req))
-                append(STATUS_FINISHED)
+                add(pack_row(*_request_row(req), STATUS_FINISHED))
                 if not notified:
                     on_done(req, at - now)
         if finished:
