@@ -34,6 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sim.request import Request, RequestStatus
+from sim.results.metrics import int64_array
 from sim.scheduler.types import SchedulerOutput
 
 
@@ -163,8 +164,8 @@ class DecodeSpan:
                 first.append(h * bs - n0 + step + 1)
                 last.append(f)
                 held.append(h)
-        first_a = np.array(first, dtype=np.int64)
-        last_a = np.array(last, dtype=np.int64)
+        first_a = int64_array(first)
+        last_a = int64_array(last)
         end = np.minimum(last_a, j)
         # blocks taken from ``first`` on, one every ``bs`` steps, up to its last step (or j)
         n = np.where(first_a <= end, (end - first_a) // bs + 1, 0)
@@ -172,7 +173,7 @@ class DecodeSpan:
         on, off = first_a[taking], (first_a + n * bs)[taking]
         back = last_a < j  # it frees all it holds after its last step
         back_at = last_a[back] + 1
-        back_n = (np.array(held, dtype=np.int64) + n)[back]
+        back_n = (int64_array(held) + n)[back]
         size = (j // bs + 2) * bs + bs  # room for every "off" mark (<= j + bs), whole rows of bs
         marks = _count(on, None, size) - _count(off, None, size)
         takes = marks.reshape(-1, bs).cumsum(axis=0).ravel()[:j + 1]  # blocks taken at step i
@@ -247,7 +248,7 @@ class DecodeSpan:
         # joins come in step order: per join step, the requests joining and their prefill tokens
         # (sorted arrays deduplicated by hand: np.unique and np.union1d import numpy.ma,
         # tens of ms, on first use)
-        js = np.array([jn[0] for jn in self.joins], dtype=np.int64)
+        js = int64_array([jn[0] for jn in self.joins])
         first = np.flatnonzero(np.diff(js, prepend=-1))
         jsteps, jcount = js[first], np.diff(np.append(first, js.size))
         bounds = np.sort(np.concatenate((fsteps, jsteps, jsteps - 1)))
@@ -259,7 +260,7 @@ class DecodeSpan:
         batch = len(self.scheduled) - fcum[np.searchsorted(fsteps, prev, side="right")]
         new = prefill = np.zeros(len(bounds), dtype=np.int64)
         if jsteps.size:
-            jpre = np.add.reduceat(np.array([jn[3] for jn in self.joins], dtype=np.int64), first)
+            jpre = np.add.reduceat(int64_array([jn[3] for jn in self.joins]), first)
             batch += np.cumsum(np.append(0, jcount))[np.searchsorted(jsteps, bounds, side="right")]
             at = np.minimum(np.searchsorted(jsteps, bounds), jsteps.size - 1)
             is_join = jsteps[at] == bounds  # a join step: a part of its own (step - 1 is a bound)
@@ -277,7 +278,7 @@ class DecodeSpan:
 def _count(at, n, size: int) -> np.ndarray:
     """int64 array of ``size``: sum of ``n`` (default 1 each) at positions ``at``
     (< size; int lists or int64 arrays)."""
-    idx = np.asarray(at, dtype=np.int64)
+    idx = int64_array(at) if isinstance(at, list) else np.asarray(at, dtype=np.int64)
     if n is None:
         return np.bincount(idx, minlength=size)[:size]
     return np.bincount(idx, np.asarray(n, dtype=np.float64), minlength=size)[:size].astype(np.int64)
