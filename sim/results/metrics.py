@@ -83,8 +83,8 @@ class WeightedSamples:
         self.weights = array("d")
 
     def add(self, value: float, weight: float) -> None:
-        self.values.frombytes(_PACK_1(value))  # (``struct``: faster than ``array.append``)
-        self.weights.frombytes(_PACK_1(weight))
+        self.values.append(value)
+        self.weights.append(weight)
 
     def extend(self, values: list[float], weight: float) -> None:
         """Add every value in ``values`` with the same ``weight``."""
