@@ -100,6 +100,7 @@ def write_csv(path: Path, cols: dict[str, np.ndarray]) -> None:
                 _needs_quotes(c) for c, v in zip(cells, cols.values()) if v.dtype.kind not in "fiub"):
             f.write(",".join(cols) + "\n")
             lines = list(map(",".join, zip(*cells)))
+            cells.clear()  # (the cells' strings are in the lines now: not held twice)
             for i in range(0, len(lines), _LINES_PER_WRITE):
                 f.write("\n".join(lines[i:i + _LINES_PER_WRITE]) + "\n")
             return
