@@ -51,10 +51,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sim.errors import ConfigError
+from sim.yaml_io import safe_load
 
 _PRESETS_FILE = Path(__file__).parent / "data" / "model_presets.yaml"
 
@@ -644,7 +644,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 @lru_cache(maxsize=1)
 def _presets() -> dict[str, dict[str, Any]]:
-    return yaml.safe_load(_PRESETS_FILE.read_text())
+    return safe_load(_PRESETS_FILE.read_text())
 
 
 @lru_cache(maxsize=1)

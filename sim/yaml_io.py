@@ -45,3 +45,9 @@ def safe_load_unique(text: str) -> Any:
     """``yaml.safe_load`` that raises ``yaml.constructor.ConstructorError``
     (a ``yaml.YAMLError``, with the line) for a duplicate key."""
     return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 -- a SafeLoader subclass
+
+
+def safe_load(text: str) -> Any:
+    """``yaml.safe_load``, with libyaml's parser where PyYAML has it (the same
+    objects; several times faster on the package's own data files)."""
+    return yaml.load(text, Loader=_SafeLoader)  # noqa: S506 -- a SafeLoader

@@ -34,6 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sim.request import Request, RequestStatus
+from sim.results.metrics import int64_array
 from sim.scheduler.types import SchedulerOutput
 
 
@@ -146,29 +147,33 @@ class DecodeSpan:
         it. The takings of all members are added per residue class of the step
         mod ``block_size`` (one cumulative sum), so the cost is O(members + j)."""
         bs = self.sched.limits.block_size
-        on, off, back_at, back_n, once_at, once_n = [], [], [], [], [], []
-
-        def add(first: int, last: int, held: int) -> None:
-            end = last if last < j else j
-            n = (end - first) // bs + 1 if first <= end else 0
-            if n:
-                on.append(first)
-                off.append(first + n * bs)
-            if last < j:
-                back_at.append(last + 1)
-                back_n.append(held + n)
-
-        for r, f in zip(self.scheduled, self.lasts):
-            # after step 1: kv_capacity slots held, c computed; step i writes slot c + i − 2
-            add(r.kv_capacity - r.num_computed_tokens + 2, f, r.kv_capacity // bs)
+        # per member: the first step writing into a new block, its last step, the blocks
+        # it holds at the start; step 1's members first, then the joins prefilled by step j
+        # after step 1: kv_capacity slots held, c computed; step i writes slot c + i − 2
+        first = [r.kv_capacity - r.num_computed_tokens + 2 for r in self.scheduled]
+        last = list(self.lasts)
+        held = [r.kv_capacity // bs for r in self.scheduled]
         after = self.prompt_blocks_after
+        once_at, once_n = [], []
         for step, _, f, n0, _ in self.joins:
             if step + after <= j:
-                held = -(-n0 // bs)  # its prompt's blocks, taken at ``step`` (after it: the next step's row)
+                h = -(-n0 // bs)  # its prompt's blocks, taken at ``step`` (after it: the next step's row)
                 once_at.append(step + after)
-                once_n.append(held)
+                once_n.append(h)
                 # after its prefill at ``step``: step i writes slot p + i − step − 1
-                add(held * bs - n0 + step + 1, f, held)
+                first.append(h * bs - n0 + step + 1)
+                last.append(f)
+                held.append(h)
+        first_a = int64_array(first)
+        last_a = int64_array(last)
+        end = np.minimum(last_a, j)
+        # blocks taken from ``first`` on, one every ``bs`` steps, up to its last step (or j)
+        n = np.where(first_a <= end, (end - first_a) // bs + 1, 0)
+        taking = n > 0
+        on, off = first_a[taking], (first_a + n * bs)[taking]
+        back = last_a < j  # it frees all it holds after its last step
+        back_at = last_a[back] + 1
+        back_n = (int64_array(held) + n)[back]
         size = (j // bs + 2) * bs + bs  # room for every "off" mark (<= j + bs), whole rows of bs
         marks = _count(on, None, size) - _count(off, None, size)
         takes = marks.reshape(-1, bs).cumsum(axis=0).ravel()[:j + 1]  # blocks taken at step i
@@ -243,7 +248,7 @@ class DecodeSpan:
         # joins come in step order: per join step, the requests joining and their prefill tokens
         # (sorted arrays deduplicated by hand: np.unique and np.union1d import numpy.ma,
         # tens of ms, on first use)
-        js = np.array([jn[0] for jn in self.joins], dtype=np.int64)
+        js = int64_array([jn[0] for jn in self.joins])
         first = np.flatnonzero(np.diff(js, prepend=-1))
         jsteps, jcount = js[first], np.diff(np.append(first, js.size))
         bounds = np.sort(np.concatenate((fsteps, jsteps, jsteps - 1)))
@@ -255,7 +260,7 @@ class DecodeSpan:
         batch = len(self.scheduled) - fcum[np.searchsorted(fsteps, prev, side="right")]
         new = prefill = np.zeros(len(bounds), dtype=np.int64)
         if jsteps.size:
-            jpre = np.add.reduceat(np.array([jn[3] for jn in self.joins], dtype=np.int64), first)
+            jpre = np.add.reduceat(int64_array([jn[3] for jn in self.joins]), first)
             batch += np.cumsum(np.append(0, jcount))[np.searchsorted(jsteps, bounds, side="right")]
             at = np.minimum(np.searchsorted(jsteps, bounds), jsteps.size - 1)
             is_join = jsteps[at] == bounds  # a join step: a part of its own (step - 1 is a bound)
@@ -270,9 +275,10 @@ class DecodeSpan:
         return parts
 
 
-def _count(at: list[int], n: list[int] | None, size: int) -> np.ndarray:
-    """int64 array of ``size``: sum of ``n`` (default 1 each) at positions ``at`` (< size)."""
-    idx = np.array(at, dtype=np.int64)
+def _count(at, n, size: int) -> np.ndarray:
+    """int64 array of ``size``: sum of ``n`` (default 1 each) at positions ``at``
+    (< size; int lists or int64 arrays)."""
+    idx = int64_array(at) if isinstance(at, list) else np.asarray(at, dtype=np.int64)
     if n is None:
         return np.bincount(idx, minlength=size)[:size]
-    return np.bincount(idx, np.array(n, dtype=np.float64), minlength=size)[:size].astype(np.int64)
+    return np.bincount(idx, np.asarray(n, dtype=np.float64), minlength=size)[:size].astype(np.int64)

@@ -115,16 +115,16 @@ class ChunkedRuns(DecodeRuns):
         for req in sched.waiting:
             if budget <= 0 or room <= 0:
                 break
-            n = req.num_tokens
+            n = total = req.num_prompt_tokens + req.num_output_tokens  # (req.num_tokens)
             if n > budget:
                 n = budget
             if free_blocks is not None:
                 # allocate_slots(full_sequence_check=True): the whole sequence's blocks must fit
-                if (-(-min(req.num_tokens, lim.max_model_len) // bs) > free_blocks
+                if (-(-min(total, lim.max_model_len) // bs) > free_blocks
                         or -(-n // bs) > free_blocks):
                     break
                 free_blocks -= -(-n // bs)
-            elif n < req.num_tokens:
+            elif n < total:
                 return None
             if headroom is not None:
                 need = sched._remaining_blocks_to_completion(req)

@@ -25,11 +25,15 @@ class CountTable:
 
     def __call__(self, x: float):
         i = int(x)
-        if i == x and 0 <= i < self.MAX:
-            b = i >> self.BITS
-            values = self.blocks.get(b)
+        if i == x and 0 <= i < _MAX:
+            values = self.blocks.get(i >> _BITS)
             if values is None:
-                values = self.blocks[b] = self.block(np.arange(b * self.BLOCK, (b + 1) * self.BLOCK,
-                                                               dtype=np.float64))
-            return values[i & (self.BLOCK - 1)]
+                b = i >> _BITS
+                values = self.blocks[b] = self.block(np.arange(b * _BLOCK, (b + 1) * _BLOCK, dtype=np.float64))
+            return values[i & _MASK]
         return self.scalar(x)
+
+
+# (module constants: a global read costs less than a class attribute's, once per lookup)
+_BITS, _BLOCK, _MAX = CountTable.BITS, CountTable.BLOCK, CountTable.MAX
+_MASK = _BLOCK - 1

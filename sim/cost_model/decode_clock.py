@@ -110,8 +110,71 @@ class DecodeClock:
         """Time up to ``k`` more decode steps; stop after the first that ends at
         or after ``until`` (s). The caller never times a step with no sequence."""
         j0 = len(self.ends)
-        if j0:
-            self._enter(j0)
+        if self.attn.naive or not j0 and 0 in self.leave:  # (a step-0 leave: never planned)
+            if j0:
+                self._enter(j0)
+            self._advance_generic(j0, k, until)
+            return
+        layers, launch, c1, c2, cexp, m1, m2, mexp, bk, cta, _ = self._consts
+        t, S, X, tiles = self.tile, self.S, self.X, self.tiles
+        cr = self.crossings
+        leave = self.leave
+        lin = self.lin
+        cpu, overlap = self.cpu, self.overlap
+        bqb, bseq, ctas = self.bqb, self.bseq, self.ctas
+        tiles_then = self.tiles_then
+        tb2 = tp2 = 0.0
+        if tiles_then >= 0:
+            tb2, tp2 = self._tb2, self._tp2
+        ends = self.ends
+        append = ends.append
+        end = self.end
+        # KV tokens read by step j, X + S (j + 1): an exact integer kept as a float
+        # (below 2 ** 53 every add is exact: the same value as float(int)); here
+        # those of step j0 − 1, the last timed: the loop enters step j0 (``_enter``)
+        L = float(X + S * j0)
+        Sf = float(S)
+        if not j0:  # the batch as built: step 0's tiles, less the crossings the loop adds
+            tiles -= cr[0]
+        # (tc² + tb² + tp²) ** 0.5 as FittedAttention._gen adds them (without CTAs tp2 is
+        # 0.0, and x + 0.0 is x: the add is left out); a step's end as the engine's t += dt
+        for j in range(j0, j0 + k):
+            if j in leave:  # finished after step j: out of the batch
+                self.S, self.X, self.tiles = S, X, tiles
+                self._enter(j)
+                S, X, tiles = self.S, self.X, self.tiles
+                lin = self.lin
+                cpu, bqb, bseq, ctas, tiles_then = self.cpu, self.bqb, self.bseq, self.ctas, -1
+                L = float(X + S * (j + 1))
+                Sf = float(S)
+            else:
+                tiles += cr[-j % t]
+                L += Sf
+            tc = c1 * L + c2 * L ** cexp
+            if tiles != tiles_then:
+                tiles_then = tiles
+                tiled = float(tiles * t)
+                nbytes = bqb + bk * tiled
+                tb = m1 * nbytes + m2 * nbytes ** mexp + bseq
+                tb2 = tb * tb
+                if cta:
+                    tp = ctas * (tiled / Sf) * cta
+                    tp2 = tp * tp
+            g = (tc * tc + tb2 + tp2) ** 0.5 if cta else (tc * tc + tb2) ** 0.5
+            dt = (launch + g) * layers + lin
+            if overlap:
+                end += dt if dt > cpu else cpu
+            else:
+                end += dt + cpu
+            append(end)
+            if end >= until:
+                break
+        self.S, self.X, self.tiles, self.end = S, X, tiles, end
+        self.tiles_then, self._tb2, self._tp2 = tiles_then, tb2, tp2
+
+    def _advance_generic(self, j0: int, k: int, until: float) -> None:
+        """:meth:`advance`, every case (step j0 entered): with unfused attention
+        (``FittedAttention._naive_extra`` added to each step's generation core)."""
         a = self.attn
         layers, launch, c1, c2, cexp, m1, m2, mexp, bk, cta, naive = self._consts
         t, S, X, tiles = self.tile, self.S, self.X, self.tiles
@@ -127,8 +190,6 @@ class DecodeClock:
         ends = self.ends
         append = ends.append
         end = self.end
-        # KV tokens read by step j, X + S (j + 1): an exact integer kept as a float
-        # (below 2 ** 53 every add is exact: the same value as float(int))
         L = float(X + S * (j0 + 1))
         Sf = float(S)
         for j in range(j0, j0 + k):
@@ -154,8 +215,6 @@ class DecodeClock:
                 if cta:
                     tp = ctas * (tiled / float(S)) * cta
                     tp2 = tp * tp
-            # FittedAttention._gen's (tc² + tb² + tp²) ** 0.5, the same adds in the same
-            # order (without CTAs tp2 stays 0.0, and x + 0.0 is x)
             g = (tc * tc + tb2 + tp2) ** 0.5
             if naive:
                 g += a._naive_extra(L)
@@ -170,21 +229,65 @@ class DecodeClock:
         self.S, self.X, self.tiles, self.end = S, X, tiles, end
         self.tiles_then, self._tb2, self._tp2 = tiles_then, tb2, tp2
 
+    def _memory_terms(self) -> tuple[float, float]:
+        """(tb², tp²) of the batch as it is (its sequences, its tiles): the
+        generation core's memory and CTA terms (``FittedAttention._gen``),
+        cached until the tiles or the batch change, as :meth:`advance` keeps them."""
+        if self.tiles_then == self.tiles:
+            return self._tb2, self._tp2
+        _, _, _, _, _, m1, m2, mexp, bk, cta, _ = self._consts
+        tiled = float(self.tiles * self.tile)
+        nbytes = self.bqb + bk * tiled
+        tb = m1 * nbytes + m2 * nbytes ** mexp + self.bseq
+        tb2 = tb * tb
+        tp2 = 0.0
+        if cta:
+            tp = self.ctas * (tiled / float(self.S)) * cta
+            tp2 = tp * tp
+        self.tiles_then, self._tb2, self._tp2 = self.tiles, tb2, tp2
+        return tb2, tp2
+
     def join(self, p: int, last: int, cpu: float) -> None:
         """:meth:`mixed` with one chunk, a whole ``p``-token prompt (nothing
         cached), whose sequence then decodes up to its ``last`` step: a span's
-        usual join, with the same float operations (``FittedAttention._mixed_s``)."""
+        usual join, with the same float operations (``FittedAttention._mixed_s``:
+        the generation core as ``_gen`` computes it, its memory terms as
+        :meth:`advance` keeps them)."""
         a = self.attn
-        if p < 2 or a.naive or not self.batch_at_next():
+        j = len(self.ends)
+        gone = self.leave.get(j)
+        if p < 2 or a.naive or self.S == (len(gone) if gone else 0):  # (nobody decodes: no generation core)
             self.mixed([(p, 0)], [(p, last)], cpu)
             return
-        j = len(self.ends)
-        if j:
+        if gone is not None:
             self._enter(j)
+        elif j:  # (``_enter`` when nobody leaves)
+            self.tiles += self.crossings[-j % self.tile]
         S = self.S
-        g = a._gen(float(S), float(self.X + S * (j + 1)), float(self.tiles * self.tile))
-        attn = (a.mixed_launch + (g + a.prompt_context(p))) * a.layers
-        self._mixed_done(j, attn + self.linear_s(float(S + p), float(S + 1)), cpu, ((p, last),))
+        c = self._consts
+        L = float(self.X + S * (j + 1))
+        tc = c[2] * L + c[3] * L ** c[4]
+        tb2, tp2 = self._memory_terms()
+        g = (tc * tc + tb2 + tp2) ** 0.5 if c[9] else (tc * tc + tb2) ** 0.5
+        pc = a._prompt_memo.get(p)
+        if pc is None:
+            pc = a.prompt_context(p)
+        gpu = (a.mixed_launch + (g + pc)) * a.layers + self.linear_s(float(S + p), float(S + 1))
+        if self.overlap:
+            self.end += gpu if gpu >= cpu else cpu
+        else:
+            self.end += gpu + cpu
+        self.ends.append(self.end)
+        if last > j + 1:  # (``_join``: one whose last step is step j never decodes)
+            t = self.tile
+            x = p - j - 1
+            self.X += x
+            self.tiles += (p - 1 + t) // t
+            self.crossings[x % t] += 1
+            self.leave.setdefault(last, []).append(x)
+            self.S = S + 1
+            self._batch()
+        self.tiles_then = -1
 
     def mixed(self, chunks: list[tuple[int, int]], joins: list[tuple[int, int]], cpu: float) -> None:
         """Time the next step as a mixed one: every decoding sequence plus the

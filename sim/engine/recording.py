@@ -10,10 +10,20 @@ here. ``rep`` is a :class:`sim.engine.replica.Replica`."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 
 from sim.request import Request, RequestStatus
 from sim.results.metrics import (REQUEST_COLUMNS, STATUS_FINISHED, STATUS_REJECTED, STEP_COLUMNS,
                                  Columns, WeightedSamples)
+
+#: The ``Request`` attribute of each ``REQUEST_COLUMNS`` entry but the last
+#: (``status``: finished or rejected), read in one C-level call per request.
+_REQUEST_FIELDS = ("request_id", "replica", "arrival_time", "first_scheduled_time", "first_token_time",
+                   "finish_time", "num_prompt_tokens", "num_output_tokens", "max_tokens", "num_cached_tokens",
+                   "num_preemptions", "preempted_s", "is_warmup")
+if len(_REQUEST_FIELDS) + 1 != len(REQUEST_COLUMNS) or REQUEST_COLUMNS[-1] != "status":
+    raise RuntimeError("recording: _REQUEST_FIELDS must name every REQUEST_COLUMNS entry but status, in order")
+_request_row = attrgetter(*_REQUEST_FIELDS)
 
 
 class Recorder:
@@ -79,15 +89,12 @@ class Recorder:
         finish(rep, finished, now, seen)
 
     def record(self, req: Request) -> None:
-        rejected = req.status == RequestStatus.REJECTED
-        if rejected:
+        cols = self.req_cols
+        if req.status == RequestStatus.REJECTED:
             self.reasons[req.request_id] = req.reason
-        self.req_cols.append((
-            req.request_id, req.replica, req.arrival_time, req.first_scheduled_time, req.first_token_time,
-            req.finish_time, req.num_prompt_tokens, req.num_output_tokens, req.max_tokens,
-            req.num_cached_tokens, req.num_preemptions, req.preempted_s, req.is_warmup,
-            STATUS_REJECTED if rejected else STATUS_FINISHED,
-        ))
+            cols.flat.frombytes(cols.pack_row(*_request_row(req), STATUS_REJECTED))
+        else:
+            cols.flat.frombytes(cols.pack_row(*_request_row(req), STATUS_FINISHED))
 
     @staticmethod
     def preempted(rep, preempted, now: float) -> None:
@@ -162,13 +169,14 @@ class Recorder:
         ``ends[s - 1]`` and its tokens reach the clients at ``seen[s - 1]``.
         ``notified``: ``on_done`` was called for each at its step's end already
         (closed-loop clients inside a span)."""
-        record, on_done = self.record, self.on_done
-        for step, reqs in finished:
+        on_done = self.on_done
+        add, pack_row = self.req_cols.flat.frombytes, self.req_cols.pack_row
+        for step, reqs in finished:  # (finished requests: ``record``'s rows, status finished)
             now, at = ends[step - 1], seen[step - 1]
             for req in reqs:
                 req.finish_time = at
                 rep.outstanding -= 1
-                record(req)
+                add(pack_row(*_request_row(req), STATUS_FINISHED))
                 if not notified:
                     on_done(req, at - now)
         if finished:

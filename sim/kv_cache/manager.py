@@ -574,7 +574,7 @@ class KVCacheManager(PoolQueries, PrefixCacheStats):
 
     def can_ever_fit(self, num_tokens: int) -> bool:
         """ceil(num_tokens / block_size) <= usable blocks."""
-        return _cdiv(num_tokens, self.block_size) <= self.num_usable_blocks
+        return -(-num_tokens // self.block_size) <= self.pool.num_gpu_blocks - 1  # (num_usable_blocks)
 
     def never_fits(self, num_tokens: int) -> str:
         """Why a request that must hold ``num_tokens`` at once can never fit

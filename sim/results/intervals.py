@@ -39,9 +39,9 @@ def load_intervals(path: str | None = None) -> dict[str, Any]:
     p = Path(path) if path else INTERVALS_FILE
     if not p.exists():
         return {}
-    import yaml
+    from sim.yaml_io import safe_load
 
-    data = yaml.safe_load(p.read_text()) or {}
+    data = safe_load(p.read_text()) or {}
     return data.get("engines", {}) if isinstance(data, dict) else {}
 
 

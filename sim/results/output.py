@@ -81,18 +81,42 @@ def _cells(name: str, v: np.ndarray) -> list[str]:
     month into a trace), NaN as an empty cell; ints and bools by str."""
     if v.dtype.kind == "f":
         fmt = "%.12g" if name.endswith("_time_s") else "%.9g"
-        return ["" if x != x else fmt % x for x in v.tolist()]
-    return [str(x) for x in v.tolist()]
+        cells = list(map(fmt.__mod__, v.tolist()))  # (one C-level call per cell)
+        for i in np.flatnonzero(np.isnan(v)).tolist():
+            cells[i] = ""
+        return cells
+    return list(map(str, v.tolist()))
 
 
 def write_csv(path: Path, cols: dict[str, np.ndarray]) -> None:
     """Write equal-length columns as a CSV file (header row first; the csv
     module quotes cells where needed). pandas is not imported: writing a run's
     results with it cost ~0.7 s of a 10,000-request run's process."""
+    cells = [_cells(name, v) for name, v in cols.items()]
     with open(path, "w", newline="") as f:
+        # Numbers never need quotes; where no name or text cell does either, the csv
+        # module's lines are joined directly (a third of its time).
+        if len(cols) > 1 and not _needs_quotes(list(cols)) and not any(
+                _needs_quotes(c) for c, v in zip(cells, cols.values()) if v.dtype.kind not in "fiub"):
+            f.write(",".join(cols) + "\n")
+            lines = list(map(",".join, zip(*cells)))
+            cells.clear()  # (the cells' strings are in the lines now: not held twice)
+            for i in range(0, len(lines), _LINES_PER_WRITE):
+                f.write("\n".join(lines[i:i + _LINES_PER_WRITE]) + "\n")
+            return
         w = csv.writer(f, lineterminator="\n")
         w.writerow(cols)
-        w.writerows(zip(*[_cells(name, v) for name, v in cols.items()]))
+        w.writerows(zip(*cells))
+
+
+_QUOTED = frozenset(',"\r\n')
+_LINES_PER_WRITE = 1 << 13
+
+
+def _needs_quotes(cells: list[str]) -> bool:
+    """Would the csv module quote one of these cells (``QUOTE_MINIMAL``: the
+    delimiter, the quote character or a line break in it)?"""
+    return any(not _QUOTED.isdisjoint(c) for c in set(cells))
 
 
 def json_safe(obj):

@@ -11,7 +11,7 @@ A researcher's policy::
 
 then ``scheduler: spf`` in a config (or ``--scheduler spf``). Packages can also
 register through the ``servesim.schedulers`` entry-point group
-(``name = "module:Class"``), loaded on first lookup.
+(``name = "module:Class"``), loaded on the first lookup of a name not registered.
 """
 
 from __future__ import annotations
@@ -59,6 +59,9 @@ def list_schedulers() -> list[str]:
 
 
 def get_scheduler_class(name: str) -> type[Scheduler]:
+    cls = _REGISTRY.get(name)
+    if cls is not None:  # (an entry point never replaces a registered name: no scan needed)
+        return cls
     _load_entry_points()
     try:
         return _REGISTRY[name]

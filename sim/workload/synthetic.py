@@ -16,6 +16,7 @@ import math
 from typing import Callable, Sequence
 
 import numpy as np
+import numpy.random  # noqa: F401  (numpy imports it on first use of np.random: an import, done here)
 
 from sim.errors import ConfigError
 from sim.workload.config import EmpiricalLen, FixedLen, LognormalLen, PriorityClass, UniformLen
