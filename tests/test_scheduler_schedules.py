@@ -194,6 +194,14 @@ def test_prefill_first_mixed_decodes_running_requests_in_prefill_batches():
     assert (rows[2][3].num_prefill_tokens, rows[2][3].num_decode_tokens) == (6, 2)
 
 
+def test_prefill_first_mixed_runs_in_the_reference_mode():
+    # no merged-run rules: its prefill batches decode too, which PrefillFirstRuns' spans do not do
+    from sim.accelerated.policies import decode_runs_for
+
+    assert decode_runs_for(make("prefill_first_mixed")) is None
+    assert decode_runs_for(make("prefill_first")) is not None
+
+
 def test_prefill_first_mixed_running_decodes_shrink_the_input_budget():
     # max_prefill_tokens = isl + 1500 as aiconfigurator writes it, isl 1000, 400 running decodes:
     # rem_input = 2500 - 400 = 2100; the first prompt always fits an empty batch (1000 left 1100),

@@ -255,6 +255,6 @@ class MixedChunkPrefillFirstScheduler(PrefillFirstScheduler):
     When the free KV cannot hold one more token for every running request no
     prefill batch is formed (the decode step then retracts; SGLang's mixed path
     does not check). ``new_token_ratio`` decays on decode-only steps, as in
-    SGLang. Runs in the reference mode (no accelerated rules)."""
+    SGLang."""
     name = "prefill_first_mixed"
     mixed_chunk = True
