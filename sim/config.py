@@ -33,10 +33,11 @@ from sim.vocabulary import canonicalize, check_requirements, lookup
 from sim.workload.config import WorkloadConfig
 from sim.yaml_io import safe_load_unique
 
-SCHEDULERS = ("static", "continuous", "chunked", "mixed", "prefill_first", "prefill_first_whole")
+SCHEDULERS = ("static", "continuous", "chunked", "mixed", "prefill_first", "prefill_first_whole",
+              "prefill_first_mixed")
 #: Modes that split long prompts at the token budget (the budget is then not
 #: raised to ``max_model_len``).
-CHUNKING_MODES = ("chunked", "prefill_first")
+CHUNKING_MODES = ("chunked", "prefill_first", "prefill_first_mixed")
 #: the largest integer a config key takes (tokens, blocks, sequences): far past any real
 #: engine, well inside int64 and exact in float64
 MAX_CONFIG_INT = 1 << 40
@@ -221,7 +222,7 @@ class SimConfig(BaseModel):
         if engine in ("vllm", "sglang"):
             raise ValueError(f"capacity_scheduler_policy {pol!r} is TensorRT-LLM's admission rule; engine "
                              f"{engine!r} has no such key; use engine trtllm or drop capacity_scheduler_policy")
-        if sched in ("static", "prefill_first", "prefill_first_whole"):
+        if sched in ("static", "prefill_first", "prefill_first_whole", "prefill_first_mixed"):
             raise ValueError(f"capacity_scheduler_policy {pol!r} has no effect with scheduler {sched!r} (its own "
                              "admission rule); it applies to schedulers chunked, continuous and mixed; drop one")
 

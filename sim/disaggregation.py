@@ -85,7 +85,8 @@ POOL_KEYS = (
 )
 #: batching modes a decode pool can run: those whose running pass takes a request
 #: that joins with its prompt already computed (static batching forms whole batches)
-DECODE_SCHEDULERS = ("chunked", "continuous", "mixed", "prefill_first", "prefill_first_whole")
+DECODE_SCHEDULERS = ("chunked", "continuous", "mixed", "prefill_first", "prefill_first_whole",
+                     "prefill_first_mixed")
 #: vLLM KV connectors (``--kv-transfer-config kv_connector``) and SGLang transfer backends
 KV_CONNECTORS = ("NixlConnector", "P2pNcclConnector", "LMCacheConnectorV1", "MooncakeConnector",
                  "mooncake", "nixl")

@@ -35,7 +35,8 @@ from typing import Any
 
 #: scheduler → the engine's setting (None: the engine has no such mode)
 _VLLM_MODES = {"chunked": True, "mixed": False}  # --enable-chunked-prefill / --no-enable-chunked-prefill
-_SGLANG_MODES = {"prefill_first": True, "prefill_first_whole": False}  # chunked_prefill_size -1 = off
+_SGLANG_MODES = {"prefill_first": True, "prefill_first_whole": False,  # chunked_prefill_size -1 = off
+                 "prefill_first_mixed": True}  # with --enable-mixed-chunk
 _TRTLLM_MODES = {"mixed": False, "chunked": True}  # enable_chunked_prefill
 _RULE = {"vllm": "utilization", "sglang": "static_fraction", "trtllm": "free_fraction"}
 _NO_MODE = {
@@ -380,6 +381,8 @@ def _sglang(cfg: dict[str, Any]) -> Launch:
           "--chunked-prefill-size", str(chunk * per if chunk > 0 else chunk)]
     if cfg.get("max_prefill_tokens"):
         a += ["--max-prefill-tokens", str(cfg["max_prefill_tokens"])]
+    if cfg["scheduler"] == "prefill_first_mixed":
+        a += ["--enable-mixed-chunk"]
     a += ["--mem-fraction-static", f"{cfg['gpu_memory_utilization']:g}", "--page-size", str(cfg["block_size"]),
           "--context-length", str(cfg["max_model_len"]), "--schedule-policy", "fcfs"]
     if cfg.get("policy") == "priority":

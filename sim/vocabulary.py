@@ -118,7 +118,7 @@ ALIASES: tuple[Alias, ...] = (
     Alias("max_running_requests", "max_num_seqs", "sglang", SGLANG_ARGS, "requests running at once"),
     Alias("chunked_prefill_size", "max_num_batched_tokens", "sglang", SGLANG_ARGS,
           "tokens of one prefill chunk: servesim's token budget in the prefill_first modes",
-          requires={"scheduler": ("prefill_first", "prefill_first_whole")}),
+          requires={"scheduler": ("prefill_first", "prefill_first_whole", "prefill_first_mixed")}),
     Alias("mem_fraction_static", "gpu_memory_utilization", "sglang", SGLANG_ARGS,
           "fraction of the GPU for weights + KV pool, under SGLang's rule",
           requires={"kv_memory_rule": ("static_fraction",)}),

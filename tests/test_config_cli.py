@@ -44,7 +44,7 @@ def test_bad_values_name_the_key(tmp_path):
     p.write_text("block_size: 0\n")
     with pytest.raises(ConfigError, match=r"c.yaml.*block_size.*0"):
         build_config(p)
-    with pytest.raises(ConfigError, match="scheduler.*valid values: chunked, continuous, mixed, prefill_first, prefill_first_whole, static"):
+    with pytest.raises(ConfigError, match="scheduler.*valid values: chunked, continuous, mixed, prefill_first, prefill_first_mixed, prefill_first_whole, static"):
         build_deployment(build_config(overrides={"scheduler": "fifo"}))
 
 

@@ -84,5 +84,5 @@ def test_bad_limits_and_unknown_scheduler_name_the_key():
         SchedulerLimits(max_num_seqs=4, max_num_batched_tokens=8, max_model_len=64, block_size=0)
     with pytest.raises(ConfigError, match="policy"):
         SchedulerLimits(max_num_seqs=4, max_num_batched_tokens=8, max_model_len=64, policy="lifo")
-    with pytest.raises(ConfigError, match=r"scheduler.*valid values: chunked, continuous, mixed, prefill_first, prefill_first_whole, static"):
+    with pytest.raises(ConfigError, match=r"scheduler.*valid values: chunked, continuous, mixed, prefill_first, prefill_first_mixed, prefill_first_whole, static"):
         get_scheduler_class("orca")

@@ -7,7 +7,7 @@ requests receive a token (A1 = A's first output), which finish.
 
 from __future__ import annotations
 
-from sched_helpers import make, req, run_table
+from sched_helpers import make, req, run_table, step
 
 A, B, C = 0, 1, 2
 
@@ -173,6 +173,53 @@ def test_prefill_first_whole_never_cuts_prompts():
     rows = run_table(s, {1: [req(A, 6, 3), req(B, 5, 2), req(C, 10, 2)]})
     assert [r[0] for r in rows] == [{A: 6, B: 5}, {C: 10}, {A: 1, B: 1, C: 1}, {A: 1}]
     assert [r[2] for r in rows] == [[], [], [B, C], [A]]
+
+
+def test_prefill_first_mixed_decodes_running_requests_in_prefill_batches():
+    # SGLang --enable-mixed-chunk: chunk budget 8, input budget 16, ample KV. A prefill batch
+    # carries one decode token of every running request (the one mid-chunk excepted) and
+    # their count comes off both budgets (PrefillAdder mixed_with_decode_tokens = running_bs).
+    # step | running decodes | budgets (chunk, input) | scheduled            | emitted
+    #  1   | -               | 8, 16                  | A:6, B:2 (B cut)     | A1
+    #  2   | A               | 8-1=7, 16-1=15         | B:3, C:4 (cut), A:1  | B1, A2
+    #  3   | A, B            | 8-2=6, 16-2=14         | C:6, A:1, B:1        | C1, A3, B2  (A, B done)
+    #  4   | C               | (no waiting: decode)   | C:1                  | C2          (C done)
+    # (prefill_first on the same arrivals, test above, cuts C at 5 in step 2 and stalls A, B.)
+    s = make("prefill_first_mixed", max_num_batched_tokens=8, max_prefill_tokens=16)
+    rows = run_table(s, {1: [req(A, 6, 3), req(B, 5, 2), req(C, 10, 2)]})
+    assert [r[0] for r in rows] == [{A: 6, B: 2}, {B: 3, C: 4, A: 1}, {C: 6, A: 1, B: 1}, {C: 1}]
+    assert [r[1] for r in rows] == [[A], [B, A], [C, A, B], [C]]
+    assert [sorted(r[2]) for r in rows] == [[], [], [A, B], [C]]
+    assert (rows[1][3].num_prefill_tokens, rows[1][3].num_decode_tokens) == (7, 1)
+    assert (rows[2][3].num_prefill_tokens, rows[2][3].num_decode_tokens) == (6, 2)
+
+
+def test_prefill_first_mixed_runs_in_the_reference_mode():
+    # no merged-run rules: its prefill batches decode too, which PrefillFirstRuns' spans do not do
+    from sim.accelerated.policies import decode_runs_for
+
+    assert decode_runs_for(make("prefill_first_mixed")) is None
+    assert decode_runs_for(make("prefill_first")) is not None
+
+
+def test_prefill_first_mixed_running_decodes_shrink_the_input_budget():
+    # max_prefill_tokens = isl + 1500 as aiconfigurator writes it, isl 1000, 400 running decodes:
+    # rem_input = 2500 - 400 = 2100; the first prompt always fits an empty batch (1000 left 1100),
+    # the second needs 1000 < 1100: admitted; the third (1000 >= 100 left) waits. Without the
+    # running decodes (prefill_first) the same budget takes two as well, and with 600 running
+    # (rem_input 1900 -> 900 after one) only one.
+    for running, admitted in ((400, 2), (600, 1)):
+        s = make("prefill_first_mixed", num_gpu_blocks=10**6, block_size=1, max_num_seqs=10**4,
+                 max_num_batched_tokens=8192, max_prefill_tokens=2500, max_model_len=4096)
+        for i in range(running):  # one-token prompts, long outputs: all running after one batch
+            s.add_request(req(1000 + i, 1, 100))
+        step(s)
+        assert len(s.running) == running
+        for i in range(3):
+            s.add_request(req(i, 1000, 10))
+        tokens, *_ = step(s)
+        assert sum(1 for k, n in tokens.items() if n == 1000) == admitted
+        assert sum(1 for n in tokens.values() if n == 1) == running  # every running request decoded
 
 
 def test_prefill_first_admission_reserves_and_decode_oom_retracts():

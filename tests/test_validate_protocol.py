@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from sim.errors import ConfigError
-from sim.validate.rows import (ValidateOptions, aic_deploy_overrides, row_overrides, row_phase_spread, simulate_row,
-                          warmup_per_client)
+from sim.validate.rows import (AIC_SGLANG_MIXED_SCHEDULER, ValidateOptions, aic_deploy_overrides,
+                              aic_sglang_mixed_chunk, row_overrides, row_phase_spread, simulate_row,
+                              warmup_per_client)
 
 from tests.test_validate import GPU, MODEL
 
@@ -19,12 +20,28 @@ ROW = {"backend": "vllm", "model_path": MODEL, "system": GPU, "precision": "", "
 
 def test_aic_deploy_budgets():
     # C + isl + 1500; TensorRT-LLM rounded up to a multiple of 32; SGLang caps a prefill batch at isl + 1500
-    # and mixes the running decodes into it (enable_mixed_chunk: the chunked schedule).
+    # and mixes the running decodes into it (enable_mixed_chunk: AIC_SGLANG_MIXED_SCHEDULER, chunked for now).
     assert aic_deploy_overrides("vllm", 1024, 8) == {"max_num_batched_tokens": 2532, "max_num_seqs": 8}
     assert aic_deploy_overrides("trtllm", 1024, 8) == {"max_num_batched_tokens": 2560, "max_num_seqs": 8}
     assert aic_deploy_overrides("trtllm", 1028, 4) == {"max_num_batched_tokens": 2560, "max_num_seqs": 4}
     assert aic_deploy_overrides("sglang", 4096, 64) == {"max_prefill_tokens": 5596, "max_num_seqs": 64,
-                                                        "scheduler": "chunked"}
+                                                        "scheduler": AIC_SGLANG_MIXED_SCHEDULER}
+
+
+def test_aic_sglang_mixed_chunk_by_release():
+    # aiconfigurator's generator wrote --enable-mixed-chunk from 2026-01-19 (PRs #257/#258); the
+    # SGLang 0.5.6.post2 template (2026-01-23) always had it, the 0.5.1.post1 rows ran without it.
+    assert aic_sglang_mixed_chunk("0.5.6.post2") and aic_sglang_mixed_chunk("0.5.8.post1")
+    assert aic_sglang_mixed_chunk(None)  # release not recorded: the generator as it is now
+    assert not aic_sglang_mixed_chunk("0.5.1.post1") and not aic_sglang_mixed_chunk("0.5.4.post3")
+    assert aic_deploy_overrides("sglang", 1000, 16, "0.5.1.post1") == {
+        "max_prefill_tokens": 2500, "max_num_seqs": 16, "scheduler": "prefill_first"}
+    assert aic_deploy_overrides("sglang", 1000, 16, "0.5.6.post2")["scheduler"] == AIC_SGLANG_MIXED_SCHEDULER
+    # a dense-table row reaches it through its backend_version
+    row = {**ROW, "backend": "sglang", "backend_version": "0.5.1.post1"}
+    assert row_overrides(row, ValidateOptions(protocol="aic"))["scheduler"] == "prefill_first"
+    assert row_overrides({**row, "backend_version": "0.5.6.post2"},
+                         ValidateOptions(protocol="aic"))["scheduler"] == AIC_SGLANG_MIXED_SCHEDULER
 
 
 def test_protocol_row_overrides():

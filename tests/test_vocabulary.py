@@ -176,7 +176,8 @@ def test_conflicting_spellings_in_one_yaml_file(tmp_path):
     ({"engine": "trtllm", "mem_fraction_static": 0.8}, "kv_memory_rule 'free_fraction'"),
     ({"free_gpu_memory_fraction": 0.9}, "add --engine trtllm"),
     ({"engine": "vllm", "chunked_prefill_size": 4096}, "only where scheduler is prefill_first or "
-                                                       "prefill_first_whole, but this config has scheduler 'chunked'"),
+                                                       "prefill_first_whole or prefill_first_mixed, but this config "
+                                                       "has scheduler 'chunked'"),
 ])
 def test_alias_with_another_meaning_here_is_refused(tmp_path, entries, needle):
     with pytest.raises(ConfigError, match=re.escape(needle)):

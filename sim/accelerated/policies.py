@@ -23,7 +23,9 @@ Per policy (:func:`decode_runs_for`):
   runs need an empty queue (or the seat limit binding). On an
   overlap-scheduled replica (the SGLang preset) its spans take arrivals in
   through prefill-only steps (:meth:`PrefillFirstRuns.pause_admissions`,
-  :mod:`sim.accelerated.prefill_span`).
+  :mod:`sim.accelerated.prefill_span`). ``prefill_first_mixed`` (SGLang
+  ``--enable-mixed-chunk``) is not served: its prefill batches also decode,
+  which those spans do not reproduce; it runs in the reference mode.
 
 On an overlap-scheduled replica, the only one in open loop, ``ChunkedRuns``
 spans also take arrivals in a step late and may go on with a blocked waiting

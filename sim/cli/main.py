@@ -72,7 +72,7 @@ def run(
     config: Optional[Path] = typer.Argument(None, help="YAML config file (flat vLLM-named keys; see README)."),
     model: Optional[str] = typer.Option(None, help="Model preset or HF id (e.g. llama-3.1-8b) or path to config.json."),
     hardware: Optional[str] = typer.Option(None, help="Hardware profile name (e.g. h100_sxm) or path to a profile YAML."),
-    scheduler: Optional[str] = typer.Option(None, help="Batching mode: static, continuous, chunked, mixed, prefill_first, prefill_first_whole (or a registered one)."),
+    scheduler: Optional[str] = typer.Option(None, help="Batching mode: static, continuous, chunked, mixed, prefill_first, prefill_first_whole, prefill_first_mixed (or a registered one)."),
     workload: Optional[str] = typer.Option(None, help="Built-in workload name or workload YAML path (default: 'default')."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
     seed: Optional[int] = typer.Option(None, help="Seed of the run (arrivals, lengths, router)."),

@@ -56,6 +56,9 @@ RETRACT_DECODE_STEPS = 20
 class PrefillFirstScheduler(Scheduler):
     name = "prefill_first"
     chunked_prefill = True
+    #: SGLang ``--enable-mixed-chunk``: a prefill batch also decodes the running requests
+    #: (:class:`MixedChunkPrefillFirstScheduler`)
+    mixed_chunk = False
 
     def __init__(self, limits, kv) -> None:
         super().__init__(limits, kv)
@@ -104,6 +107,19 @@ class PrefillFirstScheduler(Scheduler):
         cur_offset = 0  # cur_rem_token_offset: tokens this batch allocates now
         rem_chunk = lim.max_num_batched_tokens if self.chunked_prefill else None
         rem_input = lim.max_prefill_tokens or lim.max_num_batched_tokens
+        decodes: list[Request] = []
+        if self.mixed_chunk and self.chunked_prefill:
+            # PrefillAdder(mixed_with_decode_tokens=running_bs): the running decodes'
+            # tokens come off the input and chunk budgets and count as allocated
+            decodes = [r for r in running if r is not chunked]
+            if decodes and self._decode_blocks_needed(decodes) > kv.num_free_blocks:
+                return False  # no room to decode them all: the decode step retracts
+            m = len(decodes)
+            offset += m
+            cur_offset += m
+            rem_input -= m
+            if rem_chunk is not None:
+                rem_chunk -= m
         new_chunked = None
         if chunked is not None:  # add_chunked_req: always first, no admission check
             n = chunked.num_tokens - chunked.num_computed_tokens
@@ -153,6 +169,11 @@ class PrefillFirstScheduler(Scheduler):
                 new_chunked = req
                 break
         self.chunked_req = new_chunked
+        if decodes and out.scheduled:  # ScheduleBatch.mix_with_running: one token each
+            for req in decodes:
+                if kv.allocate_slots(req, 1) is None:
+                    raise RuntimeError("prefill_first (mixed chunk): decode allocation failed after the check")
+                self._add_scheduled(out, req, 1)
         return bool(out.scheduled)
 
     def _schedule_decode(self, out: SchedulerOutput) -> None:
@@ -213,3 +234,27 @@ class WholePrefillFirstScheduler(PrefillFirstScheduler):
     may exceed it)."""
     name = "prefill_first_whole"
     chunked_prefill = False
+
+
+class MixedChunkPrefillFirstScheduler(PrefillFirstScheduler):
+    """``scheduler: prefill_first_mixed`` — SGLang with ``--enable-mixed-chunk``
+    (chunked prefill on): as ``prefill_first``, but a prefill batch also carries
+    one decode token of every running request (the request mid-chunk excepted),
+    so admissions no longer stall the running requests. SGLang 0.5.x
+    (``python/sglang/srt/managers/scheduler.py::get_new_batch_prefill``):
+    ``is_mixed_chunk = chunked_prefill_size is not None and enable_mixed_chunk``;
+    the ``PrefillAdder`` gets ``mixed_with_decode_tokens = running_bs``, which
+    it takes off ``rem_input_tokens`` (``max_prefill_tokens``) and
+    ``rem_chunk_tokens`` (``chunked_prefill_size``) and adds to both token
+    offsets (``schedule_policy.py::PrefillAdder.__init__``); the new batch is
+    then ``mix_with_running(running_batch)`` (``ForwardMode.MIXED``). So with
+    ``max_prefill_tokens`` = isl + 1500 (aiconfigurator's generated agg
+    deployment) and B running requests a step admits one prompt, a second
+    only if it is shorter than 1500 − B − isl tokens.
+
+    When the free KV cannot hold one more token for every running request no
+    prefill batch is formed (the decode step then retracts; SGLang's mixed path
+    does not check). ``new_token_ratio`` decays on decode-only steps, as in
+    SGLang."""
+    name = "prefill_first_mixed"
+    mixed_chunk = True

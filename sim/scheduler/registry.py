@@ -21,7 +21,8 @@ from sim.scheduler.base import Scheduler, SchedulerLimits
 from sim.scheduler.chunked import ChunkedPrefillScheduler
 from sim.scheduler.continuous import ContinuousBatchingScheduler
 from sim.scheduler.mixed import MixedBatchingScheduler
-from sim.scheduler.prefill_first import PrefillFirstScheduler, WholePrefillFirstScheduler
+from sim.scheduler.prefill_first import (MixedChunkPrefillFirstScheduler, PrefillFirstScheduler,
+                                         WholePrefillFirstScheduler)
 from sim.scheduler.static import StaticBatchingScheduler
 
 _REGISTRY: dict[str, type[Scheduler]] = {
@@ -31,6 +32,7 @@ _REGISTRY: dict[str, type[Scheduler]] = {
     "mixed": MixedBatchingScheduler,
     "prefill_first": PrefillFirstScheduler,
     "prefill_first_whole": WholePrefillFirstScheduler,
+    "prefill_first_mixed": MixedChunkPrefillFirstScheduler,
 }
 _entry_points_loaded = False
 

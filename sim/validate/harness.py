@@ -307,7 +307,8 @@ HARNESSES: dict[str, Harness] = {h.name: h for h in (
         "ai-dynamo/aiconfigurator src/aiconfigurator/eval/benchmarks/bench_serving_runner.py (--num-prompts "
         "10·C, --max-concurrency C, --warmup-requests 0, request rate inf); generator "
         "src/aiconfigurator/generator/rule_plugin/{vllm,trtllm,sglang}.rule (agg max_num_tokens = C + isl "
-        "+ 1500, max_batch_size C; SGLang max_prefill_tokens isl + 1500, enable_mixed_chunk)",
+        "+ 1500, max_batch_size C; SGLang max_prefill_tokens isl + 1500, enable_mixed_chunk from SGLang 0.5.6: "
+        "sim/validate/rows.py aic_sglang_mixed_chunk)",
         prompts_per_client=10, warmup_per_client=0, deployment="aic_generator"),
     Harness(
         "vllm-bench-serve", "vllm bench serve with its documented defaults: 1000 prompts, no warm-up, "

@@ -36,7 +36,8 @@ Each row is simulated as it was run (:func:`row_overrides`):
     and ``rule_plugin/benchmark/*.rule``): vLLM ``max_num_batched_tokens`` =
     C + isl + 1500, TensorRT-LLM ``max_num_tokens`` = C + isl + 1500 rounded
     up to 32 (``tokens_per_block``), SGLang ``max_prefill_tokens`` = isl +
-    1500; ``max_num_seqs`` (``max_batch_size``) = C. With these token
+    1500; ``max_num_seqs`` (``max_batch_size``) = C; SGLang 0.5.6+ with
+    ``--enable-mixed-chunk`` (:func:`aic_sglang_mixed_chunk`). With these token
     budgets one step prefills about one prompt, so a burst of C requests is
     prefilled over about C steps instead of one (:func:`aic_deploy_overrides`);
   * the client sends ``requests_per_client``·C requests at fixed concurrency
@@ -116,6 +117,19 @@ PROTOCOLS = tuple(HARNESSES)
 AIC_BUDGET_EXTRA_TOKENS = 1500
 #: aiconfigurator generator: TensorRT-LLM ``tokens_per_block`` (max_num_tokens is a multiple).
 AIC_TRTLLM_TOKENS_PER_BLOCK = 32
+#: aiconfigurator generator: the first SGLang release whose deployment carries ``--enable-mixed-chunk``
+#: (:func:`aic_sglang_mixed_chunk`)
+AIC_SGLANG_MIXED_CHUNK_FROM = "0.5.6"
+#: the schedule simulated for an ``aic`` SGLang deployment with ``--enable-mixed-chunk``. SGLang's own is
+#: ``prefill_first_mixed`` (PrefillAdder with the running decodes taken off ``max_prefill_tokens``:
+#: one admission a step at isl + 1500). It is not used yet: on the 0.5.6.post2 rows (Llama-3.1-8B,
+#: H200, up to 512 clients) it admits too few prompts a step for the measured throughput at 176-448
+#: clients and osl 100 (TTFT 2-3x over), and with the fitted per-token frontend FIFO it backs up at 512
+#: clients (leave-one-model-out TTFT 178.8 % against 77.2 % with ``chunked``;
+#: reports/validation/sglang_mixed_chunk.md). What the model misses there is on the streaming side
+#: (measured TPOT ~30 ms at every TP at 512 clients), not the schedule; until that is modelled the
+#: earlier approximation stays: every running decode plus prefill chunks within the chunk budget.
+AIC_SGLANG_MIXED_SCHEDULER = "chunked"
 REQUIRED_COLUMNS = ("backend", "model_path", "system", "isl", "osl", "concurrency", "tp_size",
                     "silicon_ttft_ms", "silicon_tpot_ms")
 NUMERIC_COLUMNS = ("isl", "osl", "concurrency", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms")
@@ -248,19 +262,45 @@ def warmup_per_client(opts: ValidateOptions, harness: Harness | None = None) -> 
     return (harness or row_harness({}, opts)).simulated_warmup_per_client()
 
 
-def aic_deploy_overrides(engine: str, isl: int, concurrency: int) -> dict[str, Any]:
+def aic_sglang_mixed_chunk(version: str | None) -> bool:
+    """Whether aiconfigurator's generated SGLang agg deployment of release
+    ``version`` runs ``--enable-mixed-chunk``: from :data:`AIC_SGLANG_MIXED_CHUNK_FROM`
+    on (and when the release is not recorded), not before.
+
+    The generator's SGLang agg rule gained ``enable_mixed_chunk = true`` on
+    2026-01-19 (ai-dynamo/aiconfigurator PR #257, commit fa895ff, which wrote
+    the flag as ``--enable-mix-chunk``, not an SGLang argument; PR #258, commit
+    07a3779, the same day, made it ``--enable-mixed-chunk`` in
+    ``rule_plugin/sglang.rule``, ``backend_config_mapping.yaml`` and the
+    ``backend_templates/sglang/cli_args.*.j2`` templates). The templates of
+    SGLang 0.5.1.post1, 0.5.3.post2 and 0.5.4.post3 date from 2025-12-04
+    (PR #144) and emitted no mixed-chunk flag before that; the 0.5.6.post2
+    template (Dynamo 0.8.0, PR #265, 2026-01-23) was written with it. So a
+    0.5.6+ deployment always mixed; an older release's rows are read as
+    measured on the deployment of their release's time (SGLang's default
+    schedule: prefill batches stall the decodes). This is an inference about
+    when those rows were measured (the table records no date); it is checked
+    against the 0.5.1.post1 rows in reports/validation/sglang_mixed_chunk.md."""
+    from sim.presets.versions import parse_version
+
+    pv = parse_version(version) if version else None
+    return pv is None or pv >= parse_version(AIC_SGLANG_MIXED_CHUNK_FROM)  # type: ignore[operator]
+
+
+def aic_deploy_overrides(engine: str, isl: int, concurrency: int, version: str | None = None) -> dict[str, Any]:
     """Engine limits of aiconfigurator's generated agg deployment at batch
-    size ``concurrency`` (module docstring): token budget and max batch."""
+    size ``concurrency`` (module docstring): token budget and max batch; for
+    SGLang of release ``version`` also its schedule (:func:`aic_sglang_mixed_chunk`)."""
     budget = concurrency + isl + AIC_BUDGET_EXTRA_TOKENS
     if engine == "sglang":
-        # The generator's SGLang agg rule also sets ``enable_mixed_chunk = true``
-        # (rule_plugin/sglang.rule, "agg enable_mixed_chunk = true"): SGLang then
-        # mixes the running decodes into each prefill batch (``--enable-mixed-chunk``,
-        # ``ScheduleBatch.mix_with_running``) instead of stalling them for the
-        # prefill step. ``chunked`` is that schedule: every running decode plus
-        # prefill chunks within one token budget (SGLang's chunked_prefill_size).
+        # ``max_prefill_tokens`` = isl + 1500 (rule_plugin/sglang.rule); the generator sets no
+        # ``chunked-prefill-size``, so SGLang's default chunk applies. With
+        # ``--enable-mixed-chunk`` a prefill batch also decodes the running requests
+        # (:data:`AIC_SGLANG_MIXED_SCHEDULER`); without it, SGLang's default schedule
+        # (``prefill_first``: prefill batches stall the decodes).
+        sched = AIC_SGLANG_MIXED_SCHEDULER if aic_sglang_mixed_chunk(version) else "prefill_first"
         return {"max_prefill_tokens": isl + AIC_BUDGET_EXTRA_TOKENS, "max_num_seqs": concurrency,
-                "scheduler": "chunked"}
+                "scheduler": sched}
     if engine == "trtllm":
         b = AIC_TRTLLM_TOKENS_PER_BLOCK
         return {"max_num_batched_tokens": -(-budget // b) * b, "max_num_seqs": concurrency}
@@ -320,7 +360,7 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
         # a Dynamo release read as the engine release it ships (row_engine_version)
         ov["engine_version"] = row_engine_version(row)
     if h.deployment == "aic_generator":
-        ov.update(aic_deploy_overrides(engine, isl, conc))
+        ov.update(aic_deploy_overrides(engine, isl, conc, row_engine_version(row) or None))
     if h.max_num_seqs_from:
         try:
             b = float(row.get(h.max_num_seqs_from))
