@@ -77,10 +77,12 @@ def _plain_attention(df: pd.DataFrame) -> pd.DataFrame:
     return df[keep]
 
 
-def family_rows(directory: str | Path, engine: str | None = None) -> dict[str, FamilyRows]:
+def family_rows(directory: str | Path, engine: str | None = None,
+                kinds: tuple[str, ...] | None = None) -> dict[str, FamilyRows]:
     """Every family with rows in ``directory`` (raises if there is none); of a
     folder holding several engines' kernels, ``engine``'s (see
-    :func:`calibration.tables.find_tables`)."""
+    :func:`calibration.tables.find_tables`); ``kinds``: only tables of these kinds
+    (``calibration.tables.READERS`` keys; the others are not read)."""
     out: dict[str, FamilyRows] = {}
 
     def add(family: str, rows: pd.DataFrame, source: str) -> None:
@@ -94,6 +96,8 @@ def family_rows(directory: str | Path, engine: str | None = None) -> dict[str, F
 
     unmodelled: list[str] = []  # tables whose GEMM dtypes are none servesim models (named if nothing is left)
     for kind, path in find_tables(directory, engine):
+        if kinds is not None and kind not in kinds:
+            continue
         df = READERS[kind](path)
         if kind == "gemm":
             fam = df["gemm_dtype"].astype(str).map(GEMM_DTYPE_FAMILY)

@@ -80,6 +80,7 @@ def build_efficiency(fits: dict[str, FitResult], base: HardwareProfile, *,
     return FittedEfficiency(form="fitted_v1", step_overhead_s=fallback.step_overhead_s, gemm=gemm,
                             elementwise=elementwise, moe=moe, mla=fallback.mla, gdn=fallback.gdn,
                             custom_all_reduce=fallback.custom_all_reduce, mla_engines=fallback.mla_engines,
+                            moe_engines=fallback.moe_engines,
                             **pick)
 
 

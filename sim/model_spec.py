@@ -184,6 +184,12 @@ class ModelSpec:
     num_experts_per_tok: int = 0
     moe_intermediate_size: int = 0
     qk_norm: bool = False
+    #: QK-norm over all heads of q and of k together (MiniMax-M2 ``qk_norm_type: per_layer``),
+    #: not per head: with TP each rank holds some heads, so the ranks all-reduce the squared
+    #: means, one all-reduce of 2 fp32 values per token per attention layer (vLLM
+    #: ``MiniMaxText01RMSNormTP.forward_qk``, ``layers/mamba/linear_attn.py``, used by
+    #: ``models/minimax_m2.py``; github.com/vllm-project/vllm)
+    qk_norm_across_heads: bool = False
     attention_bias: bool = False
     dtype: str = "bfloat16"
     quantization: str | None = None
@@ -379,8 +385,9 @@ class ModelSpec:
         if self.is_mla:
             total += n_att * (self.q_lora_rank + self.kv_lora_rank)
         else:
-            if self.qk_norm:
-                total += n_att * 2 * self.head_dim
+            if self.qk_norm:  # across heads (MiniMax-M2): one weight per q and k channel
+                total += n_att * ((self.q_size + self.kv_size) if self.qk_norm_across_heads
+                                  else 2 * self.head_dim)
             if self.attention_bias:
                 total += n_att * (self.q_size + 2 * self.kv_size)
             if self.attention_sinks:
@@ -439,7 +446,8 @@ class ModelSpec:
         these in its quantized linear methods; lm_head is excluded by FP8/NVFP4
         checkpoints, e.g. nvidia/Llama-3.1-70B-Instruct-FP8 hf_quant_config)."""
         L, h = self.num_hidden_layers, self.hidden_size
-        per_layer = 2 * h + (2 * self.head_dim if self.qk_norm else 0)
+        per_layer = 2 * h + (((self.q_size + self.kv_size) if self.qk_norm_across_heads else 2 * self.head_dim)
+                             if self.qk_norm else 0)
         if self.attention_bias:
             per_layer += self.q_size + 2 * self.kv_size
         per_layer += h * self.num_experts  # router
@@ -771,6 +779,8 @@ class HFConfig(BaseModel):
     layer_types: list[str] | None = None
     attention_chunk_size: _Count | None = None
     attn_output_gate: bool | None = None
+    use_qk_norm: bool | None = None      # MiniMax-M2's QK-norm switch
+    qk_norm_type: Literal["per_layer", "per_head"] | None = None  # MiniMax-M2: per_layer = over all heads
     # Gated DeltaNet (linear_attention layers)
     linear_num_key_heads: _Dim | None = None
     linear_num_value_heads: _Dim | None = None
@@ -1005,7 +1015,9 @@ def _parse_hf_config(cfg: dict[str, Any], source: str) -> dict[str, Any]:
         tie_word_embeddings=bool(hf.tie_word_embeddings),
         num_experts=num_experts, num_experts_per_tok=top_k if num_experts else 0,
         moe_intermediate_size=moe_width,
-        qk_norm=model_type in ("qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text", "qwen3_5_text"),
+        qk_norm=(model_type in ("qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text", "qwen3_5_text")
+                 or bool(hf.use_qk_norm)),
+        qk_norm_across_heads=bool(hf.use_qk_norm) and hf.qk_norm_type == "per_layer",
         attention_bias=(hf.attention_bias if hf.attention_bias is not None
                         else model_type in ("qwen2", "qwen2_moe")),
         dtype=dtype, quantization=quant,

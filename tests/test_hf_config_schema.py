@@ -153,7 +153,8 @@ def test_cli_names_file_field_value(tmp_path):
 #: (MLA, gpt-oss and Qwen3.5, refused before issue #20, are modelled since: their values
 #: are those of sim/model_spec.py at that change, checked by hand in tests/test_model_kinds.py)
 REAL = {
-    "MiniMaxAI--MiniMax-M2.5_config.json": (253952, 230023160832, "fp8_block"),
+    # + its q/k RMSNorm weights over all heads (qk_norm_type per_layer): 62 x (6144 + 1024) x 2 B
+    "MiniMaxAI--MiniMax-M2.5_config.json": (253952, 230023160832 + 62 * (6144 + 1024) * 2, "fp8_block"),
     "Qwen--Qwen3-0.6B_config.json": (114688, 1192099840, None),
     "Qwen--Qwen3-235B-A22B-FP8_config.json": (192512, 236445455360, "fp8_block"),
     "Qwen--Qwen3-235B-A22B_config.json": (192512, 470187269120, None),
@@ -213,7 +214,8 @@ PRESETS = {
     "deepseek-v3": (70272, 675197365936, 671026404352),
     "gpt-oss-120b": (73728, 65168972928, 116789235264),  # 116.8 B
     "gpt-oss-20b": (49152, 13747853952, 20908051776),  # 20.9 B
-    "minimax-m2.5": (253952, 230023160832, 228689304576),  # 228.7 B
+    # 228.7 B; + the q/k norm weights over all heads: 62 x (6144 + 1024) parameters in bf16
+    "minimax-m2.5": (253952, 230023160832 + 62 * 7168 * 2, 228689304576 + 62 * 7168),
     "qwen3-235b-a22b": (192512, 470187269120, 235093634560),  # 235.1 B
     "qwen3.5-397b-a17b": (30720, 792692209152, 396346104576),  # 396.3 B; 15 full-attention layers hold KV
 }

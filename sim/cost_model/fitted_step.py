@@ -115,20 +115,22 @@ def moe_backend_family(eff: FittedEfficiency, backend: str | None, weight_format
 class FittedMoe:
     """Router GEMM + the routed experts over all layers. Where the profile has a
     fused-MoE kernel for the experts' weight format (``fitted_v1`` ``moe``
-    section, fitted to the engines' fused-MoE tables) the experts are one such
-    layer (``fitted.moe_fitted_s``); otherwise grouped expert GEMMs w13 and w2 of
-    the GEMM family: the T x top_k routed rows are spread over the expected
+    section, fitted to the engines' fused-MoE tables; ``engine``'s own fit where
+    ``moe_engines`` lists it) the experts are one such layer (``fitted.moe_fitted_s``);
+    otherwise grouped expert GEMMs w13 and w2 of the GEMM family: the T x top_k routed rows are spread over the expected
     number of distinct experts hit (uniform routing), each expert's rows padded
     to the kernel's row block (:data:`MOE_SMALL_BLOCK_M` while T <= E, else the
     GEMM family's tile)."""
 
     def __init__(self, router: FittedGemm, w13: FittedGemm, w2: FittedGemm, num_experts: int,
-                 top_k: int, moe_backend: str | None = None, kernel_prec: GemmPrecision | None = None) -> None:
+                 top_k: int, moe_backend: str | None = None, kernel_prec: GemmPrecision | None = None,
+                 engine: str | None = None) -> None:
         self.router, self.w13, self.w2, self.E, self.k = router, w13, w2, num_experts, top_k
         # the fused kernel of the weight format, or the one ``moe_backend`` selects (MOE_BACKENDS):
         # the weights keep their own format's bytes, the math runs at the kernel's precision
-        # (``kernel_prec``: its peak and activation bytes; Marlin: 16-bit activations)
-        self.fused = w13.eff.moe.get(moe_backend_family(w13.eff, moe_backend, w13.prec.quantization))
+        # (``kernel_prec``: its peak and activation bytes; Marlin: 16-bit activations); the
+        # engine's own fit of that kernel family where the profile has one (``moe_engines``)
+        self.fused = w13.eff.moe_for(engine).get(moe_backend_family(w13.eff, moe_backend, w13.prec.quantization))
         self.kernel_prec = kernel_prec if moe_backend is not None else None
         self.ep = 1.0  #: expert-parallel size: the rank holds E / ep experts, gets T top_k / ep rows
         #: how rows spread over experts (``fitted.MOE_ROUTINGS``): uniform when serving;
@@ -195,9 +197,11 @@ class FittedAllReduce:
     nodes the custom kernels do not apply (they need peer access to every GPU)."""
 
     def __init__(self, eff: FittedEfficiency, hw: HardwareProfile, hidden: int, tp: int,
-                 count: int) -> None:
+                 count: int, bytes_per_tok: float | None = None) -> None:
         p = eff.all_reduce
-        self.count, self.bytes_per_tok = count, hidden * ACT_BYTES
+        # bytes per token of one call: ``hidden`` bf16 activations unless given
+        self.count = count
+        self.bytes_per_tok = hidden * ACT_BYTES if bytes_per_tok is None else bytes_per_tok
         self.hw, self.tp_all = hw, tp
         self.multi_node = hw.tensor_parallel_nodes(tp) > 1
         tp = tp // hw.tensor_parallel_nodes(tp)  # the NVLink part runs inside one domain
@@ -228,6 +232,21 @@ class FittedAllReduce:
         if self.multi_node:
             t += inter_node_all_reduce_s(self.hw, self.tp_all, b)
         return self.count * t
+
+
+class AllReduceSum:
+    """Several kinds of all-reduce per step (:class:`FittedAllReduce` each, in order),
+    summed: the layers' activations and, for models whose QK-norm spans all heads
+    (``ModelSpec.qk_norm_across_heads``), the norm's squared means."""
+
+    def __init__(self, *parts: FittedAllReduce) -> None:
+        self.parts = parts
+
+    def __call__(self, T):
+        total = self.parts[0](T)
+        for p in self.parts[1:]:
+            total = total + p(T)
+        return total
 
 
 class FittedAttention:

@@ -243,7 +243,8 @@ class ParallelMoe:
     :class:`~sim.cost_model.step.CostModel` as ``routed_experts``."""
 
     def __init__(self, model: ModelSpec, hw: HardwareProfile, layout: ParallelLayout,
-                 quantization: str | None = None, workload_distribution: str = "uniform") -> None:
+                 quantization: str | None = None, workload_distribution: str = "uniform",
+                 engine: str | None = None) -> None:
         self.model, self.hw, self.layout = model, hw, layout
         self.workload_distribution = workload_distribution  # sim.cost_model.moe.WORKLOAD_DISTRIBUTIONS
         L = model.num_moe_layers
@@ -264,8 +265,9 @@ class ParallelMoe:
             # the fused-MoE kernel of the experts' weight format (fitted_v1 ``moe``), as
             # FittedMoe times tensor-sharded experts: the engines run the same fused kernel
             # on an EP rank's local experts (vLLM FusedMoE with expert_map; SGLang / TRT-LLM
-            # EP MoE), whose routing, align/sort and un-permute kernels grouped GEMMs miss
-            self._fused = eff.moe.get(prec.quantization)
+            # EP MoE), whose routing, align/sort and un-permute kernels grouped GEMMs miss;
+            # ``engine``'s own fit of it where the profile has one (``moe_engines``)
+            self._fused = eff.moe_for(engine).get(prec.quantization)
             self._moe_args = (h, im, prec.peak_flops_per_s, bw, prec.weight_bytes,
                               prec.act_quant_bytes if prec.act_quant_bytes > 0 else ACT_BYTES)
         else:

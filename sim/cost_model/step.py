@@ -21,7 +21,7 @@ from sim.cost_model.count_table import CountTable
 from sim.cost_model.decode_clock import DecodeClock
 from sim.cost_model.operators import (ATTENTION_IMPLS, ATTENTION_KERNELS, attention_cost,
                                       attention_peak_flops, gemm_cost)
-from sim.cost_model.fitted_step import (FittedAllReduce, FittedAttention, FittedGemm,
+from sim.cost_model.fitted_step import (AllReduceSum, FittedAllReduce, FittedAttention, FittedGemm,
                                         FittedMoe, inter_node_all_reduce_s, moe_backend_family)
 from sim.cost_model.layer_kinds import GatedDeltaNet, MlaAttention, SlidingAttention
 from sim.cost_model.moe import expected_experts_touched, max_rank_load, parse_workload_distribution
@@ -37,6 +37,9 @@ OP_NAMES_DENSE = ("qkv_proj", "attention", "o_proj", "ffn", "norms_elementwise",
 OP_NAMES_MOE = tuple("moe_experts" if o == "ffn" else o for o in OP_NAMES_DENSE)
 
 
+#: bytes per token of the QK-norm all-reduce of a model whose q/k RMSNorm spans all heads
+#: (``ModelSpec.qk_norm_across_heads``): the q and k squared means, 2 fp32 values
+QK_NORM_ALL_REDUCE_BYTES = 8.0
 _LIST_MAX = 64  # batches up to this many sequences given as lists are summed in Python
 PY_RUN_MAX_STEPS = 40  # decode runs timed first in parts of this many steps (most runs end sooner)
 
@@ -119,7 +122,8 @@ class CostModel:
     format whatever the backend (grouped GEMMs where the profile has none), scalar
     profiles as grouped GEMMs. ``engine`` (a preset name): kernels
     that differ by engine and were fitted per engine take that engine's fit
-    (MLA: ``fitted_v1`` ``mla_engines``); None or an engine without one, the default.
+    (MLA: ``fitted_v1`` ``mla_engines``; fused MoE: ``moe_engines``); None or an engine
+    without one, the default.
     ``workload_distribution`` (:data:`~sim.cost_model.moe.WORKLOAD_DISTRIBUTIONS`):
     how the routed rows spread over the experts (uniform random by default).
     """
@@ -195,7 +199,7 @@ class CostModel:
                 self._moe_fitted = FittedMoe(self._router, gemm(2 * im_r, h, layers=L_moe),
                                              gemm(h, im_r, layers=L_moe),
                                              model.num_experts, model.num_experts_per_tok, moe_backend,
-                                             gemm_precision(hw, kernel) if kernel else None)
+                                             gemm_precision(hw, kernel) if kernel else None, engine=engine)
                 self._moe_fitted.routing = workload_distribution
                 if routed_experts is not None:
                     self._moe_fitted = routed_experts
@@ -248,9 +252,14 @@ class CostModel:
             self._attn_fitted = FittedAttention(eff, hw, self.heads_r, self.kv_heads_r, d,
                                                 self.kv_bytes, L_attn, attention_impl == "naive")
             self._ar_fitted = FittedAllReduce(eff, hw, h, tp, self._ar_count)
+            if tp > 1 and model.qk_norm_across_heads and L_attn:
+                # MiniMax-M2: one all-reduce of the q and k squared means (2 fp32 values per
+                # token) per attention layer (ModelSpec.qk_norm_across_heads)
+                self._ar_fitted = AllReduceSum(self._ar_fitted, FittedAllReduce(
+                    eff, hw, h, tp, L_attn, bytes_per_tok=QK_NORM_ALL_REDUCE_BYTES))
             self._t_ops = CountTable(self._t_ops_block, self._t_ops_scalar)
             self._lm_rows = CountTable(lambda m: self._lm.table(m).tolist(), self._lm)
-        else:
+        else:  # (the scalar form leaves out the QK-norm all-reduces of qk_norm_across_heads)
             nodes = hw.tensor_parallel_nodes(tp)  # beyond one NVLink domain: + the NICs (hierarchical)
             g = tp // nodes
             self._ar_per_tok = (2.0 * (g - 1) / g * h * ACT_BYTES

@@ -210,7 +210,8 @@ def _build_one(cfg: SimConfig) -> Deployment:
     cost = CostModel(
         model, hw, tensor_parallel_size=cfg.tensor_parallel_size, quantization=cfg.quantization,
         kv_cache_dtype=cfg.kv_cache_dtype, attention_impl=cfg.attention_impl,
-        routed_experts=(ParallelMoe(model, hw, layout, cfg.quantization, cfg.workload_distribution)
+        routed_experts=(ParallelMoe(model, hw, layout, cfg.quantization, cfg.workload_distribution,
+                                    engine=cfg.engine)
                         if expert_parallel else None),
         moe_backend=cfg.moe_backend, engine=cfg.engine, workload_distribution=cfg.workload_distribution,
     )
