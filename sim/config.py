@@ -151,6 +151,15 @@ class SimConfig(BaseModel):
     # count 1, a pass with prefill 1000, an idle poll 1): while only decodes run, arrivals wait
     # up to this many steps (sglang/srt/managers/scheduler_recv_skipper.py). Reference mode.
     scheduler_recv_interval: int = Field(default=1, ge=1, le=100000)
+    # TensorRT-LLM attention_dp_config (llmapi/llm_args.py AttentionDpConfig: enable_balance False,
+    # timeout_iters 50, batching_wait_iters 10; pyexecutor/py_executor.py _balance_adp_requests):
+    # with enable_balance a DP group admits new context requests only in a step where every rank
+    # has one and a free slot, holding them at most timeout_iters steps (or until a rank has no
+    # generation request); with every rank ready and generating it first waits batching_wait_iters
+    # steps (sim/engine/dp_group.py AttentionDpBalance). TensorRT-LLM with attention DP only.
+    attention_dp_enable_balance: StrictBool = False
+    attention_dp_timeout_iters: int = Field(default=50, ge=0, le=100000)
+    attention_dp_batching_wait_iters: int = Field(default=10, ge=0, le=100000)
     # Extra host time (s) of a step with prefill tokens (no CUDA graph: every kernel launched).
     eager_step_overhead_s: float = Field(default=0.0, ge=0.0, le=MAX_TIME_KEY_S)
     # Per request (s): sent → seen by the engine's scheduler (HTTP, tokenization,

@@ -22,6 +22,8 @@ max), and idle ranks run dummy forwards while any rank has work ("empty dummy
 forward passes", vLLM docs ``serving/data_parallel_deployment.md``). So every
 rank's dense GEMMs and expert dispatch run on the padded count, and the step
 lasts as long as the slowest rank (:meth:`CostModel.dp_group_step_s`).
+TensorRT-LLM does not pad (its MoE takes each rank's real count), SGLang pads
+only decode-only steps (the engine preset's ``dp_token_padding``).
 
 Routed-expert time per GPU for T (padded) tokens per attention rank, N = D x T
 tokens in the group, each routed to k of E experts (uniform routing):

@@ -30,6 +30,7 @@ from sim.hardware.efficiency import FittedEfficiency
 from sim.errors import ConfigError
 from sim.hardware.profile import HardwareProfile
 from sim.model_spec import ModelSpec, kv_cache_dtype_bytes
+from sim.presets import PRESETS
 
 OP_NAMES_DENSE = ("qkv_proj", "attention", "o_proj", "ffn", "norms_elementwise", "lm_head",
                   "tp_all_reduce", "step_overhead")
@@ -136,6 +137,9 @@ class CostModel:
         # dispatch) as a callable of T with ``table`` (sim/cost_model/parallel.py ParallelMoe);
         # None = experts tensor-sharded over the TP ranks as below
         self._routed_override = routed_experts
+        # how a DP group's ranks size the experts' tokens (the engine preset's dp_token_padding)
+        preset = PRESETS.get(engine or "vllm")
+        self.dp_token_padding = preset.dp_token_padding.value if preset is not None else "max"
         parse_workload_distribution(workload_distribution)  # ValueError naming the key
         self.workload_distribution = workload_distribution
         if attention_impl not in ATTENTION_IMPLS:
@@ -366,14 +370,36 @@ class CostModel:
     def dp_group_step_s(self, batches) -> float:
         """Step time (s) of a DP group's ranks stepping together (attention
         data parallelism, ``sim/cost_model/parallel.py``): ``batches`` = one
-        ``(num_new_tokens, num_context_tokens)`` per rank with work. Every rank
-        runs its dense layers and expert dispatch on the largest rank's token
-        count (vLLM pads to the max across DP ranks); the step lasts as long as
-        the slowest rank: max over ranks of its own attention + the linear part
-        at the padded count with its own sampled rows."""
-        T_pad = max((sum(int(x) for x in n) for n, _ in batches), default=0)
+        ``(num_new_tokens, num_context_tokens)`` per rank with work; the step
+        lasts as long as the slowest rank. How the ranks' token counts meet in
+        the experts is the engine's (``dp_token_padding``, sim/presets/):
+
+        - ``max`` (vLLM): every rank runs its dense layers and expert dispatch
+          on the largest rank's count: max over ranks of its own attention +
+          the linear part at the padded count with its own sampled rows;
+        - ``sum`` (TensorRT-LLM): each rank's attention and dense layers on its
+          own tokens, the routed experts on the group's real total N (ParallelMoe
+          at N / D per rank): max over ranks of (attention + linear part at its
+          own count without the routed part) + the routed part at N / D;
+        - ``sum_in_prefill`` (SGLang): ``sum`` in a step with prefill tokens;
+          a decode-only step pads to the largest count where that moves less
+          data (2 x sum > largest x D), else ``sum``."""
+        counts = [sum(int(x) for x in n) for n, _ in batches]
+        T_pad = max(counts, default=0)
         if T_pad == 0:
             return 0.0
+        mode = self.dp_token_padding
+        moe = self._routed_override
+        if mode != "max" and moe is not None:
+            D = moe.D
+            total = sum(counts)
+            if mode == "sum_in_prefill" and all(x <= 1 for n, _ in batches for x in n):
+                mode = "max" if 2 * total > T_pad * D else "sum"
+            if mode != "max":
+                routed = self._routed
+                own = max(self.attention_s(n, c) + self._linear_s(float(t), float(len(n))) - routed(float(t))
+                          for (n, c), t in zip(batches, counts))
+                return own + routed(total / D)
         return max(self.attention_s(n, c) + self._linear_s(float(T_pad), float(len(n))) for n, c in batches)
 
     def step_time_s(self, num_new_tokens, num_context_tokens, num_sampled: int | None = None) -> float:

@@ -72,6 +72,10 @@ def build_deployment(cfg: SimConfig) -> Deployment:
         if cfg.scheduler_recv_interval > 1:
             raise ConfigError(f"scheduler_recv_interval: {cfg.scheduler_recv_interval} is modelled for "
                               "aggregated replicas, not disaggregated pools; set it to 1 here")
+        if cfg.attention_dp_enable_balance:
+            raise ConfigError("attention_dp_enable_balance: true is modelled for aggregated DP groups, not "
+                              "disaggregated pools (a context-only pool has no generation requests to wait "
+                              "for, a generation-only pool no context requests); set it to false here")
         return _build_disaggregated(cfg)
     return _build_one(cfg)
 
@@ -166,6 +170,17 @@ def _build_one(cfg: SimConfig) -> Deployment:
         raise ConfigError(f"scheduler_recv_interval: {cfg.scheduler_recv_interval} is modelled for aggregated "
                           "replicas without attention data parallelism (SGLang's skipper counts one "
                           "scheduler's passes); set it to 1 here")
+    if cfg.attention_dp_enable_balance:
+        if (cfg.engine or "vllm") != "trtllm":
+            raise ConfigError(f"attention_dp_enable_balance: true is TensorRT-LLM's attention_dp_config; "
+                              f"engine is {cfg.engine or 'vllm'}")
+        if not layout.attention_dp:
+            raise ConfigError("attention_dp_enable_balance: true needs attention data parallelism "
+                              f"(data_parallel_size > 1 on an MoE model); data_parallel_size is "
+                              f"{cfg.data_parallel_size} on {model.name}")
+        if cfg.scheduler != "mixed":
+            raise ConfigError(f"attention_dp_enable_balance: true is modelled with scheduler: mixed "
+                              f"(whole contexts, TensorRT-LLM's default); scheduler is {cfg.scheduler!r}")
     if cfg.workload_distribution != "uniform" and not model.is_moe:
         raise ConfigError(f"workload_distribution: {cfg.workload_distribution!r} applies to MoE models; "
                           f"{model.name} has no routed experts")

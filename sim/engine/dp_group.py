@@ -5,12 +5,16 @@ A DP group (an MoE model with ``data_parallel_size`` D > 1; layout and cost in
 :class:`~sim.engine.simulation.Replica` (its own scheduler, KV-cache manager,
 waiting queue), driven by ONE SimPy process: every step, each rank with work
 runs ``schedule()``; the step lasts the group's time
-(:meth:`CostModel.dp_group_step_s`: the slowest rank, every rank padded to the
-largest token count as vLLM's ``coordinate_batch_across_dp`` does), plus the
+(:meth:`CostModel.dp_group_step_s`: the slowest rank, the ranks' tokens padded
+or not as the engine does: vLLM pads every rank to the largest count,
+``coordinate_batch_across_dp``), plus the
 CPU overheads of the rank that takes longest; then every rank that ran takes
 its outputs. Ranks with nothing scheduled run vLLM's dummy forward passes in
 the meantime (they cost no extra time: the group's step is the slowest rank's);
-they record no row. The group sleeps only when no rank has work.
+they record no row. The group sleeps only when no rank has work. With
+TensorRT-LLM's ``attention_dp_config`` ``enable_balance`` the group decides
+each step whether the ranks may admit context requests
+(:class:`AttentionDpBalance`).
 
 Routing: a request goes to a group by ``router`` (across ``num_replicas``
 groups; load = requests in flight), then to the rank with the lowest
@@ -35,15 +39,70 @@ group sleeps until a transfer or an arrival wakes it.
 from __future__ import annotations
 
 
+class AttentionDpBalance:
+    """TensorRT-LLM's attention-DP context balancing (``attention_dp_config``
+    ``enable_balance``; ``PyExecutor._balance_adp_requests`` in
+    ``tensorrt_llm/_torch/pyexecutor/py_executor.py``), decided once per group
+    step from every rank's counts (the engine all-gathers them):
+
+    - every rank has a context request to schedule and a free slot: the waiting
+      counter restarts; if every rank also has generation requests, the group
+      first holds the contexts for ``batching_wait_iters`` steps (a second
+      counter), then admits them;
+    - otherwise the contexts are held and the waiting counter advances; they
+      are admitted (counter back to 0) when it reaches ``timeout_iters`` or
+      when some rank has no generation request.
+
+    The counter advances in every group step, with or without contexts
+    waiting, as the engine's does. A rank "has a context request" here when its
+    waiting queue is not empty and it runs fewer than ``max_num_seqs`` requests
+    (the mixed scheduler's admission test; the token budget and KV blocks are
+    not checked ahead); it "has a generation request" when it runs any, or when
+    it has no request at all while another rank has (TensorRT-LLM gives such a
+    rank a dummy generation request, ``_pad_attention_dp_dummy_request``)."""
+
+    __slots__ = ("timeout_iters", "batching_wait_iters", "waiting_iters", "batching_iters")
+
+    def __init__(self, timeout_iters: int, batching_wait_iters: int) -> None:
+        self.timeout_iters = timeout_iters
+        self.batching_wait_iters = batching_wait_iters
+        self.waiting_iters = 0
+        self.batching_iters = 0
+
+    def hold(self, ranks) -> bool:
+        """Whether this group step holds every rank's context requests."""
+        scheds = [r.scheduler for r in ranks]
+        busy = [s.num_running + s.num_waiting > 0 for s in scheds]
+        any_busy = any(busy)
+        free = all(s.num_running < s.limits.max_num_seqs for s in scheds)
+        ctx = all(s.num_waiting > 0 and s.num_running < s.limits.max_num_seqs for s in scheds)
+        gen = all(s.num_running > 0 or (not b and any_busy) for s, b in zip(scheds, busy))
+        if free and ctx:
+            self.waiting_iters = 0
+            if gen and self.batching_iters < self.batching_wait_iters:
+                self.batching_iters += 1
+                return True
+            if gen:
+                self.batching_iters = 0
+            return False
+        self.waiting_iters += 1
+        if self.waiting_iters >= self.timeout_iters or not gen:
+            self.waiting_iters = 0
+            return False
+        return True
+
+
 class DPGroup:
-    """D ranks (``Replica`` objects, global indices ``index*D ..``) stepping together."""
+    """D ranks (``Replica`` objects, global indices ``index*D ..``) stepping together;
+    ``balance``: TensorRT-LLM's context balancing (:class:`AttentionDpBalance`) or None."""
 
-    __slots__ = ("index", "ranks", "wake")
+    __slots__ = ("index", "ranks", "wake", "balance")
 
-    def __init__(self, index: int, ranks: list) -> None:
+    def __init__(self, index: int, ranks: list, balance: AttentionDpBalance | None = None) -> None:
         self.index = index
         self.ranks = ranks
         self.wake = None
+        self.balance = balance
 
     @property
     def outstanding(self) -> int:
@@ -102,6 +161,7 @@ def dp_group_loop(sim, group: DPGroup):
     disagg = sim.disagg
     index = ranks[0].index  # the group's place in the order of events at one instant
     settled = -1.0
+    released = False  # the last pass held contexts and nothing ran: this one admits them
     while True:
         if settled != env.now:  # schedule() after every other event at this instant (Environment.settle)
             settled = env.now
@@ -115,12 +175,16 @@ def dp_group_loop(sim, group: DPGroup):
         ran = []  # (rep, out, new, ctx)
         blocked = False  # a rank's queue head waits for KV blocks held for transfers
         moved = False  # a rank admitted arrivals, preempted or rejected: schedule again
+        hold = group.balance.hold(ranks) if group.balance is not None and not released else False
+        released = False
         for rep in ranks:
             sched = rep.scheduler
             if not sched.has_unfinished_requests() and not rep.pending:
                 continue
             flushed = False
+            sched.hold_waiting = hold
             out = sched.schedule()
+            sched.hold_waiting = False
             if rep.pending:  # arrived during the last step: visible from the next schedule()
                 pending, rep.pending = rep.pending, []
                 for _, req in pending:
@@ -141,6 +205,9 @@ def dp_group_loop(sim, group: DPGroup):
             new, ctx = out.forward_shape()
             ran.append((rep, out, new, ctx))
         if not ran:
+            if hold:  # nothing ran while contexts were held: schedule again at once, admitting them
+                released = True
+                continue
             if blocked and not moved:  # blocks held for KV transfers come back when they end
                 yield from _sleep(env, group)
             continue

@@ -57,7 +57,7 @@ from simpy.events import NORMAL, URGENT
 
 from sim.engine.deployment import Deployment
 from sim.engine.disagg import DisaggregatedServing
-from sim.engine.dp_group import DPGroup, dp_group_loop, route_dp
+from sim.engine.dp_group import AttentionDpBalance, DPGroup, dp_group_loop, route_dp
 from sim.engine.replica import RECV_WEIGHT_DECODE, RECV_WEIGHT_IDLE, RECV_WEIGHT_OTHER, Replica
 from sim.engine.recording import Recorder
 from sim.engine.traffic import Traffic
@@ -173,7 +173,11 @@ class Simulation:
                 kv = dep.make_kv_manager()
                 self.replicas.append(Replica(i, dep.make_scheduler(kv), kv, dep))
             if D > 1:
-                self.dp_groups = [DPGroup(g, self.replicas[g * D:(g + 1) * D]) for g in range(cfg.num_replicas)]
+                self.dp_groups = [
+                    DPGroup(g, self.replicas[g * D:(g + 1) * D],
+                            AttentionDpBalance(cfg.attention_dp_timeout_iters, cfg.attention_dp_batching_wait_iters)
+                            if cfg.attention_dp_enable_balance else None)
+                    for g in range(cfg.num_replicas)]
             routed, send = self.replicas, self.send
         else:  # prefill and decode pools (sim/engine/disagg.py); the router picks a prefill worker
             if stepping is not None:

@@ -132,6 +132,10 @@ PRESET = EnginePreset(
     client_phase_spread=0.0,
     max_num_seqs_from_kv=sglang_max_running_requests,
     mla_decode_module=Default("trtllm", SGLANG_MLA_SOURCE),
+    dp_token_padding=Default("sum_in_prefill", "--enable-dp-attention: DpPaddingMode.get_dp_padding_mode "
+                                               "(python/sglang/srt/layers/dp_attention.py): SUM_LEN when "
+                                               "the batch extends (prefill), else MAX_LEN if sum x 2 > "
+                                               "max x dp_size, else SUM_LEN"),
     resolved={
         "max_num_batched_tokens": "chunked_prefill_size by GPU memory: < 20 GiB 2048, < 35 GiB 2048, "
                                   "< 60 GiB 4096, < 90 GiB 8192 (H100), < 160 GiB 8192 (H200), else 16384 "

@@ -45,4 +45,9 @@ PRESET = EnginePreset(
     fitted={"cpu_step_overhead_s": 2e-3, "cpu_seq_overhead_s": 80e-6, "frontend_latency_s": 10e-3,
             "frontend_token_s": 60e-6},
     client_phase_spread=0.02,
+    dp_token_padding=Default("sum", "attention DP: no padding across ranks; the MoE all-gathers / "
+                                    "dispatches each rank's real token count (all_rank_num_tokens): "
+                                    "compute_routed_output sets use_dp_padding = False ('max-throughput'; "
+                                    "padding only on SM120), tensorrt_llm/_torch/models/modeling_deepseekv3.py "
+                                    "and modeling_qwen3_moe.py, 1.1 on"),
 )

@@ -38,6 +38,8 @@ class Default:
 
 #: every engine's ``eager_step_overhead_s`` (the fitted host overheads are ``EnginePreset.fitted``)
 EAGER_DEFAULT = Default(0.0, EAGER_SOURCE)
+#: :attr:`EnginePreset.dp_token_padding` values
+DP_TOKEN_PADDINGS = ("max", "sum", "sum_in_prefill")
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,13 @@ class EnginePreset:
     ``mla_decode_module``: the engine whose MLA module fit (``fitted_v1`` ``mla_engines``)
     times this engine's decode-only steps of MLA layers, with its source (None: its own
     name, i.e. its own fit where the profile has one, else the default ``mla``); steps
-    with a prefill chunk take the engine's own."""
+    with a prefill chunk take the engine's own.
+    ``dp_token_padding``: how the ranks of an attention data-parallel group size
+    the routed experts' tokens in a step (:meth:`CostModel.dp_group_step_s`):
+    ``max`` (every rank padded to the largest rank's count, the whole forward),
+    ``sum`` (each rank's own tokens; the experts see the group's real total),
+    ``sum_in_prefill`` (``sum`` in a step with prefill tokens; a decode-only step
+    pads to the largest count when that moves less data, ``2 x sum > max x D``)."""
     name: str
     versions: str
     defaults: dict[str, Default]
@@ -75,3 +83,4 @@ class EnginePreset:
     resolved: dict[str, str] = field(default_factory=dict)
     max_num_seqs_from_kv: Callable[[int, int], int] | None = None
     mla_decode_module: Default | None = None
+    dp_token_padding: Default = Default("max", "vLLM's rule (sim/presets/vllm.py)")

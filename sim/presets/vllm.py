@@ -54,6 +54,9 @@ PRESET = EnginePreset(
     fitted={"cpu_step_overhead_s": 2e-3, "cpu_seq_overhead_s": 40e-6, "frontend_latency_s": 0.0,
             "frontend_token_s": 80e-6},
     client_phase_spread=0.0,
+    dp_token_padding=Default("max", "coordinate_batch_across_dp (vllm/v1/worker/dp_utils.py) all-reduces "
+                                    "the ranks' token counts and pads every rank's forward to the max "
+                                    "(num_tokens_across_dp, DPMetadata)"),
     resolved={
         "max_num_batched_tokens": "8192 on GPUs >= 70 GiB that are not A100, else 2048 "
                                   "(engine/arg_utils.py::get_batch_defaults, vllm serve)",

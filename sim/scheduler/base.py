@@ -54,6 +54,10 @@ class Scheduler:
         # until first asked for, and for the len(running) it was kept for.
         self._no_evict_headroom: int | None = None
         self._no_evict_num_running = 0
+        # Set by the engine around one schedule() call: admit nothing from the waiting
+        # queue this step (TensorRT-LLM's attention-DP balancing holds context requests,
+        # sim/engine/dp_group.py); honoured by the chunked family's admission pass.
+        self.hold_waiting = False
 
     # ------------------------------------------------------------------ intake
     def add_request(self, req: Request) -> bool:

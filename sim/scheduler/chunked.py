@@ -67,7 +67,7 @@ class ChunkedPrefillScheduler(Scheduler):
     def _schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self._schedule_running(out, self.limits.max_num_batched_tokens)
-        if not out.preempted:  # vLLM skips admission in a step that preempted
+        if not out.preempted and not self.hold_waiting:  # vLLM skips admission in a step that preempted
             self._schedule_waiting(out, budget)
         return out
 

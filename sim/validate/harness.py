@@ -116,7 +116,8 @@ class RecipeArgs:
     whose ``tp_size`` is one of ``tp`` and whose concurrency lies in
     ``concurrency`` (inclusive bounds, None = open), as recipes branch on them;
     ``source`` says where the recipe sets them; ``formulas``: keys the recipe
-    computes from the row's nominal isl, osl and concurrency (:func:`eval_formula`).
+    computes from the row's nominal isl, osl and concurrency (:func:`eval_formula`);
+    ``attention_dp``: only rows with (True) or without (False) attention DP.
     Aggregated rows only: these are single-node recipe scripts; a disaggregated
     row's pools and engine arguments come from its own recipes
     (``sim/validate/disagg_rows.py``)."""
@@ -132,6 +133,9 @@ class RecipeArgs:
     formulas: dict[str, str] = field(default_factory=dict)
     #: where the entry was read (``FILE: recipe_args[i]``), named by a formula's error on a row
     origin: str = ""
+    #: only rows with (True) or without (False) attention data parallelism (``attention_dp_size``
+    #: > 1), as recipes branch on ``DP_ATTENTION``; None = either
+    attention_dp: bool | None = None
 
     def overrides(self, row: dict) -> dict[str, Any]:
         """``args`` plus each of ``formulas`` evaluated on the row's nominal isl, osl, concurrency."""
@@ -163,6 +167,13 @@ class RecipeArgs:
             return False
         if self.tp and tp not in self.tp:
             return False
+        if self.attention_dp is not None:
+            try:
+                dp = float(_cell(row, "attention_dp_size") or "1")
+            except ValueError:
+                return False
+            if (dp > 1) != self.attention_dp:
+                return False
         lo, hi = self.concurrency
         return not ((lo is not None and not conc >= lo) or (hi is not None and not conc <= hi))
 
@@ -275,6 +286,17 @@ INFERENCEMAX_RECIPE_ARGS: tuple[RecipeArgs, ...] = (
     RecipeArgs("Qwen/Qwen3.5-397B-A17B*", ("b200_sxm", "h200_sxm"), "sglang", {"kv_cache_dtype": "fp8_e4m3"},
                "SemiAnalysisAI/InferenceX benchmarks/single_node/qwen3.5_fp8_b200.sh, qwen3.5_fp8_h200.sh, "
                "qwen3.5_fp4_b200.sh: --kv-cache-dtype fp8_e4m3 (not the bf16 recipe)", ("fp8", "nvfp4")),
+    # TensorRT-LLM attention-DP context balancing where the recipe turns attention DP on
+    RecipeArgs(DEEPSEEK, ("b200_sxm", "h200_sxm"), "trtllm",
+               {"attention_dp_enable_balance": True, "attention_dp_timeout_iters": 60,
+                "attention_dp_batching_wait_iters": 0},
+               "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp4_b200_trt.sh, dsr1_fp8_b200_trt.sh, "
+               "dsr1_fp8_h200_trt.sh (since 2026-01-22): with DP_ATTENTION=true, attention_dp_config: "
+               "batching_wait_iters 0, enable_balance true, timeout_iters 60", attention_dp=True),
+    RecipeArgs("openai/gpt-oss-*", ("b200_sxm",), "trtllm", {"attention_dp_enable_balance": True},
+               "SemiAnalysisAI/InferenceX benchmarks/single_node/gptoss_fp4_b200_trt.sh: with "
+               "DP_ATTENTION=true, attention_dp_config: enable_balance true (timeout_iters 50 and "
+               "batching_wait_iters 10, TensorRT-LLM's AttentionDpConfig defaults)", attention_dp=True),
     RecipeArgs(DEEPSEEK, ("b200_sxm", "h200_sxm"), "trtllm", {"kv_cache_dtype": "fp8"},
                "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp4_b200_trt.sh, dsr1_fp8_b200_trt.sh, "
                "dsr1_fp8_h200_trt.sh: kv_cache_config dtype: fp8"),
@@ -346,6 +368,9 @@ DEFAULT_HARNESS = "aic"
 #: campaign (glob, first match) -> harness; rows without a campaign take the default harness
 CAMPAIGN_HARNESS: dict[str, str] = {
     "aic-gap-analysis": "aic",
+    # 68 of its 76 rows repeat a 2026-03-25 / 2026-04-06 / db-dump row's TTFT to 0.01 ms (same
+    # model, GPU, engine, isl/osl, concurrency, TP): nightly-harness measurements, not aic's
+    "qwen3.5-397b-gap-analysis": "inferencemax",
     "*-gap-analysis": "aic",
     "db-dump/*": "inferencemax",
     "20[0-9][0-9]-*": "inferencemax",
@@ -368,7 +393,7 @@ YAML_KEYS = {
     "think_time_ms": "mean client think time between a response and the next send, ms, >= 0",
     "recipe_args": "list of {model: glob, systems: [glob, ...], engine, args: mapping of config keys, "
                    "source: text, quant, tp, concurrency, formulas: mapping of config keys to formulas of "
-                   "isl, osl, concurrency}",
+                   "isl, osl, concurrency, attention_dp: true | false (rows with / without attention DP)}",
 }
 
 
@@ -466,10 +491,10 @@ def _recipe_args(path: str, items: Any) -> tuple[RecipeArgs, ...]:
         if not isinstance(it, dict):
             raise ConfigError(f"{where}: must be a mapping of model, systems, engine, args, source")
         bad = [k for k in it if k not in ("model", "systems", "engine", "args", "source", "quant", "tp",
-                                          "concurrency", "formulas")]
+                                          "concurrency", "formulas", "attention_dp")]
         if bad:
             raise ConfigError(f"{where}.{bad[0]}: unknown key; valid: model, systems, engine, args, source, "
-                              "quant, tp, concurrency, formulas")
+                              "quant, tp, concurrency, formulas, attention_dp")
         model, systems, engine, args = it.get("model"), it.get("systems"), it.get("engine"), it.get("args")
         if not isinstance(model, str) or not model:
             raise ConfigError(f"{where}.model: required, a model path glob")
@@ -498,9 +523,12 @@ def _recipe_args(path: str, items: Any) -> tuple[RecipeArgs, ...]:
                 or not all(c is None or (isinstance(c, int) and not isinstance(c, bool)) for c in conc)):
             raise ConfigError(f"{where}: quant must be a list of labels, tp a list of whole numbers, "
                               f"concurrency [min, max] (null = open); got {quant!r}, {tps!r}, {conc!r}")
+        adp = it.get("attention_dp")
+        if adp is not None and not isinstance(adp, bool):
+            raise ConfigError(f"{where}.attention_dp: true, false or null (either), got {adp!r}")
         out.append(RecipeArgs(model, tuple(systems), engine, dict(args), str(it.get("source", "")),
                               tuple(q.lower() for q in quant), tuple(tps), (conc[0], conc[1]),
-                              {str(k): v for k, v in formulas.items()}, where))
+                              {str(k): v for k, v in formulas.items()}, where, adp))
     return tuple(out)
 
 

@@ -15,7 +15,8 @@ Each row is simulated as it was run (:func:`row_overrides`):
 - Harness (``sim/validate/harness.py``): how the row was measured, an input
   (never fitted): ``--harness`` for every row, else the row's ``harness``
   cell, else its ``campaign`` through the campaign map (``2026-*`` and
-  ``db-dump/*``: ``inferencemax``; ``*-gap-analysis``: ``aic``), else ``aic``.
+  ``db-dump/*``, ``qwen3.5-397b-gap-analysis``: ``inferencemax``; other
+  ``*-gap-analysis``: ``aic``), else ``aic``.
   A harness that drains its warm-up before the measured run (``inferencemax``:
   ``benchmark_serving.py`` awaits the warm-up tasks) is simulated without one:
   the measured run starts cold, its initial burst of C requests measured.
