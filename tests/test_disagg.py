@@ -131,6 +131,14 @@ def test_sglang_decode_prealloc_keeps_reserved_tokens_per_request_held():
     assert r["decode_kv_wait_ms"][1] > 0 and (r["status"] == "finished").all()
 
 
+def test_sglang_decode_prealloc_on_an_empty_rank_takes_a_prompt_that_fits():
+    # 1,000 + R 400 > 1,264 free tokens, but the rank holds nothing: admitted, not stuck
+    cfg = _cfg({"decode": {"num_gpu_blocks_override": 80}, "num_reserved_decode_tokens": 400},
+               max_model_len=1100)
+    _, r = _run(cfg, _specs([1000], [4]))
+    assert r["decode_kv_wait_ms"][0] == 0.0 and (r["status"] == "finished").all()
+
+
 def test_num_reserved_decode_tokens_defaults_to_sglangs_512_only_for_sglang():
     from sim.engine.disagg import reserved_decode_tokens
 

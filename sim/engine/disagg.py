@@ -371,7 +371,9 @@ class DisaggregatedServing:
             R = self.reserved_decode_tokens
             if R is not None:  # SGLang: prompt + R within the free KV less R per request held
                 held = len(sched.running) + self.in_transfer[j] + len(self.ready[j]) + len(sched.waiting)
-                if req.num_prompt_tokens + R > kv.num_free_blocks * kv.block_size - R * held:
+                # (an empty rank takes a prompt that fits without the R: prompt + R beyond its
+                # whole KV would otherwise wait for ever)
+                if held and req.num_prompt_tokens + R > kv.num_free_blocks * kv.block_size - R * held:
                     return
                 if kv.allocate_slots(req, req.num_prompt_tokens, has_scheduled_reqs=bool(sched.running)) is None:
                     return
