@@ -126,6 +126,13 @@ class DisaggregationConfig(BaseModel):
     #: ``None`` = the engine's: SGLang ``follow_bootstrap_room``, TensorRT-LLM
     #: ``attention_dp_balance``, else vLLM's ``dp_load_balancer`` (sim/engine/disagg.py)
     dp_rank_routing: Literal["follow_bootstrap_room", "dp_load_balancer", "attention_dp_balance"] | None = None
+    #: SGLang's ``--num-reserved-decode-tokens``: a decode server pre-allocates a
+    #: request's prompt KV only while prompt + this fits in its free KV less this many
+    #: tokens per request it already holds (``DecodePreallocQueue._allocatable_tokens``,
+    #: sim/engine/disagg.py); ``None`` = the engine's (SGLang 512; other engines do not
+    #: run this rule: vLLM's full-sequence / watermark check, TensorRT-LLM's no-evict);
+    #: a value set on another engine replaces that engine's rule with this one
+    num_reserved_decode_tokens: int | None = Field(default=None, ge=0, le=1_000_000)
 
     @model_validator(mode="before")
     @classmethod

@@ -112,6 +112,41 @@ def test_decode_side_kv_admission_waits_for_blocks():
     assert (r["status"] == "finished").all()
 
 
+def _sglang_prealloc_run(reserved: int):
+    # decode pool: 80 blocks of 16 tokens, 79 usable = 1,264 tokens; prompts 600 then 400
+    cfg = _cfg({"decode": {"num_gpu_blocks_override": 80}, "num_reserved_decode_tokens": reserved},
+               max_model_len=1100)
+    return _run(cfg, _specs([600, 400], [4, 4], arrivals=[0.0, 0.001]))
+
+
+def test_sglang_decode_prealloc_keeps_reserved_tokens_per_request_held():
+    # A: 600 + R <= 1,264 free: admitted, takes ceil(600 / 16) = 38 blocks -> 41 free = 656 tokens.
+    # B with R = 100: 400 + 100 = 500 <= 656 - 100 x 1 held = 556 -> admitted at once
+    _, r = _sglang_prealloc_run(100)
+    assert r["decode_kv_wait_ms"][1] == 0.0
+    # with R = 200: 600 > 656 - 200 = 456 -> B waits until A finishes and frees its blocks
+    _, r = _sglang_prealloc_run(200)
+    assert r["decode_kv_wait_ms"][1] == pytest.approx(
+        (r["finish_time_s"][0] - r["prefill_end_time_s"][1]) * 1e3, rel=1e-9)
+    assert r["decode_kv_wait_ms"][1] > 0 and (r["status"] == "finished").all()
+
+
+def test_sglang_decode_prealloc_on_an_empty_rank_takes_a_prompt_that_fits():
+    # 1,000 + R 400 > 1,264 free tokens, but the rank holds nothing: admitted, not stuck
+    cfg = _cfg({"decode": {"num_gpu_blocks_override": 80}, "num_reserved_decode_tokens": 400},
+               max_model_len=1100)
+    _, r = _run(cfg, _specs([1000], [4]))
+    assert r["decode_kv_wait_ms"][0] == 0.0 and (r["status"] == "finished").all()
+
+
+def test_num_reserved_decode_tokens_defaults_to_sglangs_512_only_for_sglang():
+    from sim.engine.disagg import reserved_decode_tokens
+
+    assert reserved_decode_tokens(_cfg({}, engine="sglang")) == 512  # --num-reserved-decode-tokens
+    assert reserved_decode_tokens(_cfg({}, engine="vllm")) is None
+    assert reserved_decode_tokens(_cfg({"num_reserved_decode_tokens": 64}, engine="vllm")) == 64
+
+
 def test_prefill_kv_is_held_until_the_transfer_ends():
     # a slow link: the prefill worker's blocks stay in use through the transfer
     cfg = _cfg({"kv_transfer_bandwidth_bytes_per_s": 1e7})

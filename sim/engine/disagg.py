@@ -31,7 +31,16 @@ architecture-flow; ENGINE_SEMANTICS §9):
    vLLM 0.24's full-sequence and watermark check (TensorRT-LLM's
    ``guaranteed_no_evict``: its blocks to completion must fit the headroom,
    as its capacity scheduler admits), and only while running + in-transfer
-   requests stay below ``max_num_seqs``. A request waits here
+   requests stay below ``max_num_seqs``. An SGLang decode server pre-allocates
+   instead by its ``DecodePreallocQueue``: the prompt's KV plus
+   ``num_reserved_decode_tokens`` R (``--num-reserved-decode-tokens``, default
+   512) must fit in the free KV less R for every request the server already
+   holds (running, in transfer, waiting), so each admitted request keeps room to
+   decode R tokens (sgl-project/sglang ``python/sglang/srt/disaggregation/decode.py``,
+   ``_allocatable_tokens`` / ``pop_preallocated``: ``required_tokens_for_request =
+   len(origin_input_ids) + num_reserved_decode_tokens``; its second term, one
+   request's tokens to completion less all running requests' retractable tokens, is
+   negative once a few requests run and is not modelled). A request waits here
    when the decode pool's KV is full: the *decode-KV-bound* symptom.
 5. **KV transfer** (:mod:`sim.engine.kv_transfer`): FIFO on the prefill
    worker's egress and the decode worker's ingress (SimPy resources);
@@ -111,6 +120,17 @@ DISAGG_REQUEST_COLUMNS = ("prefill_worker", "decode_worker", "prefill_end_time_s
 DP_RANK_COLUMNS = ("prefill_dp_rank", "decode_dp_rank")
 #: ``disaggregation.dp_rank_routing`` default per engine (module docstring)
 DP_RANK_ROUTING = {"sglang": "follow_bootstrap_room", "trtllm": "attention_dp_balance"}
+#: ``disaggregation.num_reserved_decode_tokens`` default per engine: SGLang's
+#: ``--num-reserved-decode-tokens`` 512 (``server_args.py``; module docstring, step 4)
+RESERVED_DECODE_TOKENS = {"sglang": 512}
+
+
+def reserved_decode_tokens(cfg) -> int | None:
+    """``disaggregation.num_reserved_decode_tokens`` of a run, else its engine's
+    default (:data:`RESERVED_DECODE_TOKENS`); None: the engine does not pre-allocate
+    decode KV this way."""
+    v = cfg.disaggregation.num_reserved_decode_tokens
+    return RESERVED_DECODE_TOKENS.get(cfg.engine or "") if v is None else v
 
 
 def _dp_size(dep) -> int:
@@ -194,6 +214,8 @@ class DisaggregatedServing:
         self.pending: list[list[Request]] = [[] for _ in range(D)]  # in transfer or in ``ready``
         # TensorRT-LLM admission on the decode pool: reserve blocks to completion
         self.no_evict = pools.decode.limits.capacity_scheduler_policy == "guaranteed_no_evict"
+        # SGLang's decode pre-allocation: R tokens kept free per request held (step 4)
+        self.reserved_decode_tokens = reserved_decode_tokens(sim.dep.cfg)
         self.clients: dict[int, Request] = {}  # request id -> the client's request, while prefilling
         n = len(sim.specs)
         cols = DISAGG_REQUEST_COLUMNS + (DP_RANK_COLUMNS if self.dp_groups else ())
@@ -346,11 +368,21 @@ class DisaggregatedServing:
             if sched.waiting or len(sched.running) + self.in_transfer[j] + len(self.ready[j]) >= self.max_num_seqs:
                 return
             req, prep, rid, last_step = q[0]
-            if self.no_evict and not self._fits_no_evict(sched, j, req):
-                return
-            if kv.allocate_slots(req, req.num_prompt_tokens, full_sequence_check=True,
-                                 has_scheduled_reqs=bool(sched.running)) is None:
-                return
+            R = self.reserved_decode_tokens
+            if R is not None:  # SGLang: prompt + R within the free KV less R per request held
+                held = len(sched.running) + self.in_transfer[j] + len(self.ready[j]) + len(sched.waiting)
+                # (an empty rank takes a prompt that fits without the R: prompt + R beyond its
+                # whole KV would otherwise wait for ever)
+                if held and req.num_prompt_tokens + R > kv.num_free_blocks * kv.block_size - R * held:
+                    return
+                if kv.allocate_slots(req, req.num_prompt_tokens, has_scheduled_reqs=bool(sched.running)) is None:
+                    return
+            else:
+                if self.no_evict and not self._fits_no_evict(sched, j, req):
+                    return
+                if kv.allocate_slots(req, req.num_prompt_tokens, full_sequence_check=True,
+                                     has_scheduled_reqs=bool(sched.running)) is None:
+                    return
             q.popleft()
             sched._no_evict_invalidate()  # free blocks changed outside the scheduler
             self.in_transfer[j] += 1
