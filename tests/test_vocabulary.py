@@ -113,6 +113,7 @@ def test_every_config_key_is_a_kebab_flag(key):
               "max_prefill_tokens": 1024, "gpu_memory_utilization": 0.8, "num_gpu_blocks_override": 500,
               "watermark": 0.01, "seed": 5, "data_parallel_size": 2, "moe_ep_size": 2, "moe_tp_size": 1,
               "engine_version": "0.24.0", "moe_backend": "marlin", "scheduler_recv_interval": 10,
+              "attention_dp_timeout_iters": 60, "attention_dp_batching_wait_iters": 0,
               "workload_distribution": "power_law_1.2"}
     bools = config_keys()
     extra: list[str] = []
