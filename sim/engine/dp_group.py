@@ -74,10 +74,10 @@ class AttentionDpBalance:
         scheds = [r.scheduler for r in ranks]
         busy = [s.num_running + s.num_waiting > 0 for s in scheds]
         any_busy = any(busy)
-        free = all(s.num_running < s.limits.max_num_seqs for s in scheds)
+        # every rank with a context and a free slot (TensorRT-LLM's two tests in one)
         ctx = all(s.num_waiting > 0 and s.num_running < s.limits.max_num_seqs for s in scheds)
         gen = all(s.num_running > 0 or (not b and any_busy) for s, b in zip(scheds, busy))
-        if free and ctx:
+        if ctx:
             self.waiting_iters = 0
             if gen and self.batching_iters < self.batching_wait_iters:
                 self.batching_iters += 1
