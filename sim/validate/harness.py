@@ -136,8 +136,8 @@ class RecipeArgs:
     :func:`sim.presets.versions.parse_version` reads them, so 0.19.0rc1 counts
     as 0.19.0): a recipe changes with the container it runs, and a row records
     the container's engine release; a row whose release is empty or unreadable
-    matches no version-bounded entry. Aggregated rows only: these are single-node recipe scripts; a disaggregated
-    row's pools and engine arguments come from its own recipes
+    matches no version-bounded entry. Aggregated rows only: these are single-node
+    recipe scripts; a disaggregated row's pools and engine arguments come from its own recipes
     (``sim/validate/disagg_rows.py``)."""
     model: str
     systems: tuple[str, ...]
@@ -155,7 +155,7 @@ class RecipeArgs:
     #: > 1), as recipes branch on ``DP_ATTENTION``; None = either
     attention_dp: bool | None = None
     #: engine releases (``backend_version``) the recipe version with these settings ran:
-    #: [first, second) , None = open
+    #: [first, second), None = open
     engine_versions: tuple[str | None, str | None] = (None, None)
 
     def overrides(self, row: dict) -> dict[str, Any]:
