@@ -107,6 +107,19 @@ def eval_formula(expr: str, values: dict[str, int], where: str = "formula") -> i
         raise ConfigError(f"{where}: {shown} is nested too deeply") from None
 
 
+def in_release_range(release: str, bounds: tuple[str | None, str | None]) -> bool:
+    """Whether engine ``release`` (e.g. ``0.19.0``) lies in ``[bounds[0], bounds[1])`` (None = open),
+    compared as :func:`sim.presets.versions.parse_version` reads releases; False when ``release``
+    is empty or unreadable (e.g. a nightly image's ``nightly-5b8c30d6``)."""
+    from sim.presets.versions import parse_version
+
+    v = parse_version(release) if release else None
+    if v is None:
+        return False
+    lo, hi = bounds
+    return not ((lo is not None and v < parse_version(lo)) or (hi is not None and not v < parse_version(hi)))
+
+
 @dataclass(frozen=True)
 class RecipeArgs:
     """Engine settings a harness's per-model recipe adds for some rows: every row
@@ -117,9 +130,14 @@ class RecipeArgs:
     ``concurrency`` (inclusive bounds, None = open), as recipes branch on them;
     ``source`` says where the recipe sets them; ``formulas``: keys the recipe
     computes from the row's nominal isl, osl and concurrency (:func:`eval_formula`);
-    ``attention_dp``: only rows with (True) or without (False) attention DP.
-    Aggregated rows only: these are single-node recipe scripts; a disaggregated
-    row's pools and engine arguments come from its own recipes
+    ``attention_dp``: only rows with (True) or without (False) attention DP;
+    ``engine_versions``: only rows whose engine release (``backend_version``) is
+    at least the first and below the second (None = open; release numbers as
+    :func:`sim.presets.versions.parse_version` reads them, so 0.19.0rc1 counts
+    as 0.19.0): a recipe changes with the container it runs, and a row records
+    the container's engine release; a row whose release is empty or unreadable
+    matches no version-bounded entry. Aggregated rows only: these are single-node
+    recipe scripts; a disaggregated row's pools and engine arguments come from its own recipes
     (``sim/validate/disagg_rows.py``)."""
     model: str
     systems: tuple[str, ...]
@@ -136,6 +154,9 @@ class RecipeArgs:
     #: only rows with (True) or without (False) attention data parallelism (``attention_dp_size``
     #: > 1), as recipes branch on ``DP_ATTENTION``; None = either
     attention_dp: bool | None = None
+    #: engine releases (``backend_version``) the recipe version with these settings ran:
+    #: [first, second), None = open
+    engine_versions: tuple[str | None, str | None] = (None, None)
 
     def overrides(self, row: dict) -> dict[str, Any]:
         """``args`` plus each of ``formulas`` evaluated on the row's nominal isl, osl, concurrency."""
@@ -175,7 +196,10 @@ class RecipeArgs:
             if (dp > 1) != self.attention_dp:
                 return False
         lo, hi = self.concurrency
-        return not ((lo is not None and not conc >= lo) or (hi is not None and not conc <= hi))
+        if (lo is not None and not conc >= lo) or (hi is not None and not conc <= hi):
+            return False
+        return self.engine_versions == (None, None) or in_release_range(_cell(row, "backend_version"),
+                                                                         self.engine_versions)
 
 
 @dataclass(frozen=True)
@@ -315,6 +339,19 @@ INFERENCEMAX_RECIPE_ARGS: tuple[RecipeArgs, ...] = (
                "SemiAnalysisAI/InferenceX benchmarks/single_node/minimaxm2.5_fp4_b200.sh (from its first version, "
                "2026-04-08): vllm serve --max-num-batched-tokens \"$((ISL * 2))\"", ("nvfp4",),
                formulas={"max_num_batched_tokens": "2 * isl"}),
+    # the MiniMax FP8 B200 recipe by the container it ran (the rows' backend_version): PR #947
+    # (commit bddbf40, 2026-04-03) moved it from vllm-openai v0.17.0 to v0.19.0 and rewrote it
+    RecipeArgs("MiniMaxAI/MiniMax-M2.5*", ("b200_sxm",), "vllm", {"kv_cache_dtype": "fp8"},
+               "SemiAnalysisAI/InferenceX benchmarks/single_node/minimaxm2.5_fp8_b200.sh from PR #947 (commit "
+               "bddbf40, 2026-04-03, image vllm-openai v0.19.0): vllm serve --kv-cache-dtype fp8 "
+               "--max-num-batched-tokens \"$((ISL * 2 ))\"", ("fp8",),
+               formulas={"max_num_batched_tokens": "2 * isl"}, engine_versions=("0.19.0", None)),
+    RecipeArgs("MiniMaxAI/MiniMax-M2.5*", ("b200_sxm",), "vllm", {"enable_expert_parallel": True},
+               "SemiAnalysisAI/InferenceX benchmarks/single_node/minimaxm2.5_fp8_b200.sh before PR #947 (from "
+               "PR #757, commit f342df1, 2026-03-11, image vllm-openai v0.17.0): 'if [ \"$EP_SIZE\" -ge 1 ]; "
+               "then EP=\" --enable-expert-parallel\"', true for EP_SIZE 1 too, so every row ran vLLM's "
+               "expert parallelism (EP = TP); #947 made the test -gt 1", ("fp8",),
+               engine_versions=(None, "0.19.0")),
     RecipeArgs(DEEPSEEK, ("b200_sxm", "h200_sxm"), "trtllm", {},
                "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp4_b200_trt.sh, dsr1_fp8_b200_trt.sh, "
                "dsr1_fp8_h200_trt.sh: MAX_NUM_TOKENS=$(( (CONC + ISL + 64 + 63) / 64 * 64 )), at least 8192; "
@@ -393,7 +430,8 @@ YAML_KEYS = {
     "think_time_ms": "mean client think time between a response and the next send, ms, >= 0",
     "recipe_args": "list of {model: glob, systems: [glob, ...], engine, args: mapping of config keys, "
                    "source: text, quant, tp, concurrency, formulas: mapping of config keys to formulas of "
-                   "isl, osl, concurrency, attention_dp: true | false (rows with / without attention DP)}",
+                   "isl, osl, concurrency, attention_dp: true | false (rows with / without attention DP), "
+                   "engine_versions: [first, below] (engine releases, null = open)}",
 }
 
 
@@ -491,10 +529,10 @@ def _recipe_args(path: str, items: Any) -> tuple[RecipeArgs, ...]:
         if not isinstance(it, dict):
             raise ConfigError(f"{where}: must be a mapping of model, systems, engine, args, source")
         bad = [k for k in it if k not in ("model", "systems", "engine", "args", "source", "quant", "tp",
-                                          "concurrency", "formulas", "attention_dp")]
+                                          "concurrency", "formulas", "attention_dp", "engine_versions")]
         if bad:
             raise ConfigError(f"{where}.{bad[0]}: unknown key; valid: model, systems, engine, args, source, "
-                              "quant, tp, concurrency, formulas, attention_dp")
+                              "quant, tp, concurrency, formulas, attention_dp, engine_versions")
         model, systems, engine, args = it.get("model"), it.get("systems"), it.get("engine"), it.get("args")
         if not isinstance(model, str) or not model:
             raise ConfigError(f"{where}.model: required, a model path glob")
@@ -526,10 +564,27 @@ def _recipe_args(path: str, items: Any) -> tuple[RecipeArgs, ...]:
         adp = it.get("attention_dp")
         if adp is not None and not isinstance(adp, bool):
             raise ConfigError(f"{where}.attention_dp: true, false or null (either), got {adp!r}")
+        versions = _release_bounds(f"{where}.engine_versions", it.get("engine_versions", [None, None]))
         out.append(RecipeArgs(model, tuple(systems), engine, dict(args), str(it.get("source", "")),
                               tuple(q.lower() for q in quant), tuple(tps), (conc[0], conc[1]),
-                              {str(k): v for k, v in formulas.items()}, where, adp))
+                              {str(k): v for k, v in formulas.items()}, where, adp, versions))
     return tuple(out)
+
+
+def _release_bounds(where: str, v: Any) -> tuple[str | None, str | None]:
+    """``engine_versions`` of a recipe entry: [first, below], each an engine release
+    (e.g. "0.19.0") or null; one-line ConfigError naming ``where`` otherwise."""
+    from sim.presets.versions import parse_version
+
+    if not isinstance(v, list) or len(v) != 2:
+        raise ConfigError(f"{where}: [first, below] engine releases (null = open), got {v!r}")
+    for b in v:
+        if b is not None and (not isinstance(b, str) or parse_version(b) is None):
+            raise ConfigError(f"{where}: {b!r} is not an engine release such as \"0.19.0\"")
+    lo, hi = v
+    if lo is not None and hi is not None and not parse_version(lo) < parse_version(hi):
+        raise ConfigError(f"{where}: {lo!r} is not below {hi!r}; no release would match")
+    return lo, hi
 
 
 def _check_formula_key(where: str, key: str) -> None:
