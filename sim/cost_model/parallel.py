@@ -323,9 +323,9 @@ class ParallelMoe:
         if self.fitted:
             tile = np.where(T * self.D <= self.E, MOE_SMALL_BLOCK_M, self._w[0].tm)
             t = self._router.time_s(T) * self.L
-            for g in self._w:
-                t = t + g.time_s(rows, touched, tile) * self.L
-            return t
+            w13, w2 = self._w  # (FittedMoe.experts_s: w13's input quantized once per token)
+            t = t + w13.time_s(rows, touched, tile, quant_rows=np.minimum(T * self.D, rows)) * self.L
+            return t + w2.time_s(rows, touched, tile) * self.L
         f, b0, b1, c = self._router_terms
         t = np.maximum(f * T, b0 + b1 * T) + c
         for f, a, w, c in self._w:
