@@ -145,3 +145,24 @@ def test_inferencemax_recipe_token_budget_formulas():
             {"model": "*", "systems": ["*"], "engine": "vllm", "formulas": {"max_num_seqs": "open(1)"}}]})
     with pytest.raises(ConfigError, match="divides by zero"):
         eval_formula("isl // (osl - osl)", {"isl": 1, "osl": 2, "concurrency": 3})
+
+
+def test_grouped_expert_gemms_quantize_the_input_once_per_token():
+    """NVFP4 experts have no fused-MoE family in the profile: grouped w13 / w2 GEMMs.
+    Their input is quantized once per token before the routed rows are gathered (vLLM
+    ``fused_experts_impl``: ``moe_kernel_quantize_input`` on the T-row hidden states for
+    w13, on the T top_k-row intermediate cache for w2), not once per routed row."""
+    hw, m = get_hardware("b200_sxm"), get_model("deepseek-r1")
+    cm = CostModel(m, hw, tensor_parallel_size=8, quantization="nvfp4")
+    moe = cm._moe_fitted
+    assert not moe.fused and moe.w13.w8a8  # the grouped path, W4A4
+    eff = moe.w13.p
+    # one token row of h = 7,168 activations: act_quant_row_s + (2 B read + 1 B written) per element
+    row = eff.act_quant_row_s + 3.0 * 7168 / (hw.hbm_bandwidth_bytes_per_s * eff.act_quant_memory_efficiency)
+    assert moe.w13.quant_row == pytest.approx(row, rel=1e-12)
+    T = 4096.0
+    rows = T * 8  # top-8 of 256 experts, all local at EP 1: 32,768 routed rows, 4,096 tokens
+    per_routed_row = float(moe.w13.time_s(rows, 256.0) + moe.w2.time_s(rows, 256.0))
+    assert float(moe.experts_s(T)) == pytest.approx(per_routed_row - (rows - T) * row, rel=1e-12)
+    # at one token the rows are its top_k picks: one quantized row either way
+    assert float(moe.experts_s(1.0)) < float(moe.w13.time_s(8.0, 8.0, 16.0) + moe.w2.time_s(8.0, 8.0, 16.0))

@@ -53,15 +53,19 @@ class FittedGemm:
                           if self.w8a8 else 0.0)
         self.launch = p.launch_s
 
-    def time_s(self, m: float, groups: float = 1.0, tile_m=None) -> float:
+    def time_s(self, m: float, groups: float = 1.0, tile_m=None, quant_rows=None) -> float:
         """One call with m rows (``groups`` experts share them, each reading its
-        weights; each expert's rows padded to ``tile_m``, default the family's)."""
+        weights; each expert's rows padded to ``tile_m``, default the family's).
+        ``quant_rows``: rows whose activations a W8A8 call quantizes (default m); a
+        grouped expert GEMM reads m routed rows but its input was quantized once per
+        token, before the rows were gathered (:meth:`FittedMoe.experts_s`)."""
         tm = self.tm if tile_m is None else tile_m
         mt = groups * (-(-(m / groups) // tm)) * tm
         tc = self.c1 * mt + self.c2 * mt ** self.ce
         nbytes = m * self.b_row + groups * self.b_weights
         tb = self.m1 * nbytes + self.m2 * nbytes ** self.me
-        return self.launch + (tc * tc + tb * tb + self.serial_sq) ** 0.5 + m * self.quant_row
+        q = m if quant_rows is None else quant_rows
+        return self.launch + (tc * tc + tb * tb + self.serial_sq) ** 0.5 + q * self.quant_row
 
     def __call__(self, m: float) -> float:
         return self.time_s(m) * self.layers if m > 0 else 0.0
@@ -159,7 +163,10 @@ class FittedMoe:
             t2 = np.where(T <= E, MOE_SMALL_BLOCK_M, self.w2.tm)
         else:
             t13 = t2 = MOE_SMALL_BLOCK_M if T <= E else None
-        return self.w13.time_s(m, touched, t13) + self.w2.time_s(m, touched, t2)
+        # the input is quantized once per token it holds, before the routed rows are
+        # gathered; the w2 input (the intermediate activations) once per routed row
+        return (self.w13.time_s(m, touched, t13, quant_rows=np.minimum(T, m))
+                + self.w2.time_s(m, touched, t2))
 
     def __call__(self, T: float) -> float:
         return self.router(T) + float(self.experts_s(T)) * self.w13.layers

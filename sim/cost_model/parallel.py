@@ -283,6 +283,7 @@ class ParallelMoe:
                 self._w.append((float(f1) / (prec.peak_flops_per_s * ce) * L, float(by1) / (bw * me) * L,
                                 float(w1) / (bw * me) * L, prec.num_kernels * launch * L))
         self.remote = remote_ranks_per_token(self.E, self.k, self.ep)
+        self._memo: dict[float, float] = {}  # __call__ by T
 
     def rows_and_touched(self, T):
         """(rows, local experts touched) on the most loaded EP rank for T tokens
@@ -323,9 +324,9 @@ class ParallelMoe:
         if self.fitted:
             tile = np.where(T * self.D <= self.E, MOE_SMALL_BLOCK_M, self._w[0].tm)
             t = self._router.time_s(T) * self.L
-            for g in self._w:
-                t = t + g.time_s(rows, touched, tile) * self.L
-            return t
+            w13, w2 = self._w  # (FittedMoe.experts_s: w13's input quantized once per token)
+            t = t + w13.time_s(rows, touched, tile, quant_rows=np.minimum(T * self.D, rows)) * self.L
+            return t + w2.time_s(rows, touched, tile) * self.L
         f, b0, b1, c = self._router_terms
         t = np.maximum(f * T, b0 + b1 * T) + c
         for f, a, w, c in self._w:
@@ -335,7 +336,12 @@ class ParallelMoe:
     def __call__(self, T: float) -> float:
         if T <= 0:
             return 0.0
-        return float(self.experts_s(T) + self.comm_s(T))
+        t = self._memo.get(T)
+        if t is None:  # a pure function of T, asked once per rank and step: kept per count
+            if len(self._memo) > 1 << 16:
+                self._memo.clear()
+            t = self._memo[T] = float(self.experts_s(T) + self.comm_s(T))
+        return t
 
     def table(self, T: np.ndarray) -> np.ndarray:
         T = np.asarray(T, dtype=float)

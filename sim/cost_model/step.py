@@ -384,7 +384,7 @@ class CostModel:
         - ``sum_in_prefill`` (SGLang): ``sum`` in a step with prefill tokens;
           a decode-only step pads to the largest count where that moves less
           data (2 x sum > largest x D), else ``sum``."""
-        counts = [sum(int(x) for x in n) for n, _ in batches]
+        counts = [int(sum(n)) for n, _ in batches]
         T_pad = max(counts, default=0)
         if T_pad == 0:
             return 0.0
