@@ -119,10 +119,34 @@ def test_kv_memory_rules_by_hand():
     s = compute_kv_sizing(model, hw, gpu_memory_utilization=0.9, block_size=32, max_num_batched_tokens=8192,
                           max_num_seqs=2048, kv_memory_rule="free_fraction", max_model_len=4096)
     assert s.num_gpu_blocks == expect == 529062
-    # static_fraction (SGLang), f = 0.5, 16-token blocks: 0.5 x 80e9 - weights - 1.79 GiB non-torch.
+    # static_fraction (SGLang), f = 0.5, 16-token blocks: f of the memory free at SGLang's start
+    # (80e9 less the 1.79 GiB non-torch memory) less the weights:
+    # 0.5 x (80e9 - 1,921,997,864.96) - 255,870,976 = 38,783,130,091.5 B -> 591,783 blocks of 65,536 B.
     s = compute_kv_sizing(model, hw, gpu_memory_utilization=0.5, block_size=16, kv_memory_rule="static_fraction",
                           max_model_len=4096)
-    assert s.num_gpu_blocks == int((40e9 - 255_870_976 - 1.79 * GiB) // 65536) == 577119
+    assert s.num_gpu_blocks == int((0.5 * (80e9 - 1.79 * GiB) - 255_870_976) // 65536) == 591783
+
+
+def test_sglang_pool_qwen3_32b_h100_tp1_by_hand():
+    """SGLang's KV pool for Qwen3-32B bf16 on one H100 SXM (the dense table's SGLang 0.5.8.post1
+    rows): rest_memory = free after loading - free at start x (1 - mem_fraction_static)
+    (model_runner_kv_cache_mixin.py::profile_max_num_token), i.e. f x (memory - non-torch) - weights.
+
+    f = round((81,121.25 - 13,440) / 81,121.25, 3) = 0.834: the H100 profile's 85,061,827,297 B
+    = 81,121.25 MiB; reserved 512 + 1.5 x 8192 + 2 x 256 + 1/8 x 1024 = 13,440 MiB.
+    Weights 32,762,123,264 parameters x 2 B = 65,524,246,528 B.
+    0.834 x (85,061,827,297 - 1,921,997,864.96) = 0.834 x 83,139,829,432.04 = 69,338,617,746.3;
+    less the weights: 3,814,371,218.3 B (3.552 GiB); one token of KV is 64 layers x 8 KV heads x
+    128 x 2 (K, V) x 2 B = 262,144 B: 14,550.7 -> 14,550 tokens (13,333 under the earlier
+    total x f - weights - non-torch form)."""
+    model, hw = get_model("Qwen/Qwen3-32B"), get_hardware("h100_sxm")
+    assert model.kv_bytes_per_token("auto", 1) == 64 * 8 * 128 * 2 * 2 == 262_144
+    assert model.weight_bytes(None, 1) == 65_524_246_528
+    f = sglang_mem_fraction_static(hw.memory_bytes, 1, 8192)
+    assert f == 0.834
+    s = compute_kv_sizing(model, hw, gpu_memory_utilization=f, block_size=1, kv_memory_rule="static_fraction",
+                          max_model_len=4096)
+    assert s.num_gpu_blocks == int((0.834 * (85_061_827_297 - 1.79 * GiB) - 65_524_246_528) // 262_144) == 14550
 
 
 def test_step_overheads_serial_and_overlapped():

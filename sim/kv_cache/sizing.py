@@ -12,10 +12,24 @@ That is ``kv_memory_rule="utilization"`` (vLLM). Two other engines' rules
     default 0.9): available = f x (memory - weights - activation/workspace
     estimate), a fraction of the memory still free after loading the model
     and profiling a forward pass;
-  - ``static_fraction`` (SGLang ``mem_fraction_static``): weights + KV pool
-    take f of the total, so available = memory x f - weights - non-torch
-    memory (CUDA context, NCCL; ``model_runner.py::profile_max_num_token``
-    subtracts total x (1 - f) from the memory free after loading weights);
+  - ``static_fraction`` (SGLang ``mem_fraction_static``): SGLang keeps
+    (1 - f) of the memory that was free when its model runner started, after
+    the CUDA context and torch distributed init (the non-torch memory below),
+    out of what is free after loading the weights:
+    available = free_after_load - free_at_start x (1 - f)
+              = f x (memory - non-torch memory) - weights.
+    SGLang 0.5.8 ``model_runner.py``: ``init_torch_distributed`` returns
+    ``min_per_gpu_memory`` (free memory after ``initialize_model_parallel``),
+    ``initialize`` passes it to ``init_memory_pool``, whose
+    ``profile_max_num_token`` (``model_runner_kv_cache_mixin.py``) takes
+    ``rest_memory = available_gpu_memory - total_gpu_memory x (1 -
+    mem_fraction_static)`` with ``available_gpu_memory`` read after loading
+    (the same form in SGLang 0.4-0.5.x; a public QwQ-32B startup log at TP 4
+    on 4 x L4, 2025-03-08, mem_fraction_static 0.85, "Load weight begin.
+    avail mem=21.63 GB", "Load weight end. ... avail mem=6.09 GB", gives
+    (6.09 - 21.63 x 0.15) GiB / 65,536 B = 46,621 tokens against its
+    "KV Cache is allocated. #tokens: 46611").
+    The non-torch memory used before that snapshot costs only f of itself;
     activations live in the reserved (1 - f).
 
 Layer kinds (``ModelSpec.kv_bytes_per_token_by_layer_type``): MLA layers hold
@@ -246,9 +260,9 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
     elif kv_memory_rule == "free_fraction":
         usable = hw.memory_bytes - weights - act  # free after load and profiling
         available = gpu_memory_utilization * usable
-    else:  # static_fraction
+    else:  # static_fraction: f of the memory free at SGLang's start (module docstring)
         act = non_torch_bytes(tp, memory_profile)
-        available = usable - weights - act
+        available = gpu_memory_utilization * (hw.memory_bytes - act) - weights
     state_seq = model.state_bytes_per_sequence(tp)
     # linear-attention states as pages of the pool (hybrid), else reserved for max_num_seqs
     state = 0.0 if hybrid and groups.has_linear else float(state_seq * max_num_seqs)
