@@ -92,7 +92,8 @@ class SimConfig(BaseModel):
     gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0)
     # utilization: KV = total x f - weights - activations (vLLM); free_fraction:
     # KV = f x (total - weights - activations) (TensorRT-LLM free_gpu_memory_fraction);
-    # static_fraction: KV = total x f - weights - non-torch (SGLang mem_fraction_static).
+    # static_fraction: KV = f x (total - non-torch) - weights (SGLang mem_fraction_static: (1 - f) of
+    # the memory free at its start is kept back; sim/kv_cache/sizing.py).
     kv_memory_rule: Literal["utilization", "free_fraction", "static_fraction"] = "utilization"
     # What vLLM's init-time memory snapshot holds, which sets the non-torch memory
     # subtracted (sim/kv_cache/sizing.py::non_torch_bytes); None = before_cuda_context.
