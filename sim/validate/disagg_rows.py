@@ -97,6 +97,19 @@ worker in the pool configurator); TensorRT-LLM's ``max_batch_size`` and
 ``*_moe_ep_size`` / ``*_moe_tp_size`` are not used: the decode pool's repeat the
 prefill pool's EP (decode TP 32 recorded as EP 4 x moe_tp 8 where the recipe's
 decode runs EP 32).
+
+Streaming (``stream_interval``, a deployment key: the decode pool's, the
+prefill pool streaming only the first token, which every engine sends at once):
+the GB200 ``dynamo-trt`` entries without a ``CONFIG_FILE`` launch through
+``benchmarks/*_gb200_dynamo-trt_slurm.sh``, which clones ai-dynamo/dynamo
+(``release/0.5.1-rc0.20251105`` / ``-20260105``) and writes the engine configs
+with ``components/backends/trtllm/performance_sweeps/scripts/gen_yaml.py``:
+every decode config it writes has ``stream_interval: 20`` (:data:`DYNAMO_TRT_STREAM`;
+the two versions of gen_yaml.py read set it, the release branches themselves
+were not read). An srt-slurm recipe file's ``stream-interval`` (SGLang) is
+transcribed with its other flags. A row with its worker counts recorded has no
+recipe: the interval it ran with is not known and the engine's default (1) is
+kept.
 """
 
 from __future__ import annotations
@@ -122,6 +135,12 @@ TRT_SETTINGS = {"MAX_BATCH_SIZE": "max_num_seqs", "MAX_NUM_TOKENS": "max_num_bat
 #: srt-slurm (SGLang) flag -> servesim pool key
 SGLANG_FLAGS = {"max-running-requests": "max_num_seqs", "chunked-prefill-size": "max_num_batched_tokens",
                 "max-prefill-tokens": "max_prefill_tokens", "mem-fraction-static": "gpu_memory_utilization"}
+
+
+#: the decode engine config every GB200 dynamo-trt launch of the harness writes (module docstring)
+DYNAMO_TRT_STREAM = ({"stream_interval": 20},
+                     "https://github.com/ai-dynamo/dynamo/blob/main/components/backends/trtllm/performance_sweeps/"
+                     "scripts/gen_yaml.py (decode_config stream_interval: 20)")
 
 
 class NotSimulable(ConfigError):
@@ -205,7 +224,9 @@ def _deployment(r: dict) -> tuple:
 def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None = None) -> dict[str, dict[str, Any]]:
     """A nightly-harness row's pools from its recipe (module docstring): per pool
     ``n``, ``tp``, ``batch`` (None = the engine's default), ``keys`` (more engine
-    keys), and ``recipe`` (the URLs); :class:`NotSimulable` naming why not."""
+    keys), and ``recipe`` (the URLs); and ``deployment`` (``keys``: the
+    deployment-level ``stream_interval``, ``recipe``: its source) where the recipe
+    sets it; :class:`NotSimulable` naming why not."""
     found = matching_recipes(row, recipes)
     what = (f"{_str(row, 'system')} {_str(row, 'backend')} {_str(row, 'precision')} isl {_str(row, 'isl')} "
             f"osl {_str(row, 'osl')} prefill TP {_str(row, 'prefill_tp_size')} decode TP "
@@ -237,6 +258,7 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
     pools: dict[str, dict[str, Any]] = {}
     # a CONFIG_FILE (listed under either pool) holds both pools' engine arguments
     config_file = next((_settings(r, p)["CONFIG_FILE"] for p in POOLS if "CONFIG_FILE" in _settings(r, p)), None)
+    deployment: dict[str, Any] = {}  # deployment-level keys (streaming) and where they come from
     for p in POOLS:
         st = _settings(r, p)
         keys: dict[str, Any] = {}
@@ -268,6 +290,8 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
                     keys[key] = max(1, int(keys[key]) // dp)
             if str(args.get("kv-cache-dtype", "")).startswith("fp8"):
                 keys["kv_cache_dtype"] = "fp8"
+            if p == "decode" and "stream-interval" in args:  # the decode server streams the tokens
+                deployment = {"keys": {"stream_interval": int(args["stream-interval"])}, "recipe": [f["url"]]}
             urls.append(f["url"])
         else:
             for name, key in TRT_SETTINGS.items():
@@ -282,6 +306,10 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
         layout = _layout_keys(tp // dp, dp, ep, tp // ep)
         if layout:  # attention DP / expert layout (plain TP pools keep their keys as before)
             pools[p]["layout"] = layout
+    if config_file is None and r["framework"] == "dynamo-trt" and str(r["runner"]).startswith("gb200"):
+        deployment = {"keys": dict(DYNAMO_TRT_STREAM[0]), "recipe": [DYNAMO_TRT_STREAM[1]]}
+    if deployment:
+        pools["deployment"] = deployment
     return pools
 
 
@@ -372,4 +400,5 @@ def disagg_row_overrides(row: dict, base: dict[str, Any], pools: dict[str, dict[
             over["max_num_seqs"] = pools[p]["batch"]
         dis[p] = over
     ov["disaggregation"] = dis
+    ov.update(pools.get("deployment", {}).get("keys", {}))  # streaming: the deployment's (module docstring)
     return ov
