@@ -226,3 +226,27 @@ def test_an_sglang_attention_dp_pool_keeps_sglang_default_request_pool_not_the_r
     assert no_dp["decode"]["batch"] == 4 and no_dp["prefill"]["batch"] is None
     trt = disagg_pools({**row, "backend": "trtllm"})
     assert trt["prefill"]["batch"] == 1 and trt["decode"]["batch"] == 1
+
+
+def test_a_recorded_row_takes_the_streaming_of_the_entries_it_matches():
+    """Worker counts recorded: the harness entries matching the row with those
+    counts give its stream_interval when all are transcribed and agree."""
+    from sim.validate.disagg_rows import recorded_row_streaming
+
+    pools = {"prefill": {"n": 1}, "decode": {"n": 1}}
+    got = recorded_row_streaming(_row(image=""), pools, [_recipe()])  # GB200 dynamo-trt: gen_yaml.py
+    assert got["keys"] == {"stream_interval": 20} and "https://recipe/1" in got["recipe"]
+    # the entry deploys 2 decode workers, the row recorded 1: not what ran
+    assert recorded_row_streaming(_row(image=""), pools, [_recipe(d=(2, 4, 1, False))]) is None
+    # an entry whose launch is not transcribed (SGLang sized by nodes): not known
+    sgl = _recipe(framework="dynamo-sglang")
+    assert recorded_row_streaming(_row(image="", backend="sglang"), pools, [sgl]) is None
+    # srt-slurm files that disagree (10 vs the default): not known
+    srt = {"recipes": {f"recipes/{k}.yaml": {"url": f"https://srt/{k}", "decode": d}
+                       for k, d in (("a", {"stream-interval": 10}), ("b", {}))}}
+    ra, rb = _recipe(framework="dynamo-sglang"), _recipe(framework="dynamo-sglang", url="https://recipe/2")
+    ra["prefill"]["additional-settings"] = ["CONFIG_FILE=recipes/a.yaml"]
+    rb["prefill"]["additional-settings"] = ["CONFIG_FILE=recipes/b.yaml"]
+    row = _row(image="", backend="sglang")
+    assert recorded_row_streaming(row, pools, [ra], srt)["keys"] == {"stream_interval": 10}
+    assert recorded_row_streaming(row, pools, [ra, rb], srt) is None

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from operator import attrgetter
 
+from sim.presets import get_preset
 from sim.request import Request, RequestStatus
 from sim.results.metrics import (REQUEST_COLUMNS, STATUS_FINISHED, STATUS_REJECTED, STEP_COLUMNS,
                                  Columns, WeightedSamples)
@@ -48,10 +49,7 @@ def streamed_token_s(cfg) -> float:
     tok = cfg.frontend_token_s
     if tok <= 0.0:
         return tok
-    unit = "message"
-    if cfg.engine is not None:
-        from sim.presets import get_preset
-        unit = get_preset(cfg.engine).frontend_token_unit.value
+    unit = "message" if cfg.engine is None else get_preset(cfg.engine).frontend_token_unit.value
     if unit == "token":
         return tok
     div = cfg.stream_interval * max(1, cfg.num_postprocess_workers)

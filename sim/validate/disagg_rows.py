@@ -106,10 +106,12 @@ the GB200 ``dynamo-trt`` entries without a ``CONFIG_FILE`` launch through
 with ``components/backends/trtllm/performance_sweeps/scripts/gen_yaml.py``:
 every decode config it writes has ``stream_interval: 20`` (:data:`DYNAMO_TRT_STREAM`;
 the two versions of gen_yaml.py read set it, the release branches themselves
-were not read). An srt-slurm recipe file's ``stream-interval`` (SGLang) is
-transcribed with its other flags. A row with its worker counts recorded has no
-recipe: the interval it ran with is not known and the engine's default (1) is
-kept.
+were not read). An srt-slurm recipe file's ``stream-interval`` (SGLang, the
+decode server's) is transcribed with its other flags. A row with its worker
+counts recorded takes the interval of the harness entries it matches with its
+own worker counts, when every one of them is transcribed and they agree
+(:func:`recorded_row_streaming`); otherwise the interval it ran with is not
+known and the engine's default (1) is kept.
 """
 
 from __future__ import annotations
@@ -258,7 +260,6 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
     pools: dict[str, dict[str, Any]] = {}
     # a CONFIG_FILE (listed under either pool) holds both pools' engine arguments
     config_file = next((_settings(r, p)["CONFIG_FILE"] for p in POOLS if "CONFIG_FILE" in _settings(r, p)), None)
-    deployment: dict[str, Any] = {}  # deployment-level keys (streaming) and where they come from
     for p in POOLS:
         st = _settings(r, p)
         keys: dict[str, Any] = {}
@@ -290,8 +291,6 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
                     keys[key] = max(1, int(keys[key]) // dp)
             if str(args.get("kv-cache-dtype", "")).startswith("fp8"):
                 keys["kv_cache_dtype"] = "fp8"
-            if p == "decode" and "stream-interval" in args:  # the decode server streams the tokens
-                deployment = {"keys": {"stream_interval": int(args["stream-interval"])}, "recipe": [f["url"]]}
             urls.append(f["url"])
         else:
             for name, key in TRT_SETTINGS.items():
@@ -306,11 +305,46 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
         layout = _layout_keys(tp // dp, dp, ep, tp // ep)
         if layout:  # attention DP / expert layout (plain TP pools keep their keys as before)
             pools[p]["layout"] = layout
-    if config_file is None and r["framework"] == "dynamo-trt" and str(r["runner"]).startswith("gb200"):
-        deployment = {"keys": dict(DYNAMO_TRT_STREAM[0]), "recipe": [DYNAMO_TRT_STREAM[1]]}
-    if deployment:
+    deployment = entry_streaming(r, srt)
+    if deployment and deployment["keys"]:
         pools["deployment"] = deployment
     return pools
+
+
+def entry_streaming(r: dict, srt: dict | None = None) -> dict[str, Any] | None:
+    """The streaming a harness entry deploys with (module docstring):
+    ``{"keys": {"stream_interval": N}, "recipe": [source]}`` (``keys`` empty: the
+    engine's default, the recipe file sets none), or None where its engine
+    arguments are not transcribed (a launch script sized by nodes, an
+    untranscribed recipe file, another runner's script)."""
+    config_file = next((_settings(r, p)["CONFIG_FILE"] for p in POOLS if "CONFIG_FILE" in _settings(r, p)), None)
+    if config_file is None:
+        if r["framework"] == "dynamo-trt" and str(r["runner"]).startswith("gb200"):
+            return {"keys": dict(DYNAMO_TRT_STREAM[0]), "recipe": [DYNAMO_TRT_STREAM[1]]}
+        return None
+    f = (_load(SRT_FILE) if srt is None else srt)["recipes"].get(config_file)
+    if f is None:
+        return None
+    args = f["decode"]  # the decode server streams the tokens
+    keys = {"stream_interval": int(args["stream-interval"])} if "stream-interval" in args else {}
+    return {"keys": keys, "recipe": [f["url"]]}
+
+
+def recorded_row_streaming(row: dict, pools: dict[str, dict[str, Any]], recipes: list[dict] | None = None,
+                           srt: dict | None = None) -> dict[str, Any] | None:
+    """A row with its worker counts recorded: the streaming of the harness
+    entries it matches (:func:`matching_recipes`) whose worker counts are the
+    row's, when there are some and every one of them is transcribed and sets the
+    same interval; else None (the engine's default is kept)."""
+    found = [r for r in matching_recipes(row, recipes)
+             if all(int(r[p]["num-worker"]) == pools[p]["n"] for p in POOLS)]
+    got = [entry_streaming(r, srt) for r in found]
+    if not got or any(g is None for g in got) or len({tuple(sorted(g["keys"].items())) for g in got}) != 1:
+        return None
+    if not got[0]["keys"]:
+        return None
+    return {"keys": dict(got[0]["keys"]), "recipe": sorted({u for g in got for u in g["recipe"]}
+                                                           | {r["url"] for r in found})}
 
 
 def _layout_keys(tp: int, dp: int, ep: int, moe_tp: int) -> dict[str, int]:
@@ -364,6 +398,9 @@ def disagg_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
             pools[p] = {"n": n, "tp": attn_tp, "batch": batch, "keys": {}, "recipe": []}
             if layout:
                 pools[p]["layout"] = layout
+        streaming = recorded_row_streaming(row, pools, recipes, srt)
+        if streaming is not None:
+            pools["deployment"] = streaming
     elif any(_whole(row, f"{p}_tp_size") is None for p in POOLS):
         raise NotSimulable("worker counts and per-pool TP not recorded: not simulated rather than guessed")
     else:
