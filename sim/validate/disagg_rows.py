@@ -141,8 +141,8 @@ SGLANG_FLAGS = {"max-running-requests": "max_num_seqs", "chunked-prefill-size": 
 
 #: the decode engine config every GB200 dynamo-trt launch of the harness writes (module docstring)
 DYNAMO_TRT_STREAM = ({"stream_interval": 20},
-                     "https://github.com/ai-dynamo/dynamo/blob/main/components/backends/trtllm/performance_sweeps/"
-                     "scripts/gen_yaml.py (decode_config stream_interval: 20)")
+                     "https://github.com/ai-dynamo/dynamo/blob/357f7dfc469b487f26c8e01ee21ee8036469f977/components/"
+                     "backends/trtllm/performance_sweeps/scripts/gen_yaml.py (decode_config stream_interval: 20)")
 
 
 class NotSimulable(ConfigError):
