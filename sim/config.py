@@ -170,6 +170,17 @@ class SimConfig(BaseModel):
     # (detokenize, serialize, send), one step's tokens after the other; clients see
     # tokens (and send their next request) when it is done.
     frontend_token_s: float = Field(default=0.0, ge=0.0, le=MAX_TIME_KEY_S)
+    # Streamed output tokens per message after the first (vLLM / SGLang --stream-interval,
+    # TensorRT-LLM stream_interval; default 1): a request's first token is sent at once, then
+    # a message every this many tokens, and one at its finish. Where the engine's frontend
+    # works per message (the preset's ``frontend_token_unit``), its FIFO time per token is
+    # frontend_token_s / stream_interval (sim/engine/recording.py streamed_token_s).
+    stream_interval: int = Field(default=1, ge=1, le=100000)
+    # TensorRT-LLM num_postprocess_workers (LLM API / trtllm-serve, default 0): processes that
+    # detokenize the responses and build the OpenAI chunks, each request's responses in one of
+    # them (tensorrt_llm/executor/postproc_worker.py); the frontend's per-message work runs on
+    # this many in parallel. TensorRT-LLM only.
+    num_postprocess_workers: int = Field(default=0, ge=0, le=1024)
     # Closed loop: mean (s) of the exponential delay between a client receiving
     # its last token and sending its next request (client processing, network);
     # not part of TTFT. 0 = at once.
@@ -285,6 +296,10 @@ class SimConfig(BaseModel):
             raise ValueError(f"memory_profile {self.memory_profile!r} is vLLM's memory-profiling rule (what its "
                              f"init-time snapshot holds) and has no effect with engine {self.engine!r}; drop "
                              "memory_profile")
+        if self.num_postprocess_workers > 0 and self.engine != "trtllm":
+            raise ValueError(f"num_postprocess_workers = {self.num_postprocess_workers} is TensorRT-LLM's "
+                             f"(LLM API postprocess worker processes); engine {self.engine!r} has no such key: "
+                             "use engine trtllm or drop num_postprocess_workers")
         if self.block_size <= 0 or self.block_size > 1024 or self.block_size & (self.block_size - 1):
             raise ValueError(f"block_size must be a power of two from 1 to 1024 (vLLM accepts 1, 8, 16, 32, "
                              f"64, 128; TensorRT-LLM 32/64/128; SGLang pages of 1), got {self.block_size}")

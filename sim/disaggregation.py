@@ -156,5 +156,5 @@ class DisaggregationConfig(BaseModel):
 
 
 _DEPLOYMENT_KEYS = ("model", "engine", "router", "num_replicas", "seed", "workload", "exact_steps",
-                    "max_model_len", "frontend_latency_s", "frontend_token_s", "client_think_time_s", "client_start_spread_s",
-                    "disaggregation")
+                    "max_model_len", "frontend_latency_s", "frontend_token_s", "stream_interval",
+                    "num_postprocess_workers", "client_think_time_s", "client_start_spread_s", "disaggregation")

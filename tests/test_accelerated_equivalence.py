@@ -344,3 +344,18 @@ def test_closed_loop_rejections_inside_a_span_free_the_client_at_once(engine):
     assert len(ref.rejected_reasons) == 2  # prompt + output over 1024 tokens: never fits
     res = fuzz.run_pair(cfg)
     assert res["status"] == "ok", res["diffs"]
+
+
+@pytest.mark.parametrize("engine,keys", [("sglang", {"stream_interval": 10}),
+                                         ("trtllm", {"stream_interval": 20, "num_postprocess_workers": 4})])
+def test_streaming_in_messages_is_bit_identical(engine, keys):
+    """``stream_interval`` (and TensorRT-LLM's postprocess workers) change the
+    frontend FIFO's time per token (sim/engine/recording.py streamed_token_s):
+    both modes charge it per step alike. A frontend slow enough to pace the
+    clients at interval 1 (200 us a token) so that the interval changes the run."""
+    cfg = {**CLOSED_LOOP_IN_SPANS, "engine": engine, "frontend_token_s": 2e-4, **keys}
+    res = fuzz.run_pair(cfg)
+    assert res["status"] == "ok", res["diffs"]
+    streamed = fuzz.simulate(cfg, True).result.requests["finish_time_s"]
+    per_token = fuzz.simulate({**cfg, "stream_interval": 1, "num_postprocess_workers": 0}, True).result.requests
+    assert streamed.max() < per_token["finish_time_s"].max()  # the clients were paced by the frontend

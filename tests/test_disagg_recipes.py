@@ -56,6 +56,15 @@ def test_the_committed_recipe_gives_a_gpt_oss_row_its_pools_and_batch_limits():
         "decode": {"max_num_batched_tokens": 20000, "gpu_memory_utilization": 0.9, "tensor_parallel_size": 4,
                    "max_num_seqs": 256}}
     assert "max_num_seqs" not in ov and ov["engine"] == "trtllm"
+    # the GB200 dynamo-trt launch writes its decode config with dynamo's gen_yaml.py: stream_interval 20,
+    # a deployment key (the decode server streams the tokens)
+    assert pools["deployment"]["keys"] == {"stream_interval": 20}
+    assert "gen_yaml.py" in pools["deployment"]["recipe"][0]
+    assert ov["stream_interval"] == 20
+    # another runner's entry without a recipe file: its launch script is not read, the default is kept
+    other = recipe_pools(_row(image="", system="b200_sxm"), [_recipe(runner="b200")])
+    assert "deployment" not in other
+    assert "stream_interval" not in disagg_row_overrides(_row(), {"engine": "trtllm"}, other)
 
 
 def test_a_row_outside_every_recipe_is_not_simulable_with_the_reason():
@@ -99,7 +108,7 @@ def test_an_srt_slurm_recipe_file_supplies_sglang_engine_arguments():
         "url": "https://srt/a", "prefill_workers": 1, "decode_workers": 2,
         "prefill": {"tensor-parallel-size": 1, "max-running-requests": 512, "chunked-prefill-size": 8192,
                     "mem-fraction-static": 0.95, "kv-cache-dtype": "fp8_e4m3"},
-        "decode": {"tensor-parallel-size": 4, "chunked-prefill-size": 8192}}}}
+        "decode": {"tensor-parallel-size": 4, "chunked-prefill-size": 8192, "stream-interval": 50}}}}
     # InferenceX lists CONFIG_FILE under the prefill pool only; it holds both pools' arguments
     r = _recipe(framework="dynamo-sglang", d=(2, 4, 1, False), dsettings=[])
     r["prefill"]["additional-settings"] = ["CONFIG_FILE=recipes/a.yaml"]
@@ -110,6 +119,8 @@ def test_an_srt_slurm_recipe_file_supplies_sglang_engine_arguments():
     # the decode pool's recipe sets no max-running-requests: SGLang's own default, as it ran
     assert pools["decode"]["n"] == 2 and pools["decode"]["batch"] is None
     assert pools["decode"]["keys"] == {"max_num_batched_tokens": 8192}
+    # the decode server's --stream-interval: the deployment's streaming
+    assert pools["deployment"] == {"keys": {"stream_interval": 50}, "recipe": ["https://srt/a"]}
     srt["recipes"]["recipes/a.yaml"]["decode_workers"] = 3
     with pytest.raises(NotSimulable, match=r"disagree on the decode pool's workers or TP"):
         recipe_pools(_row(image="", backend="sglang"), [r], srt)
@@ -215,3 +226,27 @@ def test_an_sglang_attention_dp_pool_keeps_sglang_default_request_pool_not_the_r
     assert no_dp["decode"]["batch"] == 4 and no_dp["prefill"]["batch"] is None
     trt = disagg_pools({**row, "backend": "trtllm"})
     assert trt["prefill"]["batch"] == 1 and trt["decode"]["batch"] == 1
+
+
+def test_a_recorded_row_takes_the_streaming_of_the_entries_it_matches():
+    """Worker counts recorded: the harness entries matching the row with those
+    counts give its stream_interval when all are transcribed and agree."""
+    from sim.validate.disagg_rows import recorded_row_streaming
+
+    pools = {"prefill": {"n": 1}, "decode": {"n": 1}}
+    got = recorded_row_streaming(_row(image=""), pools, [_recipe()])  # GB200 dynamo-trt: gen_yaml.py
+    assert got["keys"] == {"stream_interval": 20} and "https://recipe/1" in got["recipe"]
+    # the entry deploys 2 decode workers, the row recorded 1: not what ran
+    assert recorded_row_streaming(_row(image=""), pools, [_recipe(d=(2, 4, 1, False))]) is None
+    # an entry whose launch is not transcribed (SGLang sized by nodes): not known
+    sgl = _recipe(framework="dynamo-sglang")
+    assert recorded_row_streaming(_row(image="", backend="sglang"), pools, [sgl]) is None
+    # srt-slurm files that disagree (10 vs the default): not known
+    srt = {"recipes": {f"recipes/{k}.yaml": {"url": f"https://srt/{k}", "decode": d}
+                       for k, d in (("a", {"stream-interval": 10}), ("b", {}))}}
+    ra, rb = _recipe(framework="dynamo-sglang"), _recipe(framework="dynamo-sglang", url="https://recipe/2")
+    ra["prefill"]["additional-settings"] = ["CONFIG_FILE=recipes/a.yaml"]
+    rb["prefill"]["additional-settings"] = ["CONFIG_FILE=recipes/b.yaml"]
+    row = _row(image="", backend="sglang")
+    assert recorded_row_streaming(row, pools, [ra], srt)["keys"] == {"stream_interval": 10}
+    assert recorded_row_streaming(row, pools, [ra, rb], srt) is None

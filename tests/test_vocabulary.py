@@ -114,13 +114,15 @@ def test_every_config_key_is_a_kebab_flag(key):
               "watermark": 0.01, "seed": 5, "data_parallel_size": 2, "moe_ep_size": 2, "moe_tp_size": 1,
               "engine_version": "0.24.0", "moe_backend": "marlin", "scheduler_recv_interval": 10,
               "attention_dp_timeout_iters": 60, "attention_dp_batching_wait_iters": 0,
-              "workload_distribution": "power_law_1.2"}
+              "workload_distribution": "power_law_1.2", "stream_interval": 20, "num_postprocess_workers": 4}
     bools = config_keys()
     extra: list[str] = []
     if key in ("client_think_time_s", "client_start_spread_s"):
         extra = ["--max-concurrency", "4"]
     if key == "engine_version":
         extra = ["--engine", "vllm"]
+    if key == "num_postprocess_workers":  # TensorRT-LLM's
+        extra = ["--engine", "trtllm"]
     flag = "--" + key.replace("_", "-")
     if bools[key]:
         args = [flag]

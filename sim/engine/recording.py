@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from operator import attrgetter
 
+from sim.presets import get_preset
 from sim.request import Request, RequestStatus
 from sim.results.metrics import (REQUEST_COLUMNS, STATUS_FINISHED, STATUS_REJECTED, STEP_COLUMNS,
                                  Columns, WeightedSamples)
@@ -26,11 +27,40 @@ if len(_REQUEST_FIELDS) + 1 != len(REQUEST_COLUMNS) or REQUEST_COLUMNS[-1] != "s
 _request_row = attrgetter(*_REQUEST_FIELDS)
 
 
+def streamed_token_s(cfg) -> float:
+    """The frontend FIFO's time per streamed output token (s) of ``cfg``: its
+    ``frontend_token_s`` where the engine's frontend handles every token
+    (the preset's ``frontend_token_unit`` ``token``: vLLM), else (``message``:
+    SGLang, TensorRT-LLM; no engine) the time of one message spread over the
+    ``stream_interval`` tokens it carries, over ``num_postprocess_workers``
+    processes working in parallel (TensorRT-LLM; 0 = none, the proxy alone):
+    ``frontend_token_s / (stream_interval x max(1, num_postprocess_workers))``.
+
+    The mean message rate, not each message: with interval N a request's first
+    token is sent at once, then every N-th (SGLang and vLLM: tokens 1, N + 1,
+    2N + 1, ...; TensorRT-LLM: 1, N, 2N, ...) and its last at its finish, so
+    over its life its messages carry N tokens each on average; the FIFO is
+    charged that average per token, step by step (the per-step batch counts
+    the reference and the accelerated stepping already pass, so both stay
+    bit-identical). Which request's message a step carries is not tracked:
+    a step's first tokens cost the mean, not a whole message each.
+    ``frontend_token_s`` was fitted with N = 1 (the aiconfigurator harness
+    sets no interval), one message per token: the same cost per message."""
+    tok = cfg.frontend_token_s
+    if tok <= 0.0:
+        return tok
+    unit = "message" if cfg.engine is None else get_preset(cfg.engine).frontend_token_unit.value
+    if unit == "token":
+        return tok
+    div = cfg.stream_interval * max(1, cfg.num_postprocess_workers)
+    return tok if div == 1 else tok / div
+
+
 class Recorder:
     """The run's records: ``req_cols`` (one row per request), ``step_cols``
     (one row per engine step or merged run), ``itl`` (weighted ITL gaps) and
     ``reasons`` (request id -> why it was rejected). ``frontend_token_s``: the
-    frontend's streaming time per token; ``track_unused``: integrate the
+    frontend's streaming time per token (:func:`streamed_token_s`); ``track_unused``: integrate the
     reserved-but-unused KV fraction (contiguous allocation). ``on_done(req,
     delay)`` is told of each request done (finished or rejected), in order:
     the traffic side's clients send their next request from there."""

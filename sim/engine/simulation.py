@@ -18,7 +18,9 @@ Processes:
   when step N starts, so a request that arrives while a step runs joins the
   batch after the next one; an idle replica takes it at once. The client sees
   tokens when the frontend has streamed them (``frontend_token_s`` per token,
-  one step's batch after the other); TTFT, TPOT and E2EL are measured there,
+  or per message of ``stream_interval`` tokens where the engine's frontend
+  works per message: ``recording.streamed_token_s``; one step's batch after
+  the other); TTFT, TPOT and E2EL are measured there,
   as ``vllm bench serve`` does; ITL gaps are the engine's.
 - **router**: ``round_robin``, ``least_outstanding_requests``, ``random``
   (seeded), ``prefix_aware`` (SGLang's cache-aware router: the replica whose
@@ -59,7 +61,7 @@ from sim.engine.deployment import Deployment
 from sim.engine.disagg import DisaggregatedServing
 from sim.engine.dp_group import AttentionDpBalance, DPGroup, dp_group_loop, route_dp
 from sim.engine.replica import RECV_WEIGHT_DECODE, RECV_WEIGHT_IDLE, RECV_WEIGHT_OTHER, Replica
-from sim.engine.recording import Recorder
+from sim.engine.recording import Recorder, streamed_token_s
 from sim.engine.traffic import Traffic
 from sim.errors import InfeasibleError
 from sim.request import Request, RequestStatus
@@ -161,7 +163,7 @@ class Simulation:
         self.cost = dep.cost_model
         self.overheads = dep.overheads
         # Reserved-but-unused KV is the contiguous baseline's metric; O(batch) a step.
-        self.recorder = Recorder(cfg.frontend_token_s, cfg.kv_allocation == "contiguous")
+        self.recorder = Recorder(streamed_token_s(cfg), cfg.kv_allocation == "contiguous")
         self.disagg = None
         self.dp_groups: list[DPGroup] = []
         self._dp_rr = [0]

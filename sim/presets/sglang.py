@@ -130,6 +130,11 @@ PRESET = EnginePreset(
     fitted={"cpu_step_overhead_s": 2e-3, "cpu_seq_overhead_s": 20e-6, "frontend_latency_s": 10e-3,
             "frontend_token_s": 60e-6},
     client_phase_spread=0.0,
+    frontend_token_unit=Default("message", "--stream-interval N (default 1): the scheduler puts a running "
+                                "request in the batch it sends to the detokenizer only when len(output_ids) % N "
+                                "== 1 (N > 1; every token for N = 1) or it finished (python/sglang/srt/managers/"
+                                "scheduler_output_processor_mixin.py stream_output_generation); the detokenizer, "
+                                "the tokenizer manager and the HTTP server see only those messages"),
     max_num_seqs_from_kv=sglang_max_running_requests,
     mla_decode_module=Default("trtllm", SGLANG_MLA_SOURCE),
     dp_token_padding=Default("sum_in_prefill", "--enable-dp-attention: DpPaddingMode.get_dp_padding_mode "

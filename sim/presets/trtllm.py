@@ -45,6 +45,11 @@ PRESET = EnginePreset(
     fitted={"cpu_step_overhead_s": 2e-3, "cpu_seq_overhead_s": 80e-6, "frontend_latency_s": 10e-3,
             "frontend_token_s": 60e-6},
     client_phase_spread=0.02,
+    frontend_token_unit=Default("message", "stream_interval N (default 1): PyExecutor._handle_responses creates "
+                                "a request's response only at py_decoding_iter 1, every N-th iteration and its "
+                                "finish (tensorrt_llm/_torch/pyexecutor/py_executor.py; PR 5284); detokenization "
+                                "and the OpenAI chunks are made per response (executor/result.py, "
+                                "executor/postproc_worker.py; docs tech blog 8, 'Support Stream Interval')"),
     dp_token_padding=Default("sum", "attention DP: no padding across ranks; the MoE all-gathers / "
                                     "dispatches each rank's real token count (all_rank_num_tokens): "
                                     "compute_routed_output sets use_dp_padding = False ('max-throughput'; "

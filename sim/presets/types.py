@@ -40,6 +40,8 @@ class Default:
 EAGER_DEFAULT = Default(0.0, EAGER_SOURCE)
 #: :attr:`EnginePreset.dp_token_padding` values
 DP_TOKEN_PADDINGS = ("max", "sum", "sum_in_prefill")
+#: :attr:`EnginePreset.frontend_token_unit` values
+FRONTEND_TOKEN_UNITS = ("message", "token")
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,11 @@ class EnginePreset:
                            hand-off to the engine process), s; counted in TTFT;
       frontend_token_s     the frontend's time to stream one output token (detokenize,
                            serialize, send), s; a FIFO that every step's tokens pass.
+    ``frontend_token_unit``: what ``frontend_token_s`` is the time of, with its source:
+    ``message`` (the frontend sees a request only in the messages the engine sends it:
+    with ``stream_interval`` N it works 1/N of it per token; the values were fitted at N = 1,
+    one message per token) or ``token`` (the frontend handles every token whatever the
+    interval; ``stream_interval`` has no modelled effect).
     ``client_phase_spread``: the closed-loop clients' initial phase spread
     fitted for this engine (``sim/workload/client_phase.py``).
     ``chunked_alias``: ``enable_chunked_prefill`` (vLLM's alias) -> batching mode.
@@ -84,3 +91,4 @@ class EnginePreset:
     max_num_seqs_from_kv: Callable[[int, int], int] | None = None
     mla_decode_module: Default | None = None
     dp_token_padding: Default = Default("max", "vLLM's rule (sim/presets/vllm.py)")
+    frontend_token_unit: Default = Default("token", "the frontend handles every token")

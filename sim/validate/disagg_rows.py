@@ -97,6 +97,21 @@ worker in the pool configurator); TensorRT-LLM's ``max_batch_size`` and
 ``*_moe_ep_size`` / ``*_moe_tp_size`` are not used: the decode pool's repeat the
 prefill pool's EP (decode TP 32 recorded as EP 4 x moe_tp 8 where the recipe's
 decode runs EP 32).
+
+Streaming (``stream_interval``, a deployment key: the decode pool's, the
+prefill pool streaming only the first token, which every engine sends at once):
+the GB200 ``dynamo-trt`` entries without a ``CONFIG_FILE`` launch through
+``benchmarks/*_gb200_dynamo-trt_slurm.sh``, which clones ai-dynamo/dynamo
+(``release/0.5.1-rc0.20251105`` / ``-20260105``) and writes the engine configs
+with ``components/backends/trtllm/performance_sweeps/scripts/gen_yaml.py``:
+every decode config it writes has ``stream_interval: 20`` (:data:`DYNAMO_TRT_STREAM`;
+the two versions of gen_yaml.py read set it, the release branches themselves
+were not read). An srt-slurm recipe file's ``stream-interval`` (SGLang, the
+decode server's) is transcribed with its other flags. A row with its worker
+counts recorded takes the interval of the harness entries it matches with its
+own worker counts, when every one of them is transcribed and they agree
+(:func:`recorded_row_streaming`); otherwise the interval it ran with is not
+known and the engine's default (1) is kept.
 """
 
 from __future__ import annotations
@@ -122,6 +137,12 @@ TRT_SETTINGS = {"MAX_BATCH_SIZE": "max_num_seqs", "MAX_NUM_TOKENS": "max_num_bat
 #: srt-slurm (SGLang) flag -> servesim pool key
 SGLANG_FLAGS = {"max-running-requests": "max_num_seqs", "chunked-prefill-size": "max_num_batched_tokens",
                 "max-prefill-tokens": "max_prefill_tokens", "mem-fraction-static": "gpu_memory_utilization"}
+
+
+#: the decode engine config every GB200 dynamo-trt launch of the harness writes (module docstring)
+DYNAMO_TRT_STREAM = ({"stream_interval": 20},
+                     "https://github.com/ai-dynamo/dynamo/blob/357f7dfc469b487f26c8e01ee21ee8036469f977/components/"
+                     "backends/trtllm/performance_sweeps/scripts/gen_yaml.py (decode_config stream_interval: 20)")
 
 
 class NotSimulable(ConfigError):
@@ -205,7 +226,9 @@ def _deployment(r: dict) -> tuple:
 def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None = None) -> dict[str, dict[str, Any]]:
     """A nightly-harness row's pools from its recipe (module docstring): per pool
     ``n``, ``tp``, ``batch`` (None = the engine's default), ``keys`` (more engine
-    keys), and ``recipe`` (the URLs); :class:`NotSimulable` naming why not."""
+    keys), and ``recipe`` (the URLs); and ``deployment`` (``keys``: the
+    deployment-level ``stream_interval``, ``recipe``: its source) where the recipe
+    sets it; :class:`NotSimulable` naming why not."""
     found = matching_recipes(row, recipes)
     what = (f"{_str(row, 'system')} {_str(row, 'backend')} {_str(row, 'precision')} isl {_str(row, 'isl')} "
             f"osl {_str(row, 'osl')} prefill TP {_str(row, 'prefill_tp_size')} decode TP "
@@ -282,7 +305,46 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
         layout = _layout_keys(tp // dp, dp, ep, tp // ep)
         if layout:  # attention DP / expert layout (plain TP pools keep their keys as before)
             pools[p]["layout"] = layout
+    deployment = entry_streaming(r, srt)
+    if deployment and deployment["keys"]:
+        pools["deployment"] = deployment
     return pools
+
+
+def entry_streaming(r: dict, srt: dict | None = None) -> dict[str, Any] | None:
+    """The streaming a harness entry deploys with (module docstring):
+    ``{"keys": {"stream_interval": N}, "recipe": [source]}`` (``keys`` empty: the
+    engine's default, the recipe file sets none), or None where its engine
+    arguments are not transcribed (a launch script sized by nodes, an
+    untranscribed recipe file, another runner's script)."""
+    config_file = next((_settings(r, p)["CONFIG_FILE"] for p in POOLS if "CONFIG_FILE" in _settings(r, p)), None)
+    if config_file is None:
+        if r["framework"] == "dynamo-trt" and str(r["runner"]).startswith("gb200"):
+            return {"keys": dict(DYNAMO_TRT_STREAM[0]), "recipe": [DYNAMO_TRT_STREAM[1]]}
+        return None
+    f = (_load(SRT_FILE) if srt is None else srt)["recipes"].get(config_file)
+    if f is None:
+        return None
+    args = f["decode"]  # the decode server streams the tokens
+    keys = {"stream_interval": int(args["stream-interval"])} if "stream-interval" in args else {}
+    return {"keys": keys, "recipe": [f["url"]]}
+
+
+def recorded_row_streaming(row: dict, pools: dict[str, dict[str, Any]], recipes: list[dict] | None = None,
+                           srt: dict | None = None) -> dict[str, Any] | None:
+    """A row with its worker counts recorded: the streaming of the harness
+    entries it matches (:func:`matching_recipes`) whose worker counts are the
+    row's, when there are some and every one of them is transcribed and sets the
+    same interval; else None (the engine's default is kept)."""
+    found = [r for r in matching_recipes(row, recipes)
+             if all(int(r[p]["num-worker"]) == pools[p]["n"] for p in POOLS)]
+    got = [entry_streaming(r, srt) for r in found]
+    if not got or any(g is None for g in got) or len({tuple(sorted(g["keys"].items())) for g in got}) != 1:
+        return None
+    if not got[0]["keys"]:
+        return None
+    return {"keys": dict(got[0]["keys"]), "recipe": sorted({u for g in got for u in g["recipe"]}
+                                                           | {r["url"] for r in found})}
 
 
 def _layout_keys(tp: int, dp: int, ep: int, moe_tp: int) -> dict[str, int]:
@@ -336,6 +398,9 @@ def disagg_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
             pools[p] = {"n": n, "tp": attn_tp, "batch": batch, "keys": {}, "recipe": []}
             if layout:
                 pools[p]["layout"] = layout
+        streaming = recorded_row_streaming(row, pools, recipes, srt)
+        if streaming is not None:
+            pools["deployment"] = streaming
     elif any(_whole(row, f"{p}_tp_size") is None for p in POOLS):
         raise NotSimulable("worker counts and per-pool TP not recorded: not simulated rather than guessed")
     else:
@@ -372,4 +437,5 @@ def disagg_row_overrides(row: dict, base: dict[str, Any], pools: dict[str, dict[
             over["max_num_seqs"] = pools[p]["batch"]
         dis[p] = over
     ov["disaggregation"] = dis
+    ov.update(pools.get("deployment", {}).get("keys", {}))  # streaming: the deployment's (module docstring)
     return ov

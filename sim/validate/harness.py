@@ -334,6 +334,33 @@ INFERENCEMAX_RECIPE_ARGS: tuple[RecipeArgs, ...] = (
                "SemiAnalysisAI/InferenceX benchmarks/single_node/minimaxm2.5_fp4_b200.sh (from its first "
                "version, 2026-04-08): vllm serve --kv-cache-dtype fp8 (the FP8 recipe gained it later)",
                ("nvfp4",)),
+    # Streaming: messages of stream_interval tokens (sim/engine/recording.py streamed_token_s), the
+    # values every version of these scripts had over the rows' measurement dates (2025-11 to
+    # 2026-04; git log -S stream of each script). vLLM's --stream-interval (the MiniMax-M2.5 recipes,
+    # from 2026-04-03 / -08) is not set: its frontend cost is modelled per token (sim/presets/vllm.py).
+    RecipeArgs("openai/gpt-oss-*", ("b200_sxm", "h200_sxm"), "trtllm",
+               {"stream_interval": 20, "num_postprocess_workers": 4},
+               "SemiAnalysisAI/InferenceX benchmarks/single_node/gptoss_fp4_b200_trt.sh and gptoss_fp4_h200_trt.sh "
+               "(benchmarks/gptoss_fp4_*_trt*.sh before 2026-02-20): extra_llm_api_options stream_interval: 20, "
+               "num_postprocess_workers: 4"),
+    RecipeArgs(DEEPSEEK, ("b200_sxm", "h200_sxm"), "trtllm", {"stream_interval": 10},
+               "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp4_b200_trt.sh, dsr1_fp8_b200_trt.sh, "
+               "dsr1_fp8_h200_trt.sh: extra_llm_api_options stream_interval: 10"),
+    RecipeArgs(DEEPSEEK, ("b200_sxm",), "sglang", {"stream_interval": 10},
+               "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp4_b200.sh: --stream-interval 10", ("nvfp4",)),
+    RecipeArgs(DEEPSEEK, ("b200_sxm",), "sglang", {"stream_interval": 30},
+               "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp8_b200.sh: --stream-interval 30 (TP 4 and 8)",
+               ("fp8",)),
+    RecipeArgs(DEEPSEEK, ("h200_sxm",), "sglang", {"stream_interval": 10},
+               "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp8_h200.sh: --stream-interval 10 (both of "
+               "its launch branches)"),
+    RecipeArgs("Qwen/Qwen3.5-397B-A17B*", ("b200_sxm",), "sglang", {"stream_interval": 30},
+               "SemiAnalysisAI/InferenceX benchmarks/single_node/qwen3.5_bf16_b200.sh (from 2026-02-20), "
+               "qwen3.5_fp8_b200.sh (from 2026-03-03), qwen3.5_fp4_b200.sh (from its first version, 2026-04-08): "
+               "--stream-interval 30 (the rows' first measurements are those days)"),
+    RecipeArgs("Qwen/Qwen3.5-397B-A17B*", ("h200_sxm",), "sglang", {"stream_interval": 50},
+               "SemiAnalysisAI/InferenceX benchmarks/single_node/qwen3.5_fp8_h200.sh (from 2026-03-04, the rows' "
+               "first measurement): --stream-interval 50"),
     # token budgets the recipes compute from the row's isl and concurrency
     RecipeArgs("MiniMaxAI/MiniMax-M2.5*", ("b200_sxm",), "vllm", {},
                "SemiAnalysisAI/InferenceX benchmarks/single_node/minimaxm2.5_fp4_b200.sh (from its first version, "
