@@ -62,11 +62,13 @@ class Request:
         self.arrival_time = arrival_time
         self.num_prompt_tokens = num_prompt_tokens
         self.max_tokens = max_tokens
-        self.output_len = max_tokens if output_len is None else output_len
-        if self.output_len < 1:
-            raise ValueError(f"request {request_id}: output_len must be >= 1, got {self.output_len}")
+        if output_len is None:
+            output_len = max_tokens
+        elif output_len < 1:
+            raise ValueError(f"request {request_id}: output_len must be >= 1, got {output_len}")
+        self.output_len = output_len
         # Tokens this request will really emit (EOS or max_tokens, whichever first).
-        self.num_output_tokens_target = min(self.output_len, max_tokens)
+        self.num_output_tokens_target = output_len if output_len < max_tokens else max_tokens
         self.priority = priority
         self.prefix_keys = prefix_keys
         self.prefix_chunk_tokens = prefix_chunk_tokens

@@ -82,6 +82,8 @@ class AcceleratedStepping:
         self.lag = self.span and lag and (self.traffic.inline or self.closed)
         self.lag_joins = self.lag and not self.rec.track_unused and self.cost.decode_clock_joins
         self._lag_spans: set[int] = set()  # replicas inside a lag span (arrivals do not cut it)
+        # the spans' decode clocks' per-batch-size terms (one host-time function: ``overheads.cpu_s``)
+        self._clock_terms: dict[int, tuple] = {}
 
     # ------------------------------------------------------------------ engine hooks
     def merged(self, rep, out, ctx: list[int], start: float, flushed: bool = False):
@@ -232,7 +234,7 @@ class AcceleratedStepping:
         Per-request state is applied once, at the end (``_span_done``)."""
         env = self.env
         ov = self.overheads
-        clock = self.cost.decode_clock(span.contexts, span.lasts, start, ov.cpu_s, ov.overlap)
+        clock = self.cost.decode_clock(span.contexts, span.lasts, start, ov.cpu_s, ov.overlap, self._clock_terms)
         joins = joins and self.runs[rep.index].spans_admit()
         inline = joins and self.traffic.inline
         ends = clock.ends
@@ -301,7 +303,7 @@ class AcceleratedStepping:
         traffic = self.traffic
         sched = rep.scheduler
         runs = self.runs[rep.index]
-        clock = self.cost.decode_clock(span.contexts, span.lasts, start, ov.cpu_s, ov.overlap)
+        clock = self.cost.decode_clock(span.contexts, span.lasts, start, ov.cpu_s, ov.overlap, self._clock_terms)
         pausing = self.lag_joins and span.prompt_blocks_after == 1  # prefill-only steps take arrivals in
         joins = self.lag_joins and not pausing and runs.spans_join()
         if joins and sched.limits.capacity_scheduler_policy == "guaranteed_no_evict":
@@ -526,7 +528,7 @@ class AcceleratedStepping:
         first step it cannot take (the reference mode then steps on singly)."""
         env = self.env
         ov = self.overheads
-        clock = self.cost.decode_clock(span.contexts, span.lasts, start, ov.cpu_s, ov.overlap)
+        clock = self.cost.decode_clock(span.contexts, span.lasts, start, ov.cpu_s, ov.overlap, self._clock_terms)
         ends = clock.ends
         clock.advance(1)
         if rep.num_recovering:  # back where they were when preempted, by step 1's end

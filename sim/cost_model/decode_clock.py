@@ -31,11 +31,13 @@ class DecodeClock:
     and ns sampled rows (``CostModel._linear_s``; a step lasts attention + it);
     ``cpu_of(S)``: host time (s) of a decode step over S sequences, added to
     the GPU time, or its ``max`` with it when ``overlap``. ``ends`` holds the
-    step end times (s) timed so far.
+    step end times (s) timed so far. ``terms``: optional, the per-batch-size
+    terms (:meth:`_batch`) to share with the other clocks of the same
+    ``attn``, ``linear_s`` and ``cpu_of`` (pure functions of the size).
     """
 
     def __init__(self, attn, linear_s, contexts: list[int], lasts: list[int] | None, start: float,
-                 cpu_of, overlap: bool) -> None:
+                 cpu_of, overlap: bool, terms: dict[int, tuple] | None = None) -> None:
         t = attn.tile
         self.attn, self.linear_s, self.cpu_of, self.overlap, self.tile = attn, linear_s, cpu_of, overlap, t
         # the attention form's constants, read once per advance() call
@@ -55,20 +57,25 @@ class DecodeClock:
         self.leave = leave  # step (1-based) after which they leave → their virtual contexts
         self.ends: list[float] = []
         self.end = start
-        self._terms: dict[int, tuple] = {}
+        self._terms: dict[int, tuple] = {} if terms is None else terms
         self._batch()
 
     def _batch(self) -> None:
         """Per-batch-size terms (when sequences leave or join; kept per size)."""
-        S = self.S
-        terms = self._terms.get(S)
+        terms = self._terms.get(self.S)
         if terms is None:
-            a = self.attn
-            b = float(S)
-            terms = self._terms[S] = (self.linear_s(b, b), self.cpu_of(S), a.bq * b, b * a.seq_head,
-                                      -(-(b * a.kvh) // a.sms) if a.cta else 0.0)
+            terms = self._size_terms(self.S)
         self.lin, self.cpu, self.bqb, self.bseq, self.ctas = terms
         self.tiles_then = -1  # the memory term depends on the tiles only: cached until they change
+
+    def _size_terms(self, S: int) -> tuple:
+        """(linear part, host time, bq b, b seq_head, CTAs) of a decode step
+        over S sequences (b = S as a float), computed once per size (``_terms``)."""
+        a = self.attn
+        b = float(S)
+        terms = self._terms[S] = (self.linear_s(b, b), self.cpu_of(S), a.bq * b, b * a.seq_head,
+                                  -(-(b * a.kvh) // a.sms) if a.cta else 0.0)
+        return terms
 
     def _enter(self, j: int) -> None:
         """Step index j (0-based) begins: sequences whose last step was j leave,
@@ -139,14 +146,20 @@ class DecodeClock:
         # (tc² + tb² + tp²) ** 0.5 as FittedAttention._gen adds them (without CTAs tp2 is
         # 0.0, and x + 0.0 is x: the add is left out); a step's end as the engine's t += dt
         for j in range(j0, j0 + k):
-            if j in leave:  # finished after step j: out of the batch
-                self.S, self.X, self.tiles = S, X, tiles
-                self._enter(j)
-                S, X, tiles = self.S, self.X, self.tiles
-                lin = self.lin
-                cpu, bqb, bseq, ctas, tiles_then = self.cpu, self.bqb, self.bseq, self.ctas, -1
+            if j in leave:  # finished after step j: out of the batch (``_enter``, in the locals)
+                gone = leave.pop(j)
+                for x in gone:
+                    tiles -= (x + j - 1 + t) // t
+                    cr[x % t] -= 1
+                    X -= x
+                tiles += cr[-j % t]
+                if gone:
+                    S -= len(gone)
+                    terms = self._terms.get(S)
+                    lin, cpu, bqb, bseq, ctas = terms if terms is not None else self._size_terms(S)
+                    Sf = float(S)
                 L = float(X + S * (j + 1))
-                Sf = float(S)
+                tiles_then = -1
             else:
                 tiles += cr[-j % t]
                 L += Sf
@@ -169,7 +182,10 @@ class DecodeClock:
             append(end)
             if end >= until:
                 break
-        self.S, self.X, self.tiles, self.end = S, X, tiles, end
+        if S != self.S:  # sequences left: the batch's terms, as ``_enter`` leaves them
+            self.S = S
+            self._batch()
+        self.X, self.tiles, self.end = X, tiles, end
         self.tiles_then, self._tb2, self._tp2 = tiles_then, tb2, tp2
 
     def _advance_generic(self, j0: int, k: int, until: float) -> None:
@@ -229,24 +245,6 @@ class DecodeClock:
         self.S, self.X, self.tiles, self.end = S, X, tiles, end
         self.tiles_then, self._tb2, self._tp2 = tiles_then, tb2, tp2
 
-    def _memory_terms(self) -> tuple[float, float]:
-        """(tb², tp²) of the batch as it is (its sequences, its tiles): the
-        generation core's memory and CTA terms (``FittedAttention._gen``),
-        cached until the tiles or the batch change, as :meth:`advance` keeps them."""
-        if self.tiles_then == self.tiles:
-            return self._tb2, self._tp2
-        _, _, _, _, _, m1, m2, mexp, bk, cta, _ = self._consts
-        tiled = float(self.tiles * self.tile)
-        nbytes = self.bqb + bk * tiled
-        tb = m1 * nbytes + m2 * nbytes ** mexp + self.bseq
-        tb2 = tb * tb
-        tp2 = 0.0
-        if cta:
-            tp = self.ctas * (tiled / float(self.S)) * cta
-            tp2 = tp * tp
-        self.tiles_then, self._tb2, self._tp2 = self.tiles, tb2, tp2
-        return tb2, tp2
-
     def join(self, p: int, last: int, cpu: float) -> None:
         """:meth:`mixed` with one chunk, a whole ``p``-token prompt (nothing
         cached), whose sequence then decodes up to its ``last`` step: a span's
@@ -255,36 +253,49 @@ class DecodeClock:
         :meth:`advance` keeps them)."""
         a = self.attn
         j = len(self.ends)
-        gone = self.leave.get(j)
+        leave = self.leave
+        gone = leave.get(j)
         if p < 2 or a.naive or self.S == (len(gone) if gone else 0):  # (nobody decodes: no generation core)
             self.mixed([(p, 0)], [(p, last)], cpu)
             return
+        t = self.tile
         if gone is not None:
             self._enter(j)
         elif j:  # (``_enter`` when nobody leaves)
-            self.tiles += self.crossings[-j % self.tile]
-        S = self.S
-        c = self._consts
-        L = float(self.X + S * (j + 1))
-        tc = c[2] * L + c[3] * L ** c[4]
-        tb2, tp2 = self._memory_terms()
-        g = (tc * tc + tb2 + tp2) ** 0.5 if c[9] else (tc * tc + tb2) ** 0.5
+            self.tiles += self.crossings[-j % t]
+        S, X, tiles = self.S, self.X, self.tiles
+        _, _, c1, c2, cexp, m1, m2, mexp, bk, cta, _ = self._consts
+        L = float(X + S * (j + 1))
+        tc = c1 * L + c2 * L ** cexp
+        if self.tiles_then == tiles:  # the memory terms as advance left them
+            tb2, tp2 = self._tb2, self._tp2
+        else:  # (tb², tp²) of the batch as it is (``FittedAttention._gen``), as advance computes them
+            tiled = float(tiles * t)
+            nbytes = self.bqb + bk * tiled
+            tb = m1 * nbytes + m2 * nbytes ** mexp + self.bseq
+            tb2 = tb * tb
+            tp2 = 0.0
+            if cta:
+                tp = self.ctas * (tiled / float(S)) * cta
+                tp2 = tp * tp
+        g = (tc * tc + tb2 + tp2) ** 0.5 if cta else (tc * tc + tb2) ** 0.5
         pc = a._prompt_memo.get(p)
         if pc is None:
             pc = a.prompt_context(p)
         gpu = (a.mixed_launch + (g + pc)) * a.layers + self.linear_s(float(S + p), float(S + 1))
+        end = self.end
         if self.overlap:
-            self.end += gpu if gpu >= cpu else cpu
+            end += gpu if gpu >= cpu else cpu
         else:
-            self.end += gpu + cpu
-        self.ends.append(self.end)
+            end += gpu + cpu
+        self.end = end
+        self.ends.append(end)
         if last > j + 1:  # (``_join``: one whose last step is step j never decodes)
-            t = self.tile
             x = p - j - 1
-            self.X += x
-            self.tiles += (p - 1 + t) // t
+            self.X = X + x
+            self.tiles = tiles + (p - 1 + t) // t
             self.crossings[x % t] += 1
-            self.leave.setdefault(last, []).append(x)
+            leave.setdefault(last, []).append(x)
             self.S = S + 1
             self._batch()
         self.tiles_then = -1

@@ -532,18 +532,20 @@ class CostModel:
         return self.fitted and not self._extras
 
     def decode_clock(self, num_context_tokens: list[int], lasts: list[int] | None, start: float, cpu_s,
-                     overlap: bool = False):
+                     overlap: bool = False, terms: dict | None = None):
         """A resumable timer of a decode run (``ends``: step end times, s), as
         :meth:`decode_run_ends` with ``lasts``: ``advance(k, until)`` times up to
         k more steps. For the ``fitted_v1`` form a
         :class:`~sim.cost_model.decode_clock.DecodeClock`, which also times a
         mixed step that prefills joining sequences (:attr:`decode_clock_joins`); otherwise a
         clock of decode steps only. ``cpu_s``: host time (s) per step, or a
-        function of the number of sequences."""
+        function of the number of sequences. ``terms``: optional, a dict the
+        caller keeps to share the clock's per-batch-size terms between its
+        clocks of the same ``cpu_s`` function (``DecodeClock``)."""
         cpu_of = cpu_s if callable(cpu_s) else (lambda _s: cpu_s)
         if self.fitted and not self._extras:
             return DecodeClock(self._attn_fitted, self._linear_s, num_context_tokens, lasts, start, cpu_of,
-                               overlap)
+                               overlap, terms)
         return _RunClock(self, num_context_tokens, lasts, start, cpu_of, overlap)
 
     def _run_ends_leaving(self, ctx: list[int], k: int, start: float, cpu_s, overlap: bool,
