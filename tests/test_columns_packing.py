@@ -5,7 +5,7 @@ from array import array
 
 import numpy as np
 
-from sim.results.metrics import Columns, WeightedSamples, float64_array, float64_bytes, int64_array
+from sim.results.metrics import Columns, WeightedSamples, diff_from, float64_array, float64_bytes, int64_array
 
 
 def test_packed_arrays_equal_numpy_conversions():
@@ -28,3 +28,15 @@ def test_columns_rows_and_weighted_samples_as_array_extend_stores_them():
     w.extend([0.5, 0.75], 2)
     v, wt = w.arrays()
     assert v.tolist() == [0.25, 0.5, 0.75] and wt.tolist() == [3.0, 2.0, 2.0]
+
+
+def test_diff_from_is_np_diff_with_prepend():
+    steps = int64_array([3, 4, 9, 9, 12])
+    assert diff_from(steps, 0).tolist() == [3, 1, 5, 0, 3] and diff_from(steps, 0).dtype == np.int64
+    assert diff_from(steps, -1).tolist() == [4, 1, 5, 0, 3]
+    ends = float64_array([0.1 + 0.2, 0.7, 1e-300, 2.0 ** 60 + 2.0])
+    # the same subtractions as np.diff: equal bytes, the first against ``first``
+    assert diff_from(ends, 0.1).tobytes() == np.diff(ends, prepend=0.1).tobytes()
+    assert diff_from(ends, 0.1)[0] == (0.1 + 0.2) - 0.1  # 0.20000000000000004, not 0.2
+    empty = int64_array([])
+    assert diff_from(empty, 5).shape == (0,) and diff_from(empty, 5).dtype == np.int64

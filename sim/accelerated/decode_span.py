@@ -34,7 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sim.request import Request, RequestStatus
-from sim.results.metrics import int64_array
+from sim.results.metrics import diff_from, int64_array
 from sim.scheduler.types import SchedulerOutput
 
 
@@ -243,17 +243,19 @@ class DecodeSpan:
         whose last step came and give the others their blocks (``_commit``).
         Returns the span's parts; a join step is a part of its own."""
         finishing, alive, grow, grow_slots, fresh = self._advance(j, set())
-        fsteps = np.array(sorted(finishing), dtype=np.int64)
-        fcum = np.cumsum([0] + [len(finishing[f]) for f in fsteps.tolist()])  # finishes up to each
+        fsteps_l = sorted(finishing)
+        fsteps = int64_array(fsteps_l)
+        fcum = int64_array([0] + [len(finishing[f]) for f in fsteps_l]).cumsum()  # finishes up to each
         # joins come in step order: per join step, the requests joining and their prefill tokens
         # (sorted arrays deduplicated by hand: np.unique and np.union1d import numpy.ma,
         # tens of ms, on first use)
         js = int64_array([jn[0] for jn in self.joins])
-        first = np.flatnonzero(np.diff(js, prepend=-1))
-        jsteps, jcount = js[first], np.diff(np.append(first, js.size))
+        first = np.flatnonzero(diff_from(js, -1))
+        cuts = np.concatenate((first, [js.size]))
+        jsteps, jcount = js[first], cuts[1:] - cuts[:-1]
         bounds = np.sort(np.concatenate((fsteps, jsteps, jsteps - 1)))
-        bounds = bounds[(np.diff(bounds, prepend=-1) != 0) & (bounds < j)]
-        bounds = np.append(bounds, j)  # each part's last step
+        bounds = bounds[(diff_from(bounds, -1) != 0) & (bounds < j)]
+        bounds = np.concatenate((bounds, [j]))  # each part's last step
         prev = np.concatenate(([0], bounds[:-1]))
         # running in a part: step 1's members, plus the joins up to its last step, less
         # those finished before it (a request finishes after its last step)
@@ -261,7 +263,7 @@ class DecodeSpan:
         new = prefill = np.zeros(len(bounds), dtype=np.int64)
         if jsteps.size:
             jpre = np.add.reduceat(int64_array([jn[3] for jn in self.joins]), first)
-            batch += np.cumsum(np.append(0, jcount))[np.searchsorted(jsteps, bounds, side="right")]
+            batch += np.concatenate(([0], jcount)).cumsum()[np.searchsorted(jsteps, bounds, side="right")]
             at = np.minimum(np.searchsorted(jsteps, bounds), jsteps.size - 1)
             is_join = jsteps[at] == bounds  # a join step: a part of its own (step - 1 is a bound)
             new = np.where(is_join, jcount[at], 0)

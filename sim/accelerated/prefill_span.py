@@ -23,6 +23,7 @@ import heapq
 import numpy as np
 
 from sim.accelerated.decode_span import DecodeSpan, SpanParts
+from sim.results.metrics import diff_from, int64_array
 
 
 class PrefillFirstSpan(DecodeSpan):
@@ -120,12 +121,13 @@ class PrefillFirstSpan(DecodeSpan):
         decoding (step d + 1, a part of its own: its newcomers' ITL gap is from
         their pause, recorded by the engine side); no decode step carries prefill."""
         finishing, alive, grow, grow_slots, fresh = self._advance(j, set())
-        fsteps = np.array(sorted(finishing), dtype=np.int64)
-        fcum = np.cumsum([0] + [len(finishing[f]) for f in fsteps.tolist()])
-        starts = np.array([jn[0] + 1 for jn in self.joins], dtype=np.int64)  # first decode step of each join
+        fsteps_l = sorted(finishing)
+        fsteps = int64_array(fsteps_l)
+        fcum = int64_array([0] + [len(finishing[f]) for f in fsteps_l]).cumsum()
+        starts = int64_array([jn[0] + 1 for jn in self.joins])  # first decode step of each join
         bounds = np.sort(np.concatenate((fsteps, starts - 1, starts)))
-        bounds = bounds[(np.diff(bounds, prepend=-1) != 0) & (bounds < j) & (bounds > 0)]
-        bounds = np.append(bounds, j)
+        bounds = bounds[(diff_from(bounds, -1) != 0) & (bounds < j) & (bounds > 0)]
+        bounds = np.concatenate((bounds, [j]))
         prev = np.concatenate(([0], bounds[:-1]))
         batch = (len(self.scheduled) - fcum[np.searchsorted(fsteps, prev, side="right")]
                  + np.searchsorted(starts, bounds, side="right"))

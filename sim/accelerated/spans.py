@@ -42,7 +42,7 @@ import numpy as np
 from sim.accelerated.policies import decode_runs_for
 from sim.cost_model import PY_RUN_MAX_STEPS
 from sim.engine.simulation import Interrupt
-from sim.results.metrics import float64_array, float64_bytes, int64_array
+from sim.results.metrics import diff_from, float64_array, float64_bytes, int64_array
 
 _RUN_CHUNK = 16  # steps of a merged decode run timed first (most runs end sooner)
 
@@ -457,7 +457,7 @@ class AcceleratedStepping:
         usage = span.usages(j)
         parts = span.apply(j)
         steps = int64_array(parts.steps)
-        counts = np.diff(steps, prepend=0)
+        counts = diff_from(steps, 0)
         tok = rec.frontend_tok_s
         if tok > 0.0:  # Recorder.deliver's float operations, inlined (one per step)
             f = rep.frontend_done
@@ -490,7 +490,7 @@ class AcceleratedStepping:
             if d < j:  # their first gap: from the pause's end to decode step d + 1's
                 itl_add(ends[d] - p[2], float(len(reqs)))
         e = np.frombuffer(float64_bytes(ends[:j]))  # (read-only; a list's floats: faster than np.array)
-        dts = np.diff(e, prepend=start)
+        dts = diff_from(e, start)
         if j > 1:
             w = np.repeat(float64_array(parts.pooled), counts)[1:]
             keep = w > 0
@@ -664,7 +664,7 @@ class AcceleratedStepping:
         usage = span.usages(j)
         parts = span.apply(j)
         steps = int64_array(parts.steps)
-        counts = np.diff(steps, prepend=0)  # steps per part
+        counts = diff_from(steps, 0)  # steps per part
         tok = self.rec.frontend_tok_s
         if tok > 0.0:  # the frontend streams each step's tokens in turn (Recorder.deliver, inlined)
             f = rep.frontend_done
@@ -686,7 +686,7 @@ class AcceleratedStepping:
                 req.first_token_time = seen[step - 1]
                 req.last_token_time = last
         e = np.frombuffer(float64_bytes(ends[:j]))  # (read-only; a list's floats: faster than np.array)
-        dts = np.diff(e, prepend=start)
+        dts = diff_from(e, start)
         if j > 1:  # gaps between step ends (step 1's are recorded above), weighted by the decodes
             w = np.repeat(float64_array(parts.pooled), counts)[1:]
             keep = w > 0  # (a step of prefill chunks only pools nothing)
