@@ -22,6 +22,13 @@ class RequestStatus(IntEnum):
     REJECTED = 4
 
 
+#: The members as module constants, for the paths that set or test a status
+#: once per request: on Python 3.11 reading one off the class goes through the
+#: Enum metaclass's ``__getattr__`` hook, several times slower than a global.
+WAITING, RUNNING, PREEMPTED, FINISHED, REJECTED = (RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.PREEMPTED,
+                                                   RequestStatus.FINISHED, RequestStatus.REJECTED)
+
+
 class Request:
     """One request's state. Times are float seconds of simulated time.
 
@@ -79,7 +86,7 @@ class Request:
         self.num_output_tokens = 0
         self.num_cached_tokens = 0
         self.num_preemptions = 0
-        self.status = RequestStatus.WAITING
+        self.status = WAITING
         self.reason = ""
         self.block_hashes: list | None = None  # filled lazily by the KV cache's hasher
         self.first_scheduled_time = -1.0

@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.request import Request, RequestStatus
+from sim.request import FINISHED, RUNNING, Request
 from sim.results.metrics import diff_from, int64_array
 from sim.scheduler.types import SchedulerOutput
 
@@ -150,22 +150,21 @@ class DecodeSpan:
         # per member: the first step writing into a new block, its last step, the blocks
         # it holds at the start; step 1's members first, then the joins prefilled by step j
         # after step 1: kv_capacity slots held, c computed; step i writes slot c + i − 2
-        first = [r.kv_capacity - r.num_computed_tokens + 2 for r in self.scheduled]
-        last = list(self.lasts)
-        held = [r.kv_capacity // bs for r in self.scheduled]
-        after = self.prompt_blocks_after
-        once_at, once_n = [], []
-        for step, _, f, n0, _ in self.joins:
-            if step + after <= j:
-                h = -(-n0 // bs)  # its prompt's blocks, taken at ``step`` (after it: the next step's row)
-                once_at.append(step + after)
-                once_n.append(h)
-                # after its prefill at ``step``: step i writes slot p + i − step − 1
-                first.append(h * bs - n0 + step + 1)
-                last.append(f)
-                held.append(h)
-        first_a = int64_array(first)
-        last_a = int64_array(last)
+        first_a = int64_array([r.kv_capacity - r.num_computed_tokens + 2 for r in self.scheduled])
+        last_a = int64_array(self.lasts)
+        held_a = int64_array([r.kv_capacity // bs for r in self.scheduled])
+        once_at = once_n = int64_array([])
+        if self.joins:
+            steps, lasts, prompts = self._join_columns()
+            after = self.prompt_blocks_after
+            ready = steps + after <= j
+            steps, lasts, prompts = steps[ready], lasts[ready], prompts[ready]
+            h = -(-prompts // bs)  # its prompt's blocks, taken at ``step`` (after it: the next step's row)
+            once_at, once_n = steps + after, h
+            # after its prefill at ``step``: step i writes slot p + i − step − 1
+            first_a = np.concatenate((first_a, h * bs - prompts + steps + 1))
+            last_a = np.concatenate((last_a, lasts))
+            held_a = np.concatenate((held_a, h))
         end = np.minimum(last_a, j)
         # blocks taken from ``first`` on, one every ``bs`` steps, up to its last step (or j)
         n = np.where(first_a <= end, (end - first_a) // bs + 1, 0)
@@ -173,7 +172,7 @@ class DecodeSpan:
         on, off = first_a[taking], (first_a + n * bs)[taking]
         back = last_a < j  # it frees all it holds after its last step
         back_at = last_a[back] + 1
-        back_n = (int64_array(held) + n)[back]
+        back_n = (held_a + n)[back]
         size = (j // bs + 2) * bs + bs  # room for every "off" mark (<= j + bs), whole rows of bs
         marks = _count(on, None, size) - _count(off, None, size)
         takes = marks.reshape(-1, bs).cumsum(axis=0).ravel()[:j + 1]  # blocks taken at step i
@@ -181,6 +180,11 @@ class DecodeSpan:
         delta[:2] = 0  # step 1 is as the plan found it
         free = self.free0 + np.cumsum(delta[1:])
         return self.sched.kv.usage_at(free)
+
+    def _join_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(step, last step, tokens prefilled) of each join, as int64 arrays."""
+        steps, _, lasts, prompts, _ = zip(*self.joins)
+        return int64_array(steps), int64_array(lasts), int64_array(prompts)
 
     def _advance(self, j: int, gone: set[int]):
         """Bring every member (but the ``gone`` ids, settled when preempted)
@@ -227,7 +231,7 @@ class DecodeSpan:
         sched = self.sched
         if done:
             for r in done:  # not before: _on_finished drops every FINISHED request
-                r.status = RequestStatus.FINISHED
+                r.status = FINISHED
             sched._on_finished(done)
         kv = sched.kv
         for r, slots in fresh:
@@ -236,7 +240,7 @@ class DecodeSpan:
         if grow:
             kv.grow_for_decode(grow, grow_slots)
         if kv.enable_prefix_caching:  # (finished members freed their tables as they were: dead blocks)
-            kv.cache_computed([r for r in sched.running if r.status == RequestStatus.RUNNING])
+            kv.cache_computed([r for r in sched.running if r.status == RUNNING])
 
     def apply(self, j: int) -> SpanParts:
         """Advance every member by the span's first ``j`` steps, finish those
@@ -249,7 +253,7 @@ class DecodeSpan:
         # joins come in step order: per join step, the requests joining and their prefill tokens
         # (sorted arrays deduplicated by hand: np.unique and np.union1d import numpy.ma,
         # tens of ms, on first use)
-        js = int64_array([jn[0] for jn in self.joins])
+        js, _, jprompts = self._join_columns() if self.joins else (int64_array([]),) * 3
         first = np.flatnonzero(diff_from(js, -1))
         cuts = np.concatenate((first, [js.size]))
         jsteps, jcount = js[first], cuts[1:] - cuts[:-1]
@@ -262,7 +266,7 @@ class DecodeSpan:
         batch = len(self.scheduled) - fcum[np.searchsorted(fsteps, prev, side="right")]
         new = prefill = np.zeros(len(bounds), dtype=np.int64)
         if jsteps.size:
-            jpre = np.add.reduceat(int64_array([jn[3] for jn in self.joins]), first)
+            jpre = np.add.reduceat(jprompts, first)
             batch += np.concatenate(([0], jcount)).cumsum()[np.searchsorted(jsteps, bounds, side="right")]
             at = np.minimum(np.searchsorted(jsteps, bounds), jsteps.size - 1)
             is_join = jsteps[at] == bounds  # a join step: a part of its own (step - 1 is a bound)

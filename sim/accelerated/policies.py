@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from sim.accelerated.decode_runs import DecodeRuns
 from sim.errors import ConfigError
-from sim.request import Request, RequestStatus
+from sim.request import PREEMPTED, RUNNING, Request
 from sim.scheduler.chunked import ChunkedPrefillScheduler
 from sim.scheduler.continuous import ContinuousBatchingScheduler
 from sim.scheduler.mixed import MixedBatchingScheduler
@@ -197,12 +197,12 @@ class ChunkedRuns(DecodeRuns):
         if sched.waiting.pop() is not req:
             raise RuntimeError(f"request {req.request_id}: not at the head of the waiting queue")
         sched._no_evict_invalidate()  # it holds no blocks yet: the admission reserve is recounted
-        if req.status != RequestStatus.PREEMPTED:  # as _admit(req, 0): its lookup hit nothing
+        if req.status != PREEMPTED:  # as _admit(req, 0): its lookup hit nothing
             req.num_cached_tokens = 0
         kv = sched.kv
         if kv.enable_prefix_caching:  # (the counters count nothing without caching)
             kv.record_prefix_cache_stats(req, 0)
-        req.status = RequestStatus.RUNNING
+        req.status = RUNNING
         sched.running.append(req)
         req.num_computed_tokens = num_tokens
 
@@ -320,7 +320,7 @@ class PrefillFirstRuns(DecodeRuns):
         sched = self.sched
         if sched.waiting.pop() is not req:
             raise RuntimeError(f"request {req.request_id}: not at the head of the waiting queue")
-        req.status = RequestStatus.RUNNING
+        req.status = RUNNING
         sched.running.append(req)
         req.num_computed_tokens = num_tokens
 

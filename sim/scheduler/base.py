@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 
-from sim.request import Request, RequestStatus
+from sim.request import FINISHED, PREEMPTED, REJECTED, RUNNING, WAITING, Request
 from sim.scheduler.types import SchedulerLimits, SchedulerOutput, WaitingQueue
 
 __all__ = ["Scheduler", "SchedulerLimits", "SchedulerOutput", "WaitingQueue"]
@@ -66,7 +66,7 @@ class Scheduler:
         reason = self.rejection(req)
         if reason is not None:
             return self._reject(req, reason)
-        req.status = RequestStatus.WAITING
+        req.status = WAITING
         self.waiting.add(req)
         return True
 
@@ -100,7 +100,7 @@ class Scheduler:
         return req.num_prompt_tokens + req.num_output_tokens_target
 
     def _reject(self, req: Request, reason: str) -> bool:
-        req.status = RequestStatus.REJECTED
+        req.status = REJECTED
         req.reason = reason
         self.rejected.append(req)
         return False
@@ -171,7 +171,7 @@ class Scheduler:
                 o = req.num_output_tokens + 1
                 req.num_output_tokens = o
                 if o >= req.num_output_tokens_target:
-                    req.status = RequestStatus.FINISHED
+                    req.status = FINISHED
                     finished.append(req)
             if finished:
                 self._on_finished(finished)
@@ -185,7 +185,7 @@ class Scheduler:
             req.num_output_tokens = o
             emitted.append(req)
             if o >= req.num_output_tokens_target:
-                req.status = RequestStatus.FINISHED
+                req.status = FINISHED
                 finished.append(req)
         if finished:
             self._on_finished(finished)
@@ -204,7 +204,7 @@ class Scheduler:
                 for req in finished:
                     running.remove(req)
             else:
-                self.running = [r for r in running if r.status == RequestStatus.RUNNING]
+                self.running = [r for r in running if r.status == RUNNING]
 
     # ------------------------------------------------------------------ helpers
     def _preempt(self, req: Request, front: bool = True) -> None:
@@ -219,7 +219,7 @@ class Scheduler:
             self.kv.free(req)
         req.preempted_at_tokens = max(req.preempted_at_tokens, req.num_computed_tokens)
         req.num_computed_tokens = 0
-        req.status = RequestStatus.PREEMPTED
+        req.status = PREEMPTED
         req.num_preemptions += 1
         self.num_preemptions += 1
         if front:
