@@ -25,8 +25,8 @@ class RequestStatus(IntEnum):
 #: The members as module constants, for the paths that set or test a status
 #: once per request: on Python 3.11 reading one off the class goes through the
 #: Enum metaclass's ``__getattr__`` hook, several times slower than a global.
-WAITING, RUNNING, PREEMPTED, FINISHED, REJECTED = (RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.PREEMPTED,
-                                                   RequestStatus.FINISHED, RequestStatus.REJECTED)
+WAITING, RUNNING, PREEMPTED = RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.PREEMPTED
+FINISHED, REJECTED = RequestStatus.FINISHED, RequestStatus.REJECTED
 
 
 class Request:

@@ -234,25 +234,26 @@ class AcceleratedStepping:
         Per-request state is applied once, at the end (``_span_done``)."""
         env = self.env
         ov = self.overheads
+        traffic = self.traffic
         clock = self.cost.decode_clock(span.contexts, span.lasts, start, ov.cpu_s, ov.overlap, self._clock_terms)
         joins = joins and self.runs[rep.index].spans_admit()
-        inline = joins and self.traffic.inline
+        inline = joins and traffic.inline
         ends = clock.ends
-        clock.advance(span.k, self.traffic.next_send_s())
+        clock.advance(span.k, traffic.next_send_s())
         if rep.num_recovering:  # back where they were when preempted, by step 1's end
             self.rec.recovered(rep, span.scheduled, ends[0])
         self._run_begins(rep, ends)
         try:
             while True:
                 m = len(ends)
-                if (inline and m < span.k and self.traffic.num_arrived == self.traffic.num_sent
-                        and self.traffic.next_send_s() <= ends[-1]):
+                if (inline and m < span.k and traffic.num_arrived == traffic.num_sent
+                        and traffic.next_send_s() <= ends[-1]):
                     # The sends landing in step m, taken without events: this replica is
                     # the only process acting before that step's end (the arrivals
                     # process's pending wake finds its request taken).
-                    self.traffic.send_inline(rep, ends[-1])
+                    traffic.send_inline(rep, ends[-1])
                     if self._join_span(rep, span, clock, m):
-                        until = self.traffic.next_send_s()
+                        until = traffic.next_send_s()
                         if clock.end < until and m + 1 < span.k:
                             clock.advance(span.k - m - 1, until)
                         continue
@@ -263,10 +264,10 @@ class AcceleratedStepping:
                 if m >= span.k:
                     break
                 if rep.merging:
-                    clock.advance(span.k - m, self.traffic.next_send_s())
+                    clock.advance(span.k - m, traffic.next_send_s())
                 elif joins and self._join_span(rep, span, clock, m):
                     rep.merging = True
-                    until = self.traffic.next_send_s()
+                    until = traffic.next_send_s()
                     if clock.end < until and m + 1 < span.k:  # nothing arrives during the mixed step
                         clock.advance(span.k - m - 1, until)
                 else:  # the arrival changes the next step otherwise: single steps from here

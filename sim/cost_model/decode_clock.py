@@ -296,8 +296,10 @@ class DecodeClock:
             self.tiles = tiles + (p - 1 + t) // t
             self.crossings[x % t] += 1
             leave.setdefault(last, []).append(x)
-            self.S = S + 1
-            self._batch()
+            S += 1
+            self.S = S
+            terms = self._terms.get(S)  # (``_batch``)
+            self.lin, self.cpu, self.bqb, self.bseq, self.ctas = terms if terms is not None else self._size_terms(S)
         self.tiles_then = -1
 
     def mixed(self, chunks: list[tuple[int, int]], joins: list[tuple[int, int]], cpu: float) -> None:
