@@ -352,6 +352,8 @@ def _vllm(cfg: dict[str, Any]) -> Launch:
         a += ["--long-prefill-token-threshold", str(cfg["long_prefill_token_threshold"])]
     a += ["--scheduling-policy", cfg.get("policy", "fcfs")]
     a += ["--async-scheduling" if cfg.get("overlap_scheduling") else "--no-async-scheduling"]
+    if cfg.get("stream_interval", 1) != 1:  # vLLM PR 27869 (vllm serve --stream-interval)
+        a += ["--stream-interval", str(cfg["stream_interval"])]
     a += ["--dtype", cfg.get("dtype", "bfloat16")] + qflags
     if cfg.get("kv_cache_dtype", "auto") != "auto":
         a += ["--kv-cache-dtype", cfg["kv_cache_dtype"]]
@@ -391,6 +393,8 @@ def _sglang(cfg: dict[str, Any]) -> Launch:
         a += ["--disable-radix-cache"]
     if not cfg.get("overlap_scheduling"):
         a += ["--disable-overlap-schedule"]
+    if cfg.get("stream_interval", 1) != 1:
+        a += ["--stream-interval", str(cfg["stream_interval"])]
     a += ["--dtype", cfg.get("dtype", "bfloat16")] + qflags
     if cfg.get("kv_cache_dtype", "auto") != "auto":
         kd = cfg["kv_cache_dtype"]
@@ -423,6 +427,10 @@ def _trtllm(cfg: dict[str, Any]) -> Launch:
     y = ["kv_cache_config:", *kv, "scheduler_config:", f"  capacity_scheduler_policy: {policy}",
          f"enable_chunked_prefill: {'true' if _TRTLLM_MODES.get(cfg['scheduler']) else 'false'}",
          f"disable_overlap_scheduler: {'false' if cfg.get('overlap_scheduling') else 'true'}"]
+    if cfg.get("stream_interval", 1) != 1:  # LLM API args (TorchLlmArgs stream_interval)
+        y.append(f"stream_interval: {cfg['stream_interval']}")
+    if cfg.get("num_postprocess_workers", 0):
+        y.append(f"num_postprocess_workers: {cfg['num_postprocess_workers']}")
     la.argv, la.yaml = a, "\n".join(y) + "\n"
     return la
 

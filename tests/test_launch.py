@@ -234,3 +234,19 @@ def test_compare_rebuilds_a_disaggregated_variants_pools_from_its_summary_config
                                         "generation (decode) server 2 of 2", "the disaggregated front end"]
     gen = la.parts[1][1]
     assert gen[gen.index("--max_batch_size") + 1] == "96"
+
+
+def test_stream_interval_and_postprocess_workers_are_written_out():
+    """The engines' own spellings: vLLM / SGLang ``--stream-interval``, TensorRT-LLM's LLM API
+    ``stream_interval`` and ``num_postprocess_workers`` in the extra options YAML; nothing at
+    the defaults (1 and 0)."""
+    _, la = _launch("engine=vllm", "stream_interval=20")
+    assert la.argv[la.argv.index("--stream-interval") + 1] == "20"
+    _, la = _launch("engine=sglang", "stream_interval=30")
+    assert la.argv[la.argv.index("--stream-interval") + 1] == "30"
+    _, la = _launch("engine=trtllm", "stream_interval=10", "num_postprocess_workers=4")
+    assert "stream_interval: 10\n" in la.yaml and "num_postprocess_workers: 4\n" in la.yaml
+    for engine in ("vllm", "sglang", "trtllm"):
+        _, la = _launch(f"engine={engine}")
+        assert "--stream-interval" not in la.argv
+        assert "stream_interval" not in (la.yaml or "") and "num_postprocess_workers" not in (la.yaml or "")
