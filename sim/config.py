@@ -297,8 +297,9 @@ class SimConfig(BaseModel):
                              f"init-time snapshot holds) and has no effect with engine {self.engine!r}; drop "
                              "memory_profile")
         if self.num_postprocess_workers > 0 and self.engine != "trtllm":
+            which = "no engine preset is set" if self.engine is None else f"engine {self.engine!r} has no such key"
             raise ValueError(f"num_postprocess_workers = {self.num_postprocess_workers} is TensorRT-LLM's "
-                             f"(LLM API postprocess worker processes); engine {self.engine!r} has no such key: "
+                             f"(LLM API postprocess worker processes); {which}: "
                              "use engine trtllm or drop num_postprocess_workers")
         if self.block_size <= 0 or self.block_size > 1024 or self.block_size & (self.block_size - 1):
             raise ValueError(f"block_size must be a power of two from 1 to 1024 (vLLM accepts 1, 8, 16, 32, "

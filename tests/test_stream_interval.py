@@ -41,6 +41,7 @@ def test_the_fifo_time_per_token_is_one_message_over_the_interval():
     ({"stream_interval": 0}, r"stream_interval"),
     ({"engine": "vllm", "num_postprocess_workers": 4},
      r"num_postprocess_workers = 4 is TensorRT-LLM's .* engine 'vllm' has no such key"),
+    ({"num_postprocess_workers": 2}, r"num_postprocess_workers = 2 is TensorRT-LLM's .* no engine preset is set"),
     ({"disaggregation": {"decode": {"stream_interval": 20}}},
      r"stream_interval: is the deployment's, set it at the top level"),
 ])
