@@ -108,7 +108,7 @@ def test_sglang_recipes_set_the_scheduler_recv_interval_by_concurrency():
     assert h.recipe_overrides(dict(ds, concurrency=10), "sglang") == {}
     with pytest.raises(ConfigError, match="concurrency \\[min, max\\]"):
         harness_from_dict({"name": "r", "recipe_args": [{"model": "*", "systems": ["*"], "engine": "sglang",
-                                                         "args": {"x": 1}, "concurrency": 4}]})
+                                                         "args": {"stream_interval": 1}, "concurrency": 4}]})
 
 
 def test_inferencemax_recipes_fp8_kv_cache():
@@ -166,3 +166,21 @@ def test_grouped_expert_gemms_quantize_the_input_once_per_token():
     assert float(moe.experts_s(T)) == pytest.approx(per_routed_row - (rows - T) * row, rel=1e-12)
     # at one token the rows are its top_k picks: one quantized row either way
     assert float(moe.experts_s(1.0)) < float(moe.w13.time_s(8.0, 8.0, 16.0) + moe.w2.time_s(8.0, 8.0, 16.0))
+
+
+def test_yaml_recipe_args_values_are_checked_when_read():
+    """A recipe's fixed settings get the config field's type and bounds when the harness is
+    read, naming the entry and key, not later per row."""
+    def read(args):
+        return harness_from_dict({"name": "r", "recipe_args": [
+            {"model": "*", "systems": ["*"], "engine": "sglang", "args": args}]})
+    with pytest.raises(ConfigError, match=r"recipe_args\[0\]\.args\.stream_interval: Input should be greater "
+                                          r"than or equal to 1, got 0"):
+        read({"stream_interval": 0})
+    with pytest.raises(ConfigError, match=r"recipe_args\[0\]\.args\.max_num_seq: unknown config key "
+                                          r"'max_num_seq'; did you mean max_num_seqs\?"):
+        read({"max_num_seq": 64})
+    with pytest.raises(ConfigError, match=r"recipe_args\[0\]\.args\.model: a recipe sets engine keys"):
+        read({"model": "llama-3.1-8b"})
+    assert read({"stream_interval": 30, "scheduler_recv_interval": 10}).recipe_args[0].args == {
+        "stream_interval": 30, "scheduler_recv_interval": 10}

@@ -579,6 +579,8 @@ def _recipe_args(path: str, items: Any) -> tuple[RecipeArgs, ...]:
             args = {}
         if not isinstance(args, dict) or not (args or formulas):
             raise ConfigError(f"{where}.args: required, a mapping of servesim config keys, got {args!r}")
+        for key, value in args.items():
+            _check_recipe_arg(f"{where}.args.{key}", str(key), value)
         quant = it.get("quant", [])
         tps = it.get("tp", [])
         conc = it.get("concurrency", [None, None])
@@ -614,15 +616,34 @@ def _release_bounds(where: str, v: Any) -> tuple[str | None, str | None]:
     return lo, hi
 
 
+def _check_recipe_arg(where: str, key: str, value: Any) -> None:
+    """A recipe's fixed setting, checked when the harness is read: an engine key of the config
+    (:func:`_check_formula_key`) whose value has the field's type and bounds (the checks across
+    keys, which depend on the row's model and layout, run when a row is simulated)."""
+    from typing import Annotated
+
+    from pydantic import TypeAdapter, ValidationError
+
+    from sim.config import SimConfig
+
+    _check_formula_key(where, key)
+    field = SimConfig.model_fields[key]
+    try:
+        kind = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+        TypeAdapter(kind).validate_python(value)
+    except ValidationError as e:
+        raise ConfigError(f"{where}: {e.errors()[0]['msg']}, got {value!r}") from None
+
+
 def _check_formula_key(where: str, key: str) -> None:
-    """A recipe formula sets an engine key of the config: not the row's model, GPU, engine
+    """A recipe (setting or formula) sets an engine key of the config: not the row's model, GPU, engine
     or workload (:data:`NOT_RECIPE_KEYS`), nothing unknown. One line naming ``where``."""
     import difflib
 
     from sim.config import SimConfig
 
     if key in NOT_RECIPE_KEYS or key.startswith("workload."):
-        raise ConfigError(f"{where}: a recipe formula sets engine keys; {key} is fixed by the row or the run "
+        raise ConfigError(f"{where}: a recipe sets engine keys; {key} is fixed by the row or the run "
                           f"(not one of {', '.join(NOT_RECIPE_KEYS)}, workload.*)")
     if key not in SimConfig.model_fields:
         close = difflib.get_close_matches(key, list(SimConfig.model_fields), n=1)
