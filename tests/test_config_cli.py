@@ -163,6 +163,16 @@ def test_cli_kv_prints_capacity():
     assert "131,072" in r.stdout  # bytes per token, Llama-3.1-8B bf16
 
 
+def test_cli_kv_states_the_engines_memory_rule():
+    """``kv_memory_rule`` beside f, in the engine's own terms (SGLang: mem_fraction_static)."""
+    r = cli("kv", "--model", "qwen3-32b", "--hardware", "h100_sxm", "--engine", "sglang",
+            "--set", "tensor_parallel_size=2")
+    assert r.returncode == 0, r.stderr
+    assert "KV = f x (memory - non-torch) - weights (f: mem_fraction_static)" in " ".join(r.stdout.split())
+    r = cli("kv", "--model", "llama-3.1-8b", "--hardware", "h100_sxm")
+    assert "f: gpu_memory_utilization" in " ".join(r.stdout.split())
+
+
 def test_cli_lists():
     assert "llama-3.1-70b" in cli("models").stdout
     assert "h200_sxm" in cli("hardware").stdout

@@ -235,7 +235,7 @@ def kv(
     file and rows, its lengths), though the numbers depend on the engine keys only:
     a config run refuses, kv refuses."""
     from sim.config import build_config
-    from sim.kv_cache.sizing import kv_report
+    from sim.kv_cache.sizing import KV_MEMORY_RULE_FORMULAS, kv_report
     from sim.cli.tables import print_kv_report
     from sim.runner import prepare
 
@@ -249,6 +249,13 @@ def kv(
     from sim.cost_model.parallel import layout_report
     rep = kv_report(dep.sizing, lengths=lengths, kv_allocation=cfg.kv_allocation,
                     contiguous_reserve=cfg.contiguous_reserve)
+    # the memory rule, stated beside f (``gpu_memory_utilization``: each engine's own name in the formula)
+    rows = {}
+    for k, v in rep.items():
+        rows[k] = v
+        if k == "gpu_memory_utilization":
+            rows["kv_memory_rule"] = f"{cfg.kv_memory_rule}: {KV_MEMORY_RULE_FORMULAS[cfg.kv_memory_rule]}"
+    rep = rows
     if dep.layout.num_gpus > 1 or dep.model.is_moe:  # DP x TP x EP, per-GPU weights
         rep.update(layout_report(dep.model, dep.layout, dep.cfg.quantization))
         if dep.layout.attention_dp:  # each attention rank has its own KV cache

@@ -108,6 +108,13 @@ NCCL_BUFFER_BYTES = NON_TORCH_BYTES_TP_GT1 - NON_TORCH_BYTES_TP1
 #: what vLLM's init-time memory snapshot already holds (module docstring)
 MEMORY_PROFILES = ("before_cuda_context", "after_cuda_context", "after_nccl_init")
 KV_MEMORY_RULES = ("utilization", "free_fraction", "static_fraction")
+#: each rule's formula as ``servesim kv`` states it (f = ``gpu_memory_utilization``, the engine's own name for it)
+KV_MEMORY_RULE_FORMULAS = {
+    "utilization": "vLLM: KV = memory x f - weights - activation estimate - non-torch (f: gpu_memory_utilization)",
+    "free_fraction": "TensorRT-LLM: KV = f x (memory - weights - activation estimate - non-torch) "
+                     "(f: free_gpu_memory_fraction)",
+    "static_fraction": "SGLang: KV = f x (memory - non-torch) - weights (f: mem_fraction_static)",
+}
 
 
 @dataclass(frozen=True)
