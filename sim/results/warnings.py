@@ -123,13 +123,6 @@ def ground_warnings(cfg, hardware, model, summary: dict) -> list[str]:
     vw = version_warning(cfg.engine, cfg.engine_version)
     if vw:
         out.append(vw)
-    if getattr(cfg, "stream_interval", 1) > 1 and cfg.engine is not None and cfg.frontend_token_s > 0:
-        from sim.presets import get_preset
-
-        if get_preset(cfg.engine).frontend_token_unit.value == "token":
-            out.append(f"stream_interval {cfg.stream_interval}: engine {cfg.engine}'s frontend cost "
-                       "(frontend_token_s) is modelled per token (its frontend detokenizes every token; the "
-                       "per-message part is not separated), so the interval has no modelled effect")
     bound = compute_bound_tokens_per_s(cfg, hardware, model)
     tput = summary.get("total_token_throughput")
     if isinstance(tput, (int, float)) and tput > bound:

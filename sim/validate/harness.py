@@ -336,8 +336,15 @@ INFERENCEMAX_RECIPE_ARGS: tuple[RecipeArgs, ...] = (
                ("nvfp4",)),
     # Streaming: messages of stream_interval tokens (sim/engine/recording.py streamed_token_s), the
     # values every version of these scripts had over the rows' measurement dates (2025-11 to
-    # 2026-04; git log -S stream of each script). vLLM's --stream-interval (the MiniMax-M2.5 recipes,
-    # from 2026-04-03 / -08) is not set: its frontend cost is modelled per token (sim/presets/vllm.py).
+    # 2026-04; git log -S stream of each script); vLLM's from the MiniMax-M2.5 B200 recipes' versions
+    # that set it (FP8: PR #947, the v0.19.0 image; FP4: its first version)
+    RecipeArgs("MiniMaxAI/MiniMax-M2.5*", ("b200_sxm",), "vllm", {"stream_interval": 20},
+               "SemiAnalysisAI/InferenceX benchmarks/single_node/minimaxm2.5_fp4_b200.sh (from its first version, "
+               "2026-04-08): vllm serve --stream-interval 20", ("nvfp4",)),
+    RecipeArgs("MiniMaxAI/MiniMax-M2.5*", ("b200_sxm",), "vllm", {"stream_interval": 20},
+               "SemiAnalysisAI/InferenceX benchmarks/single_node/minimaxm2.5_fp8_b200.sh from PR #947 (commit "
+               "bddbf40, 2026-04-03, image vllm-openai v0.19.0): vllm serve --stream-interval 20", ("fp8",),
+               engine_versions=("0.19.0", None)),
     RecipeArgs("openai/gpt-oss-*", ("b200_sxm", "h200_sxm"), "trtllm",
                {"stream_interval": 20, "num_postprocess_workers": 4},
                "SemiAnalysisAI/InferenceX benchmarks/single_node/gptoss_fp4_b200_trt.sh and gptoss_fp4_h200_trt.sh "
