@@ -259,7 +259,7 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
                            f"transcribed; its tp {r['prefill']['tp']} / {r['decode']['tp']} is not the workers': {url}")
     pools: dict[str, dict[str, Any]] = {}
     # a CONFIG_FILE (listed under either pool) holds both pools' engine arguments
-    config_file = next((_settings(r, p)["CONFIG_FILE"] for p in POOLS if "CONFIG_FILE" in _settings(r, p)), None)
+    config_file = next((s["CONFIG_FILE"] for s in (_settings(r, p) for p in POOLS) if "CONFIG_FILE" in s), None)
     for p in POOLS:
         st = _settings(r, p)
         keys: dict[str, Any] = {}
@@ -317,7 +317,7 @@ def entry_streaming(r: dict, srt: dict | None = None) -> dict[str, Any] | None:
     engine's default, the recipe file sets none), or None where its engine
     arguments are not transcribed (a launch script sized by nodes, an
     untranscribed recipe file, another runner's script)."""
-    config_file = next((_settings(r, p)["CONFIG_FILE"] for p in POOLS if "CONFIG_FILE" in _settings(r, p)), None)
+    config_file = next((s["CONFIG_FILE"] for s in (_settings(r, p) for p in POOLS) if "CONFIG_FILE" in s), None)
     if config_file is None:
         if r["framework"] == "dynamo-trt" and str(r["runner"]).startswith("gb200"):
             return {"keys": dict(DYNAMO_TRT_STREAM[0]), "recipe": [DYNAMO_TRT_STREAM[1]]}
@@ -339,9 +339,8 @@ def recorded_row_streaming(row: dict, pools: dict[str, dict[str, Any]], recipes:
     found = [r for r in matching_recipes(row, recipes)
              if all(int(r[p]["num-worker"]) == pools[p]["n"] for p in POOLS)]
     got = [entry_streaming(r, srt) for r in found]
-    if not got or any(g is None for g in got) or len({tuple(sorted(g["keys"].items())) for g in got}) != 1:
-        return None
-    if not got[0]["keys"]:
+    if (not got or any(g is None for g in got) or len({tuple(sorted(g["keys"].items())) for g in got}) != 1
+            or not got[0]["keys"]):
         return None
     return {"keys": dict(got[0]["keys"]), "recipe": sorted({u for g in got for u in g["recipe"]}
                                                            | {r["url"] for r in found})}
