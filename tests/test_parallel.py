@@ -235,6 +235,24 @@ def test_bad_parallel_configs_are_one_line_errors(moe_path, kw, key):
     assert key in msg and "\n" not in msg
 
 
+def test_vllm_runs_only_all_tp_or_all_ep_experts(moe_path):
+    """vLLM's FusedMoEParallelConfig: the experts over all tp x dp GPUs, sharded
+    (EP 1) or whole (EP = the group); SGLang and TensorRT-LLM split them any way."""
+    kw = {"tensor_parallel_size": 4, "moe_ep_size": 2}  # EP 2 x TP 2 over 4 GPUs
+    with pytest.raises(ConfigError) as e:
+        build_deployment(_cfg(moe_path, engine="vllm", **kw))
+    msg = str(e.value)
+    assert msg.startswith("moe_ep_size: 2 splits the experts EP 2 x TP 2") and "\n" not in msg
+    assert "moe_ep_size 1" in msg and "moe_ep_size 4" in msg
+    with pytest.raises(ConfigError, match="^moe_tp_size: 2 splits"):
+        build_deployment(_cfg(moe_path, engine="vllm", tensor_parallel_size=4, moe_tp_size=2))
+    for engine in ("sglang", "trtllm"):
+        assert build_deployment(_cfg(moe_path, engine=engine, **kw)).layout == ParallelLayout(4, 1, 2, 2, False)
+    for ok in ({"enable_expert_parallel": True}, {"moe_ep_size": 4}, {"moe_tp_size": 4}, {}):
+        layout = build_deployment(_cfg(moe_path, engine="vllm", tensor_parallel_size=4, **ok)).layout
+        assert layout.moe_ep_size * layout.moe_tp_size == 4 and layout.moe_ep_size in (1, 4)
+
+
 def test_expert_keys_on_a_dense_model_are_refused_and_dp_is_replicas():
     dense = str(DATA / "test_model.json")
     with pytest.raises(ConfigError, match="enable_expert_parallel: True applies to MoE models"):

@@ -160,6 +160,7 @@ def _build_one(cfg: SimConfig) -> Deployment:
                             data_parallel_size=cfg.data_parallel_size,
                             enable_expert_parallel=cfg.enable_expert_parallel, moe_ep_size=cfg.moe_ep_size,
                             moe_tp_size=cfg.moe_tp_size)
+    _check_expert_layout(cfg, layout)
     if cfg.data_parallel_size > 1 and not layout.attention_dp:
         # a dense model: vLLM couples DP ranks only for MoE layers; its DP ranks are
         # independent engines, i.e. replicas (routed by ``router``)
@@ -224,6 +225,22 @@ def _build_one(cfg: SimConfig) -> Deployment:
     overheads = StepOverheads(cfg.cpu_step_overhead_s, cfg.cpu_seq_overhead_s, cfg.overlap_scheduling,
                               cfg.eager_step_overhead_s)
     return Deployment(cfg, model, hw, cost, sizing, limits, overheads, layout=layout)
+
+
+def _check_expert_layout(cfg: SimConfig, layout: ParallelLayout) -> None:
+    """ConfigError when the engine cannot lay the routed experts out this way
+    (its preset's ``expert_layouts``: vLLM shards them over all of a DP group's
+    GPUs or gives each GPU whole experts, nothing in between)."""
+    if cfg.engine is None or get_preset(cfg.engine).expert_layouts.value != "tp_or_ep":
+        return
+    G = layout.num_gpus
+    if layout.moe_ep_size not in (1, G):
+        key = "moe_ep_size" if cfg.moe_ep_size is not None else "moe_tp_size"
+        val = cfg.moe_ep_size if cfg.moe_ep_size is not None else cfg.moe_tp_size
+        raise ConfigError(
+            f"{key}: {val} splits the experts EP {layout.moe_ep_size} x TP {layout.moe_tp_size}, which "
+            f"engine {cfg.engine} cannot run: it shards the experts over all {G} GPUs of the group "
+            f"(moe_ep_size 1) or, with enable_expert_parallel, gives each GPU whole experts (moe_ep_size {G})")
 
 
 def hybrid_kv_cache_off_reason(cfg: SimConfig, model: ModelSpec | None = None) -> str | None:

@@ -141,6 +141,9 @@ PRESET = EnginePreset(
                                                "(python/sglang/srt/layers/dp_attention.py): SUM_LEN when "
                                                "the batch extends (prefill), else MAX_LEN if sum x 2 > "
                                                "max x dp_size, else SUM_LEN"),
+    expert_layouts=Default("any", "--ep-size divides --tp-size; the experts' TP is tp_size / ep_size "
+                                  "(moe_tp_size, python/sglang/srt/server_args.py, "
+                                  "distributed/parallel_state.py)"),
     resolved={
         "max_num_batched_tokens": "chunked_prefill_size by GPU memory: < 20 GiB 2048, < 35 GiB 2048, "
                                   "< 60 GiB 4096, < 90 GiB 8192 (H100), < 160 GiB 8192 (H200), else 16384 "

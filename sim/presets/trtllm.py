@@ -55,4 +55,6 @@ PRESET = EnginePreset(
                                     "compute_routed_output sets use_dp_padding = False ('max-throughput'; "
                                     "padding only on SM120), tensorrt_llm/_torch/models/modeling_deepseekv3.py "
                                     "and modeling_qwen3_moe.py, 1.1 on"),
+    expert_layouts=Default("any", "moe_tensor_parallel_size x moe_expert_parallel_size = tp_size, any split "
+                                  "(tensorrt_llm/mapping.py checks the product; llmapi/llm_args.py)"),
 )

@@ -42,6 +42,8 @@ EAGER_DEFAULT = Default(0.0, EAGER_SOURCE)
 DP_TOKEN_PADDINGS = ("max", "sum", "sum_in_prefill")
 #: :attr:`EnginePreset.frontend_token_unit` values
 FRONTEND_TOKEN_UNITS = ("message", "token")
+#: :attr:`EnginePreset.expert_layouts` values
+EXPERT_LAYOUTS = ("any", "tp_or_ep")
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,11 @@ class EnginePreset:
     ``max`` (every rank padded to the largest rank's count, the whole forward),
     ``sum`` (each rank's own tokens; the experts see the group's real total),
     ``sum_in_prefill`` (``sum`` in a step with prefill tokens; a decode-only step
-    pads to the largest count when that moves less data, ``2 x sum > max x D``)."""
+    pads to the largest count when that moves less data, ``2 x sum > max x D``).
+    ``expert_layouts``: how the engine can lay the routed experts over a DP
+    group's G GPUs: ``any`` (``moe_ep_size`` x ``moe_tp_size`` = G, any split)
+    or ``tp_or_ep`` (either tensor-sharded over all G, or whole experts over all
+    G: ``moe_ep_size`` 1 or G)."""
     name: str
     versions: str
     defaults: dict[str, Default]
@@ -92,3 +98,4 @@ class EnginePreset:
     mla_decode_module: Default | None = None
     dp_token_padding: Default = Default("max", "vLLM's rule (sim/presets/vllm.py)")
     frontend_token_unit: Default = Default("token", "the frontend handles every token")
+    expert_layouts: Default = Default("any", "moe_ep_size x moe_tp_size = the group's GPUs, any split")

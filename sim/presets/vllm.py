@@ -68,6 +68,11 @@ PRESET = EnginePreset(
     dp_token_padding=Default("max", "coordinate_batch_across_dp (vllm/v1/worker/dp_utils.py) all-reduces "
                                     "the ranks' token counts and pads every rank's forward to the max "
                                     "(num_tokens_across_dp, DPMetadata)"),
+    expert_layouts=Default("tp_or_ep", "FusedMoEParallelConfig.make (vllm/model_executor/layers/fused_moe/"
+                                       "config.py): without --enable-expert-parallel the experts are "
+                                       "tensor-sharded over all tp x dp GPUs (flatten_tp_across_dp_and_pcp, "
+                                       "ep_size 1); with it each GPU holds whole experts (ep_size = tp x dp, "
+                                       "tp_size 1); vLLM has no flag for a split in between"),
     resolved={
         "max_num_batched_tokens": "8192 on GPUs >= 70 GiB that are not A100, else 2048 "
                                   "(engine/arg_utils.py::get_batch_defaults, vllm serve)",
