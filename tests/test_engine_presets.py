@@ -10,6 +10,7 @@ import pytest
 
 from sim.config import SimConfig, build_config
 from sim.engine.deployment import build_deployment
+from sim.errors import InfeasibleError
 from sim.presets import OVERHEAD_KEYS, PRESETS, preset_defaults, preset_table
 from sim.presets.sglang import (sglang_chunked_prefill_size, sglang_cuda_graph_max_bs, sglang_max_running_requests,
                                 sglang_mem_fraction_static)
@@ -147,6 +148,15 @@ def test_sglang_pool_qwen3_32b_h100_tp1_by_hand():
     s = compute_kv_sizing(model, hw, gpu_memory_utilization=f, block_size=1, kv_memory_rule="static_fraction",
                           max_model_len=4096)
     assert s.num_gpu_blocks == int((0.834 * (85_061_827_297 - 1.79 * GiB) - 65_524_246_528) // 262_144) == 14550
+    # at f = 0.78 the weights (61.02 GiB) do not fit in the 60.40 GiB kept for weights and KV cache
+    # (0.78 x (79.22 - 1.79) GiB = 0.78 x 77.43): -0.63 GiB; the message states that rule, not vLLM's
+    # activation estimate
+    with pytest.raises(InfeasibleError, match=r"weights 61\.02 GiB per rank leave -0\.63 GiB for the KV cache of the "
+                                              r"60\.40 GiB kept for weights and KV cache \(kv_memory_rule static_fraction: "
+                                              r"mem_fraction_static \(gpu_memory_utilization\) 0\.78 x \(the GPU's 79\.22 GiB "
+                                              r"- non-torch 1\.79 GiB\)\)"):
+        compute_kv_sizing(model, hw, gpu_memory_utilization=0.78, block_size=1, kv_memory_rule="static_fraction",
+                          max_model_len=4096)
 
 
 def test_step_overheads_serial_and_overlapped():

@@ -269,7 +269,8 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
         available = gpu_memory_utilization * usable
     else:  # static_fraction: f of the memory free at SGLang's start (module docstring)
         act = non_torch_bytes(tp, memory_profile)
-        available = gpu_memory_utilization * (hw.memory_bytes - act) - weights
+        usable = gpu_memory_utilization * (hw.memory_bytes - act)  # weights + KV pool
+        available = usable - weights
     state_seq = model.state_bytes_per_sequence(tp)
     # linear-attention states as pages of the pool (hybrid), else reserved for max_num_seqs
     state = 0.0 if hybrid and groups.has_linear else float(state_seq * max_num_seqs)
@@ -283,6 +284,13 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
                 f"or raise tensor_parallel_size")
         available -= state
     if num_gpu_blocks_override is None and available < block_bytes:
+        if kv_memory_rule == "static_fraction":  # SGLang: f x (memory - non-torch) holds weights + KV
+            raise InfeasibleError(
+                f"{model.name} does not fit on {hw.name} at TP {tp}: weights {weights / GiB:.2f} GiB per rank "
+                f"leave {available / GiB:.2f} GiB for the KV cache of the {usable / GiB:.2f} GiB kept for weights "
+                f"and KV cache (kv_memory_rule static_fraction: mem_fraction_static (gpu_memory_utilization) "
+                f"{gpu_memory_utilization} x (the GPU's {hw.memory_bytes / GiB:.2f} GiB - non-torch "
+                f"{act / GiB:.2f} GiB))")
         raise InfeasibleError(
             f"{model.name} does not fit on {hw.name} at TP {tp}: weights {weights / GiB:.2f} GiB "
             f"+ activation/workspace estimate {act / GiB:.2f} GiB per rank (for max_num_batched_tokens "
