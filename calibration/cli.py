@@ -11,7 +11,9 @@ raw CSVs beside the profile (``<out stem>_kernels/``), fits and writes the
 profile and a fit-vs-measured PNG per family there. From tables
 (``--from-table``): fits the tables of one GPU onto ``--base-profile``'s
 datasheet numbers. Either way the profile's ``provenance`` says what was
-measured, when, with which versions, and the fit's error. Families: the GEMM
+measured, when, with which versions, and the fit's error: per family in
+``efficiency_families`` (date, tables, in-sample error; ``calibration.provenance``),
+a ``--families`` run replacing only its families' entries. Families: the GEMM
 dtypes, attention, all-reduce, the fused-MoE formats (``moe.<format>``, from
 ``*_moe`` tables, live: ``torch_moe.csv`` of ``bench_moe``), and from tables only
 ``mla`` (whole MLA module tables, ``calibration.mla``) and ``gdn`` (``calibration.gdn``);

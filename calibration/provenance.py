@@ -67,12 +67,12 @@ _FAMILY_KIND = {"gemm": "gemm", "moe": "moe", "context_attention": "context_atte
 def family_source(source: str, family: str) -> str:
     """Of an ``efficiency_source`` text, the tables of ``family``'s kind
     (``gemm.fp8`` -> the ``*_gemm`` tables, ``all_reduce`` -> ``nccl_*``); the
-    text unchanged where it names none."""
+    whole text, flat (:func:`merge_sources`), where it names none."""
     kind = _FAMILY_KIND.get(family.split(".", 1)[0])
+    flat = merge_sources(source)
     groups = [(folder, [f.strip() for f in files.split(",") if table_kind(f.strip()) == kind])
-              for folder, files in _TABLES.findall(merge_sources(source))]
-    groups = [(folder, files) for folder, files in groups if files]
-    return "; ".join(tables_source(folder, files) for folder, files in groups) or source
+              for folder, files in _TABLES.findall(flat)]
+    return "; ".join(tables_source(folder, files) for folder, files in groups if files) or flat
 
 
 def score_text(n: int, mape: float, median: float) -> str:
