@@ -398,6 +398,7 @@ def _efficiency_provenance(base: HardwareProfile, eff: FittedEfficiency, fits: d
     for fam in gemm_missing:
         entries[fam] = (f"not measured ({date}): no {fam} rows; W8A8 GEMMs use gemm.bf16's efficiencies "
                         "at the fp8/int8 peak")
+    entries = {f: entries[f] for f in FAMILY_ORDER if f in entries}
     fitted = ", ".join(fits) or "none"
     if families is not None:
         removed = [f"moe.{k}" for k in dropped]
