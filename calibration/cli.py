@@ -11,7 +11,9 @@ raw CSVs beside the profile (``<out stem>_kernels/``), fits and writes the
 profile and a fit-vs-measured PNG per family there. From tables
 (``--from-table``): fits the tables of one GPU onto ``--base-profile``'s
 datasheet numbers. Either way the profile's ``provenance`` says what was
-measured, when, with which versions, and the fit's error. Families: the GEMM
+measured, when, with which versions, and the fit's error: per family in
+``efficiency_families`` (date, tables, in-sample error; ``calibration.provenance``),
+a ``--families`` run replacing only its families' entries. Families: the GEMM
 dtypes, attention, all-reduce, the fused-MoE formats (``moe.<format>``, from
 ``*_moe`` tables, live: ``torch_moe.csv`` of ``bench_moe``), and from tables only
 ``mla`` (whole MLA module tables, ``calibration.mla``) and ``gdn`` (``calibration.gdn``);
@@ -32,8 +34,11 @@ import yaml
 from calibration.datasets import family_rows, table_grid
 from calibration.tables import read_csv_table
 from calibration.fit import Device, FitResult, ape, fit_any, predict, spec_for
-from calibration.profile_writer import (build_efficiency, fit_error_summary, today,
-                                        update_profile_file, with_efficiency, write_profile)
+from calibration.profile_writer import (build_efficiency, today, update_profile_file, with_efficiency,
+                                        write_profile)
+from calibration.provenance import (HELD_OUT_NOTE, family_entry, family_errors, family_source,
+                                    fit_error_text, merge_sources, merge_versions, score_text,
+                                    step_overhead_note, tables_source)
 from sim.hardware.efficiency import CalibratedGrid, ElementwiseParams, FittedEfficiency
 from sim.errors import ConfigError, ServesimError
 from sim.hardware.profile import HardwareProfile, _validate, get_hardware
@@ -262,10 +267,6 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
     prior = base.efficiency.gemm.get("fp8") if isinstance(base.efficiency, FittedEfficiency) else None
     fits, scores, rows = fit_directory(kernels, dev, quiet=quiet, families=families,
                                        tiles=CPU_TILES if device == "cpu" else None, prior_fp8=prior)
-    if from_table is not None:
-        files = sorted({s.split(" (")[0] for r in rows.values() for s in r.sources})
-        source = f"tables in {kernels} ({', '.join(files)})"
-        versions = _table_versions(rows)
     eff = build_efficiency(fits, base, elementwise=elementwise)
     dropped = [f.split(".", 1)[1] for f in (families or ()) if f.startswith("moe.") and f not in fits]
     if dropped:  # asked for and not measured here: not kept from the base profile either
@@ -275,40 +276,21 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
     if from_table is not None and (families is None or "gdn" in families):
         eff = _fit_gdn(kernels, base, eff, fits, scores)
     eff = _with_grid(eff, base, rows)
-    extra = sorted({x for f in ("mla", "gdn") if f in fits for x in fits[f].extra["sources"]})
-    if extra:
-        files = sorted(set(files) | set(extra))
-        source = f"tables in {kernels} ({', '.join(files)})"
-    if from_table is not None and families is not None and base.provenance.get("efficiency_source"):
-        source += f"; families not refitted: {base.provenance['efficiency_source']}"
-    fitted = ", ".join(fits) or "none"
-    gemm_missing = [f for f in FAMILY_ORDER if f.startswith("gemm.fp8") and f not in fits
-                    and f.split(".")[1] not in eff.gemm]
-    missing = [f for f in FAMILY_ORDER if f not in fits and f not in gemm_missing
-               and not f.startswith("moe.")]
-    if families is not None:
-        rest = (f"; only {', '.join(families)} refitted in this run, the other families kept from "
-                f"{base.name}'s profile (its provenance: {base.provenance.get('efficiency', '?')})")
+    fam_files = {f: (sorted({s.split(" (")[0] for s in rows[f].sources}) if f in rows
+                     else sorted(fits[f].extra.get("sources", []))) for f in fits}
+    if from_table is not None:
+        def source_of(files):
+            return tables_source(kernels, files)
+        versions = _table_versions(rows)
     else:
-        rest = (f"; not measured, taken from {base.name}'s parameters: {', '.join(missing)}"
-                if missing else "")
-    if gemm_missing:
-        rest += (f"; no {', '.join(gemm_missing)} rows: W8A8 GEMMs use the bf16 family's "
-                 "efficiencies at the fp8/int8 peak")
-    prov = {"efficiency": (f"fitted_v1 fitted ({today()}) by calibration.fit to {source}; families "
-                           f"fitted: {fitted}; elementwise kernels: "
-                           + ("the measured copy bandwidth" if elementwise else
-                              "the bf16 GEMM's memory efficiency at 64 MiB and its launch cost") + rest),
-            "efficiency_source": source, "efficiency_date": today(),
-            "efficiency_versions": versions,
-            "efficiency_fit_error": fit_error_summary(scores) + (
-                f"; other families as fitted before: {_kept_errors(base, set(fits) | set(families))}"
-                if families is not None else "") + (
-                " (in-sample; errors on held-out shapes: benchmarks/calibration_accuracy.py, "
-                "reports/calibration/README.md)" if from_table is not None else " (in-sample)")}
-    step_note = re.search(r"step_overhead_s[^;]*", base.provenance.get("efficiency", ""))
-    prov["efficiency"] += "; " + (step_note.group(0) if step_note else
-                                  f"step_overhead_s {eff.step_overhead_s:g} kept from {base.name}")
+        def source_of(files):
+            return (f"live microbenchmarks on {info['name']} "
+                    f"({', '.join(f'{kernels.name}/{f}' for f in sorted(set(files)))}, {timing})")
+    source = source_of({x for fs in fam_files.values() for x in fs})
+    prov = _efficiency_provenance(base, eff, fits, scores, families, source, versions,
+                                  {f: source_of(fs) for f, fs in fam_files.items()},
+                                  elementwise=elementwise is not None, dropped=dropped,
+                                  note=HELD_OUT_NOTE if from_table is not None else "in-sample")
     note = "; latency_s is the scalar form's: fitted_v1 uses efficiency.all_reduce"
     if note not in base.provenance.get("interconnect", ""):
         prov["interconnect"] = base.provenance.get("interconnect", "") + note
@@ -369,12 +351,82 @@ def _fit_gdn(kernels: Path, base: HardwareProfile, eff, fits: dict, scores: dict
     return eff.model_copy(update={"gdn": p})
 
 
-def _kept_errors(base: HardwareProfile, fits: dict) -> str:
-    """The base profile's recorded fit errors of the families not refitted now."""
-    text = re.sub(r"\s*\(in-sample[^)]*\)", "", base.provenance.get("efficiency_fit_error", "?"))
-    text = text.replace("other families as fitted before: ", "")
-    parts = [p for p in text.split("; ") if p.split(" ", 1)[0] not in fits]
-    return "; ".join(parts) or "none recorded"
+def _present(eff: FittedEfficiency) -> list[str]:
+    """The calibration families ``eff`` has parameters for, in ``FAMILY_ORDER``."""
+    have = {f"gemm.{k}" for k in eff.gemm} | {f"moe.{k}" for k in eff.moe} | {
+        "context_attention", "generation_attention", "all_reduce"}
+    have |= {f for f in ("mla", "gdn") if getattr(eff, f) is not None}
+    return [f for f in FAMILY_ORDER if f in have]
+
+
+def _efficiency_provenance(base: HardwareProfile, eff: FittedEfficiency, fits: dict, scores: dict,
+                           families: tuple[str, ...] | None, source: str, versions: str,
+                           fam_sources: dict[str, str], *, elementwise: bool, dropped: list[str],
+                           note: str) -> dict:
+    """The ``efficiency*`` provenance entries of a fit (``calibration.provenance``):
+    ``efficiency_families`` one entry per family with parameters, this run's for
+    the families fitted now, the base profile's verbatim for the others (a full
+    run keeps the base's parameters, so its entries, for the families it has no
+    rows of); ``efficiency`` a short summary; ``efficiency_source`` this run's
+    tables (a partial run: merged with the base's, flat); ``efficiency_fit_error``
+    each family's in-sample error once."""
+    date, bp = today(), base.provenance
+    old = bp.get("efficiency_families")
+    old = dict(old) if isinstance(old, dict) else {}
+    old_errors = family_errors(bp.get("efficiency_fit_error", ""))
+    scalar = not isinstance(base.efficiency, FittedEfficiency)
+    present = _present(eff)
+    gemm_missing = [f for f in FAMILY_ORDER if f.startswith("gemm.fp8") and f not in present]
+    entries, errors = {}, {}
+    for fam in present:
+        if fam in fits:
+            errors[fam] = score_text(*scores[fam])
+            entries[fam] = family_entry(date, fam_sources[fam], errors[fam])
+            continue
+        if fam in old_errors:
+            errors[fam] = old_errors[fam]
+        if fam in old:
+            entries[fam] = old[fam]
+        elif scalar:
+            entries[fam] = (f"not measured ({date}): {base.name}'s scalar efficiencies as fitted_v1 "
+                            "parameters (calibration.profile_writer.scalar_as_fitted)")
+        else:  # a base written before the per-family entries: its date and tables, flat
+            entries[fam] = family_entry(f"{bp.get('efficiency_date', 'undated')} or earlier",
+                                        f"kept from {base.name}'s profile, fitted to "
+                                        + family_source(bp.get("efficiency_source", "?"), fam),
+                                        old_errors.get(fam))
+    for fam in gemm_missing:
+        entries[fam] = (f"not measured ({date}): no {fam} rows; W8A8 GEMMs use gemm.bf16's efficiencies "
+                        "at the fp8/int8 peak")
+    entries = {f: entries[f] for f in FAMILY_ORDER if f in entries}
+    fitted = ", ".join(fits) or "none"
+    if families is not None:
+        removed = [f"moe.{k}" for k in dropped]
+        kept = [f for f in families if f not in fits and f not in removed]
+        summary = (f"fitted_v1; last fit {date} by calibration.fit (--families {','.join(families)}): "
+                   f"refitted {fitted} from {source}"
+                   + (f"; no rows of {', '.join(removed)}: their parameters removed" if removed else "")
+                   + (f"; no rows of {', '.join(kept)}: kept" if kept else "")
+                   + f"; the other families kept from {base.name}'s profile as they were")
+    else:
+        missing = [f for f in present if f not in fits]
+        summary = (f"fitted_v1 fitted ({date}) by calibration.fit to {source}; families fitted: {fitted}"
+                   + (f"; not measured, taken from {base.name}'s parameters: {', '.join(missing)}"
+                      if missing else ""))
+    if gemm_missing:
+        summary += (f"; no {', '.join(gemm_missing)} rows: W8A8 GEMMs use the bf16 family's "
+                    "efficiencies at the fp8/int8 peak")
+    summary += ("; per family (date, tables, in-sample error): provenance.efficiency_families; "
+                "elementwise kernels: " + ("the measured copy bandwidth" if elementwise else
+                                           "the bf16 GEMM's memory efficiency at 64 MiB and its launch cost"))
+    if any(f not in fits for f in present):  # parameters kept from the base: its tables too, flat
+        source = merge_sources(bp.get("efficiency_source", ""), source)
+        versions = merge_versions(bp.get("efficiency_versions", ""), versions)
+    summary += "; " + (step_overhead_note(bp.get("efficiency", "")) or
+                       f"step_overhead_s {eff.step_overhead_s:g} kept from {base.name}")
+    return {"efficiency": summary, "efficiency_families": entries, "efficiency_source": source,
+            "efficiency_date": date, "efficiency_versions": versions,
+            "efficiency_fit_error": fit_error_text({f: errors[f] for f in present if f in errors}, note)}
 
 
 def _profile_name(out: Path) -> str | None:

@@ -93,12 +93,6 @@ def _round(x: Any) -> Any:
     return x
 
 
-def fit_error_summary(scores: dict[str, tuple[int, float, float]]) -> str:
-    """'gemm.bf16 median 5.8 % MAPE 7.6 % (n=...)' lines joined by '; '."""
-    return "; ".join(f"{fam} median APE {med:.1f} % MAPE {mape:.1f} % (n={n})"
-                     for fam, (n, mape, med) in scores.items())
-
-
 def today() -> str:
     return _dt.date.today().isoformat()
 

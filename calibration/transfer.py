@@ -16,9 +16,11 @@ ratio of the two profiles' ``interconnect.latency_s``. Provenance says so.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from calibration.profile_writer import today, update_profile_file, with_efficiency
+from calibration.provenance import merge_sources
 from sim.hardware.efficiency import FittedEfficiency
 from sim.errors import ConfigError, ServesimError
 from sim.hardware.profile import HardwareProfile, get_hardware
@@ -43,19 +45,28 @@ def derive(target: HardwareProfile, source: HardwareProfile, reason: str = "") -
     ar["latency_s"] *= scale
     ar["latency_per_gpu_s"] *= scale
     new = FittedEfficiency.model_validate(data)
-    src = source.provenance.get("efficiency_source", source.provenance.get("efficiency", "?"))
+    sp = source.provenance
+    src = merge_sources(sp.get("efficiency_source", "")) or "?"
+    root = re.findall(r"transferred from (\w+)", src)  # a source itself transferred: name where from, once
     why = f" ({reason})" if reason else ""
+    fitted_there = (f"itself transferred from {root[-1]}" if root else f"fitted there to {src}")
     prov = {"efficiency": (f"fitted_v1 parameters transferred ({today()}) from {source.name}, the closest "
-                           f"measured GPU{why}, fitted there to {src}; not fitted on {target.name} "
+                           f"measured GPU{why}, {fitted_there}; not fitted on {target.name} "
                            "measurements. Compute, memory, softmax and all-reduce bandwidth terms scale "
                            f"with {target.name}'s datasheet; fixed costs (launch, per-sequence) are "
                            f"{source.name}'s as measured; NCCL latency is {source.name}'s x "
-                           f"{scale:.3g} (ratio of the interconnect latency_s entries). Calibrate on "
+                           f"{scale:.3g} (ratio of the interconnect latency_s entries); where and when "
+                           f"each family was fitted on {root[-1] if root else source.name}: "
+                           "provenance.efficiency_families. Calibrate on "
                            "the GPU to replace them (calibration/run_on_gpu.sh)"),
-            "efficiency_source": f"transferred from {source.name}",
+            "efficiency_source": (f"transferred from {source.name}" + (f" (from {root[-1]})" if root else "")),
             "efficiency_date": today(),
-            "efficiency_fit_error": (f"not measured on {target.name}; on {source.name}: "
-                                     + source.provenance.get("efficiency_fit_error", "see its profile"))}
+            "efficiency_fit_error": (f"not measured on {target.name}; on {root[-1] if root else source.name}: "
+                                     + re.sub(r"^not measured on [^;]*; on [^:]*: ", "",
+                                              sp.get("efficiency_fit_error", "see its profile")))}
+    if isinstance(sp.get("efficiency_families"), dict):  # the measured GPU's entries, verbatim
+        prov["efficiency_families"] = {f: e for f, e in sp["efficiency_families"].items()
+                                       if not f.startswith("gemm.") or f.split(".", 1)[1] in new.gemm}
     return with_efficiency(target, new, prov)
 
 

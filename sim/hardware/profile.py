@@ -119,7 +119,8 @@ class HardwareProfile(_Strict):
     network: Network | None = None
     efficiency: SerializeAsAny[EfficiencyBase]
     price_per_gpu_hour_usd: float = Field(ge=0, le=MAX_PRICE_USD)
-    provenance: dict[str, str]
+    #: key -> its source; ``efficiency_families`` (written by ``calibration``): family -> its fit
+    provenance: dict[str, str | dict[str, str]]
 
     def tensor_parallel_nodes(self, tp: int) -> int:
         """NVLink domains a tensor-parallel group of ``tp`` GPUs spans: 1 inside one

@@ -116,10 +116,13 @@ def ground_warnings(cfg, hardware, model, summary: dict) -> list[str]:
 
     out = []
     src = str((hardware.provenance or {}).get("efficiency_source", ""))
-    if src.lower().startswith("transferred"):
-        out.append(f"hardware profile {hardware.name}: its kernel efficiencies were {src}, not fitted on "
-                   f"{hardware.name} measurements: predictions there are less certain than on a calibrated GPU "
-                   "(calibrate on the GPU: calibration/run_on_gpu.sh)")
+    if src.lower().startswith("transferred"):  # "transferred from X[; tables in ... (families refitted since)]"
+        first, _, rest = src.partition("; ")
+        some = (f" (all but the families refitted since from {rest}: provenance.efficiency_families)"
+                if rest else "")
+        out.append(f"hardware profile {hardware.name}: its kernel efficiencies were {first}{some}, not fitted "
+                   f"on {hardware.name} measurements: predictions there are less certain than on a calibrated "
+                   "GPU (calibrate on the GPU: calibration/run_on_gpu.sh)")
     vw = version_warning(cfg.engine, cfg.engine_version)
     if vw:
         out.append(vw)
