@@ -2,6 +2,7 @@
 
     python -m calibration.transfer --source h100_sxm h200_sxm b200_sxm gb200 mi300x
     python -m calibration.transfer --source a100_sxm l40s
+    python -m calibration.transfer b300_sxm gb300          # from b200_sxm / gb200 (CLOSEST)
 
 The target keeps its datasheet numbers (peaks, HBM bandwidth, SM count, link
 bandwidth); its ``efficiency`` section becomes the source's fitted ``fitted_v1``
@@ -77,6 +78,8 @@ CLOSEST = {
     "gb200": ("h100_sxm", "nearest measured generation with TMA/wgmma kernels (FA3, CUTLASS 3)"),
     "mi300x": ("h100_sxm", "no AMD measurements; H100 is the measured GPU of the same class"),
     "l40s": ("a100_sxm", "Ada runs FlashAttention-2 and mma.sync kernels like Ampere, not FA3"),
+    "b300_sxm": ("b200_sxm", "Blackwell Ultra runs B200's kernels; b200_sxm carries the Blackwell-only families"),
+    "gb300": ("gb200", "Blackwell Ultra runs GB200's kernels; gb200 carries the Blackwell-only families"),
 }
 
 

@@ -17,6 +17,7 @@ from calibration.provenance import (family_errors, family_source, merge_sources,
 from calibration.transfer import derive
 from sim.config import SimConfig
 from sim.hardware.profile import get_hardware, load_hardware
+from sim.paths import hardware_profiles_dir
 from sim.model_spec import get_model
 from sim.results.warnings import ground_warnings
 from test_calibration_tables import _model_tables
@@ -185,3 +186,38 @@ def test_shipped_profiles_are_flat():
     _flat(h100)
     assert h100["efficiency_families"]["gemm.fp8_block"].startswith(
         "2026-12-04: tables in ../shared/kernels/h100_sxm (vllm-0.24.0_gemm.csv.gz); in-sample median APE 5.8 %")
+
+
+def _close(a, b, path=""):
+    """Equal, numbers to the 4 significant digits a profile file keeps."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            _close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert abs(a - b) <= 1e-3 * max(abs(a), abs(b)), (path, a, b)
+    else:
+        assert a == b, (path, a, b)
+
+
+def test_transferred_profiles_are_their_sources_as_they_are_now():
+    """A profile whose efficiency was transferred holds what transferring its
+    source today gives (b300_sxm / gb300 had fallen behind b200_sxm / gb200's
+    later refits): rerun ``python -m calibration.transfer`` after refitting a
+    source. mi300x leaves out the NVIDIA-only engine families (vLLM's CUDA
+    custom all-reduce, TensorRT-LLM's MoE and MLA fits)."""
+    checked = []
+    for path in sorted(hardware_profiles_dir().glob("*.yaml")):
+        hw = load_hardware(path)
+        m = re.match(r"transferred from (\w+)", str(hw.provenance.get("efficiency_source", "")))
+        if not m:
+            continue
+        fresh = derive(hw, get_hardware(m.group(1))).efficiency.model_dump()
+        have = hw.efficiency.model_dump()
+        if hw.name == "mi300x":
+            for k in ("custom_all_reduce", "moe_engines", "mla_engines"):
+                assert not have[k]
+                fresh[k] = have[k]
+        _close(have, fresh, hw.name)
+        checked.append(hw.name)
+    assert {"h200_sxm", "b200_sxm", "gb200", "b300_sxm", "gb300", "mi300x", "l40s"} <= set(checked)
