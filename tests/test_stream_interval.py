@@ -37,6 +37,20 @@ def test_the_fifo_time_per_token_is_one_message_over_the_interval():
     assert streamed_token_s(SimConfig(**base, stream_interval=4)) == 1.5e-5  # no engine: per message
 
 
+def test_a_frontend_that_handles_every_token_ignores_the_interval(monkeypatch):
+    """``frontend_token_unit`` ``token``: the fitted time per token whatever the
+    interval or the postprocess workers (no built-in engine works this way)."""
+    import dataclasses
+
+    from sim.presets.types import Default
+
+    monkeypatch.setitem(PRESETS, "sglang", dataclasses.replace(
+        PRESETS["sglang"], frontend_token_unit=Default("token", "test: every token")))
+    cfg = SimConfig(model="llama-3.1-8b", hardware="h100_sxm", frontend_token_s=6e-5, engine="sglang",
+                    stream_interval=10)
+    assert streamed_token_s(cfg) == 6e-5
+
+
 @pytest.mark.parametrize("kw,match", [
     ({"stream_interval": 0}, r"stream_interval"),
     ({"engine": "vllm", "num_postprocess_workers": 4},

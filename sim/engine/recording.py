@@ -30,8 +30,9 @@ _request_row = attrgetter(*_REQUEST_FIELDS)
 def streamed_token_s(cfg) -> float:
     """The frontend FIFO's time per streamed output token (s) of ``cfg``: its
     ``frontend_token_s`` where the engine's frontend handles every token
-    (the preset's ``frontend_token_unit`` ``token``: vLLM), else (``message``:
-    SGLang, TensorRT-LLM; no engine) the time of one message spread over the
+    (a preset whose ``frontend_token_unit`` is ``token``; none of the built-in
+    ones), else (``message``: vLLM, SGLang, TensorRT-LLM; no engine) the time
+    of one message spread over the
     ``stream_interval`` tokens it carries, over ``num_postprocess_workers``
     processes working in parallel (TensorRT-LLM; 0 = none, the proxy alone):
     ``frontend_token_s / (stream_interval x max(1, num_postprocess_workers))``.
