@@ -7,6 +7,7 @@ Errors are printed as one message (exit status 2), never as a traceback.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
@@ -269,21 +270,89 @@ def kv(
 
 
 @app.command()
-def models() -> None:
-    """List the built-in model presets."""
-    from sim.model_spec import list_models
-    from sim.cli.tables import print_names
+def models(
+    name: Optional[str] = typer.Argument(None, help="a preset name or a config.json path: show that model alone"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+) -> None:
+    """List the built-in model presets: size, layers, attention, experts,
+    checkpoint precision and KV-cache bytes per token (bf16 KV, one GPU)."""
+    from sim.cli.tables import print_rows
+    from sim.model_spec import get_model, list_models
 
-    print_names("model presets", list_models())
+    rows = [model_row(get_model(n)) for n in ([name] if name else list_models())]
+    if as_json:
+        typer.echo(json.dumps(rows if name is None else rows[0], indent=2))
+    else:
+        print_rows("model presets" if name is None else rows[0]["name"], rows)
+
+
+def model_row(m) -> dict:
+    """One model's listing (``servesim models``)."""
+    counts = m.layer_type_counts()
+    if m.is_mla:
+        attn = f"MLA {m.num_attention_heads} heads, latent {m.kv_lora_rank}+{m.qk_rope_head_dim}"
+    else:
+        attn = f"GQA {m.num_attention_heads}/{m.num_key_value_heads} heads x {m.head_dim}"
+    other = {"sliding_attention": f"sliding window {m.sliding_window}", "linear_attention": "Gated DeltaNet"}
+    mixed = [f"{n} {other[t]}" for t, n in counts.items() if t in other]
+    if mixed:
+        attn += f" ({counts.get('full_attention', 0)} full, " + ", ".join(mixed) + ")"
+    experts = "-"
+    if m.is_moe:
+        experts = f"{m.num_experts} top-{m.num_experts_per_tok}"
+        if m.shared_expert_intermediate_size:
+            experts += " + shared"
+        if m.dense_mlp_layers:
+            experts += f", {len(m.dense_mlp_layers)} dense layers"
+    return {"name": m.name, "architecture": m.architecture, "params_b": round(m.num_params() / 1e9, 1),
+            "active_params_b": round(m.num_active_params() / 1e9, 1), "layers": m.num_hidden_layers,
+            "attention": attn, "experts": experts, "weights": m.quantization or m.dtype,
+            "kv_bytes_per_token": m.kv_bytes_per_token(), "max_position_embeddings": m.max_position_embeddings}
 
 
 @app.command()
-def hardware() -> None:
-    """List the hardware profiles."""
-    from sim.hardware.profile import list_hardware
-    from sim.cli.tables import print_names
+def hardware(
+    name: Optional[str] = typer.Argument(None, help="a profile name or YAML path: show it with the provenance "
+                                                    "of each fitted kernel family"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+) -> None:
+    """List the hardware profiles: memory, bandwidth, dense tensor peaks, NVLink
+    domain, and whether the kernel efficiencies were fitted on that GPU or
+    transferred from another."""
+    from sim.cli.tables import print_rows
+    from sim.hardware.profile import get_hardware, list_hardware
 
-    print_names("hardware profiles", list_hardware())
+    profiles = [get_hardware(n) for n in ([name] if name else list_hardware())]
+    rows = [hardware_row(hw) for hw in profiles]
+    if name is not None:
+        fam = profiles[0].provenance.get("efficiency_families")
+        rows[0]["efficiency_families"] = fam if isinstance(fam, dict) else {}
+    if as_json:
+        typer.echo(json.dumps(rows if name is None else rows[0], indent=2))
+    elif name is None:
+        print_rows("hardware profiles", rows)
+    else:
+        row = dict(rows[0])
+        fam = row.pop("efficiency_families")
+        print_rows(row["name"], [row])
+        if fam:
+            print_rows(f"{row['name']}: where each kernel family was fitted",
+                       [{"family": f, "fitted": e} for f, e in fam.items()])
+
+
+def hardware_row(hw) -> dict:
+    """One profile's listing (``servesim hardware``)."""
+    import re
+
+    p = hw.peak_flops_per_s
+    src = str(hw.provenance.get("efficiency_source", ""))
+    m = re.match(r"transferred from (\w+)", src)
+    how = f"transferred from {m.group(1)}" if m else ("fitted on this GPU" if src else "not recorded")
+    tflops = {k: (round(v / 1e12) if v else None) for k, v in (("bf16", p.bf16), ("fp8", p.fp8), ("fp4", p.fp4))}
+    return {"name": hw.name, "description": hw.description, "memory_gib": round(hw.memory_bytes / 2**30, 2),
+            "hbm_tb_per_s": hw.hbm_bandwidth_bytes_per_s / 1e12, "bf16_tflops": tflops["bf16"],
+            "fp8_tflops": tflops["fp8"], "fp4_tflops": tflops["fp4"], "nvlink_gpus": hw.interconnect.max_gpus,
+            "efficiencies": how, "efficiency_date": str(hw.provenance.get("efficiency_date", "-"))}
 
 
 def _register_late_commands() -> None:

@@ -112,6 +112,32 @@ def print_names(title: str, names) -> None:
     _console.print(t)
 
 
+#: column headers of ``servesim models`` / ``hardware`` (the JSON keys otherwise)
+ROW_LABELS = {"params_b": "params (B)", "active_params_b": "active (B)", "kv_bytes_per_token": "KV B/token",
+              "max_position_embeddings": "max len", "memory_gib": "memory GiB", "hbm_tb_per_s": "HBM TB/s",
+              "bf16_tflops": "BF16 TFLOPS", "fp8_tflops": "FP8 TFLOPS", "fp4_tflops": "FP4 TFLOPS",
+              "nvlink_gpus": "NVLink GPUs", "efficiency_date": "dated"}
+
+
+def print_rows(title: str, rows: list[dict]) -> None:
+    """A table of dicts with the same keys (their order: the columns, headed by
+    :data:`ROW_LABELS`); a single row is shown as key / value pairs."""
+    if len(rows) == 1:
+        t = Table(title=title, show_header=False)
+        t.add_column("key")
+        t.add_column("value", overflow="fold")
+        for k, v in rows[0].items():
+            t.add_row(ROW_LABELS.get(k, k), _fmt(v))
+    else:
+        t = Table(title=title)
+        for k in rows[0] if rows else ():
+            numeric = any(isinstance(r[k], (int, float)) for r in rows)
+            t.add_column(ROW_LABELS.get(k, k), overflow="fold", justify="right" if numeric else "left")
+        for r in rows:
+            t.add_row(*(_fmt(v) for v in r.values()))
+    _console.print(t)
+
+
 COMPARE_COLUMNS = (
     ("req/s", "request_throughput", 2), ("out tok/s", "output_throughput", 0),
     ("TTFT p50", "median_ttft_ms", 1), ("TTFT p99", "p99_ttft_ms", 1),
