@@ -365,8 +365,11 @@ def _sglang(cfg: dict[str, Any]) -> Launch:
     la = Launch("sglang", [])
     la.problems = _common_problems(cfg, "sglang", _SGLANG_MODES)
     model, qflags = _precision(cfg, "sglang", la)
-    a = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp", str(cfg["tensor_parallel_size"])]
     dp, reps = cfg.get("data_parallel_size", 1), cfg.get("num_replicas", 1)
+    # with --enable-dp-attention SGLang's --tp is every GPU of the server (attention TP = tp / dp:
+    # server_args.py, DP attention docs); servesim's tensor_parallel_size is one attention rank's
+    tp = cfg["tensor_parallel_size"] * (dp if dp > 1 else 1)
+    a = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp", str(tp)]
     if dp > 1:
         a += ["--dp", str(dp), "--enable-dp-attention"]
         _replicas_note(la, cfg)

@@ -99,9 +99,11 @@ ALIASES: tuple[Alias, ...] = (
     Alias("async_scheduling", "overlap_scheduling", "vllm", VLLM_ARGS,
           "host scheduling overlapped with the GPU step (the next batch formed when a step starts)"),
     Alias("dp", "data_parallel_size", "vllm / sglang", f"{VLLM_ARGS}; {SGLANG_ARGS}",
-          "data-parallel ranks (vLLM's short -dp, SGLang's --dp)", flags=("-dp",)),
+          "data-parallel ranks (vLLM's short -dp, SGLang's --dp); an MoE model's ranks step together "
+          "(attention DP: vLLM's meaning, SGLang's only with --enable-dp-attention)", flags=("-dp",)),
     Alias("tp", "tensor_parallel_size", "vllm / sglang", f"{VLLM_ARGS}; {SGLANG_ARGS}",
-          "tensor-parallel GPUs (vLLM's short -tp, SGLang's --tp)", flags=("-tp",)),
+          "tensor-parallel GPUs of one (attention) rank (vLLM's short -tp; SGLang's --tp only without "
+          "--enable-dp-attention: with it SGLang's --tp counts every GPU, give --tp tp/dp here)", flags=("-tp",)),
     # ---- vllm bench serve (client side: the workload)
     Alias("num_prompts", "workload.num_requests", "vllm bench serve", VLLM_BENCH, "requests measured"),
     Alias("request_rate", "workload.request_rate", "vllm bench serve", VLLM_BENCH,
@@ -115,7 +117,9 @@ ALIASES: tuple[Alias, ...] = (
     Alias("num_warmups", "workload.num_warmup_requests", "vllm bench serve", VLLM_BENCH,
           "warm-up requests, excluded from the metrics"),
     # ---- SGLang (python -m sglang.launch_server)
-    Alias("max_running_requests", "max_num_seqs", "sglang", SGLANG_ARGS, "requests running at once"),
+    Alias("max_running_requests", "max_num_seqs", "sglang", SGLANG_ARGS,
+          "requests running at once (per attention rank here; SGLang divides its value by --dp under "
+          "--enable-dp-attention)"),
     Alias("chunked_prefill_size", "max_num_batched_tokens", "sglang", SGLANG_ARGS,
           "tokens of one prefill chunk: servesim's token budget in the prefill_first modes",
           requires={"scheduler": ("prefill_first", "prefill_first_whole", "prefill_first_mixed")}),

@@ -213,9 +213,11 @@ def test_sglang_dp_attention_flags_carry_dp_times_the_per_rank_limits():
     d.update(data_parallel_size=4, max_num_seqs=64, max_num_batched_tokens=2048, gpu_memory_utilization=0.8)
     a = launch_command(d).argv
     assert a[a.index("--dp") + 1] == "4" and "--enable-dp-attention" in a
+    assert a[a.index("--tp") + 1] == "4"  # SGLang's --tp counts every GPU: 4 ranks of attention TP 1
     assert a[a.index("--max-running-requests") + 1] == "256" and a[a.index("--chunked-prefill-size") + 1] == "8192"
     d.update(data_parallel_size=1, num_replicas=4)  # plain DP of whole engines: SGLang does not divide
     a = launch_command(d).argv
+    assert a[a.index("--tp") + 1] == "1" and a[a.index("--dp") + 1] == "4" and "--enable-dp-attention" not in a
     assert a[a.index("--max-running-requests") + 1] == "64" and a[a.index("--chunked-prefill-size") + 1] == "2048"
 
 
