@@ -375,8 +375,9 @@ def _sglang(cfg: dict[str, Any]) -> Launch:
         _replicas_note(la, cfg)
     elif reps > 1:
         a += ["--dp", str(reps)]
-    if cfg.get("moe_ep_size"):
-        a += ["--ep-size", str(cfg["moe_ep_size"])]
+    ep = _expert_parallel_size(cfg)
+    if ep:
+        a += ["--ep-size", str(ep)]
     chunk = cfg["max_num_batched_tokens"] if _SGLANG_MODES.get(cfg["scheduler"], True) else -1
     # servesim's limits are per attention rank; with --enable-dp-attention SGLang divides both flags
     # by --dp (server_args.py: chunked_prefill_size // dp_size; model_runner.py:
@@ -406,17 +407,33 @@ def _sglang(cfg: dict[str, Any]) -> Launch:
     return la
 
 
+def _expert_parallel_size(cfg: dict[str, Any]) -> int | None:
+    """The experts' EP size to write: ``moe_ep_size``, else every GPU of the
+    group (tp x dp) with ``enable_expert_parallel``, else None (the engine's
+    default: experts tensor-sharded)."""
+    if cfg.get("moe_ep_size"):
+        return cfg["moe_ep_size"]
+    if cfg.get("enable_expert_parallel"):
+        return cfg["tensor_parallel_size"] * cfg.get("data_parallel_size", 1)
+    return None
+
+
 def _trtllm(cfg: dict[str, Any]) -> Launch:
     la = Launch("trtllm", [])
     la.problems = _common_problems(cfg, "trtllm", _TRTLLM_MODES)
     model, _ = _precision(cfg, "trtllm", la)
     _replicas_note(la, cfg)
-    if cfg.get("data_parallel_size", 1) > 1:
-        la.problems.append(f"data_parallel_size {cfg['data_parallel_size']}: TensorRT-LLM's attention DP "
-                           "(enable_attention_dp) runs DP = tp_size ranks; not written here")
+    tp, dp = cfg["tensor_parallel_size"], cfg.get("data_parallel_size", 1)
+    adp = dp > 1
+    if adp and tp > 1:
+        la.problems.append(f"data_parallel_size {dp} x tensor_parallel_size {tp}: TensorRT-LLM's attention DP "
+                           "(enable_attention_dp) runs every one of its tp_size GPUs as a rank of attention TP 1; "
+                           f"written as tp_size {tp * dp} with attention DP over all of them")
     if cfg.get("policy") == "priority":
         la.problems.append("policy 'priority' has no TensorRT-LLM capacity scheduler equivalent")
-    a = ["trtllm-serve", model, "--backend", "pytorch", "--tp_size", str(cfg["tensor_parallel_size"]),
+    # attention DP: tp_size counts every GPU, each an attention rank with its own max_batch_size and
+    # max_num_tokens (per rank, not divided: PyExecutor per rank); the experts span all of them
+    a = ["trtllm-serve", model, "--backend", "pytorch", "--tp_size", str(tp * dp if adp else tp),
          "--max_batch_size", str(cfg["max_num_seqs"]), "--max_num_tokens", str(cfg["max_num_batched_tokens"]),
          "--max_seq_len", str(cfg["max_model_len"]),
          "--kv_cache_free_gpu_memory_fraction", f"{cfg['gpu_memory_utilization']:g}",
@@ -434,6 +451,17 @@ def _trtllm(cfg: dict[str, Any]) -> Launch:
         y.append(f"stream_interval: {cfg['stream_interval']}")
     if cfg.get("num_postprocess_workers", 0):
         y.append(f"num_postprocess_workers: {cfg['num_postprocess_workers']}")
+    ep = _expert_parallel_size(cfg)
+    if ep:  # (llmapi/llm_args.py moe_expert_parallel_size; --ep_size of trtllm-serve)
+        i = a.index("--extra_llm_api_options")
+        a[i:i] = ["--ep_size", str(ep)]
+    if cfg.get("moe_tp_size"):
+        y.append(f"moe_tensor_parallel_size: {cfg['moe_tp_size']}")
+    if adp:
+        y += ["enable_attention_dp: true", "attention_dp_config:",
+              f"  enable_balance: {'true' if cfg.get('attention_dp_enable_balance') else 'false'}",
+              f"  timeout_iters: {cfg.get('attention_dp_timeout_iters', 50)}",
+              f"  batching_wait_iters: {cfg.get('attention_dp_batching_wait_iters', 10)}"]
     la.argv, la.yaml = a, "\n".join(y) + "\n"
     return la
 

@@ -252,3 +252,41 @@ def test_stream_interval_and_postprocess_workers_are_written_out():
         _, la = _launch(f"engine={engine}")
         assert "--stream-interval" not in la.argv
         assert "stream_interval" not in (la.yaml or "") and "num_postprocess_workers" not in (la.yaml or "")
+
+
+def test_expert_and_attention_dp_layouts_are_written_in_each_engines_terms(tmp_path):
+    """DP 8 x TP 1 with expert parallelism: vLLM --data-parallel-size 8
+    --enable-expert-parallel; SGLang --tp 8 --dp 8 --enable-dp-attention --ep-size 8
+    (its --tp counts every GPU); TensorRT-LLM tp_size 8, ep_size 8 and
+    enable_attention_dp with its balance settings; a TP > 1 attention rank is a
+    problem for TensorRT-LLM's attention DP (ranks of attention TP 1)."""
+    import json
+
+    from sim.config import build_config
+    from sim.engine.deployment import build_deployment
+    from sim.launch import launch_command
+
+    cfg_path = tmp_path / "moe.json"
+    cfg_path.write_text(json.dumps({
+        "architectures": ["MixtralForCausalLM"], "hidden_size": 1024, "intermediate_size": 2048,
+        "num_hidden_layers": 2, "num_attention_heads": 16, "num_key_value_heads": 8, "vocab_size": 32000,
+        "max_position_embeddings": 4096, "num_local_experts": 8, "num_experts_per_tok": 2,
+        "torch_dtype": "bfloat16"}))
+
+    def argv(engine, **kw):
+        c = build_config(overrides={"engine": engine, "model": str(cfg_path), "hardware": "h100_sxm", **kw})
+        la = launch_command(build_deployment(c).cfg.model_dump(mode="json"))
+        return la.argv, la.yaml, la.problems
+
+    a, _, p = argv("vllm", data_parallel_size=8, enable_expert_parallel=True)
+    assert a[a.index("--data-parallel-size") + 1] == "8" and "--enable-expert-parallel" in a and not p
+    a, _, p = argv("sglang", data_parallel_size=8, enable_expert_parallel=True)
+    assert (a[a.index("--tp") + 1], a[a.index("--dp") + 1], a[a.index("--ep-size") + 1]) == ("8", "8", "8")
+    a, y, p = argv("trtllm", data_parallel_size=8, enable_expert_parallel=True, attention_dp_enable_balance=True,
+                   attention_dp_timeout_iters=60)
+    assert (a[a.index("--tp_size") + 1], a[a.index("--ep_size") + 1]) == ("8", "8") and not p
+    assert "enable_attention_dp: true\nattention_dp_config:\n  enable_balance: true\n  timeout_iters: 60\n" in y
+    a, y, p = argv("trtllm", tensor_parallel_size=4, moe_ep_size=2)  # no attention DP: experts EP 2 x TP 2
+    assert a[a.index("--ep_size") + 1] == "2" and "enable_attention_dp" not in y and not p
+    _, _, p = argv("trtllm", tensor_parallel_size=2, data_parallel_size=4)
+    assert len(p) == 1 and p[0].startswith("data_parallel_size 4 x tensor_parallel_size 2")
