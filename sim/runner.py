@@ -19,7 +19,7 @@ from sim.results.run_result import RunResult
 from sim.results.metrics import PERCENTILE_METRICS, summarize
 from sim.results.intervals import summary_intervals
 from sim.results.pools import pool_summary
-from sim.results.warnings import grid_warnings, ground_warnings
+from sim.results.warnings import grid_warnings, ground_warnings, request_len_cap_warnings
 from sim.scheduler import get_scheduler_class
 from sim.workload import RequestSpecs, generate_requests
 
@@ -139,6 +139,9 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
     summary["servesim_version"] = __version__
     chunked = get_scheduler_class(dep.cfg.scheduler).chunked_prefill
     limit_warnings = [] if dep.disagg is not None else scheduler_limit_warnings(cfg, dep.cfg, chunked)
+    sizings = ({"": dep.sizing} if dep.disagg is None
+               else {"prefill": dep.disagg.prefill.sizing, "decode": dep.disagg.decode.sizing})
+    limit_warnings += request_len_cap_warnings(sizings)
     summary["warnings"] = limit_warnings + ground_warnings(dep.cfg, dep.hardware, dep.model, summary) + grid_warnings(
         dep.hardware, dep.limits, result.requests, attention_dp=dep.layout.data_parallel_size,
         is_moe=dep.model.is_moe, chunked_prefill=chunked)

@@ -202,7 +202,7 @@ def _build_one(cfg: SimConfig) -> Deployment:
         max_num_batched_tokens=cfg.max_num_batched_tokens, max_model_len=max_model_len,
         num_gpu_blocks_override=cfg.num_gpu_blocks_override, max_num_seqs=cfg.max_num_seqs or 2048,
         kv_memory_rule=cfg.kv_memory_rule, hybrid_kv_cache=hybrid_off is None, hybrid_off_reason=hybrid_off,
-        memory_profile=cfg.memory_profile,
+        memory_profile=cfg.memory_profile, request_len_cap=_request_len_cap(cfg),
     ) if not expert_parallel else _sizing_per_gpu(model, hw, cfg, max_model_len, layout, hybrid_off)
     if cfg.max_num_seqs is None:  # SGLang: the request pool, sized from the KV pool
         kv_tokens = (sizing.num_gpu_blocks - 1) * cfg.block_size
@@ -221,10 +221,17 @@ def _build_one(cfg: SimConfig) -> Deployment:
         max_model_len=max_model_len, block_size=cfg.block_size,
         long_prefill_token_threshold=cfg.long_prefill_token_threshold, policy=cfg.policy,
         capacity_scheduler_policy=cfg.capacity_scheduler_policy, max_prefill_tokens=cfg.max_prefill_tokens,
+        max_req_len=sizing.max_req_len,
     )
     overheads = StepOverheads(cfg.cpu_step_overhead_s, cfg.cpu_seq_overhead_s, cfg.overlap_scheduling,
                               cfg.eager_step_overhead_s)
     return Deployment(cfg, model, hw, cost, sizing, limits, overheads, layout=layout)
+
+
+def _request_len_cap(cfg: SimConfig) -> str:
+    """The engine's rule for a KV pool smaller than one max_model_len sequence
+    (its preset's ``request_len_cap``; no engine: vLLM's, refused)."""
+    return get_preset(cfg.engine).request_len_cap.value if cfg.engine else "refuse"
 
 
 def _check_expert_layout(cfg: SimConfig, layout: ParallelLayout) -> None:
@@ -280,6 +287,7 @@ def _sizing_per_gpu(model, hw, cfg, max_model_len, layout, hybrid_off=None):
             max_num_batched_tokens=cfg.max_num_batched_tokens, max_model_len=max_model_len,
             num_gpu_blocks_override=cfg.num_gpu_blocks_override, max_num_seqs=cfg.max_num_seqs or 2048,
             kv_memory_rule=cfg.kv_memory_rule, weight_bytes=weight_bytes_per_gpu(model, layout, cfg.quantization),
-            hybrid_kv_cache=hybrid_off is None, hybrid_off_reason=hybrid_off, memory_profile=cfg.memory_profile)
+            hybrid_kv_cache=hybrid_off is None, hybrid_off_reason=hybrid_off, memory_profile=cfg.memory_profile,
+            request_len_cap=_request_len_cap(cfg))
     except InfeasibleError as e:
         raise InfeasibleError(f"{layout.describe()}: {e}") from None

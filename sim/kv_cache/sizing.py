@@ -152,6 +152,9 @@ class KVSizing:
     memory_profile: str | None = None
     #: the non-torch memory subtracted under it, per rank (part of ``activation_bytes_estimate``)
     non_torch_bytes: float = 0.0
+    #: SGLang's cap on one request's tokens where the pool cannot hold a max_model_len
+    #: sequence (``request_len_cap`` ``kv_pool``: pool tokens - 1); None: not capped
+    max_req_len: int | None = None
 
 
 def non_torch_bytes(tensor_parallel_size: int = 1, memory_profile: str | None = None) -> float:
@@ -203,12 +206,16 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
                       num_gpu_blocks_override: int | None = None,
                       max_num_seqs: int = 1024, kv_memory_rule: str = "utilization",
                       weight_bytes: float | None = None, hybrid_kv_cache: bool = False,
-                      hybrid_off_reason: str | None = None, memory_profile: str | None = None) -> KVSizing:
+                      hybrid_off_reason: str | None = None, memory_profile: str | None = None,
+                      request_len_cap: str = "refuse") -> KVSizing:
     """Number of KV blocks per rank (defaults: vLLM 0.24 serve on a large GPU).
 
     Raises InfeasibleError when the weights (plus the activation estimate) do
     not fit in memory x utilization, or when one ``max_model_len`` sequence
-    needs more blocks than exist (vLLM ``check_enough_kv_cache_memory``).
+    needs more blocks than exist (vLLM ``check_enough_kv_cache_memory``) and
+    ``request_len_cap`` is ``refuse``; with ``kv_pool`` (SGLang) the engine
+    starts and caps each request at ``max_req_len`` = min(max_model_len - 1,
+    pool tokens - 1) instead (``KVSizing.max_req_len``).
     ``hybrid_kv_cache``: size a model with sliding-window or linear-attention
     layers as vLLM's kv_cache_groups (module docstring; ``block_size`` then at
     least :func:`~sim.kv_cache.groups.attention_block_size`);
@@ -302,7 +309,15 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
                   else groups.num_gpu_blocks(available) if hybrid else int(available // block_bytes))
     blocks_per_seq = (groups.blocks_per_request(block_size, max_model_len, max_num_batched_tokens) if hybrid
                       else math.ceil(max_model_len / block_size))
-    if blocks_per_seq > num_blocks - 1:  # block 0 is the pool's null block (vLLM BlockPool)
+    max_req_len = None
+    if (blocks_per_seq > num_blocks - 1 and request_len_cap == "kv_pool" and not hybrid
+            and (num_blocks - 1) * block_size - 1 > 5):
+        # SGLang starts and caps each request at its pool: max_req_len = min(context_len - 1,
+        # max_total_num_tokens - 1) (the preset's request_len_cap source)
+        # (SGLang's max_total_num_tokens is the whole pool, here num_blocks x block_size with
+        # servesim's null block; a request may not need more than the usable blocks)
+        max_req_len = min(max_model_len - 1, num_blocks * block_size - 1, (num_blocks - 1) * block_size)
+    if blocks_per_seq > num_blocks - 1 and max_req_len is None:  # block 0 is the pool's null block (vLLM BlockPool)
         raise InfeasibleError(
             f"one sequence of max_model_len {max_model_len} needs {blocks_per_seq} blocks "
             + (f"over {len(groups.groups)} KV cache groups " if hybrid else "")
@@ -320,7 +335,8 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
                     state_seq, state, model.sliding_window, "mla" if model.is_mla else "gqa",
                     model.is_classic, groups, hybrid,
                     None if hybrid else (hybrid_off_reason or groups.reason or "hybrid KV cache manager off"),
-                    blocks_per_seq, max_num_batched_tokens, memory_profile, non_torch_bytes(tp, memory_profile))
+                    blocks_per_seq, max_num_batched_tokens, memory_profile, non_torch_bytes(tp, memory_profile),
+                    max_req_len)
 
 
 def _layer_type_rows(sizing: KVSizing) -> dict:
@@ -416,6 +432,8 @@ def kv_report(sizing: KVSizing, lengths: tuple[int, ...] = (1024, 4096, 32768),
                             else sizing.num_gpu_blocks * bs),
         "max_model_len": sizing.max_model_len,
         "max_concurrency_at_max_model_len": sizing.max_concurrency,
+        # SGLang's cap where the pool cannot hold one max_model_len sequence (request_len_cap kv_pool)
+        **({"max_req_len": sizing.max_req_len} if sizing.max_req_len is not None else {}),
         "sequences_at_max_model_len": sizing.num_gpu_blocks // _blocks_per_sequence(sizing, sizing.max_model_len),
     }
     report["kv_allocation"] = kv_allocation

@@ -141,6 +141,12 @@ PRESET = EnginePreset(
                                                "(python/sglang/srt/layers/dp_attention.py): SUM_LEN when "
                                                "the batch extends (prefill), else MAX_LEN if sum x 2 > "
                                                "max x dp_size, else SUM_LEN"),
+    request_len_cap=Default("kv_pool", "managers/scheduler.py: max_req_len = min(context_len - 1, "
+                                       "max_total_num_tokens - 1), max_req_input_len = max_req_len - 5; a longer "
+                                       "prompt is aborted (validate_input_length) and max_new_tokens is cut to "
+                                       "max_req_len - len(input) - 1 (handle_generate_request / "
+                                       "init_req_max_new_tokens): SGLang starts with a pool smaller than one "
+                                       "context_len sequence"),
     expert_layouts=Default("any", "--ep-size divides --tp-size; the experts' TP is tp_size / ep_size "
                                   "(moe_tp_size, python/sglang/srt/server_args.py, "
                                   "distributed/parallel_state.py)"),

@@ -44,6 +44,8 @@ DP_TOKEN_PADDINGS = ("max", "sum", "sum_in_prefill")
 FRONTEND_TOKEN_UNITS = ("message", "token")
 #: :attr:`EnginePreset.expert_layouts` values
 EXPERT_LAYOUTS = ("any", "tp_or_ep")
+#: :attr:`EnginePreset.request_len_cap` values
+REQUEST_LEN_CAPS = ("refuse", "kv_pool")
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,11 @@ class EnginePreset:
     ``expert_layouts``: how the engine can lay the routed experts over a DP
     group's G GPUs: ``any`` (``moe_ep_size`` x ``moe_tp_size`` = G, any split)
     or ``tp_or_ep`` (either tensor-sharded over all G, or whole experts over all
-    G: ``moe_ep_size`` 1 or G)."""
+    G: ``moe_ep_size`` 1 or G).
+    ``request_len_cap``: a KV pool smaller than one ``max_model_len`` sequence
+    is refused at start-up (``refuse``), or the engine starts and caps each
+    request at the pool (``kv_pool``: ``max_req_len`` = min(max_model_len - 1,
+    pool tokens - 1); longer prompts are rejected, longer outputs stop there)."""
     name: str
     versions: str
     defaults: dict[str, Default]
@@ -99,3 +105,4 @@ class EnginePreset:
     dp_token_padding: Default = Default("max", "vLLM's rule (sim/presets/vllm.py)")
     frontend_token_unit: Default = Default("token", "the frontend handles every token")
     expert_layouts: Default = Default("any", "moe_ep_size x moe_tp_size = the group's GPUs, any split")
+    request_len_cap: Default = Default("refuse", "a pool that cannot hold one max_model_len sequence is refused")

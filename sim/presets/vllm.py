@@ -68,6 +68,9 @@ PRESET = EnginePreset(
     dp_token_padding=Default("max", "coordinate_batch_across_dp (vllm/v1/worker/dp_utils.py) all-reduces "
                                     "the ranks' token counts and pads every rank's forward to the max "
                                     "(num_tokens_across_dp, DPMetadata)"),
+    request_len_cap=Default("refuse", "vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory: a KV cache "
+                                      "that cannot hold one max_model_len sequence raises ValueError at start-up "
+                                      "(lower max_model_len or raise gpu_memory_utilization)"),
     expert_layouts=Default("tp_or_ep", "FusedMoEParallelConfig.make (vllm/model_executor/layers/fused_moe/"
                                        "config.py): without --enable-expert-parallel the experts are "
                                        "tensor-sharded over all tp x dp GPUs (flatten_tp_across_dp_and_pcp, "

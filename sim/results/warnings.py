@@ -133,3 +133,20 @@ def ground_warnings(cfg, hardware, model, summary: dict) -> list[str]:
                    f"{cfg.tensor_parallel_size * cfg.num_replicas} x {hardware.name} ({bound:,.0f} tokens/s at "
                    "the GEMM peak): the prediction is not physical; check the hardware profile")
     return out
+
+
+def request_len_cap_warnings(pools: dict) -> list[str]:
+    """A pool whose engine caps each request at its KV pool (``max_req_len``,
+    SGLang's ``request_len_cap`` ``kv_pool``) rather than refusing a pool that
+    cannot hold one ``max_model_len`` sequence: ``pools`` maps a label ("" for
+    an aggregated deployment) to its ``KVSizing``."""
+    out = []
+    for label, sizing in pools.items():
+        cap = sizing.max_req_len
+        if cap is None:
+            continue
+        where = f"{label} pool: " if label else ""
+        out.append(f"{where}the KV pool cannot hold one max_model_len {sizing.max_model_len} sequence, so the "
+                   f"engine caps each request at max_req_len {cap} tokens (as SGLang does): prompts over {cap - 5} "
+                   "tokens are rejected and max_tokens is cut to fit (requests.csv: max_tokens, reason)")
+    return out

@@ -66,6 +66,12 @@ class Scheduler:
         reason = self.rejection(req)
         if reason is not None:
             return self._reject(req, reason)
+        if self.limits.max_req_len is not None:  # SGLang cuts max_new_tokens to its cap (capped_max_tokens)
+            n = self.capped_max_tokens(req)
+            if n < req.max_tokens:
+                req.max_tokens = n
+                if req.num_output_tokens_target > n:
+                    req.num_output_tokens_target = n
         req.status = WAITING
         self.waiting.add(req)
         return True
@@ -79,10 +85,25 @@ class Scheduler:
         if need > lim.max_model_len:
             return (f"prompt ({req.num_prompt_tokens}) + max_tokens ({req.max_tokens}) = {need} "
                     f"> max_model_len ({lim.max_model_len})")
+        cap = lim.max_req_len
+        if cap is not None and req.num_prompt_tokens > cap - 5:
+            return (f"prompt ({req.num_prompt_tokens}) > max_req_input_len ({cap - 5}): the engine caps a "
+                    f"request at max_req_len {cap} tokens, its KV pool's size - 1 (the pool cannot hold one "
+                    f"max_model_len {lim.max_model_len} sequence)")
         n = self._tokens_to_fit(req)
         if not self.kv.can_ever_fit(n):
             return self.kv.never_fits(n)
         return None
+
+    def capped_max_tokens(self, req: Request) -> int:
+        """``max_tokens`` as the engine runs it: where its KV pool caps a request
+        (``SchedulerLimits.max_req_len``, SGLang) cut to max_req_len - prompt - 1
+        (SGLang ``init_req_max_new_tokens``), else as asked."""
+        cap = self.limits.max_req_len
+        if cap is None:
+            return req.max_tokens
+        room = cap - req.num_prompt_tokens - 1
+        return req.max_tokens if req.max_tokens <= room else room
 
     def decode_rejection(self, req: Request) -> str | None:
         """Why ``req`` could never run here when its prompt arrives computed (a
@@ -96,8 +117,11 @@ class Scheduler:
         served: what reservation policies reserve (prompt + ``max_tokens``), else
         what it will really hold at its end (prompt + true output length)."""
         if self.limits.capacity_scheduler_policy == "guaranteed_no_evict":
-            return min(req.num_prompt_tokens + req.max_tokens, self.limits.max_model_len)
-        return req.num_prompt_tokens + req.num_output_tokens_target
+            return min(req.num_prompt_tokens + self.capped_max_tokens(req), self.limits.max_model_len)
+        n = req.num_output_tokens_target
+        if self.limits.max_req_len is not None:
+            n = min(n, self.capped_max_tokens(req))
+        return req.num_prompt_tokens + n
 
     def _reject(self, req: Request, reason: str) -> bool:
         req.status = REJECTED

@@ -72,7 +72,7 @@ class PrefillFirstScheduler(Scheduler):
         """Also reject a request the admission rule could never pass, even on an
         idle server: prompt + min(max_tokens, 4096) must stay below the pool."""
         pool = self.kv.num_usable_blocks * self.limits.block_size
-        need = req.num_prompt_tokens + min(req.max_tokens, CLIP_MAX_NEW_TOKENS)
+        need = req.num_prompt_tokens + min(self.capped_max_tokens(req), CLIP_MAX_NEW_TOKENS)
         if need >= pool:
             return (f"prompt ({req.num_prompt_tokens}) + min(max_tokens, {CLIP_MAX_NEW_TOKENS}) "
                     f"= {need} tokens does not fit below the KV pool ({pool} tokens)")

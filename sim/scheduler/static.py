@@ -33,7 +33,7 @@ class StaticBatchingScheduler(ChunkedPrefillScheduler):
 
     def _tokens_to_fit(self, req: Request) -> int:
         # Reserved up front: prompt + max_tokens (capped at max_model_len).
-        return min(req.num_prompt_tokens + req.max_tokens, self.limits.max_model_len)
+        return min(req.num_prompt_tokens + self.capped_max_tokens(req), self.limits.max_model_len)
 
     def _schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()

@@ -23,6 +23,9 @@ class SchedulerLimits:
     capacity_scheduler_policy: str | None = None
     #: SGLang ``max_prefill_tokens``: new tokens of one prefill batch (prefill_first modes)
     max_prefill_tokens: int | None = None
+    #: SGLang ``max_req_len``: tokens one request may hold where the KV pool is smaller than a
+    #: max_model_len sequence (a longer prompt is rejected, max_tokens cut to fit); None: no cap
+    max_req_len: int | None = None
 
     def __post_init__(self) -> None:
         from sim.errors import ConfigError
@@ -31,6 +34,9 @@ class SchedulerLimits:
             v = getattr(self, key)
             if not isinstance(v, int) or v <= 0:
                 raise ConfigError(f"{key} must be a positive integer, got {v!r}")
+        mrl = self.max_req_len
+        if mrl is not None and (not isinstance(mrl, int) or mrl <= 5 or mrl >= self.max_model_len):
+            raise ConfigError(f"max_req_len must be an integer in (5, max_model_len) or unset, got {mrl!r}")
         mpt = self.max_prefill_tokens
         if mpt is not None and (not isinstance(mpt, int) or mpt <= 0):
             raise ConfigError(f"max_prefill_tokens must be a positive integer or unset, got {mpt!r}")
