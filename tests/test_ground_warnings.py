@@ -46,6 +46,15 @@ def test_compute_bound_hand_computed():
     w = ground_warnings(cfg, hw, model, {"total_token_throughput": 2.5e6})
     assert len(w) == 1 and "exceeds the compute bound" in w[0]
     assert ground_warnings(cfg, hw, model, {"total_token_throughput": 1.9e6}) == []
+    # every GPU of the deployment counts: DP 4 ranks of TP 2 = 8 GPUs (summary's num_gpus), 8e6 tokens/s
+    cfg.data_parallel_size = 4
+    assert compute_bound_tokens_per_s(cfg, hw, model) == 8e6
+    assert ground_warnings(cfg, hw, model, {"total_token_throughput": 2.5e6, "num_gpus": 8}) == []
+    w = ground_warnings(cfg, hw, model, {"total_token_throughput": 9e6, "num_gpus": 8})
+    assert "compute bound of 8 x gpu (8,000,000 tokens/s" in w[0]
+    # the checkpoint's format sets the peak where no quantization key is given
+    cfg.data_parallel_size, cfg.quantization, model.quantization = 1, None, "fp8_block"
+    assert compute_bound_tokens_per_s(cfg, hw, model) == 2e6
 
 
 def test_run_records_and_prints_the_warnings(tmp_path):

@@ -46,15 +46,18 @@ def workload_warnings(s: dict) -> list[str]:
 _PEAK_DTYPE = {"fp8": "fp8", "fp8_block": "fp8", "int8": "int8", "nvfp4": "fp4"}
 
 
-def compute_bound_tokens_per_s(cfg, hardware, model) -> float:
+def compute_bound_tokens_per_s(cfg, hardware, model, num_gpus: int | None = None) -> float:
     """An upper bound on the tokens (prompt + output) per second any schedule can
     process: every token passes every linear layer (2 FLOPs per active weight),
-    at most at the GEMM peak of all the deployment's GPUs."""
-    peak = hardware.peak_flops_per_s.get(_PEAK_DTYPE.get(cfg.quantization or "", "bf16"))
+    at most at the GEMM peak (of the weights' format: ``quantization``, else the
+    checkpoint's) of all the deployment's GPUs: ``num_gpus``, else replicas x
+    DP ranks x TP."""
+    fmt = cfg.quantization or getattr(model, "quantization", None) or ""
+    peak = hardware.peak_flops_per_s.get(_PEAK_DTYPE.get(fmt, "bf16"))
     if not peak:
         peak = hardware.peak_flops_per_s.get("bf16") or 0.0
     flops_per_token = 2.0 * model.quantizable_params(active_only=True)
-    gpus = cfg.tensor_parallel_size * cfg.num_replicas
+    gpus = num_gpus or cfg.tensor_parallel_size * getattr(cfg, "data_parallel_size", 1) * cfg.num_replicas
     return peak * gpus / flops_per_token if flops_per_token > 0 else float("inf")
 
 
@@ -126,11 +129,13 @@ def ground_warnings(cfg, hardware, model, summary: dict) -> list[str]:
     vw = version_warning(cfg.engine, cfg.engine_version)
     if vw:
         out.append(vw)
-    bound = compute_bound_tokens_per_s(cfg, hardware, model)
+    gpus = summary.get("num_gpus") or (cfg.tensor_parallel_size * getattr(cfg, "data_parallel_size", 1)
+                                       * cfg.num_replicas)
+    bound = compute_bound_tokens_per_s(cfg, hardware, model, gpus)
     tput = summary.get("total_token_throughput")
     if isinstance(tput, (int, float)) and tput > bound:
         out.append(f"predicted throughput {tput:,.0f} tokens/s exceeds the compute bound of "
-                   f"{cfg.tensor_parallel_size * cfg.num_replicas} x {hardware.name} ({bound:,.0f} tokens/s at "
+                   f"{gpus} x {hardware.name} ({bound:,.0f} tokens/s at "
                    "the GEMM peak): the prediction is not physical; check the hardware profile")
     return out
 
