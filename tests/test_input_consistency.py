@@ -287,3 +287,17 @@ def test_errors_of_keys_given_as_flags_name_the_flags_not_set(tmp_path):
     # the same through --set keeps --set as the source
     e = one_line_error(cli("run", "--set", "max_num_seqs=64", "--set", "max_running_requests=128", "--out", out))
     assert e.startswith("error: --set: 'max_num_seqs' 64 and 'max_running_requests' 128 both set"), e
+
+
+def test_a_row_of_empty_fields_is_refused_or_counted_but_blank_lines_are_not_rows(tmp_path):
+    """``,,`` is a row whose every field is empty (was dropped silently, as a
+    blank line is); with skip_bad_rows it is skipped and counted."""
+    (tmp_path / "t.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9,100,10\n,,\n\n"
+                                    "2023-11-16 18:17:04.9,100,10\n  \n,,\n")
+    msg = one_line_error(cli("run", "--set", "workload.trace=t.csv", "--out", "o", "--quiet", cwd=tmp_path))
+    assert msg.startswith("error: t.csv:3: field 'ContextTokens': missing")
+    r = cli("run", "--set", "workload.trace=t.csv", "--set", "workload.skip_bad_rows=true", "--out", "s", "--quiet",
+            cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    s = json.loads((tmp_path / "s" / "summary.json").read_text())
+    assert s["num_skipped_trace_rows"] == 2 and s["completed"] == 2  # lines 3 and 7; 4 and 6 are blank

@@ -204,7 +204,12 @@ def _read_csv(path: Path, skip: bool):
     df.columns = [c.strip() for c in df.columns]
     candidates = np.arange(2, 2 + len(df) + len(bad_lines))
     lines = candidates[~np.isin(candidates, bad_lines)][: len(df)]
-    blank = df.isna().all(axis=1).to_numpy()  # blank lines: not rows, but they keep the numbering
+    # blank lines are not rows (they keep the numbering); a line of delimiters only (",,") is a row
+    # whose every field is empty: kept, so its fields are refused (or skipped and counted) by name
+    blank = df.isna().all(axis=1).to_numpy().copy()
+    if blank.any():
+        raw = Path(path).read_text(encoding="utf-8-sig", errors="replace").splitlines()
+        blank &= np.array([not (0 < n <= len(raw)) or not raw[n - 1].strip() for n in lines], dtype=bool)
     return df[~blank].reset_index(drop=True), lines[~blank], len(bad_lines)
 
 
