@@ -96,6 +96,9 @@ def test_kv_report():
             r["sequences_of_17_tokens"]) == (1000 // 64, 1000 // 63, 1000 // 2)
     assert r["weight_gib_per_rank"] == pytest.approx(255_870_976 / GiB)
     assert r["kv_cache_gib"] == pytest.approx(1000 * 65_536 / GiB)
+    # no request is longer than max_model_len: a longer length fits no sequence at all
+    r = kv_report(s, lengths=(4096, 4097))
+    assert (r["sequences_of_4096_tokens"], r["sequences_of_4097_tokens"]) == (1000 // 256, 0)
 
 
 def test_kv_report_contiguous_reserves_max_model_len_per_sequence():

@@ -437,10 +437,13 @@ def kv_report(sizing: KVSizing, lengths: tuple[int, ...] = (1024, 4096, 32768),
         "sequences_at_max_model_len": sizing.num_gpu_blocks // _blocks_per_sequence(sizing, sizing.max_model_len),
     }
     report["kv_allocation"] = kv_allocation
+    # a sequence longer than one request may be (max_model_len, or the engine's cap) is never served: 0
+    longest = sizing.max_req_len if sizing.max_req_len is not None else sizing.max_model_len
     for n in lengths:  # flat keys, one per length: sequences_of_<n>_tokens
         whole = kv_allocation == "contiguous" and contiguous_reserve == "max_model_len"
         held = max(int(n), sizing.max_model_len) if whole else int(n)
-        report[f"sequences_of_{int(n)}_tokens"] = sizing.num_gpu_blocks // _blocks_per_sequence(sizing, held)
+        report[f"sequences_of_{int(n)}_tokens"] = (
+            0 if n > longest else sizing.num_gpu_blocks // _blocks_per_sequence(sizing, held))
     return report
 
 
