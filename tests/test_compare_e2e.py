@@ -147,3 +147,23 @@ def test_compare_writes_the_winners_launch_command(tmp_path):
     assert f"--max-num-batched-tokens {tokens}" in sh and "--max-num-seqs 48" in sh and "--max-model-len 4096" in sh
     assert "vllm serve meta-llama/Llama-3.1-8B-Instruct" in sh and "NOT the simulated" not in sh
     assert f"launch command of the winner, {winner}" in r.output
+
+
+def test_the_report_names_a_deployment_only_when_every_variant_shares_it(tmp_path):
+    """The context line described the first variant's replicas as if every variant's."""
+    from typer.testing import CliRunner
+
+    from sim.cli.main import app
+
+    trace = write_trace(tmp_path / "t.csv", [(0.05 * i, 200, 20) for i in range(20)])
+    base = ["compare", "--model", "llama-3.1-8b", "--hardware", "h100_sxm", "--quiet",
+            "--set", f"workload.trace={trace}", "--set", "workload.trace_format=generic",
+            "--set", "workload.columns={arrival: arrival_s, input: input, output: output}", "--max-model-len", "4096"]
+    for name, variants, want in (
+            ("mixed", ["--variant", "b num_replicas=3", "--variant", "a scheduler=chunked"],
+             "on **h100_sxm (the deployment differs per variant)**"),
+            ("same", ["--variant", "b num_replicas=3", "--variant", "a num_replicas=3 scheduler=static"],
+             "on **h100_sxm, 3 replicas**")):
+        r = CliRunner().invoke(app, [*base, "--out", str(tmp_path / name), *variants])
+        assert r.exit_code == 0, r.output
+        assert want in (tmp_path / name / "report.md").read_text()

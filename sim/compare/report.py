@@ -147,9 +147,20 @@ def _context_paragraph(variants: dict[str, VariantData], context: dict) -> str:
     ctx = dict(context)
     model = ctx.pop("model", cfg.get("model", "?"))
     hw = ctx.pop("hardware", cfg.get("hardware", "?"))
-    tp = cfg.get("tensor_parallel_size")
-    reps = cfg.get("num_replicas")
-    where = f"{hw}" + (f", TP={tp}" if tp and tp != 1 else "") + (f", {reps} replicas" if reps and reps != 1 else "")
+
+    def shape(v):  # the deployment's size, as one variant ran it
+        c = v.summary.get("config") or {}
+        return (c.get("hardware"), c.get("tensor_parallel_size"), c.get("data_parallel_size"),
+                c.get("num_replicas"), bool(c.get("disaggregation")))
+
+    shapes = {shape(v) for v in variants.values()}
+    if len(shapes) <= 1:  # every variant on the same deployment: say which
+        tp, reps = cfg.get("tensor_parallel_size"), cfg.get("num_replicas")
+        where = (f"{hw}" + (f", TP={tp}" if tp and tp != 1 else "")
+                 + (f", {reps} replicas" if reps and reps != 1 and not cfg.get("disaggregation") else ""))
+    else:  # the variants differ in GPUs, parallelism or replicas: the table's rows say how
+        hws = sorted({str(s[0]) for s in shapes})
+        where = (f"{hws[0]}" if len(hws) == 1 else ", ".join(hws)) + " (the deployment differs per variant)"
     workload = ctx.pop("workload", first.get("workload_source", "?"))
     n = ctx.pop("num_requests", None)
     rate = ctx.pop("request_rate", None)
