@@ -185,6 +185,12 @@ def test_save_result_writes_every_vllm_key(tmp_path, monkeypatch):
     keys = list(d)
     assert keys[:7] == ["date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts"]
     assert keys[7:12] == ["version", "tp", "request_rate", "burstiness", "max_concurrency"]
+    # then the benchmark's result in vllm bench serve's order (serve.py result), the metrics as it
+    # prints them (TTFT, TPOT, ITL, E2EL), servesim's keys after
+    assert keys[12:24] == VLLM_KEYS[10:22]
+    assert keys[24:29] == [f"{s}_ttft_ms" for s in ("mean", "median", "std", "p90", "p99")]
+    assert keys.index("mean_tpot_ms") < keys.index("mean_itl_ms") < keys.index("mean_e2el_ms") < keys.index(
+        "num_rejected")
     assert (d["backend"], d["label"], d["num_prompts"]) == ("servesim", None, 200)
     assert d["model_id"] == d["tokenizer_id"] == "meta-llama/Llama-3.1-8B-Instruct"  # the preset's HF id
     assert (d["request_rate"], d["burstiness"], d["max_concurrency"]) == (4.0, 1.0, 16)

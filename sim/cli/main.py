@@ -90,7 +90,7 @@ def run(
     result_dir: Optional[Path] = typer.Option(None, help="Folder of the --save-result file (default: the current folder, as vllm bench serve)."),
     result_filename: Optional[str] = typer.Option(None, help="Name of the --save-result file (default: vllm bench "
                                                   "serve's LABEL-RATEqps[-concurrencyC]-MODEL-DATE.json)."),
-    label: Optional[str] = typer.Option(None, help="The result's label (default: the backend, 'servesim')."),
+    label: Optional[str] = typer.Option(None, help="The result's label (unset: null in the result, as vllm bench serve writes it; the result file name then starts with the backend, 'servesim')."),
     metadata: Optional[List[str]] = typer.Option(None, help="KEY=VALUE pairs written as top-level keys of the result "
                                                  "JSON (e.g. --metadata version=0.3.3 tp=1)."),
     metric_percentiles: Optional[str] = typer.Option(None, help="Comma-separated percentiles reported as "
