@@ -242,7 +242,7 @@ def test_cli_plan_without_answer_says_why_on_screen(tmp_path, monkeypatch):
     r = CliRunner().invoke(app, [  # p99 TTFT is >= 100 / 4.2 = 23.8 ms at any rate: nothing passes
         "plan", "--model", MODEL, "--hardware", GPU, "--tp", "1,2", "--slo", "p99_ttft_ms=1", "--start-rate", "0.01",
         "--set", "max_model_len=1024", "--out", str(tmp_path), "--workers", "1", "--quiet"])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 1, r.output  # the answer is "none": exit status 1 (plan --help)
     lines = r.output.splitlines()
     assert "No candidate serves the load within the SLOs." in lines
     for tp in (1, 2):

@@ -107,7 +107,7 @@ def test_gpu_budget_makes_a_candidate_unmet_or_infeasible(monkeypatch):
     assert r2["status"] == "infeasible" and r2["reason"] == "one replica needs 3 GPUs, over the budget --max-gpus 2"
     assert agg_vs_disagg_line(table2, s2) == (
         "Only aggregated candidates meet the SLOs (best: test_gpu tp1, $2.00/hour); no disaggregated candidate "
-        "does (reasons below).")
+        "could run (reasons below).")  # (every one is over the GPU budget: it did not miss, it never ran)
 
 
 def test_run_plan_decode_bound_1p2d_serves_twice_2p1d(tmp_path):

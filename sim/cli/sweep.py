@@ -124,7 +124,10 @@ def plan(
     ray_address: Optional[str] = typer.Option(None, help="Join a running Ray cluster (with --executor ray)."),
     quiet: bool = typer.Option(False, help="No progress bar."),
 ) -> None:
-    """Find, per candidate, the highest request rate within the SLOs and the cheapest configuration for a target rate."""
+    """Find, per candidate, the highest request rate within the SLOs and the cheapest configuration for a target rate.
+
+    Exit status: 0 when a candidate serves the load within the SLOs, 1 when none does (the
+    report and plan.csv are written either way), 2 on bad input."""
     from sim.config import build_config, check_known_keys, parse_value, set_dotted
     from sim.results.metrics import parse_goodput
     from sim.sweep.plan import (PlanSettings, base_data_parallel, check_vary_values, drop_equivalent,
@@ -252,6 +255,8 @@ def plan(
         typer.echo(f"launch command ({launch.engine}; {out}/launch.sh):")
         typer.echo(launch.text().rstrip("\n"))
     typer.echo(f"report: {out}/plan.md (one page with the figures: {out}/report.html)")
+    if not (table["status"] == "ok").any():  # the plan's answer is "none": scripts can tell (--help)
+        raise typer.Exit(1)
 
 
 def _pool_parallel(base, disagg, prefill_dp, decode_dp, expert_parallel, options) -> dict[str, list[dict]]:

@@ -130,8 +130,11 @@ def agg_vs_disagg_line(table, s: PlanSettings) -> str:
     if len(have) == 1:
         b = best[have[0]].iloc[0]
         other = "disagg" if have[0] == "agg" else "agg"
+        others = table[table["kind"] == other]
+        # none of the other kind could run at all (over the GPU budget, infeasible): say that, not "misses"
+        verb = "could run" if len(others) and (others["status"] == "infeasible").all() else "does"
         return (f"Only {label[have[0]]} candidates meet the SLOs (best: {b['candidate']}, {_money(b[key], unit)}); "
-                f"no {label[other]} candidate does (reasons below).")
+                f"no {label[other]} candidate {verb} (reasons below).")
     a, d = best["agg"].iloc[0], best["disagg"].iloc[0]
     win, lose = (d, a) if d[key] < a[key] else (a, d)
     if win[key] == lose[key]:
