@@ -191,9 +191,11 @@ def translate(spelling: str, alias: Alias | None, value: Any, source: str) -> An
     """``value`` given under ``spelling`` as servesim's value: inverted for a
     ``disable_…`` alias, mapped through the alias's ``values``, TensorRT-LLM's
     upper-case capacity policies lowered."""
+    # a flag (--schedule-policy) is its own channel: named alone, not as "--set: --schedule-policy"
+    where = spelling if spelling.startswith("-") else f"{source}: {spelling}"
     if alias is not None and alias.invert:
         if not isinstance(value, bool):
-            raise ConfigError(f"{source}: {spelling}: expected true or false, got {value!r}")
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
         return not value
     key = alias.key if alias is not None else snake(spelling.lstrip("-"))
     if alias is not None and (alias.values or alias.closed) and isinstance(value, str):
@@ -201,7 +203,7 @@ def translate(spelling: str, alias: Alias | None, value: Any, source: str) -> An
         if v in alias.values:
             return alias.values[v]
         if alias.closed:
-            raise ConfigError(f"{source}: {spelling}: {value!r} is not modelled by servesim; accepted: "
+            raise ConfigError(f"{where}: {value!r} is not modelled by servesim; accepted: "
                               f"{', '.join(alias.values)} (the {alias.engine} name for {key})")
     if key == "capacity_scheduler_policy" and isinstance(value, str) and value.lower() in CAPACITY_VALUES:
         return CAPACITY_VALUES[value.lower()]

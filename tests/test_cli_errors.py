@@ -217,3 +217,13 @@ def test_a_lengths_only_trace_sent_all_at_once_is_warned_about():
     s["config"]["workload"]["request_rate"] = 5.0
     s["workload_source"] = "trace t.csv (lengths): 20 of 20 rows, arrivals poisson"
     assert workload_warnings(s) == []
+
+
+@pytest.mark.parametrize("args, expect", [
+    (("kv", "--length", "0"), "error: --length: must be a number of tokens >= 1, got 0"),
+    (("plan", "--slo", "p99_ttft_ms=1000", "--rel-tol", "0"), "error: --rel-tol: must be a fraction in (0, 1), got 0.0"),
+    (("run", "--schedule-policy", "lpm"), "error: --schedule-policy: 'lpm' is not modelled by servesim"),
+])
+def test_an_option_error_names_the_option_the_user_gave(args, expect, tmp_path):
+    r = cli(*args, "--out", str(tmp_path / "o")) if args[0] != "kv" else cli(*args)
+    assert r.returncode == 2 and r.stderr.startswith(expect) and len(r.stderr.splitlines()) == 1, r.stderr

@@ -225,7 +225,8 @@ def test_layouts_of_the_config_keys(moe):
     ({"data_parallel_size": 2, "moe_ep_size": 16}, "moe_ep_size: 16"),  # EP larger than the GPUs
     ({"data_parallel_size": 2, "moe_ep_size": 1, "moe_tp_size": 4}, "moe_tp_size: 4 does not divide the 2 GPUs"),
     ({"moe_tp_size": 2}, "moe_tp_size: 2 does not divide the 1 GPUs"),  # names the key given, not moe_ep_size
-    ({"data_parallel_size": 3, "enable_expert_parallel": True}, "moe_ep_size: 3"),  # 3 does not divide 64
+    ({"data_parallel_size": 3, "enable_expert_parallel": True},
+     "enable_expert_parallel: expert parallelism over the group's 3 GPUs (tensor_parallel_size 1 x data_parallel_size 3)"),
     ({"tensor_parallel_size": 16}, "tensor_parallel_size 16"),  # beyond one NVLink domain
 ])
 def test_bad_parallel_configs_are_one_line_errors(moe_path, kw, key):

@@ -246,6 +246,9 @@ def kv(
                           "with that pool's keys (e.g. --set tensor_parallel_size=8 for the decode pool), "
                           "without the disaggregation keys")
     dep, _ = prepare(cfg)  # (the requests are generated only to check the workload)
+    for n in length or ():
+        if n < 1:
+            raise ServesimError(f"--length: must be a number of tokens >= 1, got {n}")
     lengths = tuple(length) if length else (1024, 4096, dep.limits.max_model_len)
     from sim.cost_model.parallel import layout_report
     rep = kv_report(dep.sizing, lengths=lengths, kv_allocation=cfg.kv_allocation,

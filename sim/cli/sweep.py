@@ -217,6 +217,8 @@ def plan(
     for opt, rate in (("--target-rate", target_rate), ("--start-rate", start_rate)):
         if rate is not None and not (math.isfinite(rate) and rate > 0):
             raise ConfigError(f"{opt}: must be a finite rate > 0 req/s, got {rate}")
+    if not (math.isfinite(rel_tol) and 0 < rel_tol < 1):
+        raise ConfigError(f"--rel-tol: must be a fraction in (0, 1), got {rel_tol}")
     if reps and min(reps) < 1:
         raise ConfigError(f"--replicas: counts must be >= 1, got {replicas}")
     prices = parse_prices(price)

@@ -152,7 +152,10 @@ def resolve_layout(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_siz
     else:
         ep, mtp = 1, G
     if E % ep:
-        raise ConfigError(f"moe_ep_size: {ep} does not divide {model.name}'s {E} routed experts "
+        key = (f"moe_ep_size: {ep}" if moe_ep_size is not None else
+               f"enable_expert_parallel: expert parallelism over the group's {ep} GPUs (tensor_parallel_size {tp} "
+               f"x data_parallel_size {dp})" if enable_expert_parallel else f"moe_ep_size: {ep}")
+        raise ConfigError(f"{key} does not divide {model.name}'s {E} routed experts "
                           "(each EP rank holds E / ep experts whole)")
     if model.moe_intermediate_size % mtp:
         raise ConfigError(f"moe_tp_size: {mtp} does not divide {model.name}'s moe_intermediate_size "
