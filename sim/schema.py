@@ -36,4 +36,6 @@ def error_text(err: dict) -> str:
     rule (:data:`BOOL_RULE`) for pydantic's terse "Input should be a valid boolean"."""
     if err.get("type") in ("bool_type", "bool_parsing"):
         return BOOL_RULE
+    if err.get("type") == "model_type":  # "...a valid dictionary or instance of XConfig": no class names
+        return "expected a mapping of its keys"
     return err["msg"].removeprefix("Value error, ")

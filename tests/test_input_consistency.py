@@ -301,3 +301,9 @@ def test_a_row_of_empty_fields_is_refused_or_counted_but_blank_lines_are_not_row
     assert r.returncode == 0, r.stderr
     s = json.loads((tmp_path / "s" / "summary.json").read_text())
     assert s["num_skipped_trace_rows"] == 2 and s["completed"] == 2  # lines 3 and 7; 4 and 6 are blank
+
+
+def test_a_non_mapping_where_a_mapping_belongs_names_no_internal_class():
+    with pytest.raises(ConfigError) as e:
+        build_config(set_args=["disaggregation=5"])
+    assert str(e.value) == "--set: disaggregation: expected a mapping of its keys (got 5)"
