@@ -71,12 +71,12 @@ def _check_config_arg(config: Optional[Path]) -> None:
 @app.command(cls=VocabCommand, epilog=FLAGS_EPILOG)
 def run(
     config: Optional[Path] = typer.Argument(None, help="YAML config file (flat vLLM-named keys; see README)."),
-    model: Optional[str] = typer.Option(None, help="Model preset or HF id (e.g. llama-3.1-8b) or path to config.json."),
-    hardware: Optional[str] = typer.Option(None, help="Hardware profile name (e.g. h100_sxm) or path to a profile YAML."),
+    model: Optional[str] = typer.Option(None, help="Model preset or HF id or path to config.json (default: the config file's, else llama-3.1-8b)."),
+    hardware: Optional[str] = typer.Option(None, help="Hardware profile name or path to a profile YAML (default: the config file's, else h100_sxm)."),
     scheduler: Optional[str] = typer.Option(None, help="Batching mode: static, continuous, chunked, mixed, prefill_first, prefill_first_whole, prefill_first_mixed (or a registered one)."),
     workload: Optional[str] = typer.Option(None, help="Built-in workload name or workload YAML path (default: 'default')."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
-    seed: Optional[int] = typer.Option(None, help="Seed of the run (arrivals, lengths, router)."),
+    seed: Optional[int] = typer.Option(None, help="Seed of the run: arrivals, lengths, router (default: the config file's, else 0)."),
     goodput: Optional[List[str]] = typer.Option(None, help="SLOs for goodput, as vllm bench serve: 'ttft:MS tpot:MS e2el:MS' (quoted, or repeat --goodput)."),
     out: Path = typer.Option(Path("runs/latest"), help="Output folder for summary.json, requests.csv, steps.csv."),
     exact_steps: bool = typer.Option(False, "--exact-steps", help="Reference mode: one event per engine step."),
@@ -200,11 +200,11 @@ def compare(
                                               "(default: static,continuous,chunked when no variant is given)."),
     variant: Optional[List[str]] = typer.Option(None, help='A variant: "NAME key=value ..." (repeatable).'),
     variants: Optional[Path] = typer.Option(None, help="YAML file: {NAME: {key: value, ...}, ...}."),
-    model: Optional[str] = typer.Option(None, help="Model preset, HF id or config.json path (default llama-3.1-8b)."),
-    hardware: Optional[str] = typer.Option(None, help="Hardware profile name or YAML path (default h100_sxm)."),
+    model: Optional[str] = typer.Option(None, help="Model preset, HF id or config.json path (default: the config file's, else llama-3.1-8b)."),
+    hardware: Optional[str] = typer.Option(None, help="Hardware profile name or YAML path (default: the config file's, else h100_sxm)."),
     workload: Optional[str] = typer.Option(None, help=f"Built-in workload or workload YAML (default: '{DEFAULT_COMPARE_WORKLOAD}')."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
-    seed: Optional[int] = typer.Option(None, help="Seed of the run."),
+    seed: Optional[int] = typer.Option(None, help="Seed of the run (default: the config file's, else 0)."),
     goodput: Optional[List[str]] = typer.Option(None, help="SLOs for goodput: 'ttft:MS tpot:MS e2el:MS' (quoted, or repeat --goodput)."),
     out: Path = typer.Option(Path("runs/compare"), help="Output folder: comparison.csv, report.md, figures, NAME/summary.json."),
     workers: Optional[int] = typer.Option(None, help="Parallel processes (default: one per variant, at most the CPU count)."),
@@ -225,8 +225,8 @@ def compare(
 @app.command(cls=VocabCommand, epilog=FLAGS_EPILOG)
 def kv(
     config: Optional[Path] = typer.Argument(None, help="YAML config file."),
-    model: Optional[str] = typer.Option(None, help="Model preset, HF id or config.json path."),
-    hardware: Optional[str] = typer.Option(None, help="Hardware profile name or YAML path."),
+    model: Optional[str] = typer.Option(None, help="Model preset, HF id or config.json path (default: the config file's, else llama-3.1-8b)."),
+    hardware: Optional[str] = typer.Option(None, help="Hardware profile name or YAML path (default: the config file's, else h100_sxm)."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
     length: Optional[List[int]] = typer.Option(None, help="Also report how many sequences of this many tokens fit (repeatable)."),
 ) -> None:

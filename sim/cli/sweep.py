@@ -78,7 +78,7 @@ def plan(
                                                help="YAML config file with the base config; words with '=' are "
                                                     "more SLOs (so --slo p99_ttft_ms=500 p99_tpot_ms=50 works)."),
     workload: Optional[str] = typer.Option(None, help="Built-in workload name or workload YAML (default: 'default')."),
-    model: Optional[str] = typer.Option(None, help="Model preset, HF id or config.json path."),
+    model: Optional[str] = typer.Option(None, help="Model preset, HF id or config.json path (default: the config file's, else llama-3.1-8b)."),
     hardware: Optional[str] = typer.Option(None, help="Candidate GPUs, comma-separated (e.g. h100_sxm,h200_sxm); "
                                                       "default: the base config's."),
     tp: Optional[str] = typer.Option(None, help="Candidate tensor-parallel sizes, comma-separated (e.g. 2,4,8)."),
@@ -117,7 +117,7 @@ def plan(
                                                          "price_per_gpu_hour_usd: GPU=USD (repeatable, or "
                                                          "comma-separated), e.g. --price h100_sxm=2.49."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
-    seed: Optional[int] = typer.Option(None, help="Seed of every run."),
+    seed: Optional[int] = typer.Option(None, help="Seed of every run (default: the config file's, else 0)."),
     out: Path = typer.Option(Path("runs/plan"), help="Output folder: plan.md, plan.csv, results.csv, figures."),
     executor: str = typer.Option("local", help="local (a process pool) or ray, one candidate per task."),
     workers: Optional[int] = typer.Option(None, help="Candidates planned in parallel (default: the CPU count)."),
