@@ -162,9 +162,9 @@ def compare(variants: Iterable[str] | Mapping[str, Mapping[str, Any]] | None = N
     elif isinstance(variants, Mapping):
         vs = variants_from_mapping(variants, "compare(variants=...)")
     elif isinstance(variants, str):
-        vs = variants_from_args(variants, None, None)
+        vs = variants_from_args(variants, None, None, schedulers_source="servesim.compare(variants=...)")
     else:
-        vs = variants_from_args(",".join(variants), None, None)
+        vs = variants_from_args(",".join(variants), None, None, schedulers_source="servesim.compare(variants=...)")
     runs = run_variants(base, vs, goodput=_goodput(goodput), workers=workers)
     return Comparison({name: Result(summary, result) for name, (summary, result) in runs.items()})
 

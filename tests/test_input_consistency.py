@@ -117,6 +117,8 @@ def test_python_compare_errors_name_compare():
 
     with pytest.raises(ConfigError, match=r"^servesim.compare\(\): max_num_seqs: Input should be greater"):
         servesim.compare(["chunked"], max_num_seqs=0)
+    with pytest.raises(ConfigError, match=r"^servesim.compare\(variants=\.\.\.\): variant nope: scheduler: unknown"):
+        servesim.compare(["static", "nope"])
 
 
 # --------------------------------------------------------------------------- kv checks the workload as run does

@@ -102,16 +102,20 @@ def variants_from_mapping(data, source: str, label: str | None = None) -> list[V
 
 
 def variants_from_args(schedulers: str | None, variant_args: list[str] | None,
-                       variants_file: str | Path | None) -> list[Variant]:
+                       variants_file: str | Path | None, *, schedulers_source: str = "--schedulers") -> list[Variant]:
+    """The variants of ``--schedulers`` (batching modes, comma-separated; named in
+    errors as ``schedulers_source``: the Python API names itself), ``--variant``
+    and ``--variants``; the three default batching modes when none is given."""
     variants: list[Variant] = []
+    src = schedulers_source
     if schedulers is not None:
         parts = [x.strip() for x in schedulers.split(",")]
         names = [x for x in parts if x]
         if names and len(names) < len(parts):
-            raise ConfigError(f"--schedulers {schedulers!r}: an empty entry; give batching modes separated by commas")
+            raise ConfigError(f"{src} {schedulers!r}: an empty entry; give batching modes separated by commas")
         if not names:
-            raise ConfigError(f"--schedulers {schedulers!r}: no scheduler named (e.g. static,continuous,chunked)")
-        variants += [Variant(s, {"scheduler": s}, "--schedulers") for s in names]
+            raise ConfigError(f"{src} {schedulers!r}: no scheduler named (e.g. static,continuous,chunked)")
+        variants += [Variant(s, {"scheduler": s}, src) for s in names]
     for text in variant_args or []:
         variants.append(parse_variant(text))
     if variants_file:
