@@ -445,7 +445,7 @@ def _variant(c: Candidate, replicas: int | None = None, base: SimConfig | None =
             ov.setdefault("workload", {})[k.split(".", 1)[1]] = v
         else:
             ov[k] = v
-    return Variant(c.name, ov)
+    return Variant(c.name, ov, "plan")  # (errors: "plan: variant CANDIDATE: key: why", not --variant)
 
 
 def simulate(base: SimConfig, c: Candidate, rate: float, replicas: int = 1, goodput=None) -> dict:
