@@ -43,13 +43,23 @@ def _config(config, model, hardware, engine, workload, keys: dict, default_workl
     overrides = {"model": model, "hardware": hardware, "engine": engine, **keys}
     wl_name = None
     if isinstance(workload, Mapping):
+        for k, v in keys.items():  # one workload key given twice, differently: refused, as the command does
+            sub = k.split(".", 1)[1] if k.startswith("workload.") else None
+            if sub is not None and sub in workload and workload[sub] != v:
+                raise ConfigError(f"{api}: {k}: given twice, {workload[sub]!r} in workload= and {v!r} as a "
+                                  "keyword; give it once")
         overrides["workload"] = dict(workload)
     elif workload is not None:
         wl_name = str(workload)
     elif config is None and not any(k == "workload" or k.startswith("workload.") for k in keys):
         wl_name = default_workload
     # errors name the function and the key path (``servesim.simulate(): max_num_seqs: ...``)
-    return build_config(config, {k: v for k, v in overrides.items() if v is not None}, None, wl_name, api=api)
+    try:
+        return build_config(config, {k: v for k, v in overrides.items() if v is not None}, None, wl_name, api=api)
+    except ConfigError as e:  # (a config file's or a workload name's error: named as the call's too)
+        if str(e).startswith(api):
+            raise
+        raise ConfigError(f"{api}: {e}") from None
 
 
 @dataclass
@@ -86,7 +96,8 @@ class Result:
         """Write ``summary.json``, ``requests.csv``, ``steps.csv`` into ``out`` (as ``servesim run``)."""
         from sim.results.output import write_results
 
-        return write_results(out, self.summary, self._result)
+        with _named_os_errors(f"Result.save({str(out)!r})"):
+            return write_results(out, self.summary, self._result)
 
     def save_trace(self, path: str | Path) -> Path:
         """Write the engine steps as a Chrome / Perfetto trace (as ``servesim run --trace``)."""
@@ -106,7 +117,7 @@ def simulate(model: str | None = None, hardware: str | None = None, engine: str 
     from sim.runner import run_simulation
 
     cfg = _config(config, model, hardware, engine, workload, keys)
-    run = run_simulation(cfg, goodput=_goodput(goodput))
+    run = run_simulation(cfg, goodput=_goodput(goodput, "servesim.simulate()"))
     return Result(run.summary, run)
 
 
@@ -133,9 +144,12 @@ class Comparison:
         into ``out`` (as ``servesim compare``); returns the path of ``report.md``."""
         from sim.compare.report import write_compare_report
 
+        if not self.results:
+            raise ConfigError("Comparison.report(): the comparison holds no variant")
         first = next(iter(self.results.values())).config
-        return write_compare_report(out, self._variant_data(),
-                                    title=title or f"Policy comparison: {first['model']} on {first['hardware']}")
+        with _named_os_errors(f"Comparison.report({str(out)!r})"):
+            return write_compare_report(out, self._variant_data(),
+                                        title=title or f"Policy comparison: {first['model']} on {first['hardware']}")
 
     def __getitem__(self, name: str) -> Result:
         return self.results[name]
@@ -157,21 +171,48 @@ def compare(variants: Iterable[str] | Mapping[str, Mapping[str, Any]] | None = N
 
     base = _config(config, model, hardware, engine, workload, keys, default_workload=DEFAULT_COMPARE_WORKLOAD,
                    api="servesim.compare()")
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
+        raise ConfigError(f"servesim.compare(): workers: must be a whole number >= 1, got {workers!r}")
     if variants is None:
         vs = variants_from_args(None, None, None)
     elif isinstance(variants, Mapping):
-        vs = variants_from_mapping(variants, "compare(variants=...)")
+        if not variants:
+            raise ConfigError("servesim.compare(variants={}): no variant given; name at least one "
+                              "(e.g. {'small': {'max_num_seqs': 64}}) or leave variants out for the defaults")
+        vs = variants_from_mapping(variants, "servesim.compare(variants=...)")
     elif isinstance(variants, str):
         vs = variants_from_args(variants, None, None, schedulers_source="servesim.compare(variants=...)")
     else:
         vs = variants_from_args(",".join(variants), None, None, schedulers_source="servesim.compare(variants=...)")
-    runs = run_variants(base, vs, goodput=_goodput(goodput), workers=workers)
+    runs = run_variants(base, vs, goodput=_goodput(goodput, "servesim.compare()"), workers=workers)
     return Comparison({name: Result(summary, result) for name, (summary, result) in runs.items()})
 
 
-def _goodput(goodput) -> dict[str, float] | None:
+def _goodput(goodput, api: str) -> dict[str, float] | None:
+    """The SLOs of ``goodput`` (``{"ttft": 500}`` or ``"ttft:500"``); errors name
+    ``api``'s goodput argument, not the command's ``--goodput``."""
     from sim.results.metrics import parse_goodput
 
-    if goodput is None or isinstance(goodput, str):
-        return parse_goodput([goodput] if goodput else None)
-    return parse_goodput([" ".join(f"{k}:{v}" for k, v in goodput.items())])
+    try:
+        if goodput is None or isinstance(goodput, str):
+            return parse_goodput([goodput] if goodput else None)
+        return parse_goodput([" ".join(f"{k}:{v}" for k, v in goodput.items())])
+    except ConfigError as e:
+        raise ConfigError(f"{api}: goodput: " + str(e).removeprefix("--goodput ")) from None
+
+
+class _named_os_errors:
+    """An OSError writing results (an existing file where a folder belongs, an
+    unwritable place) as a ConfigError naming the call and the path."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if isinstance(exc, OSError):
+            path = f": {exc.filename}" if getattr(exc, "filename", None) else ""
+            raise ConfigError(f"{self.where}: {exc.strerror or exc}{path}") from None
+        return False

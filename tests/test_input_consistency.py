@@ -309,3 +309,32 @@ def test_a_non_mapping_where_a_mapping_belongs_names_no_internal_class():
     with pytest.raises(ConfigError) as e:
         build_config(set_args=["disaggregation=5"])
     assert str(e.value) == "--set: disaggregation: expected a mapping of its keys (got 5)"
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda s: s.compare({}), "servesim.compare(variants={}): no variant given"),
+    (lambda s: s.compare(["static"], workers=0), "servesim.compare(): workers: must be a whole number >= 1, got 0"),
+    (lambda s: s.simulate(workload={"name": "chat", "num_requests": 20}, **{"workload.num_requests": 30}),
+     "servesim.simulate(): workload.num_requests: given twice, 20 in workload= and 30 as a keyword"),
+    (lambda s: s.simulate(goodput="ttft=500"), "servesim.simulate(): goodput: 'ttft=500': expected ttft:MS"),
+    (lambda s: s.simulate(workload="chatt"), "servesim.simulate(): workload.name: unknown workload 'chatt'"),
+    (lambda s: s.simulate(config="/no/such.yaml"), "servesim.simulate(): config file: file not found"),
+    (lambda s: s.compare({"a": {"workload.request_rate": 4}}),
+     "servesim.compare(variants=...): variant 'a' sets workload.request_rate"),
+])
+def test_python_api_errors_name_the_call_never_a_flag(call, message):
+    import servesim
+
+    with pytest.raises(ConfigError) as e:
+        call(servesim)
+    assert str(e.value).startswith(message) and "--" not in str(e.value).split(":")[0]
+    assert "--goodput" not in str(e.value) and "--set" not in str(e.value)
+
+
+def test_python_result_paths_are_config_errors(tmp_path):
+    import servesim
+
+    r = servesim.simulate(workload={"name": "chat", "num_requests": 5})
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ConfigError, match=r"^Result.save\('.*f'\): File exists"):
+        r.save(tmp_path / "f")

@@ -52,8 +52,10 @@ def _check_variant(name: str, overrides: dict, source: str) -> None:
         wl = overrides["workload"]
         keys = (", ".join(f"workload.{k}" for k in wl) if isinstance(wl, dict) and wl
                 else f"workload {wl!r}")  # workload: chat names a whole workload
+        base = ("the workload= argument or workload.* keywords" if source.startswith("servesim.")
+                else "--workload / --set")
         raise ConfigError(f"{source}: variant {name!r} sets {keys}; every variant replays the identical request "
-                          "stream, so workload keys belong to the base config (--workload / --set); "
+                          f"stream, so workload keys belong to the base config ({base}); "
                           "use servesim sweep to vary the workload")
 
 
