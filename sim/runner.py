@@ -19,7 +19,8 @@ from sim.results.run_result import RunResult
 from sim.results.metrics import PERCENTILE_METRICS, summarize
 from sim.results.intervals import summary_intervals
 from sim.results.pools import pool_summary
-from sim.results.warnings import grid_warnings, ground_warnings, request_len_cap_warnings
+from sim.results.warnings import (grid_warnings, ground_warnings, request_len_cap_warnings,
+                                  transferred_profile_warnings)
 from sim.scheduler import get_scheduler_class
 from sim.workload import RequestSpecs, generate_requests
 
@@ -142,6 +143,8 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
     sizings = ({"": dep.sizing} if dep.disagg is None
                else {"prefill": dep.disagg.prefill.sizing, "decode": dep.disagg.decode.sizing})
     limit_warnings += request_len_cap_warnings(sizings)
+    if dep.disagg is not None and dep.disagg.prefill.hardware.name != dep.hardware.name:
+        limit_warnings += transferred_profile_warnings([dep.disagg.prefill.hardware])  # (the decode pool's below)
     summary["warnings"] = limit_warnings + ground_warnings(dep.cfg, dep.hardware, dep.model, summary) + grid_warnings(
         dep.hardware, dep.limits, result.requests, attention_dp=dep.layout.data_parallel_size,
         is_moe=dep.model.is_moe, chunked_prefill=chunked)

@@ -141,3 +141,17 @@ def test_built_in_profiles_carry_their_grid_and_a_long_prompt_run_warns():
                                   "workload.output_len": 4, "workload.num_requests": 2})
     w = run_simulation(cfg).summary["warnings"]
     assert any("prompts of up to 20,000 tokens" in x and "a100_sxm" in x for x in w), w
+
+
+def test_a_disaggregated_run_warns_for_each_pools_transferred_profile():
+    """The decode pool's profile was checked, a prefill pool on another GPU was not."""
+    from sim.config import build_config
+    from sim.runner import run_simulation
+
+    keys = {"hardware": "h100_sxm", "workload.num_requests": 10, "workload.arrival": "inf",
+            "workload.input_len": {"dist": "fixed", "value": 200}, "workload.output_len": {"dist": "fixed", "value": 5}}
+    w = run_simulation(build_config(overrides={**keys, "disaggregation": {"prefill": {"hardware": "h200_sxm"}}}))
+    assert [x for x in w.summary["warnings"] if "transferred" in x] == [
+        x for x in ground_warnings(SimConfig(), get_hardware("h200_sxm"), get_model("llama-3.1-8b"), {})]
+    w = run_simulation(build_config(overrides={**keys, "disaggregation": {}}))  # both pools on the fitted H100
+    assert not [x for x in w.summary["warnings"] if "transferred" in x]

@@ -117,15 +117,7 @@ def ground_warnings(cfg, hardware, model, summary: dict) -> list[str]:
     compare and plan."""
     from sim.presets import version_warning
 
-    out = []
-    src = str((hardware.provenance or {}).get("efficiency_source", ""))
-    if src.lower().startswith("transferred"):  # "transferred from X[; tables in ... (families refitted since)]"
-        first, _, rest = src.partition("; ")
-        some = (f" (all but the families refitted since from {rest}: provenance.efficiency_families)"
-                if rest else "")
-        out.append(f"hardware profile {hardware.name}: its kernel efficiencies were {first}{some}, not fitted "
-                   f"on {hardware.name} measurements: predictions there are less certain than on a calibrated "
-                   "GPU (calibrate on the GPU: calibration/run_on_gpu.sh)")
+    out = transferred_profile_warnings([hardware])
     vw = version_warning(cfg.engine, cfg.engine_version)
     if vw:
         out.append(vw)
@@ -154,4 +146,24 @@ def request_len_cap_warnings(pools: dict) -> list[str]:
         out.append(f"{where}the KV pool cannot hold one max_model_len {sizing.max_model_len} sequence, so the "
                    f"engine caps each request at max_req_len {cap} tokens (as SGLang does): prompts over {cap - 5} "
                    "tokens are rejected and max_tokens is cut to fit (requests.csv: max_tokens, reason)")
+    return out
+
+
+def transferred_profile_warnings(profiles) -> list[str]:
+    """One warning per distinct profile among ``profiles`` whose kernel
+    efficiencies were transferred from another GPU rather than fitted on it
+    (its ``provenance.efficiency_source``): a disaggregated run names each pool's."""
+    out, seen = [], set()
+    for hardware in profiles:
+        if hardware.name in seen:
+            continue
+        seen.add(hardware.name)
+        src = str((hardware.provenance or {}).get("efficiency_source", ""))
+        if src.lower().startswith("transferred"):  # "transferred from X[; tables in ... (families refitted since)]"
+            first, _, rest = src.partition("; ")
+            some = (f" (all but the families refitted since from {rest}: provenance.efficiency_families)"
+                    if rest else "")
+            out.append(f"hardware profile {hardware.name}: its kernel efficiencies were {first}{some}, not "
+                       f"fitted on {hardware.name} measurements: predictions there are less certain than on a "
+                       "calibrated GPU (calibrate on the GPU: calibration/run_on_gpu.sh)")
     return out
