@@ -99,6 +99,8 @@ def test_yaml_harness(tmp_path):
     ({"name": "x", "lengths": "random"}, "lengths"),
     ({"name": "x", "deployment": "mine"}, "deployment"),
     ({"name": "x", "engine_args": {"tgi": {}}}, "engine_args.tgi"),
+    ({"name": "x", "engine_args": {"sglang": {"max_num_seq": 8192}}}, "engine_args.sglang.max_num_seq"),
+    ({"name": "x", "engine_args": {"vllm": {"max_num_seqs": -3}}}, "engine_args.vllm.max_num_seqs"),
     ({"name": "x", "think_time_ms": -1}, "think_time_ms"),
     ({"name": "x", "num_prompts": 5, "prompts_per_client": 2}, "num_prompts"),
     ({"prompts_per_client": 2}, "name"),

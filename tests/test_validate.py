@@ -167,13 +167,13 @@ def test_cli_skips_and_names_rows_with_a_non_numeric_cell(tmp_path):
     # lines 3 and 4 skipped (first bad column of each named); the unknown model on line 5 keeps its line
     assert f"warning: {csv}: line 3: isl: not a number: '12x8'; row skipped" in r.output
     assert f"warning: {csv}: line 4: tp_size: not a number: 'one'; row skipped" in r.output
-    assert "1 of 2 rows simulated" in r.output and "(2 skipped)" in r.output
+    assert "1 of 4 rows simulated (2 skipped, 1 not simulated)" in r.output  # every data row counted
     assert "line 5 nomodel: error" in r.output
     js = json.loads((out / "summary.json").read_text())
     assert js["num_rows"] == 2 and js["num_ok"] == 1 and js["num_skipped_rows"] == 2
     assert js["skipped_rows"] == [{"line": 3, "column": "isl", "value": "12x8"},
                                   {"line": 4, "column": "tp_size", "value": "one"}]
-    assert js["not_simulated"][0]["row"] == 3
+    assert js["not_simulated"][0]["line"] == 5  # CSV line numbers, as skipped_rows and the warnings
     assert list(pd.read_csv(out / "predictions.csv")["id"]) == ["good", "nomodel"]
     assert "| 3 | isl | 12x8 |" in (out / "summary.md").read_text()
 

@@ -41,6 +41,7 @@ def validate(
     from sim.errors import ConfigError
     from sim.validate.harness import load_campaign_map, load_harness
     from sim.validate.rows import ValidateOptions, check_protocol, read_rows, skipped_row_warnings
+    from sim.validate.report import rows_line
     from sim.validate.run import run_validation
 
     if protocol is not None:
@@ -53,6 +54,11 @@ def validate(
                           f"{requests_per_client}, {warmup_per_client}")
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
+    if seed < 0:
+        raise ConfigError(f"--seed must be >= 0, got {seed}")
+    if protocol is not None and harness is not None:
+        typer.echo(f"warning: --harness {harness} sets how every row's benchmark ran; --protocol {protocol} is "
+                   "not used", err=True)
     think = None if think_time_ms is None else think_time_ms / 1e3
     if think is not None and not (0 <= think <= MAX_TIME_KEY_S):  # NaN and inf fail too
         raise ConfigError(f"--think-time-ms must be a number from 0 to {MAX_TIME_KEY_S * 1e3:,.0f} (an hour), "
@@ -83,11 +89,10 @@ def validate(
     o = summary["overall"]
     for w in skipped_row_warnings(csv, summary["skipped_rows"]) + summary.get("warnings", []):
         typer.echo(f"warning: {w}", err=True)
-    typer.echo(f"{summary['num_ok']} of {summary['num_rows']} rows simulated in {summary['wall_time_s']:.0f} s"
-               + (f" ({summary['num_skipped_rows']} skipped)" if summary["num_skipped_rows"] else ""))
+    typer.echo(f"{rows_line(summary)} in {summary['wall_time_s']:.0f} s")
     if summary["num_ok"] == 0:
         for r in summary["not_simulated"][:10]:
-            typer.echo(f"  line {r['row'] + 2} {r['id']}: {r['status']}: {r['reason']}")
+            typer.echo(f"  line {r['line']} {r['id']}: {r['status']}: {r['reason']}")
         raise ConfigError(f"{csv}: no row could be simulated (reasons above; all in {out}/summary.md)")
     typer.echo(f"TTFT  MAPE {o['ttft_mape']:.1f} %  median APE {o['ttft_mdape']:.1f} %  "
                f"over-predicted {100 * o['ttft_over_share']:.0f} %")
@@ -99,6 +104,6 @@ def validate(
     if summary["not_simulated"]:
         typer.echo(f"{len(summary['not_simulated'])} row(s) not simulated (see {out}/summary.md):")
         for r in summary["not_simulated"][:10]:
-            typer.echo(f"  line {r['row'] + 2} {r['id']}: {r['status']}: {r['reason']}")
+            typer.echo(f"  line {r['line']} {r['id']}: {r['status']}: {r['reason']}")
     typer.echo(f"results written to {out}/ (predictions.csv, summary.json, summary.md, scatter_*.png, "
                f"residuals_by_group.png)")

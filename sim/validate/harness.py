@@ -540,6 +540,8 @@ def harness_from_dict(data: Any, path: str = "harness") -> Harness:
         for eng in ea:
             if eng not in PRESETS:
                 raise ConfigError(f"{path}: engine_args.{eng}: unknown engine; valid: {', '.join(PRESETS)}")
+            for key, value in ea[eng].items():  # checked now, as recipe_args' settings are
+                _check_recipe_arg(f"{path}: engine_args.{eng}.{key}", str(key), value)
         kw["engine_args"] = {str(k): dict(v) for k, v in ea.items()}
     if "recipe_args" in data:
         kw["recipe_args"] = _recipe_args(path, data["recipe_args"])

@@ -49,10 +49,20 @@ def summarize_predictions(df) -> dict[str, Any]:
     summary["by_group"] = groups
     bad = df[df["status"] != "ok"]
     summary["not_simulated"] = [
-        {"row": int(i), "id": str(r.get("id", "")), "status": str(r["status"]), "reason": str(r["reason"])}
+        {"line": int(i) + 2, "id": str(r.get("id", "")), "status": str(r["status"]), "reason": str(r["reason"])}
         for i, r in bad.iterrows()
     ]
     return summary
+
+
+def rows_line(summary: dict[str, Any]) -> str:
+    """"N of M rows simulated (k skipped, j not simulated)": M counts every data
+    row of the CSV, the skipped ones (a cell not a number) included."""
+    skipped = summary.get("num_skipped_rows", 0)
+    total = summary["num_rows"] + skipped
+    parts = ([f"{skipped} skipped"] if skipped else []) + (
+        [f"{len(summary['not_simulated'])} not simulated"] if summary.get("not_simulated") else [])
+    return f"{summary['num_ok']} of {total} rows simulated" + (f" ({', '.join(parts)})" if parts else "")
 
 
 def _fmt(v: float) -> str:
@@ -62,8 +72,8 @@ def _fmt(v: float) -> str:
 def summary_markdown(summary: dict[str, Any], title: str = "servesim validate") -> str:
     lines = [f"# {title}", ""]
     o = summary["overall"]
-    lines += [f"{summary['num_ok']} of {summary['num_rows']} rows simulated"
-              + (f" in {summary['wall_time_s']:.0f} s" if "wall_time_s" in summary else "") + ".", ""]
+    lines += [rows_line(summary) + (f" in {summary['wall_time_s']:.0f} s" if "wall_time_s" in summary else "")
+              + ".", ""]
     head = ("| group | n | TTFT MAPE % | TTFT MdAPE % | TTFT over | TPOT MAPE % | TPOT MdAPE % | TPOT over |\n"
             "|---|---|---|---|---|---|---|---|")
 
@@ -81,10 +91,12 @@ def summary_markdown(summary: dict[str, Any], title: str = "servesim validate") 
     if summary["not_simulated"]:
         lines += ["## Rows not simulated", "", "| line in the CSV | id | status | reason |", "|---|---|---|---|"]
         for r in summary["not_simulated"]:
-            lines.append(f"| {r['row'] + 2} | {r['id']} | {r['status']} | {r['reason'].replace('|', '/')} |")
+            lines.append(f"| {r['line']} | {r['id']} | {r['status']} | {r['reason'].replace('|', '/')} |")
         lines.append("")
     if summary.get("warnings"):
         lines += ["## Warnings", ""] + [f"- {w}" for w in summary["warnings"]] + [""]
+    if summary.get("figures"):  # written beside this file (sim/validate/plots.py)
+        lines += ["## Figures", ""] + [f"![{f}]({f})" for f in summary["figures"]] + [""]
     if summary.get("skipped_rows"):
         lines += ["## Rows skipped (a cell is not a number)", "", "| line in the CSV | column | value |",
                   "|---|---|---|"]
@@ -112,14 +124,16 @@ def write_validation(df, summary: dict[str, Any], out_dir: str | Path, plots: bo
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "predictions.csv", out / "summary.json", out / "summary.md"]
-    df.to_csv(paths[0], index=False)
-    paths[1].write_text(json.dumps(_json_safe(summary), indent=2) + "\n")
-    paths[2].write_text(summary_markdown(summary, title))
+    figures = []
     if plots:
         from sim.validate.plots import plot_residuals, plot_scatter
 
         ok = df[df["status"] == "ok"]
         for name, meas, pred in METRICS:
-            paths.append(plot_scatter(ok, meas, pred, name.upper(), out / f"scatter_{name}.png"))
-        paths.append(plot_residuals(ok, out / "residuals_by_group.png"))
-    return paths
+            figures.append(plot_scatter(ok, meas, pred, name.upper(), out / f"scatter_{name}.png"))
+        figures.append(plot_residuals(ok, out / "residuals_by_group.png"))
+    md = dict(summary, figures=[f.name for f in figures])  # (summary.md links them; summary.json unchanged)
+    df.to_csv(paths[0], index=False)
+    paths[1].write_text(json.dumps(_json_safe(summary), indent=2) + "\n")
+    paths[2].write_text(summary_markdown(md, title))
+    return paths + figures
