@@ -23,7 +23,7 @@ def test_models_lists_size_attention_experts_and_kv_per_token():
     rows = {r["name"]: r for r in _json("models")}
     llama = rows["llama-3.1-8b"]
     assert llama["kv_bytes_per_token"] == 131_072  # 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 B
-    assert llama["params_b"] == 8.0 and llama["active_params_b"] == 8.0 and llama["experts"] == "-"
+    assert llama["params_b"] == 8.03 and llama["active_params_b"] == 8.03 and llama["experts"] == "-"
     assert llama["attention"] == "GQA 32/8 heads x 128"
     ds = rows["deepseek-v3"]
     assert ds["kv_bytes_per_token"] == 61 * (512 + 64) * 2 == 70_272  # one MLA latent per token per layer
@@ -48,7 +48,8 @@ def test_hardware_lists_datasheet_numbers_and_where_efficiencies_come_from():
     assert (h100["bf16_tflops"], h100["fp8_tflops"], h100["fp4_tflops"]) == (989, 1979, None)
     assert h100["efficiencies"] == "fitted on this GPU"
     assert rows["b300_sxm"]["efficiencies"] == "transferred from b200_sxm"
-    assert rows["gb200"]["nvlink_gpus"] == 72 and rows["gb200"]["fp4_tflops"] == 10_000
+    assert rows["gb200"]["link_domain_gpus"] == 72 and rows["gb200"]["fp4_tflops"] == 10_000
+    assert rows["l40s"]["interconnect"].startswith("PCIe") and rows["l40s"]["link_domain_gpus"] == 8
 
 
 def test_one_profile_shows_each_families_fit():

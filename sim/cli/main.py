@@ -307,8 +307,8 @@ def model_row(m) -> dict:
             experts += " + shared"
         if m.dense_mlp_layers:
             experts += f", {len(m.dense_mlp_layers)} dense layers"
-    return {"name": m.name, "architecture": m.architecture, "params_b": round(m.num_params() / 1e9, 1),
-            "active_params_b": round(m.num_active_params() / 1e9, 1), "layers": m.num_hidden_layers,
+    return {"name": m.name, "architecture": m.architecture, "params_b": round(m.num_params() / 1e9, 2),
+            "active_params_b": round(m.num_active_params() / 1e9, 2), "layers": m.num_hidden_layers,
             "attention": attn, "experts": experts, "weights": m.quantization or m.dtype,
             "kv_bytes_per_token": m.kv_bytes_per_token(), "max_position_embeddings": m.max_position_embeddings}
 
@@ -332,8 +332,8 @@ def hardware(
         rows[0]["efficiency_families"] = fam if isinstance(fam, dict) else {}
     if as_json:
         typer.echo(json.dumps(rows if name is None else rows[0], indent=2))
-    elif name is None:
-        print_rows("hardware profiles", rows)
+    elif name is None:  # (the link's name is in the one-profile view and the JSON)
+        print_rows("hardware profiles", [{k: v for k, v in r.items() if k != "interconnect"} for r in rows])
     else:
         row = dict(rows[0])
         fam = row.pop("efficiency_families")
@@ -354,7 +354,8 @@ def hardware_row(hw) -> dict:
     tflops = {k: (round(v / 1e12) if v else None) for k, v in (("bf16", p.bf16), ("fp8", p.fp8), ("fp4", p.fp4))}
     return {"name": hw.name, "description": hw.description, "memory_gib": round(hw.memory_bytes / 2**30, 2),
             "hbm_tb_per_s": hw.hbm_bandwidth_bytes_per_s / 1e12, "bf16_tflops": tflops["bf16"],
-            "fp8_tflops": tflops["fp8"], "fp4_tflops": tflops["fp4"], "nvlink_gpus": hw.interconnect.max_gpus,
+            "fp8_tflops": tflops["fp8"], "fp4_tflops": tflops["fp4"], "interconnect": hw.interconnect.name,
+            "link_domain_gpus": hw.interconnect.max_gpus,
             "efficiencies": how, "efficiency_date": str(hw.provenance.get("efficiency_date", "-"))}
 
 

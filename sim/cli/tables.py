@@ -113,10 +113,11 @@ def print_names(title: str, names) -> None:
 
 
 #: column headers of ``servesim models`` / ``hardware`` (the JSON keys otherwise)
-ROW_LABELS = {"params_b": "params (B)", "active_params_b": "active (B)", "kv_bytes_per_token": "KV B/token",
+ROW_LABELS = {"params_b": "params (B)", "active_params_b": "active (B, with embeddings)",
+              "kv_bytes_per_token": "KV B/token",
               "max_position_embeddings": "max len", "memory_gib": "memory GiB", "hbm_tb_per_s": "HBM TB/s",
               "bf16_tflops": "BF16 TFLOPS", "fp8_tflops": "FP8 TFLOPS", "fp4_tflops": "FP4 TFLOPS",
-              "nvlink_gpus": "NVLink GPUs", "efficiency_date": "dated"}
+              "link_domain_gpus": "GPUs per link domain", "efficiency_date": "dated"}
 
 
 def print_rows(title: str, rows: list[dict]) -> None:
