@@ -103,13 +103,15 @@ def _ok_rows(df):
     return df[df["status"] == "ok"]
 
 
-def test_resume_skips_finished_and_loses_none(tmp_path):
+def test_resume_skips_finished_and_loses_none(tmp_path, capsys):
     out = tmp_path / "out"
     first = run_sweep(load_sweep(write_sweep(tmp_path, {"workload.request_rate": [50, 100]}, "a.yaml")), out,
                       workers=1, quiet=True)
     assert len(first) == 2 and (first["status"] == "ok").all()
+    assert "reused" not in capsys.readouterr().err
     full = run_sweep(load_sweep(write_sweep(tmp_path, {"workload.request_rate": [50, 100, 200, 400]}, "b.yaml")),
                      out, workers=1, quiet=True)
+    assert f"note: 2 of 4 point(s) already in {out} (points.jsonl) were reused, not rerun" in capsys.readouterr().err
     lines = (out / "points.jsonl").read_text().splitlines()
     assert len(lines) == 4  # 2 + the 2 new points; the finished ones were not re-run
     assert list(full["workload.request_rate"]) == [50, 100, 200, 400]

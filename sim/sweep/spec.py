@@ -470,6 +470,10 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
         print(f"note: {stale} result(s) in {out} are of points not in this grid; results.csv lists "
               "only this grid's points (the others stay in points.jsonl)", file=sys.stderr)
     store.grid = order
+    reused = len(points) - len(tasks)
+    if reused:  # a resumed sweep: say so (the summary line counts every point alike)
+        print(f"note: {reused} of {len(points)} point(s) already in {out} (points.jsonl) were reused, not rerun"
+              + ("" if retry_failed else "; --retry-failed reruns the failed ones"), file=sys.stderr)
     bar = progress_bar(len(tasks), quiet)
 
     def on_row(row: dict) -> None:
