@@ -36,7 +36,7 @@ def test_engine_version_not_modelled_warns():
 def test_compute_bound_hand_computed():
     model = SimpleNamespace(quantizable_params=lambda active_only=False: 1e9)
     hw = SimpleNamespace(peak_flops_per_s=SimpleNamespace(get={"bf16": 1e15, "fp8": 2e15}.get), name="gpu",
-                         provenance={})
+                         provenance={}, transferred_from=None)
     cfg = SimpleNamespace(quantization=None, tensor_parallel_size=2, num_replicas=1, engine=None,
                           engine_version=None)
     # 2 GPUs x 1e15 FLOP/s / (2 x 1e9 FLOP per token) = 1e6 tokens/s

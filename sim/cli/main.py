@@ -345,12 +345,10 @@ def hardware(
 
 def hardware_row(hw) -> dict:
     """One profile's listing (``servesim hardware``)."""
-    import re
-
     p = hw.peak_flops_per_s
-    src = str(hw.provenance.get("efficiency_source", ""))
-    m = re.match(r"transferred from (\w+)", src)
-    how = f"transferred from {m.group(1)}" if m else ("fitted on this GPU" if src else "not recorded")
+    src = hw.transferred_from
+    how = (f"transferred from {src}" if src else
+           "fitted on this GPU" if hw.provenance.get("efficiency_source") else "not recorded")
     tflops = {k: (round(v / 1e12) if v else None) for k, v in (("bf16", p.bf16), ("fp8", p.fp8), ("fp4", p.fp4))}
     return {"name": hw.name, "description": hw.description, "memory_gib": round(hw.memory_bytes / 2**30, 2),
             "hbm_tb_per_s": hw.hbm_bandwidth_bytes_per_s / 1e12, "bf16_tflops": tflops["bf16"],

@@ -104,14 +104,6 @@ def print_kv_report(rep: dict, dep) -> None:
     _console.print(t)
 
 
-def print_names(title: str, names) -> None:
-    t = Table(title=title)
-    t.add_column("name")
-    for n in names:
-        t.add_row(str(n))
-    _console.print(t)
-
-
 #: column headers of ``servesim models`` / ``hardware`` (the JSON keys otherwise)
 ROW_LABELS = {"params_b": "params (B)", "active_params_b": "active (B, with embeddings)",
               "kv_bytes_per_token": "KV B/token",

@@ -122,6 +122,16 @@ class HardwareProfile(_Strict):
     #: key -> its source; ``efficiency_families`` (written by ``calibration``): family -> its fit
     provenance: dict[str, str | dict[str, str]]
 
+    @property
+    def transferred_from(self) -> str | None:
+        """The profile whose kernel efficiencies this one was given
+        (``calibration.transfer``: ``efficiency_source`` "transferred from X ..."),
+        or None where they were fitted on this GPU."""
+        src = str((self.provenance or {}).get("efficiency_source", ""))
+        if not src.lower().startswith("transferred from "):
+            return None
+        return src[len("transferred from "):].split(" ", 1)[0].split(";", 1)[0] or None
+
     def tensor_parallel_nodes(self, tp: int) -> int:
         """NVLink domains a tensor-parallel group of ``tp`` GPUs spans: 1 inside one
         domain; beyond it, whole domains joined by each GPU's NIC (``network``), as

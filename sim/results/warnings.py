@@ -46,6 +46,12 @@ def workload_warnings(s: dict) -> list[str]:
 _PEAK_DTYPE = {"fp8": "fp8", "fp8_block": "fp8", "int8": "int8", "nvfp4": "fp4"}
 
 
+def _deployment_gpus(cfg) -> int:
+    """Replicas x DP ranks x TP of an aggregated config (``summary.json``'s
+    ``num_gpus`` where a run has one, which counts disaggregated pools too)."""
+    return cfg.tensor_parallel_size * getattr(cfg, "data_parallel_size", 1) * cfg.num_replicas
+
+
 def compute_bound_tokens_per_s(cfg, hardware, model, num_gpus: int | None = None) -> float:
     """An upper bound on the tokens (prompt + output) per second any schedule can
     process: every token passes every linear layer (2 FLOPs per active weight),
@@ -57,7 +63,7 @@ def compute_bound_tokens_per_s(cfg, hardware, model, num_gpus: int | None = None
     if not peak:
         peak = hardware.peak_flops_per_s.get("bf16") or 0.0
     flops_per_token = 2.0 * model.quantizable_params(active_only=True)
-    gpus = num_gpus or cfg.tensor_parallel_size * getattr(cfg, "data_parallel_size", 1) * cfg.num_replicas
+    gpus = num_gpus or _deployment_gpus(cfg)
     return peak * gpus / flops_per_token if flops_per_token > 0 else float("inf")
 
 
@@ -121,8 +127,7 @@ def ground_warnings(cfg, hardware, model, summary: dict) -> list[str]:
     vw = version_warning(cfg.engine, cfg.engine_version)
     if vw:
         out.append(vw)
-    gpus = summary.get("num_gpus") or (cfg.tensor_parallel_size * getattr(cfg, "data_parallel_size", 1)
-                                       * cfg.num_replicas)
+    gpus = summary.get("num_gpus") or _deployment_gpus(cfg)
     bound = compute_bound_tokens_per_s(cfg, hardware, model, gpus)
     tput = summary.get("total_token_throughput")
     if isinstance(tput, (int, float)) and tput > bound:
@@ -158,9 +163,8 @@ def transferred_profile_warnings(profiles) -> list[str]:
         if hardware.name in seen:
             continue
         seen.add(hardware.name)
-        src = str((hardware.provenance or {}).get("efficiency_source", ""))
-        if src.lower().startswith("transferred"):  # "transferred from X[; tables in ... (families refitted since)]"
-            first, _, rest = src.partition("; ")
+        if hardware.transferred_from is not None:  # "transferred from X[; tables in ... (refitted since)]"
+            first, _, rest = str(hardware.provenance["efficiency_source"]).partition("; ")
             some = (f" (all but the families refitted since from {rest}: provenance.efficiency_families)"
                     if rest else "")
             out.append(f"hardware profile {hardware.name}: its kernel efficiencies were {first}{some}, not "
