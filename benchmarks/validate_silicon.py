@@ -117,7 +117,9 @@ def main() -> None:
                          "default " + ", ".join(f"{t}={n}" for t, n in DEFAULT_SAMPLE.items()) + "; N = 0: every row)")
     ap.add_argument("--out", default=str(ROOT / "reports" / "validation"))
     ap.add_argument("--schemes", default=",".join(cv.SCHEMES), help="leave-one-group-out schemes")
-    ap.add_argument("--rounds", type=int, default=1, help="coordinate-search rounds per fit")
+    ap.add_argument("--rounds", type=int, default=cv.MAX_ROUNDS,
+                    help="coordinate-search rounds per fit at most (it stops after a round that changes nothing; "
+                         f"default {cv.MAX_ROUNDS})")
     ap.add_argument("--fallback", default=cv.FALLBACK, choices=("pooled", "median"),
                     help="values of an engine without fit rows in a fold: one set fitted on the other engines' "
                          "rows together (pooled), or the median of their separate fits")

@@ -6,6 +6,7 @@ rows takes the median of the fitted ones."""
 from __future__ import annotations
 
 import math
+import statistics
 
 from sim.validate import crossval as cv
 
@@ -164,3 +165,38 @@ def test_score_only_rows_never_enter_a_fit_and_are_simulated_only_under_fitted_v
     simulated.clear()
     cv.cross_validate(cv.PredictionCache(rows, predict), ["model"])
     assert len({lat for key, lat in simulated if key.startswith("M")}) > 1
+
+
+def test_frontend_keys_shared_by_every_engine_host_overheads_per_engine():
+    """36 vLLM rows want frontend latency 10 ms (TTFT 150 = 100 + 5000 x 0.01), 12 SGLang rows
+    want 0 (TTFT 100): the shared key takes the value of the rows together, 10 ms for both
+    (mean |log error| 36 x 0 + 12 x log 1.5 beats 36 x log 1.5). The host overhead is each
+    engine's own: TPOT = 10 + 1000 x cpu_step_overhead_s, measured 12 (vLLM: 2 ms) and
+    10.5 (SGLang: 0.5 ms). trtllm has no rows: its host overhead is fitted on the others'
+    rows together (pooled), its frontend latency is the shared one."""
+    rows = []
+    for eng, n, ttft, tpot in (("vllm", 36, 150.0, 12.0), ("sglang", 12, 100.0, 10.5)):
+        rows += [{"row_key": f"{eng}{i}", "backend": eng, "model_path": "A", "system": "g",
+                  "silicon_ttft_ms": ttft, "silicon_tpot_ms": tpot} for i in range(n)]
+    rows.append({"row_key": "t", "backend": "trtllm", "model_path": "B", "system": "g",
+                 "silicon_ttft_ms": 100.0, "silicon_tpot_ms": 10.0})
+
+    def predict(sub, engine, params):
+        return [{"status": "ok", "pred_ttft_ms": 100.0 + 5000 * params["frontend_latency_s"],
+                 "pred_tpot_ms": 10.0 + 1000 * params["cpu_step_overhead_s"], "reason": ""} for _ in sub]
+
+    cache = cv.PredictionCache(rows, predict)
+    fit = cv.fit_fold(cache, list(range(48)), ["sglang", "trtllm", "vllm"])
+    assert fit["vllm"]["params"]["frontend_latency_s"] == fit["sglang"]["params"]["frontend_latency_s"] == 0.01
+    assert fit["trtllm"]["params"]["frontend_latency_s"] == 0.01
+    assert fit["vllm"]["params"]["cpu_step_overhead_s"] == 2e-3
+    assert fit["sglang"]["params"]["cpu_step_overhead_s"] == 0.5e-3
+    assert fit["vllm"]["source"] == fit["sglang"]["source"] == "fitted"
+    assert fit["trtllm"]["source"].startswith("pooled")
+    # the pooled host overhead: TPOT 12 (36 rows) vs 10.5 (12 rows) -> 2 ms leaves 12 rows at log(12 / 10.5)
+    assert fit["trtllm"]["params"]["cpu_step_overhead_s"] == 2e-3
+    # SGLang's own loss under the shared 10 ms: log(150 / 100) per row, TPOT exact
+    assert math.isclose(fit["sglang"]["loss"], math.log(1.5))
+    med = cv.fit_fold(cache, list(range(48)), ["sglang", "trtllm", "vllm"], fallback="median")
+    assert med["trtllm"]["params"]["cpu_step_overhead_s"] == statistics.median([2e-3, 0.5e-3])
+    assert med["trtllm"]["params"]["frontend_latency_s"] == 0.01

@@ -15,16 +15,19 @@ influenced the values it is scored with. ``in_sample`` is the single fit on
 every row, scored on every row: the figure the held-out ones are compared
 with.
 
-The fit (:func:`fit_engine`) is a coordinate search (one round by default:
-every parameter once, in :data:`GRID`'s order) over :data:`GRID` from
-the neutral start :data:`PRIOR` (the same for every engine and fold, not
-taken from any fit), minimising the mean over the engine's fit rows of
-``|log(pred/meas)|`` of TTFT plus :data:`TPOT_WEIGHT` times that of TPOT.
+The fit (:func:`fit_fold`) is a coordinate search over :data:`GRID` (every
+parameter in turn, in :data:`GRID`'s order, round after round until a round
+changes nothing, at most :data:`MAX_ROUNDS`) from the neutral start
+:data:`PRIOR` (the same for every engine and fold, not taken from any fit),
+minimising the mean over the fit rows of ``|log(pred/meas)|`` of TTFT plus
+:data:`TPOT_WEIGHT` times that of TPOT. The host overheads are searched per
+engine on its own rows; the frontend's two keys (:data:`SHARED_KEYS`) take one
+value for every engine, searched on all the engines' rows together.
 An engine with fewer than :data:`MIN_FIT_ROWS` fit rows in a fold is not
-fitted there (:data:`FALLBACK`): it takes one parameter set fitted on the
-other engines' fit rows together (``pooled``: the host overheads of a
-serving engine in general), or the per-parameter median of their separate
-fits (``median``, the first rule tried), or :data:`PRIOR` if no engine has rows.
+fitted there (:data:`FALLBACK`): it takes the shared keys and one set of host
+overheads fitted on the other engines' fit rows together (``pooled``: the host
+overheads of a serving engine in general), or the per-parameter median of
+their fits (``median``), or :data:`PRIOR` if no engine has rows.
 
 Every (engine, parameter set) is simulated once on every row of that engine
 (:class:`PredictionCache`, optionally persisted as JSON lines), so the folds
@@ -50,9 +53,22 @@ GRID: dict[str, list[float]] = {
     "frontend_latency_s": [0.0, 10e-3, 20e-3, 40e-3, 80e-3],
     "frontend_token_s": [0.0, 20e-6, 40e-6, 60e-6, 80e-6],
 }
+#: Keys fitted as one value for every engine (:func:`fit_fold`): the streaming
+#: path between the engine and the benchmark client, an OpenAI-compatible Python
+#: HTTP server in all three engines (vLLM's ``vllm serve``, SGLang's
+#: ``launch_server``, ``trtllm-serve``: FastAPI on uvicorn, tokenizing the prompt
+#: and detokenizing and serializing each streamed chunk as server-sent events),
+#: measured by the same client of one harness. Per engine they are not
+#: identifiable from the table: each engine's dense rows come from one or two
+#: models and releases, and a per-engine fit traded them against the engine's
+#: host overheads (with the model held out: SGLang's latency 80 ms, vLLM's 0).
+SHARED_KEYS: tuple[str, ...] = ("frontend_latency_s", "frontend_token_s")
 #: Neutral start of every search: mid-grid physical values, not any fit's result.
 PRIOR: dict[str, float] = {"cpu_step_overhead_s": 1e-3, "cpu_seq_overhead_s": 20e-6,
                            "frontend_latency_s": 10e-3, "frontend_token_s": 40e-6}
+#: Coordinate-search rounds at most (the search stops after a round that changes nothing;
+#: one round left the fits short of a minimum: 2026-12-05, dense table, 2 to 3 rounds converge).
+MAX_ROUNDS = 10
 #: TPOT's log error weighs 3x TTFT's (their MAPE targets, 30 % and 10 %).
 TPOT_WEIGHT = 3.0
 #: Fewer fit rows than this: the engine is not fitted in that fold (median of the others).
@@ -175,7 +191,7 @@ def loss(cache: PredictionCache, engine: str, params: dict[str, float], fit_idx:
     return sum(errs) / len(errs) if errs else math.inf
 
 
-def fit_engine(cache: PredictionCache, engine: str | Sequence[str], fit_idx: Sequence[int], rounds: int = 1,
+def fit_engine(cache: PredictionCache, engine: str | Sequence[str], fit_idx: Sequence[int], rounds: int = MAX_ROUNDS,
                grid: dict[str, list[float]] | None = None, start: dict[str, float] | None = None
                ) -> tuple[dict[str, float], float]:
     """Coordinate search (``rounds``, stopping after a round that changes
@@ -209,44 +225,89 @@ def fit_engine(cache: PredictionCache, engine: str | Sequence[str], fit_idx: Seq
     return best, best_loss
 
 
-#: how an engine without fit rows in a fold gets its values: "pooled" (one set fitted on every
-#: other engine's fit rows together) or "median" (per-parameter median of the other engines' fits)
+#: how an engine without fit rows in a fold gets its values: "pooled" (its own keys fitted on every
+#: other engine's fit rows together, the shared keys as fitted) or "median" (per-parameter median
+#: of the other engines' fits)
 FALLBACK = "pooled"
 
 
-def fit_fold(cache: PredictionCache, fit_idx: Sequence[int], engines: Sequence[str], rounds: int = 1,
+def fit_fold(cache: PredictionCache, fit_idx: Sequence[int], engines: Sequence[str], rounds: int = MAX_ROUNDS,
              fallback: str | None = None) -> dict[str, dict[str, Any]]:
-    """engine -> {"params", "loss", "num_fit_rows", "source": fitted | pooled ... | median ... | prior}."""
+    """engine -> {"params", "loss", "num_fit_rows", "source": fitted | pooled ... | median ... | prior}.
+
+    One coordinate search over every engine's parameters at once
+    (:data:`GRID`'s order, up to ``rounds`` rounds, stopping after a round
+    that changes nothing): a key of :data:`SHARED_KEYS` takes one value for
+    every engine, searched on the loss over all the fitted engines' rows
+    together; any other key is searched per engine on that engine's rows.
+    ``loss``: the engine's own mean loss under its values."""
     fallback = fallback or FALLBACK
     fit_set = set(fit_idx)
-    out: dict[str, dict[str, Any]] = {}
     ok_rows: dict[str, list[int]] = {}
     for eng in engines:
         idx = [i for i in cache.by_engine.get(eng, []) if i in fit_set]
         prior = cache.get(eng, PRIOR, idx)
-        ok = [i for i in idx if row_error(cache.rows[i], prior[i]) is not None]
-        ok_rows[eng] = ok
-        if len(ok) < MIN_FIT_ROWS:
-            out[eng] = {"params": None, "loss": math.nan, "num_fit_rows": len(ok), "source": ""}
-            continue
-        params, lo = fit_engine(cache, eng, ok, rounds)
-        out[eng] = {"params": params, "loss": lo, "num_fit_rows": len(ok), "source": "fitted"}
-    fitted_engines = [e for e, v in out.items() if v["source"] == "fitted"]
-    missing = [e for e, v in out.items() if not v["source"]]
-    if missing and fitted_engines and fallback == "pooled":
-        pooled_idx = [i for e in fitted_engines for i in ok_rows[e]]
-        params, lo = fit_engine(cache, fitted_engines, pooled_idx, rounds)
+        ok_rows[eng] = [i for i in idx if row_error(cache.rows[i], prior[i]) is not None]
+    fitted = [e for e in engines if len(ok_rows[e]) >= MIN_FIT_ROWS]
+    missing = [e for e in engines if e not in fitted]
+    params = {e: dict(PRIOR) for e in engines}
+
+    def errs(eng: str, p: dict[str, float], idx: Sequence[int]) -> list[float]:
+        preds = cache.get(eng, p, idx)
+        return [e for i in idx if i in preds and (e := row_error(cache.rows[i], preds[i])) is not None]
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs) if xs else math.inf
+
+    def joint(ps: dict[str, dict[str, float]]) -> float:
+        return mean([e for eng in fitted for e in errs(eng, ps[eng], ok_rows[eng])])
+
+    for _ in range(rounds if fitted else 0):
+        changed = False
+        for k, values in GRID.items():
+            if k in SHARED_KEYS:
+                best = joint(params)
+                for v in values:
+                    if v == params[fitted[0]][k]:
+                        continue
+                    trial = {e: dict(p, **{k: v}) for e, p in params.items()}
+                    lo = joint(trial)
+                    if lo < best - 1e-9:
+                        best, params, changed = lo, trial, True
+                continue
+            for eng in fitted:
+                best = mean(errs(eng, params[eng], ok_rows[eng]))
+                for v in values:
+                    if v == params[eng][k]:
+                        continue
+                    trial = dict(params[eng], **{k: v})
+                    lo = mean(errs(eng, trial, ok_rows[eng]))
+                    if lo < best - 1e-9:
+                        best, params[eng], changed = lo, trial, True
+        if not changed:
+            break
+    out: dict[str, dict[str, Any]] = {
+        e: {"params": params[e], "loss": mean(errs(e, params[e], ok_rows[e])), "num_fit_rows": len(ok_rows[e]),
+            "source": "fitted"} for e in fitted}
+    if missing and fitted and fallback == "pooled":
+        pooled_idx = [i for e in fitted for i in ok_rows[e]]
+        own = {k: g for k, g in GRID.items() if k not in SHARED_KEYS}
+        start = {k: (params[fitted[0]][k] if k in SHARED_KEYS else v) for k, v in PRIOR.items()}
+        p, lo = fit_engine(cache, fitted, pooled_idx, rounds, grid=own, start=start)
         for eng in missing:
-            out[eng].update(params=params, loss=lo,
-                            source=f"pooled fit on the other engines' rows ({', '.join(fitted_engines)})")
-    elif missing and fitted_engines:
+            out[eng] = {"params": dict(p), "loss": lo, "num_fit_rows": len(ok_rows[eng]),
+                        "source": f"pooled fit on the other engines' rows ({', '.join(fitted)})"}
+    elif missing and fitted:
         for eng in missing:
-            out[eng]["params"] = {k: statistics.median(out[e]["params"][k] for e in fitted_engines) for k in PRIOR}
-            out[eng]["source"] = "median of the engines fitted in this fold"
+            p = {k: (params[fitted[0]][k] if k in SHARED_KEYS else statistics.median(params[e][k] for e in fitted))
+                 for k in PRIOR}
+            out[eng] = {"params": p, "loss": math.nan, "num_fit_rows": len(ok_rows[eng]),
+                        "source": "median of the engines fitted in this fold"}
     for eng in missing:
-        if out[eng]["params"] is None:
-            out[eng]["params"], out[eng]["source"] = dict(PRIOR), "prior (no engine had fit rows)"
-    return out
+        if eng not in out:
+            out[eng] = {"params": dict(PRIOR), "loss": math.nan, "num_fit_rows": len(ok_rows[eng]),
+                        "source": "prior (no engine had fit rows)"}
+    return {e: out[e] for e in engines}
 
 
 def scores(rows: Sequence[dict], preds: Sequence[Pred]) -> dict[str, Any]:
@@ -267,7 +328,7 @@ def scores(rows: Sequence[dict], preds: Sequence[Pred]) -> dict[str, Any]:
     return out
 
 
-def cross_validate(cache: PredictionCache, schemes: Sequence[str], rounds: int = 1,
+def cross_validate(cache: PredictionCache, schemes: Sequence[str], rounds: int = MAX_ROUNDS,
                    log: Callable[[str], None] | None = None,
                    fit_row: Callable[[dict], bool] | None = None) -> dict[str, Any]:
     """In-sample fit and every fold of every scheme. Returns
