@@ -291,8 +291,9 @@ def write_intervals(rows, res, schemes, write: bool = True) -> dict:
     """The nominal 80 % intervals from the cross-validated residuals
     (``sim.validate.crossval.conformal_intervals``: every leave-one-group-out
     scheme's held-out residuals together, per engine, each held-out group
-    weighing the same (CDF pooling), and their coverage on each group from the
-    rows outside it) -> sim/data/prediction_intervals.yaml."""
+    weighing its effective number of independent residuals (Kish's design
+    effect with their intraclass correlation), and their coverage on each group
+    from the rows outside it) -> sim/data/prediction_intervals.yaml."""
     import yaml
 
     from sim.results.intervals import INTERVALS_FILE
@@ -304,8 +305,9 @@ def write_intervals(rows, res, schemes, write: bool = True) -> dict:
             "source": f"benchmarks/validate_silicon.py {date.today().isoformat()}: 10th / 90th percentiles of "
                       "log(measured / predicted) over the held-out rows of the leave-one-"
                       f"{iv['scheme']}-out schemes together, on the measured tables, each held-out group "
-                      "weighing the same (CDF pooling, Dunn, Wasserman & Ramdas, JASA 2023; nominal 80 % "
-                      "interval); see reports/validation/README.md",
+                      "weighing its effective number of independent residuals (Kish's design effect with "
+                      "their intraclass correlation rho; nominal 80 % interval); see "
+                      "reports/validation/README.md",
             "engines": iv["engines"]}, sort_keys=True))
     return iv
 
@@ -346,7 +348,7 @@ def _sample_text(rows, args) -> str:
 
 
 def write_readme(out: Path, rows, folds_df, pooled_df, res, schemes, wall, num_sim, iv=None, args=None) -> None:
-    from sim.validate.crossval import GRID, MIN_FIT_ROWS, PRIOR
+    from sim.validate.crossval import GRID, MAX_ROUNDS, MIN_FIT_ROWS, PRIOR, SHARED_KEYS
 
     n_ok = sum(1 for p in res["in_sample"]["preds"] if p.get("status") == "ok")
     tables = sorted({r["table"] for r in rows})
@@ -369,12 +371,16 @@ def write_readme(out: Path, rows, folds_df, pooled_df, res, schemes, wall, num_s
         "values, fitted without its GPU when its GPU is held out). "
         + _sample_text(rows, args),
         "",
-        "**What is fitted**: per engine, the four host/frontend overheads (`cpu_step_overhead_s`, "
-        "`cpu_seq_overhead_s`, `frontend_latency_s`, `frontend_token_s`), by coordinate search on a fixed "
-        f"grid from the same neutral start for every fit ({', '.join(f'{k} {v:g}' for k, v in PRIOR.items())}); "
+        "**What is fitted**: four host/frontend overheads: per engine, the host's `cpu_step_overhead_s` and "
+        f"`cpu_seq_overhead_s`; for every engine together, one value of each of {' and '.join(f'`{k}`' for k in SHARED_KEYS)} "
+        "(the OpenAI-compatible HTTP streaming path, FastAPI in all three engines, and the harness's client; "
+        "`SHARED_KEYS` in `sim/validate/crossval.py` says why), by coordinate search on a fixed "
+        f"grid from the same neutral start for every fit ({', '.join(f'{k} {v:g}' for k, v in PRIOR.items())}), "
+        f"round after round until one changes nothing (at most {args.rounds if args else MAX_ROUNDS}); "
         "loss = mean |log error| of TTFT + 3 x that of TPOT. Nothing per model, GPU, campaign or "
         f"concurrency. An engine with fewer than {MIN_FIT_ROWS} rows in a fold's fit set takes "
-        + ("one set fitted on the other engines' rows together" if FALLBACK_USED[0] == "pooled" else
+        + ("the shared values and one set of host overheads fitted on the other engines' rows together"
+           if FALLBACK_USED[0] == "pooled" else
            "the median of the other engines' fits") + " (column `engines_not_fitted`).",
         "",
         "**Schemes**: *in-sample*: fitted on every fit row, scored on every row. *Leave one model / GPU / "
@@ -414,22 +420,27 @@ def write_readme(out: Path, rows, folds_df, pooled_df, res, schemes, wall, num_s
     if iv and iv["engines"]:
         lines += ["## Prediction intervals (nominal 80 %)", "",
                   f"From the held-out residuals of the leave-one-{iv['scheme']}-out schemes together (rows whose "
-                  "engine was fitted in the fold), per engine, each held-out group weighing the same whatever "
-                  "its row count (CDF pooling: Dunn, Wasserman & Ramdas, JASA 2023, arXiv:1809.07441; the rows "
-                  "of one group share its error): a prediction p carries "
-                  "[p·exp(lo), p·exp(hi)] (`sim/data/prediction_intervals.yaml`, used by `validate`'s "
-                  "`pred_*_ms_lo/_hi` and `summary.json`'s `mean_*_ms_lo/_hi`).", "",
-                  "| engine | metric | rows | groups | lo factor | hi factor |", "|---|---|---|---|---|---|"]
+                  "engine was fitted in the fold), per engine, each held-out group weighing its effective number "
+                  "of independent residuals n / (1 + (n - 1) rho), rho their intraclass correlation (Kish's "
+                  "design effect: the rows of one group share part of its error; rho = 1 is the CDF pooling of "
+                  "Dunn, Wasserman & Ramdas, JASA 2023, arXiv:1809.07441, rho = 0 plain ranks; "
+                  "`sim/results/intervals.py`): a prediction p carries "
+                  "[p·exp(min(lo, 0)), p·exp(max(hi, 0))] (`sim/data/prediction_intervals.yaml`, used by "
+                  "`validate`'s `pred_*_ms_lo/_hi` and `summary.json`'s `mean_*_ms_lo/_hi`).", "",
+                  "| engine | metric | rows | groups | rho | lo factor | hi factor |",
+                  "|---|---|---|---|---|---|---|"]
         for eng, ms in iv["engines"].items():
             for m, q in ms.items():
                 lines.append(f"| {eng} | {m.upper()} | {q['n']}{' (all engines)' if q.get('pooled_over_engines') else ''}"
-                             f" | {q.get('groups', '')} | {math.exp(q['lo']):.2f} | {math.exp(q['hi']):.2f} |")
+                             f" | {q.get('groups', '')} | {q.get('rho', math.nan):.2f} | {math.exp(q['lo']):.2f} | "
+                             f"{math.exp(q['hi']):.2f} |")
         cov = iv["coverage_other_groups"]
 
         def fmt(cv):
             return "; ".join(f"{m.upper()} {100 * c['share']:.0f} % of {c['n']}" for m, c in cv.items()
                              if c["share"] is not None)
-        lines += ["", "Coverage on each held-out group when the percentiles come from the rows outside it only: "
+        lines += ["", "Coverage on each held-out group when the percentiles come from the rows outside it only "
+                  "(the interval as shipped, holding the point value): "
                   + fmt(cov) + " held-out residuals (target 75-85 %); by scheme: "
                   + "; ".join(f"leave one {s} out: {fmt(c)}" for s, c in iv.get("coverage_by_scheme", {}).items())
                   + ".", ""]

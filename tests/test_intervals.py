@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from sim.results.intervals import (interval, load_intervals, pooled_cdf_quantiles, residual_quantiles,
-                                   summary_intervals)
+from sim.results.intervals import (interval, intraclass_correlation, load_intervals, pooled_cdf_quantiles,
+                                   residual_quantiles, summary_intervals)
 from sim.validate.rows import ValidateOptions, simulate_row
 
 from tests.test_validate import GPU, MODEL
@@ -20,6 +20,22 @@ def test_conformal_ranks_by_hand():
     assert residual_quantiles([1.0] * 4, [1.0] * 4) is None  # too few rows
 
 
+def test_pooled_cdf_weighs_each_group_by_its_effective_size_by_hand():
+    """Groups [0, 2, 0, 2] (mean 1) and [4, 6] (mean 5): grand mean 7/3; between-group mean
+    square 4 (4/3)^2 + 2 (8/3)^2 = 64/3, within 6 / 4 = 3/2; n0 = 6 - 20/6 = 8/3; between
+    variance (64/3 - 3/2) / (8/3) = 119/16, rho = (119/16) / (119/16 + 3/2) = 119/143.
+    Weights n / (1 + (n - 1) rho): 4 x 143/500 = 1.144 and 2 x 143/262 = 1.0916, so each
+    residual of the first group weighs 0.1279 and of the second 0.2441 of the pooled CDF:
+    ascending 0.128, 0.256, 0.384, 0.512, 0.756 (at 4), 1. At level 0.752 (alpha 0.496) hi is 4;
+    each group the same (1/8, 1/4: 0.75 at 4) would give 6."""
+    g = [[0.0, 2.0, 0.0, 2.0], [4.0, 6.0]]
+    assert math.isclose(intraclass_correlation(g), 119 / 143, rel_tol=1e-12)
+    q = pooled_cdf_quantiles(g, alpha=0.496)
+    assert q["hi"] == 4.0 and q["lo"] == 0.0 and math.isclose(q["rho"], 119 / 143, rel_tol=1e-12)
+    assert intraclass_correlation([[1.0, 2.0, 3.0]]) == 0.0  # one group: no between-group share
+    assert intraclass_correlation([[1.0, 2.0], [1.0, 2.0]]) == 0.0  # same means: none between
+
+
 def test_pooled_cdf_weighs_each_group_the_same_by_hand():
     """Groups A = 18 residuals 0.0, B = [1.0], C = [-1.0]; alpha 0.2 (level 0.9).
     Plain ranks over the 20 residuals: ceil(21 x 0.9) = 19th and floor(21 x 0.1) = 2nd
@@ -28,8 +44,8 @@ def test_pooled_cdf_weighs_each_group_the_same_by_hand():
     a, b, c = [0.0] * 18, [1.0], [-1.0]
     plain = residual_quantiles([math.exp(r) for r in a + b + c], [1.0] * 20)
     assert plain["lo"] == 0.0 and plain["hi"] == 0.0
-    q = pooled_cdf_quantiles([a, b, c])
-    assert q == {"lo": -1.0, "hi": 1.0, "n": 20, "groups": 3}
+    q = pooled_cdf_quantiles([a, b, c])  # no spread within a group: rho = 1, each group the same
+    assert q == {"lo": -1.0, "hi": 1.0, "n": 20, "groups": 3, "rho": 1.0}
     # alpha 0.5 (level 0.75), groups [0, .1, .2, .3] (1/12 each), [1.0] (1/3), [-.5, -.4] (1/6 each):
     # ascending cumulative 1/6, 1/3, 5/12, 1/2, 7/12, 2/3, 1 -> hi 1.0 (first >= 3/4);
     # descending 1/3 (1.0), 5/12, 1/2, 7/12, 2/3 (0.0), 5/6 (-0.4) -> lo -0.4
@@ -37,7 +53,8 @@ def test_pooled_cdf_weighs_each_group_the_same_by_hand():
     assert q["lo"] == -0.4 and q["hi"] == 1.0 and q["groups"] == 3
     # the group order does not matter; one group is the plain empirical quantile without rank inflation
     assert pooled_cdf_quantiles([[-0.5, -0.4], [1.0], [0.0, 0.1, 0.2, 0.3]], alpha=0.5) == q
-    assert pooled_cdf_quantiles([[float(k) for k in range(10)]]) == {"lo": 1.0, "hi": 8.0, "n": 10, "groups": 1}
+    assert pooled_cdf_quantiles([[float(k) for k in range(10)]]) == {"lo": 1.0, "hi": 8.0, "n": 10, "groups": 1,
+                                                                     "rho": 0.0}
     assert pooled_cdf_quantiles([[0.0, 1.0], [], [2.0, 3.0]]) is None  # fewer than 5 residuals
 
 

@@ -123,11 +123,12 @@ PRESET = EnginePreset(
     chunked_alias={True: "prefill_first", False: "prefill_first_whole"},
     hardware_defaults=hardware_defaults,
     # In-sample fit on the dense table's 130 SGLang rows (benchmarks/validate_silicon.py, 2026-12-05,
-    # with the aic harness's per-release schedule: reports/validation/sglang_mixed_chunk.md). The
-    # earlier 80 ms frontend latency (grid edge) absorbed the 0.5.1.post1 rows' prefill stalls,
-    # which the harness now simulates (SGLang's default schedule); the fit gives 10 ms. Its 60 us
-    # per streamed token is what makes its TPOT at 512 clients flat across TP.
-    fitted={"cpu_step_overhead_s": 2e-3, "cpu_seq_overhead_s": 20e-6, "frontend_latency_s": 10e-3,
+    # with the aic harness's per-release schedule: reports/validation/sglang_mixed_chunk.md), the
+    # frontend's two keys fitted as one value for every engine (sim.validate.crossval.SHARED_KEYS).
+    # The earlier 80 ms frontend latency (grid edge) absorbed the 0.5.1.post1 rows' prefill stalls,
+    # which the harness now simulates (SGLang's default schedule). The 60 us per streamed token is
+    # what makes SGLang's TPOT at 512 clients flat across TP.
+    fitted={"cpu_step_overhead_s": 2e-3, "cpu_seq_overhead_s": 40e-6, "frontend_latency_s": 10e-3,
             "frontend_token_s": 60e-6},
     client_phase_spread=0.0,
     frontend_token_unit=Default("message", "--stream-interval N (default 1): the scheduler puts a running "

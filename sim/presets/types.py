@@ -21,8 +21,9 @@ OVERHEAD_KEYS = ("cpu_step_overhead_s", "cpu_seq_overhead_s", "eager_step_overhe
 
 FIT_PROVENANCE = (
     "the in-sample fit of benchmarks/validate_silicon.py on every row of "
-    "../shared/silicon/dense_agg_dev.csv (580 rows; coordinate search on sim.validate.crossval.GRID), "
-    "2026-12-04; held-out scores (leave one model / GPU / campaign out, and the MoE table scored with "
+    "../shared/silicon/dense_agg_dev.csv (580 rows; coordinate search on sim.validate.crossval.GRID, "
+    "the host overheads per engine, frontend_latency_s and frontend_token_s one value for every engine), "
+    "2026-12-05; held-out scores (leave one model / GPU / campaign out, and the MoE table scored with "
     "these values) in reports/validation/README.md"
 )
 EAGER_SOURCE = ("0: knob for the host cost of steps without a CUDA graph (steps with prefill tokens); "

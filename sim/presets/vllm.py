@@ -51,8 +51,9 @@ PRESET = EnginePreset(
     },
     chunked_alias={True: "chunked", False: "mixed"},
     hardware_defaults=hardware_defaults,
-    fitted={"cpu_step_overhead_s": 2e-3, "cpu_seq_overhead_s": 40e-6, "frontend_latency_s": 0.0,
-            "frontend_token_s": 80e-6},
+    # frontend_latency_s / frontend_token_s: one value for every engine (sim.validate.crossval.SHARED_KEYS)
+    fitted={"cpu_step_overhead_s": 2e-3, "cpu_seq_overhead_s": 40e-6, "frontend_latency_s": 10e-3,
+            "frontend_token_s": 60e-6},
     client_phase_spread=0.0,
     frontend_token_unit=Default("message", "--stream-interval N (PR 27869): the API server's OutputProcessor."
                                 "process_outputs takes every request's new token every step (stats, incremental "
