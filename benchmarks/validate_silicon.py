@@ -348,6 +348,7 @@ def _sample_text(rows, args) -> str:
 
 
 def write_readme(out: Path, rows, folds_df, pooled_df, res, schemes, wall, num_sim, iv=None, args=None) -> None:
+    from sim.results.intervals import log_bounds
     from sim.validate.crossval import GRID, MAX_ROUNDS, MIN_FIT_ROWS, PRIOR, SHARED_KEYS
 
     n_ok = sum(1 for p in res["in_sample"]["preds"] if p.get("status") == "ok")
@@ -427,13 +428,13 @@ def write_readme(out: Path, rows, folds_df, pooled_df, res, schemes, wall, num_s
                   "`sim/results/intervals.py`): a prediction p carries "
                   "[p·exp(min(lo, 0)), p·exp(max(hi, 0))] (`sim/data/prediction_intervals.yaml`, used by "
                   "`validate`'s `pred_*_ms_lo/_hi` and `summary.json`'s `mean_*_ms_lo/_hi`).", "",
-                  "| engine | metric | rows | groups | rho | lo factor | hi factor |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| engine | metric | rows | groups | rho | lo factor | hi factor | shipped interval |",
+                  "|---|---|---|---|---|---|---|---|"]
         for eng, ms in iv["engines"].items():
             for m, q in ms.items():
                 lines.append(f"| {eng} | {m.upper()} | {q['n']}{' (all engines)' if q.get('pooled_over_engines') else ''}"
                              f" | {q.get('groups', '')} | {q.get('rho', math.nan):.2f} | {math.exp(q['lo']):.2f} | "
-                             f"{math.exp(q['hi']):.2f} |")
+                             f"{math.exp(q['hi']):.2f} | x{math.exp(log_bounds(q)[0]):.2f}-{math.exp(log_bounds(q)[1]):.2f} |")
         cov = iv["coverage_other_groups"]
 
         def fmt(cv):
@@ -448,7 +449,9 @@ def write_readme(out: Path, rows, folds_df, pooled_df, res, schemes, wall, num_s
     for p in res["in_sample"]["preds"]:
         if p.get("status") != "ok":
             reason = str(p.get("reason", ""))
-            key = reason.split(";")[0][:110]
+            key = reason.split(";")[0]
+            if len(key) > 300:  # (a whole word, marked as cut)
+                key = key[:300].rsplit(" ", 1)[0] + " …"
             refused[key] = refused.get(key, 0) + 1
     if refused:
         lines += ["## Rows refused", "", "| rows | reason |", "|---|---|"]

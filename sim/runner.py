@@ -147,9 +147,11 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
         limit_warnings += transferred_profile_warnings([dep.disagg.prefill.hardware])  # (the decode pool's below)
     summary["warnings"] = limit_warnings + ground_warnings(dep.cfg, dep.hardware, dep.model, summary) + grid_warnings(
         dep.hardware, dep.limits, result.requests, attention_dp=dep.layout.data_parallel_size,
-        is_moe=dep.model.is_moe, chunked_prefill=chunked)
-    # the nominal 80 % interval of the mean TTFT / TPOT from cross-validated residuals
-    summary.update(summary_intervals(dep.cfg.engine, summary))
+        is_moe=dep.model.is_moe, chunked_prefill=chunked, steps=result.steps)
+    # the nominal 80 % interval of the mean TTFT / TPOT from cross-validated residuals: of aggregated
+    # rows only (no disaggregated row is in the cross-validation: reports/disagg-validation/ scores them)
+    if dep.disagg is None:
+        summary.update(summary_intervals(dep.cfg.engine, summary))
     measured = len(specs) - specs.num_warmup
     summary = {**bench_header(summary["config"], measured), **summary}
     return RunOutput(summary, result, dep, specs, wall)

@@ -19,6 +19,11 @@ def test_parse_version():
     assert parse_version("1.0.0rc3") == (1, 0, 0)
     assert parse_version("v0.8") == (0, 8, 0)
     assert parse_version("nightly-dev") is None
+    assert parse_version("0.5.1-rc0.pre1") == (0, 5, 1) and parse_version("1.2.0rc6.post1") == (1, 2, 0)
+    assert parse_version("0.6.5+cu124") == (0, 6, 5)
+    # trailing text that is no pre/post tag is no version: warned, not read as 0.12.0
+    assert parse_version("0.12.0; rm") is None and parse_version("0.12.0.1.2.3") is None
+    assert "not a version number" in version_warning("vllm", "0.12.0.1.2.3")
 
 
 def test_hand_made_vllm_versions():
@@ -72,6 +77,24 @@ def test_inside_the_modelled_releases_is_quiet():
     assert version_warning("sglang", "0.5.9") is None  # same minor series as the newest modelled
     assert version_warning("vllm", None) is None
     assert "not a version number" in version_warning("trtllm", "gpt-oss-dev")
+
+
+def test_validate_warns_per_row_on_a_missing_version_and_a_transferred_profile():
+    """A row without ``backend_version`` runs as the newest modelled release, said so; a row
+    on a GPU whose profile was transferred (h200_sxm, from h100_sxm) says that too, as run
+    does; the two in one ``warning`` cell, counted apart in the summary."""
+    from sim.validate.rows import WARNING_SEP, simulate_row
+
+    row = {"backend": "vllm", "model_path": MODEL, "system": "h200_sxm", "isl": 64, "osl": 4,
+           "concurrency": 2, "tp_size": 1, "silicon_ttft_ms": 1.0, "silicon_tpot_ms": 1.0}
+    out = simulate_row(row, ValidateOptions(requests_per_client=2))
+    assert out["status"] == "ok"
+    ws = out["warning"].split(WARNING_SEP)
+    assert ws[0] == f"no backend_version recorded: vllm is simulated as its newest modelled release ({MODELLED['vllm'][-1]})"
+    assert ws[1].startswith("hardware profile h200_sxm: its kernel efficiencies were transferred from h100_sxm")
+    assert len(ws) == 2
+    out = simulate_row({**row, "backend_version": "0.12.0", "system": GPU}, ValidateOptions(requests_per_client=2))
+    assert out["status"] == "ok" and out["warning"] == ""
 
 
 def test_validate_passes_backend_version():

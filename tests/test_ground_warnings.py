@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
+
 from sim.config import SimConfig
 from sim.hardware.profile import get_hardware
 from sim.model_spec import get_model
@@ -80,8 +82,6 @@ def _grid_hw(**grid):
 
 
 def _requests(prompts, outputs, rejected=()):
-    import numpy as np
-
     status = np.array([1 if i in rejected else 0 for i in range(len(prompts))])
     return {"num_prompt_tokens": np.array(prompts), "num_output_tokens": np.array(outputs), "status": status}
 
@@ -107,6 +107,18 @@ def test_grid_warnings_name_each_shape_beyond_the_grid():
     # without chunked prefill one whole 18,000-token prompt is one step: beyond the GEMM grid
     w = grid_warnings(hw, limits, req, chunked_prefill=False)
     assert any("steps batch up to 18,000 tokens, beyond the 8,192 tokens its GEMM kernels" in x for x in w)
+    # with the run's steps: what they batched, not what the limits allow. A merged row of 10
+    # decode steps holding 50 tokens is 5 a step; the largest step 7,000 tokens (an 18,000-token
+    # prompt chunked); 3 sequences at most: no GEMM or batch warning, the prompt ones stay
+    steps = {"num_batched_tokens": np.array([7000, 50, 4000]), "num_steps": np.array([1, 10, 1]),
+             "num_running_seqs": np.array([2, 3, 3])}
+    w = grid_warnings(hw, limits, req, chunked_prefill=False, steps=steps)
+    assert not any("steps batch" in x or "decode together" in x for x in w) and len(w) == 2, w
+    steps["num_batched_tokens"] = np.array([9001, 50, 4000])
+    steps["num_running_seqs"] = np.array([2, 6, 3])
+    w = grid_warnings(hw, limits, req, chunked_prefill=False, steps=steps)
+    assert any("steps batch up to 9,001 tokens, beyond the 8,192" in x for x in w)
+    assert any("up to 6 sequences decode together, beyond the 4 sequences" in x for x in w)
     # inside the grid: nothing; a profile without a grid: nothing
     small = _requests([1000, 1000], [100, 100])
     assert grid_warnings(hw, limits, small, chunked_prefill=True) == []

@@ -152,3 +152,19 @@ def test_dense_sample_groups_by_engine_release():
     s = mod.sample_rows(df, per_group=1, max_conc=64, seed=0)
     assert sorted(s["campaign"]) == ["vllm 1", "vllm 1", "vllm 2"]  # sglang's row is over the cap
     assert len(s) == 3 and set(s.index) >= {2, 3} and len({0, 1} & set(s.index)) == 1
+
+
+def test_no_interval_for_a_disaggregated_run():
+    """The cross-validation holds aggregated rows only: a disaggregated run with an engine
+    preset carries no interval, the same deployment aggregated does."""
+    from sim.config import build_config
+    from sim.runner import run_simulation
+
+    keys = {"model": MODEL, "hardware": GPU, "engine": "vllm", "workload.num_requests": 20,
+            "workload.request_rate": 50, "workload.input_len": 64, "workload.output_len": 4,
+            "max_model_len": 2048}
+    agg = run_simulation(build_config(overrides=keys)).summary
+    assert agg["mean_ttft_ms_lo"] <= agg["mean_ttft_ms"] <= agg["mean_ttft_ms_hi"]
+    dis = run_simulation(build_config(overrides={**keys, "disaggregation": {"num_prefill_workers": 1,
+                                                                           "num_decode_workers": 1}})).summary
+    assert dis["completed"] == 20 and not any(k.endswith(("_ms_lo", "_ms_hi")) for k in dis)

@@ -145,6 +145,17 @@ def test_bad_csv_is_a_clear_error(tmp_path, text, match):
         read_rows(p)
 
 
+def test_backend_names_are_read_as_the_presets_spell_them(tmp_path):
+    """' VLLM' and 'vllm' are one engine: one group in the reports."""
+    from sim.validate.rows import read_rows
+
+    p = tmp_path / "rows.csv"
+    p.write_text("backend,model_path,system,isl,osl,concurrency,tp_size,silicon_ttft_ms,silicon_tpot_ms\n"
+                 " VLLM ,m,g,128,16,2,1,1.0,3.0\nvllm,m,g,128,16,2,1,1.0,3.0\nSGLang,m,g,128,16,2,1,1.0,3.0\n")
+    df, skipped = read_rows(p)
+    assert df["backend"].tolist() == ["vllm", "vllm", "sglang"] and skipped == []
+
+
 def test_cli_skips_and_names_rows_with_a_non_numeric_cell(tmp_path):
     import pandas as pd
     import typer

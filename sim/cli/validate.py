@@ -89,10 +89,9 @@ def validate(
     o = summary["overall"]
     for w in skipped_row_warnings(csv, summary["skipped_rows"]) + summary.get("warnings", []):
         typer.echo(f"warning: {w}", err=True)
-    typer.echo(f"{rows_line(summary)} in {summary['wall_time_s']:.0f} s")
+    typer.echo(f"{rows_line(summary)} in {summary['wall_time_s']:.1f} s")
     if summary["num_ok"] == 0:
-        for r in summary["not_simulated"][:10]:
-            typer.echo(f"  line {r['line']} {r['id']}: {r['status']}: {r['reason']}")
+        _echo_not_simulated(summary["not_simulated"])
         raise ConfigError(f"{csv}: no row could be simulated (reasons above; all in {out}/summary.md)")
     typer.echo(f"TTFT  MAPE {o['ttft_mape']:.1f} %  median APE {o['ttft_mdape']:.1f} %  "
                f"over-predicted {100 * o['ttft_over_share']:.0f} %")
@@ -103,7 +102,14 @@ def validate(
                    f"TPOT {s['tpot_mape']:.1f} / {s['tpot_mdape']:.1f} %  (MAPE / median APE)")
     if summary["not_simulated"]:
         typer.echo(f"{len(summary['not_simulated'])} row(s) not simulated (see {out}/summary.md):")
-        for r in summary["not_simulated"][:10]:
-            typer.echo(f"  line {r['line']} {r['id']}: {r['status']}: {r['reason']}")
+        _echo_not_simulated(summary["not_simulated"])
     typer.echo(f"results written to {out}/ (predictions.csv, summary.json, summary.md, scatter_*.png, "
                f"residuals_by_group.png)")
+
+
+def _echo_not_simulated(rows: list[dict], most: int = 10) -> None:
+    """The first ``most`` rows not simulated, one line each, and how many more."""
+    for r in rows[:most]:
+        typer.echo(f"  line {r['line']} {r['id']}: {r['status']}: {r['reason']}")
+    if len(rows) > most:
+        typer.echo(f"  ... and {len(rows) - most} more")

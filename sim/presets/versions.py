@@ -117,7 +117,9 @@ def dynamo_engine_version(engine: str, image: str) -> tuple[str, str] | None:
     return tag, rel[engine]
 
 
-_NUM = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(.*)$")
+#: major[.minor[.patch]] then pre/post/dev tags (``rc3``, ``.post1``, ``-rc0.pre1``) and a local part
+#: (``+cu124``); anything else (``0.12.0; rm``, ``0.12.0.1.2.3``) is no version number
+_NUM = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?((?:[.\-_]?[A-Za-z]+\d*)*(?:\+[\w.]+)?)$")
 
 
 def parse_version(v: str) -> tuple[int, int, int] | None:

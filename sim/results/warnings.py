@@ -68,7 +68,7 @@ def compute_bound_tokens_per_s(cfg, hardware, model, num_gpus: int | None = None
 
 
 def grid_warnings(hardware, limits, requests: dict, *, chunked_prefill: bool, attention_dp: int = 1,
-                  is_moe: bool = False) -> list[str]:
+                  is_moe: bool = False, steps: dict | None = None) -> list[str]:
     """Where a run's steps can reach beyond the shapes its profile's kernel
     families were fitted to (``efficiency.calibrated_grid``, written by
     ``calibration``): the fitted formulas extrapolate there. The run's shapes,
@@ -78,7 +78,10 @@ def grid_warnings(hardware, limits, requests: dict, *, chunked_prefill: bool, at
     (``max_num_batched_tokens``; without chunked prefill one whole prompt where it
     exceeds it; no more than ``max_num_seqs`` x the longest sequence; x ``data_parallel_size``
     for the experts, which see every attention rank's tokens) and the most
-    sequences that can decode together. Empty without a grid."""
+    sequences that can decode together. With ``steps`` (the run's step
+    columns, ``steps.csv``) the most tokens and sequences a step really batched
+    instead (a merged row of ``num_steps`` steps holds their totals), so that a
+    configured limit no step reached warns nothing. Empty without a grid."""
     grid = getattr(hardware.efficiency, "calibrated_grid", None)
     status = requests.get("status")
     prompt = requests.get("num_prompt_tokens")
@@ -90,9 +93,16 @@ def grid_warnings(hardware, limits, requests: dict, *, chunked_prefill: bool, at
     prompt = prompt[stepped]
     longest_prompt = int(prompt.max())
     longest_seq = int((prompt + requests["num_output_tokens"][stepped]).max())
-    budget = limits.max_num_batched_tokens if chunked_prefill else max(limits.max_num_batched_tokens, longest_prompt)
-    step_tokens = min(budget, limits.max_num_seqs * longest_seq)
-    batch = min(limits.max_num_seqs, int(stepped.sum()))
+    ran = steps.get("num_batched_tokens") if steps is not None else None
+    if ran is not None and len(ran):
+        per = steps["num_steps"]  # tokens per step of a merged row: its total / its steps (ceil)
+        step_tokens = int((-(-ran // per)).max())
+        batch = int(steps["num_running_seqs"].max())
+    else:
+        budget = (limits.max_num_batched_tokens if chunked_prefill
+                  else max(limits.max_num_batched_tokens, longest_prompt))
+        step_tokens = min(budget, limits.max_num_seqs * longest_seq)
+        batch = min(limits.max_num_seqs, int(stepped.sum()))
     checks = [("steps batch up to {:,} tokens", step_tokens, grid.gemm_max_tokens, "GEMM", "tokens"),
               ("prompts of up to {:,} tokens", longest_prompt, grid.context_attention_max_tokens,
                "context attention", "tokens"),

@@ -72,7 +72,7 @@ def _fmt(v: float) -> str:
 def summary_markdown(summary: dict[str, Any], title: str = "servesim validate") -> str:
     lines = [f"# {title}", ""]
     o = summary["overall"]
-    lines += [rows_line(summary) + (f" in {summary['wall_time_s']:.0f} s" if "wall_time_s" in summary else "")
+    lines += [rows_line(summary) + (f" in {summary['wall_time_s']:.1f} s" if "wall_time_s" in summary else "")
               + ".", ""]
     head = ("| group | n | TTFT MAPE % | TTFT MdAPE % | TTFT over | TPOT MAPE % | TPOT MdAPE % | TPOT over |\n"
             "|---|---|---|---|---|---|---|---|")

@@ -104,9 +104,10 @@ import numpy as np
 
 from sim.workload.client_phase import CLIENT_PHASE_SPREAD, PHASE_KEY, check_phase_spread, disperse_client_phases
 from sim.errors import ConfigError, InfeasibleError, ServesimError, require_file
-from sim.presets import PRESETS, version_warning
+from sim.presets import MODELLED, PRESETS, version_warning
 from sim.presets.versions import dynamo_engine_version
 from sim.results.intervals import interval
+from sim.results.warnings import transferred_profile_warnings
 from sim.validate.disagg_rows import NotSimulable, disagg_pools, disagg_row_overrides, is_disagg
 from sim.validate.harness import HARNESSES, Harness, harness_for_row
 
@@ -485,6 +486,23 @@ def row_phase_spread(row: dict, opts: ValidateOptions) -> float:
     return check_phase_spread(value)
 
 
+#: between two warnings of one row in its ``warning`` cell
+WARNING_SEP = " | "
+
+
+def row_version_warnings(row: dict) -> list[str]:
+    """The engine-version warning of a row (``sim/presets/versions.py``), and one
+    when the row records no ``backend_version``: it is then simulated with the
+    preset's behaviour, its newest modelled release."""
+    engine = _cell(row, "backend").lower()
+    version = row_engine_version(row)
+    if not version and engine in MODELLED:
+        return [f"no backend_version recorded: {engine} is simulated as its newest modelled release "
+                f"({MODELLED[engine][-1]})"]
+    w = version_warning(engine, version)
+    return [w] if w else []
+
+
 def simulate_row(row: dict, opts: ValidateOptions) -> dict[str, Any]:
     """Predicted mean TTFT and TPOT (ms) of one row, or a status and reason."""
     from sim.config import build_config
@@ -494,9 +512,9 @@ def simulate_row(row: dict, opts: ValidateOptions) -> dict[str, Any]:
     from sim.workload import generate_requests
 
     t0 = time.perf_counter()
+    warnings = row_version_warnings(row)
     out: dict[str, Any] = {"pred_ttft_ms": math.nan, "pred_tpot_ms": math.nan, "status": "ok", "reason": "",
-                           "warning": version_warning(_cell(row, "backend").lower(), row_engine_version(row))
-                           or ""}
+                           "warning": WARNING_SEP.join(warnings)}
     try:
         if is_disagg(row):  # its pools as deployed (sim/validate/disagg_rows.py)
             pools = disagg_pools(row)
@@ -505,6 +523,10 @@ def simulate_row(row: dict, opts: ValidateOptions) -> dict[str, Any]:
             ov = row_overrides(row, opts)
         cfg = build_config(overrides=ov)
         dep = build_deployment(cfg)
+        # a profile transferred from another GPU (sim/results/warnings.py), as run warns
+        warnings += transferred_profile_warnings(
+            [dep.disagg.prefill.hardware, dep.hardware] if dep.disagg is not None else [dep.hardware])
+        out["warning"] = WARNING_SEP.join(warnings)
         specs = generate_requests(cfg.workload, seed=cfg.seed, max_model_len=dep.limits.max_model_len)
         specs = disperse_client_phases(specs, cfg.workload.max_concurrency or 0, row_phase_spread(row, opts),
                                        cfg.seed)
@@ -599,6 +621,8 @@ def read_rows(csv_path: str | Path):
         raise ConfigError(f"{p}: missing column(s) {', '.join(missing)}; required: {', '.join(REQUIRED_COLUMNS)}")
     if df.empty:
         raise ConfigError(f"{p}: no data rows (only the header)")
+    # an engine name as the presets spell it (" VLLM" is vllm): one group per engine in the reports
+    df["backend"] = df["backend"].map(lambda b: b.strip().lower() if isinstance(b, str) else b)
     # A garbled cell costs its row, as a malformed trace row does (workload.skip_bad_rows);
     # an empty cell is kept and reported as that row's error by row_overrides.
     skipped: dict[int, dict[str, Any]] = {}

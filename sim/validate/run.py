@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sim.errors import ConfigError
 from sim.validate.report import summarize_predictions, write_validation
-from sim.validate.rows import ValidateOptions, predict_rows, read_rows, row_harness
+from sim.validate.rows import WARNING_SEP, ValidateOptions, predict_rows, read_rows, row_harness
 
 
 def run_validation(csv_path: str | Path, out_dir: str | Path | None = None, opts: ValidateOptions | None = None,
@@ -38,10 +38,11 @@ def run_validation(csv_path: str | Path, out_dir: str | Path | None = None, opts
         except ConfigError:  # the row's own error says why
             pass
     harnesses = sorted(harnesses)
-    # engine versions outside the modelled releases (sim/presets/versions.py), once each with a count
+    # engine versions outside the modelled releases (sim/presets/versions.py) and transferred hardware
+    # profiles, once each with a count
     counts: dict[str, int] = {}
-    for w in full.get("warning", pd.Series(dtype=str)).fillna(""):
-        if w:
+    for cell in full.get("warning", pd.Series(dtype=str)).fillna(""):
+        for w in str(cell).split(WARNING_SEP) if cell else ():
             counts[w] = counts.get(w, 0) + 1
     summary["warnings"] = [f"{w} ({n} row{'s' if n > 1 else ''})" for w, n in sorted(counts.items())]
     summary["options"] = {"harness": getattr(opts.harness, "name", opts.harness) or opts.protocol,
