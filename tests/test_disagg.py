@@ -308,6 +308,8 @@ def test_validate_simulates_recorded_disagg_rows_and_lists_the_others(tmp_path):
     assert why["noworkers"].startswith("worker counts not recorded and no recipe of the nightly harness")
     ok = full[full["id"] == "q32"].iloc[0]
     assert ok["pred_ttft_ms"] > 0 and ok["pred_tpot_ms"] > 0
+    # no interval: the cross-validation that sets it holds aggregated rows only
+    assert pd.isna(ok["pred_ttft_ms_lo"]) and pd.isna(ok["pred_tpot_ms_hi"])
 
 
 def test_no_evict_decode_pool_reserves_blocks_to_completion_and_never_preempts():

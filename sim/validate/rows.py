@@ -548,8 +548,8 @@ def simulate_row(row: dict, opts: ValidateOptions) -> dict[str, Any]:
             out["pred_ttft_ms"] = float(np.mean(lat["ttft_s"][done]) * 1e3)
             out["pred_tpot_ms"] = float(np.nanmean(lat["tpot_s"][done]) * 1e3)
             out["pred_queue_ms"] = float(np.mean(lat["queue_s"][done]) * 1e3)
-            for m in ("ttft", "tpot"):  # the nominal 80 % interval (sim/results/intervals.py)
-                iv = interval(cfg.engine, m, out[f"pred_{m}_ms"])
+            for m in ("ttft", "tpot"):  # the nominal 80 % interval (sim/results/intervals.py), of agg rows only
+                iv = interval(cfg.engine, m, out[f"pred_{m}_ms"]) if dep.disagg is None else None
                 out[f"pred_{m}_ms_lo"], out[f"pred_{m}_ms_hi"] = iv if iv else (math.nan, math.nan)
             out["num_preemptions"] = int(req["num_preemptions"][done].sum())
             out["num_rejected"] = int((req["status"] != STATUS_FINISHED).sum())
