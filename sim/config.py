@@ -772,6 +772,11 @@ def build_config(
         for key, (spelled, text) in raw_text.items():  # a key given as a flag: name the flag
             if spelled.startswith("-"):
                 msg = msg.replace(f"{set_src}: {key}: ", f"{spelled} {text}: ")
+        # a check across keys (no field in the error) whose message starts with a flag's key
+        m = re.match(rf"{re.escape(set_src)}: ([A-Za-z_][\w.]*)\b", msg)
+        if m and m.group(1) in raw_text and raw_text[m.group(1)][0].startswith("-"):
+            spelled, text = raw_text[m.group(1)]
+            msg = f"{spelled} {text}: " + msg[len(set_src) + 2:]
         raise ConfigError(msg) from None
     check_requirements(cfg, used, None)
     if api is None:  # the options' keys, for errors found when the deployment is built (locate_error)

@@ -125,7 +125,7 @@ def test_unknown_harness_and_campaign_map(tmp_path):
     ov = row_overrides(dict(ROW, campaign="2026-03-25"), ValidateOptions(campaign_harness=load_campaign_map(m)))
     assert ov["workload.num_warmup_requests"] == 8 and ov["workload.input_len"]["dist"] == "fixed"
     m.write_text("'2026-*': nope\n")
-    with pytest.raises(ConfigError, match="nope"):
+    with pytest.raises(ConfigError, match=r"map\.yaml: 2026-\*: harness: unknown 'nope'"):
         load_campaign_map(m)
 
 

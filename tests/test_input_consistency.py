@@ -86,6 +86,9 @@ def test_a_bad_set_value_over_a_config_file_names_set_not_the_file(tmp_path):
         build_config(p, set_args=["--max-num-batched-tokens=0"])
     with pytest.raises(ConfigError, match=r"^--set: tensor_parallel_size must be a power of two, got 3"):
         build_config(p, set_args=["tensor_parallel_size=3"])
+    # a check across keys, the key given as a vLLM-style flag: the flag is named
+    with pytest.raises(ConfigError, match=r"^--tp 3: tensor_parallel_size must be a power of two, got 3"):
+        build_config(p, set_args=["--tp=3"])
     p.write_text("max_num_seqs: 0\n")
     with pytest.raises(ConfigError, match=r"c.yaml: max_num_seqs: Input should be greater"):
         build_config(p, set_args=["max_num_batched_tokens=10"])

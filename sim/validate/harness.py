@@ -728,6 +728,9 @@ def load_campaign_map(path: str | Path) -> dict[str, str]:
             raise ConfigError(f"{p}: {k}: must be a harness name or YAML file, got {v!r}")
         if v not in HARNESSES and not Path(v).is_absolute() and (p.parent / v).exists():
             v = str(p.parent / v)
-        load_harness(v)  # refused here, naming the file, if it is not a harness
+        try:
+            load_harness(v)  # refused here if it is not a harness
+        except ConfigError as e:
+            raise ConfigError(f"{p}: {k}: {e}") from None
         out[str(k)] = v
     return out
