@@ -145,6 +145,27 @@ def test_bad_csv_is_a_clear_error(tmp_path, text, match):
         read_rows(p)
 
 
+def test_a_ragged_line_costs_its_row_only_and_lines_are_the_csv_lines(tmp_path):
+    """A cut line (8 fields), a blank line, a non-number and a line with an extra field: each
+    skipped with its CSV line; the rows read keep their CSV lines (index = line - 2)."""
+    from sim.validate.rows import read_rows, skipped_row_warnings
+
+    p = tmp_path / "rows.csv"
+    p.write_text("backend,model_path,system,isl,osl,concurrency,tp_size,silicon_ttft_ms,silicon_tpot_ms\n"
+                 "vllm,m,g,128,16,2,1,1.0,3.0\n"
+                 "vllm,m,g,128,16,2,1,1.0\n"
+                 "\n"
+                 "vllm,m,g,abc,16,2,1,1.0,3.0\n"
+                 "vllm,m,g,128,16,2,1,1.0,3.0,extra\n"
+                 "sglang,m,g,256,16,2,1,1.0,3.0\n")
+    df, skipped = read_rows(p)
+    assert df.index.tolist() == [0, 5] and df["isl"].tolist() == [128, 256]  # lines 2 and 7
+    assert skipped_row_warnings("rows.csv", skipped) == [
+        "rows.csv: line 3: 8 fields where the header has 9; row skipped",
+        "rows.csv: line 5: isl: not a number: 'abc'; row skipped",
+        "rows.csv: line 6: 10 fields where the header has 9; row skipped"]
+
+
 def test_backend_names_are_read_as_the_presets_spell_them(tmp_path):
     """' VLLM' and 'vllm' are one engine: one group in the reports."""
     from sim.validate.rows import read_rows
@@ -182,8 +203,8 @@ def test_cli_skips_and_names_rows_with_a_non_numeric_cell(tmp_path):
     assert "line 5 nomodel: error" in r.output
     js = json.loads((out / "summary.json").read_text())
     assert js["num_rows"] == 2 and js["num_ok"] == 1 and js["num_skipped_rows"] == 2
-    assert js["skipped_rows"] == [{"line": 3, "column": "isl", "value": "12x8"},
-                                  {"line": 4, "column": "tp_size", "value": "one"}]
+    assert js["skipped_rows"] == [{"line": 3, "column": "isl", "value": "12x8", "reason": "not a number"},
+                                  {"line": 4, "column": "tp_size", "value": "one", "reason": "not a number"}]
     assert js["not_simulated"][0]["line"] == 5  # CSV line numbers, as skipped_rows and the warnings
     assert list(pd.read_csv(out / "predictions.csv")["id"]) == ["good", "nomodel"]
     assert "| 3 | isl | 12x8 |" in (out / "summary.md").read_text()

@@ -98,7 +98,8 @@ def summary_markdown(summary: dict[str, Any], title: str = "servesim validate") 
     if summary.get("figures"):  # written beside this file (sim/validate/plots.py)
         lines += ["## Figures", ""] + [f"![{f}]({f})" for f in summary["figures"]] + [""]
     if summary.get("skipped_rows"):
-        lines += ["## Rows skipped (a cell is not a number)", "", "| line in the CSV | column | value |",
+        lines += ["## Rows skipped (a cell is not a number, or a line of the wrong field count)", "",
+                  "| line in the CSV | column | value |",
                   "|---|---|---|"]
         lines += [f"| {r['line']} | {r['column']} | {r['value'].replace('|', '/')} |" for r in summary["skipped_rows"]]
         lines.append("")

@@ -595,17 +595,19 @@ def predict_rows(rows: list[dict], opts: ValidateOptions,
 
 
 def read_rows(csv_path: str | Path):
-    """The CSV's rows as a DataFrame (index = position among the data rows, so
-    CSV line = index + 2) and the rows skipped because a shape or measurement
-    cell is not a number: one dict per row, ``line``, ``column`` (its first bad
-    cell) and ``value``. ConfigError naming missing columns, or if every row
-    is skipped."""
+    """The CSV's rows as a DataFrame (index = the row's CSV line - 2) and
+    the rows skipped: a line whose field count is not the header's, or a row
+    whose shape or measurement cell is not a number; one dict per row, ``line``
+    (in the CSV), ``column`` (its first bad cell, or ``(row)``), ``value`` and
+    ``reason``. ConfigError naming missing columns, or if every row is
+    skipped."""
     import pandas as pd
 
     p = Path(csv_path)
     require_file(p, "validate: CSV")
+    ragged = _ragged_lines(p)
     try:
-        df = pd.read_csv(p, keep_default_na=True)
+        df = pd.read_csv(p, keep_default_na=True, skiprows=[r["line"] - 1 for r in ragged])
     except pd.errors.EmptyDataError:
         raise ConfigError(f"{p}: empty file; expected a CSV with columns {', '.join(REQUIRED_COLUMNS)}") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as e:
@@ -625,22 +627,66 @@ def read_rows(csv_path: str | Path):
     df["backend"] = df["backend"].map(lambda b: b.strip().lower() if isinstance(b, str) else b)
     # A garbled cell costs its row, as a malformed trace row does (workload.skip_bad_rows);
     # an empty cell is kept and reported as that row's error by row_overrides.
+    # index = CSV line - 2 (line 2 is the first data row: index 0), whatever was skipped
+    df.index = [line - 2 for line in _data_lines(p, len(df), {r["line"] for r in ragged})]
     skipped: dict[int, dict[str, Any]] = {}
     for col in NUMERIC_COLUMNS:
         num = pd.to_numeric(df[col], errors="coerce")
         for i in (num.isna() & df[col].notna()).to_numpy().nonzero()[0]:
-            skipped.setdefault(int(i), {"line": int(i) + 2, "column": col, "value": str(df[col].iloc[i])})
+            skipped.setdefault(int(df.index[i]), {"line": int(df.index[i]) + 2, "column": col,
+                                                  "value": str(df[col].iloc[i]), "reason": "not a number"})
         df[col] = num
     if len(skipped) == len(df):
-        first = skipped[0]
+        first = min(skipped.values(), key=lambda r: r["line"])
         raise ConfigError(f"{p}: no row has numbers in all of {', '.join(NUMERIC_COLUMNS)}; e.g. line "
                           f"{first['line']}: {first['column']}: not a number: {first['value']!r}")
-    return df.drop(index=list(skipped)), [skipped[i] for i in sorted(skipped)]
+    out = sorted([*skipped.values(), *ragged], key=lambda r: r["line"])
+    return df.drop(index=list(skipped)), out
+
+
+def _ragged_lines(p: Path) -> list[dict[str, Any]]:
+    """Data lines whose field count is not the header's (a cut or merged line):
+    each is skipped, as a row with a cell that is not a number is; blank lines
+    are left to the CSV reader (it ignores them)."""
+    import csv
+
+    out = []
+    with p.open(newline="", errors="replace") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            return []
+        start = reader.line_num
+        for fields in reader:
+            if fields and len(fields) != len(header):
+                out.append({"line": start + 1, "column": "(row)", "value": f"{len(fields)} fields",
+                            "reason": f"{len(fields)} fields where the header has {len(header)}"})
+            start = reader.line_num
+    return out
+
+
+def _data_lines(p: Path, n: int, ragged: set[int]) -> list[int]:
+    """The CSV line of each of the ``n`` data rows pandas read (a row's first
+    line; ragged lines and blank lines skipped, as the reader skipped them)."""
+    import csv
+
+    out = []
+    with p.open(newline="", errors="replace") as f:
+        reader = csv.reader(f)
+        next(reader, None)
+        prev = reader.line_num
+        for fields in reader:
+            first = prev + 1
+            prev = reader.line_num
+            if fields and first not in ragged:
+                out.append(first)
+    return out if len(out) == n else [i + 2 for i in range(n)]  # (a reader disagreement: positions)
 
 
 def skipped_row_warnings(csv_path: str | Path, skipped: list[dict[str, Any]]) -> list[str]:
     """One line per row :func:`read_rows` skipped."""
-    return [f"{csv_path}: line {s['line']}: {s['column']}: not a number: {s['value']!r}; row skipped"
+    return [f"{csv_path}: line {s['line']}: {s['reason']}; row skipped" if s["column"] == "(row)" else
+            f"{csv_path}: line {s['line']}: {s['column']}: not a number: {s['value']!r}; row skipped"
             for s in skipped]
 
 
