@@ -74,7 +74,7 @@ PRIOR: dict[str, float] = {"cpu_step_overhead_s": 1e-3, "cpu_seq_overhead_s": 20
 MAX_ROUNDS = 10
 #: TPOT's log error weighs 3x TTFT's (their MAPE targets, 30 % and 10 %).
 TPOT_WEIGHT = 3.0
-#: Fewer fit rows than this: the engine is not fitted in that fold (median of the others).
+#: Fewer fit rows than this: the engine is not fitted in that fold (:data:`FALLBACK`).
 MIN_FIT_ROWS = 10
 #: scheme -> the row column (or function) whose value is a row's group.
 SCHEMES: dict[str, str] = {"model": "model_path", "system": "system", "campaign": "campaign"}
@@ -403,7 +403,7 @@ def conformal_intervals(rows: Sequence[dict], res: dict, schemes: Sequence[str],
     over every residual (rho = 0) covered 74 % (TTFT) / 77 % (TPOT) of held-out
     groups' rows, each group the same (rho = 1, the CDF pooling of Dunn,
     Wasserman, Ramdas, JASA 2023) 83 % / 87 %; with rho estimated (0.2 to 0.35
-    but vLLM TTFT's 0.02), 76 % / 85 %. An engine
+    but vLLM TTFT's 0.02), 76 % / 84 %. An engine
     with fewer than ``min_rows`` residuals takes every engine's. Coverage is
     measured one level further out: for each group of each scheme, the
     quantiles from the residuals of the rows outside that group only, widened

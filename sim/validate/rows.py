@@ -85,9 +85,10 @@ Each row is simulated as it was run (:func:`row_overrides`):
 
 Rows that cannot be simulated (unknown model, backend or precision; weights
 that do not fit) are kept with ``status`` ``error`` / ``infeasible`` and the
-reason. Rows with a shape or measurement cell that is not a number are
-skipped, counted (``num_skipped_rows``) and listed (``skipped_rows``) with
-their CSV line, column and value. Rows run in parallel processes.
+reason. Rows with a shape or measurement cell that is not a number, and
+lines whose field count is not the header's, are skipped, counted
+(``num_skipped_rows``) and listed (``skipped_rows``) with their CSV line,
+column and value. Rows run in parallel processes.
 """
 
 from __future__ import annotations
