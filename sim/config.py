@@ -540,6 +540,14 @@ def check_known_keys(d: dict, source: str, prefix: str = "") -> None:
             raise ConfigError(f"{source}: unknown config key '{full}'{hint}")
         if k == "workload" and not prefix and isinstance(v, dict):
             check_known_keys(v, source, "workload.")
+        if k == "disaggregation" and not prefix and isinstance(v, dict):
+            known = list(DisaggregationConfig.model_fields)
+            for dk in v:
+                if dk not in known:
+                    close = difflib.get_close_matches(str(dk), known, n=3)
+                    hint = (f"did you mean {', '.join(f'disaggregation.{c}' for c in close)}?" if close
+                            else f"valid keys: {', '.join(known)}")
+                    raise ConfigError(f"{source}: unknown config key 'disaggregation.{dk}'; {hint}")
 
 
 def read_yaml(path: str | Path, what: str = "config file") -> dict:

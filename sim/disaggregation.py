@@ -68,6 +68,8 @@ a worker is then a DP group of ``data_parallel_size`` attention ranks of
 
 from __future__ import annotations
 
+import difflib
+
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
@@ -145,9 +147,13 @@ class DisaggregationConfig(BaseModel):
     def _pool_keys(cls, v: dict) -> dict:
         for k in v:
             if k not in POOL_KEYS:
-                why = ("is the deployment's, set it at the top level" if k in _DEPLOYMENT_KEYS
-                       else "is not an engine key a pool may override")
-                raise ValueError(f"{k}: {why}; a pool overrides: {', '.join(POOL_KEYS)}")
+                if k in _DEPLOYMENT_KEYS:
+                    raise ValueError(f"{k}: is the deployment's, set it at the top level; a pool overrides: "
+                                     f"{', '.join(POOL_KEYS)}")
+                close = difflib.get_close_matches(str(k), POOL_KEYS, n=3)
+                hint = (f"did you mean {', '.join(close)}?" if close
+                        else f"a pool overrides: {', '.join(POOL_KEYS)}")
+                raise ValueError(f"{k}: is not an engine key a pool may override; {hint}")
         return v
 
     @property

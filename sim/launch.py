@@ -4,7 +4,8 @@ the winner).
 
 - ``vllm`` (also a config without ``engine``, which has vLLM's behaviour):
   ``vllm serve MODEL --tensor-parallel-size … --max-num-seqs … --max-num-batched-tokens …``
-  (flags from ``vllm/engine/arg_utils.py``; ``num_replicas`` → ``--data-parallel-size``);
+  (flags from ``vllm/engine/arg_utils.py``; ``num_replicas`` → ``--data-parallel-size``, but for
+  an MoE model, whose DP ranks step in lockstep, one command per replica);
 - ``sglang``: ``python -m sglang.launch_server --model-path MODEL --tp … --max-running-requests …
   --chunked-prefill-size … --mem-fraction-static …`` (``server_args.py``; replicas → ``--dp``);
 - ``trtllm``: ``trtllm-serve MODEL --backend pytorch --tp_size … --max_batch_size …
@@ -29,6 +30,7 @@ KV memory.
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,6 +113,27 @@ class Launch:
         return "\n".join(lines) + "\n"
 
 
+_HUB_FILE = re.compile(r"^([A-Za-z0-9][\w.-]*)--([\w.-]+?)(?:_config)?\.json$")
+_HUB_DIR = re.compile(r"^models--([A-Za-z0-9][\w.-]*)--([\w.-]+)$")
+
+
+def hub_id_of_path(model: str) -> str | None:
+    """The Hugging Face id a local ``config.json`` path names, where its path
+    says it: a Hub cache directory (``.../models--ORG--NAME/snapshots/<rev>/config.json``,
+    huggingface_hub's cache layout) or a file named ``ORG--NAME_config.json``
+    (the same convention, e.g. ``../shared/models/``); None for anything else
+    (an engine cannot serve a config file: the launch line needs the checkpoint)."""
+    if not model.endswith(".json"):
+        return None
+    path = model.replace("\\", "/").split("/")
+    for part in reversed(path[:-1]):
+        m = _HUB_DIR.match(part)
+        if m:
+            return f"{m.group(1)}/{m.group(2)}"
+    m = _HUB_FILE.match(path[-1])
+    return f"{m.group(1)}/{m.group(2)}" if m else None
+
+
 def model_checkpoint(model: str, quantization: str | None) -> tuple[str, bool]:
     """The Hugging Face id to serve for servesim's ``model`` (a preset name → its
     Instruct id; an id or path as given) and whether it is a checkpoint already in
@@ -119,7 +142,7 @@ def model_checkpoint(model: str, quantization: str | None) -> tuple[str, bool]:
 
     hit = _alias_index().get(str(model).lower())
     if hit is None:
-        return str(model), False
+        return hub_id_of_path(str(model)) or str(model), False
     key, q = hit
     entry = _presets()[key]
     if quantization:
@@ -316,6 +339,16 @@ def _precision(cfg: dict[str, Any], engine: str, launch: Launch) -> tuple[str, l
     return model, flags
 
 
+def _is_moe(cfg: dict[str, Any]) -> bool:
+    """Whether the config's model has routed experts (False if it cannot be read here)."""
+    from sim.model_spec import get_model  # noqa: PLC0415
+
+    try:
+        return bool(get_model(cfg["model"]).is_moe)
+    except Exception:  # noqa: BLE001 (the launch line is written whatever the model file says)
+        return False
+
+
 def _replicas_note(la: Launch, cfg: dict[str, Any]) -> None:
     """``num_replicas`` independent copies of the command (each its own GPUs) behind a load balancer."""
     n = cfg.get("num_replicas", 1)
@@ -332,6 +365,11 @@ def _vllm(cfg: dict[str, Any]) -> Launch:
     dp, reps = cfg.get("data_parallel_size", 1), cfg.get("num_replicas", 1)
     if dp > 1:
         a += ["--data-parallel-size", str(dp)]
+        _replicas_note(la, cfg)
+    elif reps > 1 and _is_moe(cfg):
+        # vLLM's data-parallel ranks of an MoE model step in lockstep (an idle rank runs dummy
+        # forwards for the experts' collectives: docs/serving/data_parallel_deployment.md), not as
+        # the independent replicas simulated
         _replicas_note(la, cfg)
     elif reps > 1:  # independent replicas: vLLM's data parallelism of whole engines
         a += ["--data-parallel-size", str(reps)]

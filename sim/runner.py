@@ -107,7 +107,9 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
         pools = dep.disagg
         summary.update(pool_summary(result.requests, result.steps, duration=summary["duration"],
                                     num_workers={"prefill": pools.prefill.cfg.num_replicas,
-                                                 "decode": pools.decode.cfg.num_replicas}))
+                                                 "decode": pools.decode.cfg.num_replicas},
+                                    ranks_per_worker={"prefill": pools.prefill.layout.data_parallel_size,
+                                                      "decode": pools.decode.layout.data_parallel_size}))
         tp_p, tp_d = pools.prefill.cfg.tensor_parallel_size, pools.decode.cfg.tensor_parallel_size
         summary["prefill_tensor_parallel_size"], summary["decode_tensor_parallel_size"] = tp_p, tp_d
         summary["num_gpus"] = pools.prefill.num_gpus + pools.decode.num_gpus  # workers x DP ranks x TP

@@ -225,7 +225,10 @@ def test_agg_default_is_unchanged_by_the_key():
 
 @pytest.mark.parametrize("dis, extra, match", [
     ({"prefill": {"model": "x"}}, {}, r"disaggregation.prefill: model: is the deployment's"),
-    ({"decode": {"max_num_seq": 4}}, {}, r"disaggregation.decode: max_num_seq: is not an engine key"),
+    ({"decode": {"max_num_seq": 4}}, {}, r"disaggregation.decode: max_num_seq: is not an engine key a pool may "
+                                          r"override; did you mean max_num_seqs\?"),
+    ({"num_prefil_workers": 2}, {}, r"unknown config key 'disaggregation.num_prefil_workers'; did you mean "
+                                    r"disaggregation.num_prefill_workers"),
     ({"num_decode_workers": 0}, {}, r"disaggregation.num_decode_workers"),
     ({"decode": {"scheduler": "static"}}, {}, r"disaggregation.decode.scheduler: 'static'"),
     ({"decode": {"tensor_parallel_size": 3}}, {}, r"disaggregation.decode: tensor_parallel_size must be a power"),

@@ -164,6 +164,12 @@ def test_conservation_and_determinism_with_dp_pools(moe_path):
     assert a.summary["decode_max_kv_cache_usage"] > 0.5  # the small decode ranks are exercised
     assert a.summary["num_gpus"] == 2 * 2 + 4  # workers x DP ranks x TP 1
     assert a.summary["decode_parallel_layout"] == "attention DP 4 x TP 1, experts EP 4 x TP 1 = 4 GPUs"
+    # utilisation: each pool's busy time (every rank records its group's steps) over its engines
+    # (workers x DP ranks) x the run's duration, at most 1
+    for p, engines in (("prefill", 2 * 2), ("decode", 1 * 4)):
+        busy = steps["step_time_s"][steps["pool"] == p].sum()
+        assert a.summary[f"{p}_utilization"] == busy / (a.summary["duration"] * engines)
+        assert 0 < a.summary[f"{p}_utilization"] <= 1
 
 
 def test_non_dp_disagg_has_no_rank_columns(moe_path):

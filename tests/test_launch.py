@@ -34,6 +34,30 @@ def _flags(argv: list[str]) -> dict[str, str | None]:
     return out
 
 
+def test_vllm_replicas_of_an_moe_model_are_separate_commands():
+    """vLLM's data-parallel ranks of an MoE model step in lockstep (dummy forwards on idle
+    ranks; the experts form one DP x TP group), not as the independent replicas simulated:
+    one command per replica, said so; a dense model keeps --data-parallel-size."""
+    _, la = _launch("engine=vllm", "model=qwen3-30b-a3b", "tensor_parallel_size=2", "num_replicas=3")
+    assert "--data-parallel-size" not in la.argv
+    assert any(n.startswith("3 replicas: run this command 3 times") for n in la.notes)
+    _, dense = _launch("engine=vllm", "tensor_parallel_size=2", "num_replicas=3")
+    assert _flags(dense.argv)["--data-parallel-size"] == "3"
+
+
+def test_a_config_path_launches_the_checkpoint_its_path_names():
+    """An engine serves a checkpoint, not a config.json: a Hub cache path or an ORG--NAME_config.json
+    file names its id; another path is kept as given."""
+    from sim.launch import hub_id_of_path, model_checkpoint
+
+    assert hub_id_of_path("/m/Qwen--Qwen3-30B-A3B_config.json") == "Qwen/Qwen3-30B-A3B"
+    assert hub_id_of_path("/hf/models--deepseek-ai--DeepSeek-V3/snapshots/0a1b/config.json") == \
+        "deepseek-ai/DeepSeek-V3"
+    assert hub_id_of_path("/m/config.json") is None and hub_id_of_path("llama-3.1-8b") is None
+    assert model_checkpoint("/m/Qwen--Qwen3-30B-A3B_config.json", None) == ("Qwen/Qwen3-30B-A3B", False)
+    assert model_checkpoint("/m/my_model.json", None) == ("/m/my_model.json", False)
+
+
 def test_vllm_serve_carries_the_resolved_values():
     cfg, la = _launch("engine=vllm", "max_num_seqs=64", "max_num_batched_tokens=2048", "tensor_parallel_size=2",
                       "max_model_len=8192", "kv_cache_dtype=fp8", "num_replicas=3", "policy=priority")

@@ -20,18 +20,29 @@ def _fmt(v, nd=2) -> str:
     return f"{v:,}" if isinstance(v, int) else str(v)
 
 
+def _layout_is_more_than_tp(lay, cfg) -> bool:
+    """A layout the TP size alone does not say: attention DP ranks or expert parallelism."""
+    return lay is not None and (lay.num_gpus != cfg.tensor_parallel_size or getattr(lay, "moe_ep_size", 1) > 1)
+
+
+def _pool_shape(pool) -> str:
+    """One worker of a disaggregated pool: ``TP8``, or its whole layout (DP ranks, EP)."""
+    lay = getattr(pool, "layout", None)
+    return f"({lay.describe()})" if _layout_is_more_than_tp(lay, pool.cfg) else f"TP{pool.cfg.tensor_parallel_size}"
+
+
 def print_run_summary(s: dict, dep) -> None:
     cfg = dep.cfg
     pools = getattr(dep, "disagg", None)
     lay = getattr(dep, "layout", None)
     if pools is None:
-        shape = (f"{cfg.num_replicas}x({lay.describe()})" if lay is not None
-                 and lay.num_gpus != cfg.tensor_parallel_size else f"{cfg.num_replicas}x{cfg.tensor_parallel_size}")
+        shape = (f"{cfg.num_replicas}x({lay.describe()})" if _layout_is_more_than_tp(lay, cfg)
+                 else f"{cfg.num_replicas}x{cfg.tensor_parallel_size}")
         where = f"{shape} {cfg.hardware}, scheduler={cfg.scheduler}"
     else:
-        p, d = pools.prefill.cfg, pools.decode.cfg
-        where = (f"{p.num_replicas}P x TP{p.tensor_parallel_size} {p.hardware} ({p.scheduler}) + "
-                 f"{d.num_replicas}D x TP{d.tensor_parallel_size} {d.hardware} ({d.scheduler}), "
+        p, d = pools.prefill, pools.decode
+        where = (f"{p.cfg.num_replicas}P x {_pool_shape(p)} {p.cfg.hardware} ({p.cfg.scheduler}) + "
+                 f"{d.cfg.num_replicas}D x {_pool_shape(d)} {d.cfg.hardware} ({d.cfg.scheduler}), "
                  f"KV over {pools.transfer.link}")
     t = Table(title=f"servesim run: {cfg.model} on {where}", show_header=False)
     t.add_column("metric")

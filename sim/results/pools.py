@@ -1,8 +1,9 @@
 """Per-pool metrics of a disaggregated run (``summary.json``): each pool's
 utilisation, KV usage, queue and batch, and the KV transfer's times.
 
-``{pool}_utilization``: the pool's engine-busy time over its workers × the
-run's duration (first send → last completion); ``{pool}_mean_kv_cache_usage``
+``{pool}_utilization``: the pool's engine-busy time over its engines (workers
+× attention-DP ranks, each busy its group's steps) × the run's duration (first
+send → last completion); ``{pool}_mean_kv_cache_usage``
 and the other means are time averages over the pool's steps (as the run-wide
 keys are over all steps). Transfer keys are over the measured requests that
 were transferred: ``kv_transfer_ms`` (on the link), ``kv_transfer_queue_ms``
@@ -19,14 +20,16 @@ POOLS = ("prefill", "decode")
 
 
 def pool_summary(req: dict[str, np.ndarray], steps: dict[str, np.ndarray], *, num_workers: dict[str, int],
-                 duration: float) -> dict:
+                 duration: float, ranks_per_worker: dict[str, int] | None = None) -> dict:
+    """``ranks_per_worker``: a pool's attention data-parallel ranks per worker
+    (each rank records its own steps, the group's steps once per rank)."""
     out: dict = {f"num_{p}_workers": num_workers[p] for p in POOLS}
     pool_col = steps["pool"]
     for p in POOLS:
         m = pool_col == p
         dt = steps["step_time_s"][m]
         busy = float(dt.sum())
-        span = duration * num_workers[p]
+        span = duration * num_workers[p] * (ranks_per_worker or {}).get(p, 1)
         out[f"{p}_utilization"] = busy / span if span > 0 and np.isfinite(span) else float("nan")
         if busy > 0:
             w = dt / busy
