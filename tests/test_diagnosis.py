@@ -317,6 +317,19 @@ def test_compare_winners_names_winner_and_factor():
     assert lines[-1] == "Overall: a wins 2 of 3 metrics."
 
 
+def test_compare_winners_per_gpu_when_gpu_counts_differ():
+    """a: 3,000 tok/s on 6 GPUs (500 per GPU), b: 2,400 on 4 (600): a wins the throughput,
+    b is better per GPU; said, not counted as a win. Same GPU counts: no such line."""
+    a = _summ("a", output_throughput=3000.0, num_gpus=6, request_goodput=None)
+    b = _summ("b", output_throughput=2400.0, num_gpus=4, request_goodput=None)
+    lines = compare_winners({"a": a, "b": b})
+    assert lines[-1] == ("The variants run on different GPU counts: output throughput per GPU "
+                         "b 600 tok/s (4 GPUs), a 500 tok/s (6 GPUs).")
+    assert "Output throughput: a wins" in lines[0]
+    b4 = _summ("b", output_throughput=2400.0, num_gpus=6, request_goodput=None)
+    assert not any("GPU counts" in x for x in compare_winners({"a": a, "b": b4}))
+
+
 def test_compare_winners_single_variant_is_empty():
     assert compare_winners({"a": _summ("a", request_throughput=1.0)}) == []
 

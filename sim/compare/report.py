@@ -43,6 +43,7 @@ CAPTIONS = {
 }
 
 TABLE = (  # (header, summary key (None: KV usage), decimals (None: by magnitude))
+    ("GPUs", "num_gpus", 0),  # what each variant costs: a winner on more GPUs is not a like-for-like win
     ("req/s", "request_throughput", 2),
     ("output tok/s", "output_throughput", None),
     ("TTFT p50 (ms)", "median_ttft_ms", None),

@@ -94,7 +94,24 @@ def _ranking(variants: dict[str, VariantData]) -> tuple[list[str], dict[str, int
     tally = sorted(((c, n) for n, c in wins.items() if c), reverse=True)
     if tally:
         lines.append("Overall: " + ", ".join(f"{n} wins {c} of {num_metrics} metrics" for c, n in tally) + ".")
+    per_gpu = _per_gpu_line(variants)
+    if per_gpu:
+        lines.append(per_gpu)
     return lines, wins
+
+
+def _per_gpu_line(variants: dict[str, VariantData]) -> str | None:
+    """Where the variants run on different GPU counts (``num_gpus``), a win is not
+    like for like: the output throughput per GPU, best first (not counted as a win)."""
+    gpus = {n: v.summary.get("num_gpus") for n, v in variants.items()}
+    tput = {n: v.summary.get("output_throughput") for n, v in variants.items()}
+    ok = {n: tput[n] / g for n, g in gpus.items()
+          if isinstance(g, (int, float)) and g > 0 and isinstance(tput[n], (int, float)) and np.isfinite(tput[n])}
+    if len(ok) < 2 or len({gpus[n] for n in ok}) < 2:
+        return None
+    ranked = sorted(ok, key=lambda n: -ok[n])
+    return ("The variants run on different GPU counts: output throughput per GPU "
+            + ", ".join(f"{n} {_val(ok[n], 'tok/s')} ({gpus[n]:g} GPUs)" for n in ranked) + ".")
 
 
 def _better_ratio(best: float, other: float, higher: bool) -> float:
