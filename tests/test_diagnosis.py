@@ -323,7 +323,7 @@ def test_compare_winners_per_gpu_when_gpu_counts_differ():
     a = _summ("a", output_throughput=3000.0, num_gpus=6, request_goodput=None)
     b = _summ("b", output_throughput=2400.0, num_gpus=4, request_goodput=None)
     lines = compare_winners({"a": a, "b": b})
-    assert lines[-1] == ("The variants run on different GPU counts: output throughput per GPU "
+    assert lines[-1] == ("The variants run on different GPU counts: output throughput per GPU at this load "
                          "b 600 tok/s (4 GPUs), a 500 tok/s (6 GPUs).")
     assert "Output throughput: a wins" in lines[0]
     b4 = _summ("b", output_throughput=2400.0, num_gpus=6, request_goodput=None)

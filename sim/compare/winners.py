@@ -110,7 +110,7 @@ def _per_gpu_line(variants: dict[str, VariantData]) -> str | None:
     if len(ok) < 2 or len({gpus[n] for n in ok}) < 2:
         return None
     ranked = sorted(ok, key=lambda n: -ok[n])
-    return ("The variants run on different GPU counts: output throughput per GPU "
+    return ("The variants run on different GPU counts: output throughput per GPU at this load "
             + ", ".join(f"{n} {_val(ok[n], 'tok/s')} ({gpus[n]:g} GPUs)" for n in ranked) + ".")
 
 
