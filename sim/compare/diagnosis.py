@@ -407,14 +407,16 @@ def _transfer_bound(v: VariantData) -> Finding | None:
     bw = v.summary.get("kv_transfer_bandwidth_bytes_per_s")
     evidence = (f"{len(tr):,} transfers of {float(tr['kv_transfer_bytes'].mean()) / 2**20:,.0f} MiB on average "
                 f"took {_ms(float(x.mean()))} (p99 {_ms(p99x)}) on {link}"
-                + (f" at {bw / 1e9:,.0f} GB/s per transfer" if isinstance(bw, (int, float)) else "")
+                + (f" at {bw / 1e9:,.3g} GB/s per transfer" if isinstance(bw, (int, float)) else "")
                 + f", after {_ms(float(q.mean()))} (p99 {_ms(p99q)}) queued for the link; the prefill workers' links "
                 f"were busy {_pct(busy)} of the run; link queue + transfer is {_pct(share)} of the time from send "
                 "to the KV reaching the decode worker")
+    in_domain = v.summary.get("kv_transfer_link") == "nvlink"
     cause = ("Transfer-bound: moving each prompt's KV from the prefill to the decode pool is slow or queued "
-             "(prompts finishing prefill together wait for the prefill worker's NIC). Placing prefill and decode "
-             "in one NVLink domain, faster NICs, an fp8 KV cache (half the bytes), layer-wise transfer "
-             "(kv_transfer_layerwise) or more prefill workers (more NICs) would cut it.")
+             "(prompts finishing prefill together wait for the prefill worker's link). "
+             + ("A faster link" if in_domain else "Placing prefill and decode in one NVLink domain, faster NICs")
+             + ", an fp8 KV cache (half the bytes), layer-wise transfer "
+             "(kv_transfer_layerwise) or more prefill workers (more links) would cut it.")
     sev = "high" if busy >= 0.8 or share >= 0.5 else "medium"
     return Finding("transfer_bound", f"KV transfer between pools dominates the hand-off (link busy {_pct(busy)})",
                    cause, evidence + ".", sev)

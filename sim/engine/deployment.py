@@ -135,8 +135,9 @@ def _kv_transfer(cfg: SimConfig, p: Deployment, dd: Deployment) -> KVTransferSpe
             net = hw.network
             sides.append((net.bandwidth_bytes_per_s if net else 0.0, net.latency_s if net else 0.0,
                           net.name if net else "network"))
-    if d.kv_transfer_bandwidth_bytes_per_s is not None:
-        sides = [(d.kv_transfer_bandwidth_bytes_per_s, lat, name) for _, lat, name in sides]
+    if d.kv_transfer_bandwidth_bytes_per_s is not None:  # (the link's name no longer gives its speed)
+        per_gpu = f"{d.kv_transfer_bandwidth_bytes_per_s / 1e9:,.3g} GB/s per GPU as set"
+        sides = [(d.kv_transfer_bandwidth_bytes_per_s, lat, f"{link} at {per_gpu}") for _, lat, _ in sides]
     if d.kv_transfer_latency_s is not None:
         sides = [(bw, d.kv_transfer_latency_s, name) for bw, _, name in sides]
     bw = min(tp_p * sides[0][0], tp_d * sides[1][0])
