@@ -198,7 +198,9 @@ def plan_headroom(plans: list[CandidatePlan]) -> list[str]:
                    f"{r['mean_ttft_ms']:,.0f} ms (80 % interval {r['mean_ttft_ms_lo']:,.0f}-"
                    f"{r['mean_ttft_ms_hi']:,.0f} ms) and mean TPOT {r['mean_tpot_ms']:,.1f} ms "
                    f"({r['mean_tpot_ms_lo']:,.1f}-{r['mean_tpot_ms_hi']:,.1f} ms), from cross-validated "
-                   "residuals (reports/validation): an SLO near the upper end may not hold on the real system")
+                   "residuals of measured means (reports/validation): an SLO near the upper end may not hold "
+                   "on the real system; a percentile SLO (p99) is judged on the simulated percentile, which "
+                   "no measured row checks")
     return out
 
 
