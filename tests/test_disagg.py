@@ -183,6 +183,11 @@ def test_resharding_tp4_prefill_to_tp2_decode_bytes_and_bandwidth():
     assert t.kv_bytes_per_token == KV_PER_TOKEN
     assert t.bandwidth_bytes_per_s == 2 * BW  # min(4 sender NICs, 2 receiver NICs)
     assert t.time_s(1000) == pytest.approx(LAT + 1000 * KV_PER_TOKEN / (2 * BW))
+    # summary.json: the pair's bandwidth under its own name (the config key is per GPU), and a
+    # bandwidth set by hand names the link with that speed
+    d = t.describe()
+    assert d["kv_transfer_pair_bandwidth_bytes_per_s"] == 2 * BW and "kv_transfer_bandwidth_bytes_per_s" not in d
+    assert d["kv_transfer_link_name"] == f"network at {BW / 1e9:,.3g} GB/s per GPU as set"
 
 
 def test_llama70b_tp8_prefill_to_tp4_decode_on_h100():

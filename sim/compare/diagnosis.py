@@ -404,7 +404,7 @@ def _transfer_bound(v: VariantData) -> Finding | None:
     if not (busy >= LINK_BUSY_HIGH or share >= TRANSFER_SHARE):
         return None
     link = v.summary.get("kv_transfer_link_name") or v.summary.get("kv_transfer_link") or "the link"
-    bw = v.summary.get("kv_transfer_bandwidth_bytes_per_s")
+    bw = v.summary.get("kv_transfer_pair_bandwidth_bytes_per_s")
     evidence = (f"{len(tr):,} transfers of {float(tr['kv_transfer_bytes'].mean()) / 2**20:,.0f} MiB on average "
                 f"took {_ms(float(x.mean()))} (p99 {_ms(p99x)}) on {link}"
                 + (f" at {bw / 1e9:,.3g} GB/s per transfer" if isinstance(bw, (int, float)) else "")

@@ -66,7 +66,9 @@ class KVTransferSpec:
         return self.latency_s + self.overhead_s + w
 
     def describe(self) -> dict:
+        """``summary.json``'s transfer keys; the bandwidth is one transfer's over every GPU of
+        the pair (not the per-GPU ``disaggregation.kv_transfer_bandwidth_bytes_per_s``)."""
         return {"kv_transfer_link": self.link, "kv_transfer_link_name": self.link_name,
-                "kv_transfer_bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
+                "kv_transfer_pair_bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
                 "kv_transfer_latency_s": self.latency_s, "kv_transfer_overhead_s": self.overhead_s,
                 "kv_transfer_layerwise": self.layerwise, "kv_transfer_bytes_per_token": self.kv_bytes_per_token}
