@@ -652,17 +652,20 @@ def _ragged_lines(p: Path) -> list[dict[str, Any]]:
     import csv
 
     out = []
-    with p.open(newline="", errors="replace") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
-            return []
-        start = reader.line_num
-        for fields in reader:
-            if fields and len(fields) != len(header):
-                out.append({"line": start + 1, "column": "(row)", "value": f"{len(fields)} fields",
-                            "reason": f"{len(fields)} fields where the header has {len(header)}"})
+    try:
+        with p.open(newline="", errors="replace") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if header is None:
+                return []
             start = reader.line_num
+            for fields in reader:
+                if fields and len(fields) != len(header):
+                    out.append({"line": start + 1, "column": "(row)", "value": f"{len(fields)} fields",
+                                "reason": f"{len(fields)} fields where the header has {len(header)}"})
+                start = reader.line_num
+    except csv.Error:  # (a file the csv module cannot split: the CSV reader below names what is wrong)
+        return []
     return out
 
 
@@ -672,15 +675,18 @@ def _data_lines(p: Path, n: int, ragged: set[int]) -> list[int]:
     import csv
 
     out = []
-    with p.open(newline="", errors="replace") as f:
-        reader = csv.reader(f)
-        next(reader, None)
-        prev = reader.line_num
-        for fields in reader:
-            first = prev + 1
+    try:
+        with p.open(newline="", errors="replace") as f:
+            reader = csv.reader(f)
+            next(reader, None)
             prev = reader.line_num
-            if fields and first not in ragged:
-                out.append(first)
+            for fields in reader:
+                first = prev + 1
+                prev = reader.line_num
+                if fields and first not in ragged:
+                    out.append(first)
+    except csv.Error:
+        out = []
     return out if len(out) == n else [i + 2 for i in range(n)]  # (a reader disagreement: positions)
 
 
