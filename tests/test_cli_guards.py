@@ -52,9 +52,17 @@ def test_plan_counts_attention_dp_gpus():
     assert row["num_gpus"] == 3 * 2 * 4
 
 
-def test_kv_refuses_a_disaggregated_config_rather_than_show_one_pool_unlabelled():
+def test_kv_shows_each_pool_of_a_disaggregated_config_labelled():
+    """Prefill TP 4 and decode TP 8 (llama-3.1-8b on h100_sxm): one table per pool, each named,
+    each with its own TP; the decode pool's rank holds 8 KV heads / 8 = 1 head: 16,384 B per token
+    (32 layers x 2 x 1 x 128 x 2 B), the prefill pool's 2 heads: 32,768 B."""
     r = cli("kv", "--set", "tensor_parallel_size=4", "--set", "disaggregation.decode.tensor_parallel_size=8")
-    assert r.returncode == 2 and "shows one engine's KV cache; for a disaggregated deployment run it per pool" in r.stderr
+    assert r.returncode == 0, r.stderr
+    out = " ".join(r.stdout.split())
+    assert "KV cache of the prefill pool (1 worker(s)): llama-3.1-8b on h100_sxm, TP=4" in out
+    assert "KV cache of the decode pool (1 worker(s)): llama-3.1-8b on h100_sxm, TP=8" in out
+    pre, dec = out.split("KV cache of the decode pool")
+    assert "kv_bytes_per_token │ 32,768" in pre and "kv_bytes_per_token │ 16,384" in dec
 
 
 def test_nvlink_is_refused_between_different_gpus_and_beyond_one_domain():

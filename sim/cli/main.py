@@ -234,23 +234,37 @@ def kv(
 
     The whole config is checked as run checks it, the workload included (its trace
     file and rows, its lengths), though the numbers depend on the engine keys only:
-    a config run refuses, kv refuses."""
+    a config run refuses, kv refuses. A disaggregated config shows each pool's
+    engine (its workers' KV caches are their own)."""
     from sim.config import build_config
-    from sim.kv_cache.sizing import KV_MEMORY_RULE_FORMULAS, kv_report
     from sim.cli.tables import print_kv_report
     from sim.runner import prepare
 
     cfg = build_config(config, _overrides(model=model, hardware=hardware), set_)
-    if cfg.disaggregation is not None:  # one table is one engine's KV cache: name the pool to show
-        raise ServesimError("kv: shows one engine's KV cache; for a disaggregated deployment run it per pool "
-                          "with that pool's keys (e.g. --set tensor_parallel_size=8 for the decode pool), "
-                          "without the disaggregation keys")
     dep, _ = prepare(cfg)  # (the requests are generated only to check the workload)
     for n in length or ():
         if n < 1:
             raise ServesimError(f"--length: must be a number of tokens >= 1, got {n}")
-    lengths = tuple(length) if length else (1024, 4096, dep.limits.max_model_len)
+    # a disaggregated deployment: each pool's engine has its own KV cache (one table per pool)
+    pools = ([("", dep)] if dep.disagg is None else
+             [(f"prefill pool ({dep.disagg.prefill.cfg.num_replicas} worker(s))", dep.disagg.prefill),
+              (f"decode pool ({dep.disagg.decode.cfg.num_replicas} worker(s))", dep.disagg.decode)])
+    for label, pd in pools:
+        print_kv_report(_kv_rows(pd, length), pd, label)
+    from sim.presets import version_warning
+
+    vw = version_warning(cfg.engine, cfg.engine_version)  # as run warns (sim/results/warnings.py)
+    if vw:
+        typer.echo(f"warning: {vw}", err=True)
+
+
+def _kv_rows(dep, length: list[int] | None) -> dict:
+    """``servesim kv``'s quantities for one engine (an aggregated deployment or one pool)."""
     from sim.cost_model.parallel import layout_report
+    from sim.kv_cache.sizing import KV_MEMORY_RULE_FORMULAS, kv_report
+
+    cfg = dep.cfg
+    lengths = tuple(length) if length else (1024, 4096, dep.limits.max_model_len)
     rep = kv_report(dep.sizing, lengths=lengths, kv_allocation=cfg.kv_allocation,
                     contiguous_reserve=cfg.contiguous_reserve)
     # the memory rule, stated beside f (``gpu_memory_utilization``: each engine's own name in the formula)
@@ -259,17 +273,11 @@ def kv(
         rows[k] = v
         if k == "gpu_memory_utilization":
             rows["kv_memory_rule"] = f"{cfg.kv_memory_rule}: {KV_MEMORY_RULE_FORMULAS[cfg.kv_memory_rule]}"
-    rep = rows
     if dep.layout.num_gpus > 1 or dep.model.is_moe:  # DP x TP x EP, per-GPU weights
-        rep.update(layout_report(dep.model, dep.layout, dep.cfg.quantization))
+        rows.update(layout_report(dep.model, dep.layout, cfg.quantization))
         if dep.layout.attention_dp:  # each attention rank has its own KV cache
-            rep["kv_cache_tokens_per_dp_group"] = rep["kv_cache_tokens"] * dep.layout.data_parallel_size
-    print_kv_report(rep, dep)
-    from sim.presets import version_warning
-
-    vw = version_warning(cfg.engine, cfg.engine_version)  # as run warns (sim/results/warnings.py)
-    if vw:
-        typer.echo(f"warning: {vw}", err=True)
+            rows["kv_cache_tokens_per_dp_group"] = rows["kv_cache_tokens"] * dep.layout.data_parallel_size
+    return rows
 
 
 @app.command()

@@ -101,11 +101,12 @@ def print_run_summary(s: dict, dep) -> None:
     )
 
 
-def print_kv_report(rep: dict, dep) -> None:
+def print_kv_report(rep: dict, dep, label: str = "") -> None:
+    """``servesim kv``'s table of one engine; ``label``: which pool of a disaggregated deployment."""
     cfg = dep.cfg
     lay = getattr(dep, "layout", None)
-    tp = lay.describe() if lay is not None and lay.num_gpus != cfg.tensor_parallel_size else f"TP={cfg.tensor_parallel_size}"
-    t = Table(title=f"KV cache: {cfg.model} on {cfg.hardware}, {tp}, "
+    tp = lay.describe() if _layout_is_more_than_tp(lay, cfg) else f"TP={cfg.tensor_parallel_size}"
+    t = Table(title=f"KV cache{' of the ' + label if label else ''}: {cfg.model} on {cfg.hardware}, {tp}, "
                     f"kv_cache_dtype={cfg.kv_cache_dtype}, block_size={cfg.block_size} "
                     f"(bytes, GiB and blocks per GPU rank)", show_header=False)
     t.add_column("quantity")
