@@ -162,7 +162,8 @@ def compare(variants: Iterable[str] | Mapping[str, Mapping[str, Any]] | None = N
             **keys: Any) -> Comparison:
     """Run variants of one base config on the identical request stream (as
     ``servesim compare``). ``variants``: batching modes (``["static", "chunked"]``)
-    or ``{name: {key: value, ...}}``; default static, continuous and chunked.
+    or ``{name: {key: value, ...}}``; default static, continuous and chunked (with an
+    ``engine``: that engine's chunked prefill on and off).
     The base config takes the keyword arguments of :func:`simulate`; without a
     workload, the built-in ``code`` (as the command). ``workers`` > 1 runs the
     variants in processes."""
@@ -174,7 +175,7 @@ def compare(variants: Iterable[str] | Mapping[str, Mapping[str, Any]] | None = N
     if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
         raise ConfigError(f"servesim.compare(): workers: must be a whole number >= 1, got {workers!r}")
     if variants is None:
-        vs = variants_from_args(None, None, None)
+        vs = variants_from_args(None, None, None, engine=base.engine)
     elif isinstance(variants, Mapping):
         if not variants:
             raise ConfigError("servesim.compare(variants={}): no variant given; name at least one "

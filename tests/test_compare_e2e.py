@@ -167,3 +167,15 @@ def test_the_report_names_a_deployment_only_when_every_variant_shares_it(tmp_pat
         r = CliRunner().invoke(app, [*base, "--out", str(tmp_path / name), *variants])
         assert r.exit_code == 0, r.output
         assert want in (tmp_path / name / "report.md").read_text()
+
+
+def test_default_variants_of_an_engine_are_its_own_modes():
+    """With an engine preset, the default variants are the modes that engine offers (its
+    enable_chunked_prefill on / off), not static and continuous, which none does."""
+    from sim.compare.variants import variants_from_args
+
+    assert [(v.name, v.overrides) for v in variants_from_args(None, None, None, engine="sglang")] == [
+        ("prefill_first", {"scheduler": "prefill_first"}), ("prefill_first_whole", {"scheduler": "prefill_first_whole"})]
+    assert [v.name for v in variants_from_args(None, None, None, engine="vllm")] == ["chunked", "mixed"]
+    assert [v.name for v in variants_from_args(None, None, None)] == ["static", "continuous", "chunked"]
+    assert [v.name for v in variants_from_args("static", None, None, engine="vllm")] == ["static"]

@@ -32,7 +32,7 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
     wl = workload if workload is not None else (None if (has_trace or config) else DEFAULT_COMPARE_WORKLOAD)
     overrides = {k: v for k, v in {"model": model, "hardware": hardware, "seed": seed}.items() if v is not None}
     base = build_config(config, overrides, set_args, wl)
-    vs = variants_from_args(schedulers, variant_args, variants_file)
+    vs = variants_from_args(schedulers, variant_args, variants_file, engine=base.engine)
 
     bar = None
     if not quiet and sys.stderr.isatty():

@@ -197,7 +197,7 @@ def result_filename_default(summary: dict) -> str:
 def compare(
     config: Optional[Path] = typer.Argument(None, help="YAML config file with the base config."),
     schedulers: Optional[str] = typer.Option(None, help="Comma-separated batching modes to compare, one variant each "
-                                              "(default: static,continuous,chunked when no variant is given)."),
+                                              "(default when no variant is given: static,continuous,chunked; with --engine, that engine's chunked prefill on and off)."),
     variant: Optional[List[str]] = typer.Option(None, help='A variant: "NAME key=value ..." (repeatable).'),
     variants: Optional[Path] = typer.Option(None, help="YAML file: {NAME: {key: value, ...}, ...}."),
     model: Optional[str] = typer.Option(None, help="Model preset, HF id or config.json path (default: the config file's, else llama-3.1-8b)."),

@@ -104,10 +104,14 @@ def variants_from_mapping(data, source: str, label: str | None = None) -> list[V
 
 
 def variants_from_args(schedulers: str | None, variant_args: list[str] | None,
-                       variants_file: str | Path | None, *, schedulers_source: str = "--schedulers") -> list[Variant]:
+                       variants_file: str | Path | None, *, schedulers_source: str = "--schedulers",
+                       engine: str | None = None) -> list[Variant]:
     """The variants of ``--schedulers`` (batching modes, comma-separated; named in
     errors as ``schedulers_source``: the Python API names itself), ``--variant``
-    and ``--variants``; the three default batching modes when none is given."""
+    and ``--variants``; when none is given, the three textbook batching modes
+    (static, continuous, chunked), or with an ``engine`` preset the two that
+    engine offers: chunked prefill on and off (its ``enable_chunked_prefill``
+    modes, ``EnginePreset.chunked_alias``)."""
     variants: list[Variant] = []
     src = schedulers_source
     if schedulers is not None:
@@ -125,7 +129,13 @@ def variants_from_args(schedulers: str | None, variant_args: list[str] | None,
         if not from_file:
             raise ConfigError(f"--variants {variants_file}: the file defines no variant")
         variants.extend(from_file)
-    if not variants:
+    if not variants and engine:
+        from sim.presets import get_preset
+
+        alias = get_preset(engine).chunked_alias
+        variants = [Variant(alias[on], {"scheduler": alias[on]}, f"the default variants of engine {engine} "
+                            f"(enable_chunked_prefill {'on' if on else 'off'})") for on in (True, False)]
+    elif not variants:
         variants = [Variant(s, {"scheduler": s}, "the default variants") for s in ("static", "continuous", "chunked")]
     names = [v.name for v in variants]
     dup = {n for n in names if names.count(n) > 1}
