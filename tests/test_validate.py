@@ -84,7 +84,8 @@ def test_row_mapping():
 
 @pytest.mark.parametrize("cell,value,match", [
     ("tp_size", 2.5, "tp_size: must be a whole number >= 1, got 2.5"),
-    ("concurrency", 0, "concurrency: must be a whole number >= 1"),
+    ("concurrency", 0.0, "concurrency: must be a whole number >= 1, got 0$"),
+    ("isl", 2e8, r"isl: 200,000,000 is beyond what servesim simulates \(100,000,000\)"),
     ("osl", 1, "osl: 1 output token has no TPOT to score"),
     ("silicon_ttft_ms", -5.0, "silicon_ttft_ms: the measurement must be a positive number of ms, got -5.0"),
     ("silicon_tpot_ms", float("nan"), "silicon_tpot_ms: the measurement must be a positive"),

@@ -103,6 +103,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from sim.workload.lengths import MAX_LENGTH_TOKENS
 from sim.workload.client_phase import CLIENT_PHASE_SPREAD, PHASE_KEY, check_phase_spread, disperse_client_phases
 from sim.errors import ConfigError, InfeasibleError, ServesimError, require_file
 from sim.presets import MODELLED, PRESETS, version_warning
@@ -310,6 +311,11 @@ def aic_deploy_overrides(engine: str, isl: int, concurrency: int, version: str |
     return {"max_num_batched_tokens": budget, "max_num_seqs": concurrency}
 
 
+#: the longest lengths a row may ask for: the workload's own bound on the keys isl and osl become
+#: (``workload.input_len`` / ``output_len``: sim/workload/lengths.py)
+ROW_SHAPE_MAX = {"isl": MAX_LENGTH_TOKENS, "osl": MAX_LENGTH_TOKENS}
+
+
 def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
     """Config keys (dotted) that simulate one CSV row; ConfigError for bad cells.
     Its parallelism cells are read in the README's convention (:func:`recorded_parallelism`)."""
@@ -327,7 +333,9 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
         except (TypeError, ValueError):
             raise ConfigError(f"{col}: must be a number, got {row[col]!r}") from None
         if not (math.isfinite(x) and x.is_integer() and x >= 1):
-            raise ConfigError(f"{col}: must be a whole number >= 1, got {row[col]!r}")
+            raise ConfigError(f"{col}: must be a whole number >= 1, got {x:g}")
+        if x > ROW_SHAPE_MAX.get(col, math.inf):  # (named by its column, not the config key it becomes)
+            raise ConfigError(f"{col}: {x:,.0f} is beyond what servesim simulates ({ROW_SHAPE_MAX[col]:,})")
         shape[col] = int(x)
     isl, osl, conc, tp = shape["isl"], shape["osl"], shape["concurrency"], shape["tp_size"]
     if osl < 2:
