@@ -191,3 +191,9 @@ def test_recipe_formulas_are_checked_at_load_naming_the_file(tmp_path):
                                           r"'isl // \(concurrency - 8\)' divides by zero"):
         h.recipe_overrides(row, "vllm")
     assert h.recipe_overrides(dict(row, concurrency=9), "vllm") == {"max_num_seqs": 8, "max_num_batched_tokens": 1024}
+
+
+def test_engine_args_refusing_a_workload_key_says_engine_args():
+    with pytest.raises(ConfigError, match=r"^h\.yaml: engine_args\.vllm\.workload\.request_rate: engine_args sets "
+                                          r"engine keys; workload\.request_rate is fixed by the row or the run"):
+        harness_from_dict({"name": "x", "engine_args": {"vllm": {"workload.request_rate": 4}}}, "h.yaml")

@@ -652,7 +652,8 @@ def _check_formula_key(where: str, key: str) -> None:
     from sim.config import SimConfig
 
     if key in NOT_RECIPE_KEYS or key.startswith("workload."):
-        raise ConfigError(f"{where}: a recipe sets engine keys; {key} is fixed by the row or the run "
+        what = "engine_args" if "engine_args" in where else "a recipe"
+        raise ConfigError(f"{where}: {what} sets engine keys; {key} is fixed by the row or the run "
                           f"(not one of {', '.join(NOT_RECIPE_KEYS)}, workload.*)")
     if key not in SimConfig.model_fields:
         close = difflib.get_close_matches(key, list(SimConfig.model_fields), n=1)
