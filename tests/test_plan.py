@@ -355,21 +355,30 @@ def test_cli_plan_refuses_workloads_that_ignore_the_rate(tmp_path, sets, match):
     assert not (tmp_path / "o" / "results.csv").exists()
 
 
-def test_short_runs_warn(capsys):
+def test_short_runs_warn():
     """The run that decided the rate: 100 requests at 5 req/s = 20 s, with a
-    4 s transient, spans 5 transients (< 10): warn. 1,000 requests: no warning."""
+    4 s transient, spans 5 transients (< 10): warn. 1,000 requests: no warning.
+    A run above the rate found that failed only because it was too short to judge
+    (every SLO met) names the candidate: its capacity may be higher."""
     from sim.sweep.plan import CandidatePlan
-    from sim.sweep.plan_report import _warn_short_runs
+    from sim.sweep.plan_report import short_run_warning
 
-    def plan_with(n):
+    def plan_with(n, *extra):
         row = {"phase": "search", "passed": True, "workload.request_rate": 5.0, "transient_s": 4.0,
                "completed": n, "num_rejected": 0, "stability_reason": ""}
-        return CandidatePlan(Candidate("c", {}), "ok", max_rate=5.0, rows=[row])
+        return CandidatePlan(Candidate("c", {}), "ok", max_rate=5.0, rows=[row, *extra])
 
-    _warn_short_runs([plan_with(1000)])
-    assert capsys.readouterr().err == ""
-    _warn_short_runs([plan_with(100)])
-    assert "1 candidate(s) ran for fewer than 10 start-up transients (e.g. c: 5.0 transients long)" in capsys.readouterr().err
+    assert short_run_warning([plan_with(1000)]) is None
+    w = short_run_warning([plan_with(100)])
+    assert "1 candidate(s) ran for fewer than 10 start-up transients (e.g. c: 5.0 transients long)" in w
+    unjudged = {"phase": "search", "passed": False, "workload.request_rate": 6.0, "completed": 1000,
+                "stability_reason": "not judged: the arrival window (3.0 s) is shorter than twice the start-up "
+                                    "transient", "slo_violations": "unstable: not judged: the arrival window (3.0 s)"}
+    w = short_run_warning([plan_with(1000, unjudged)])
+    assert w.startswith("1 run(s) too short to judge stability (they stopped the search of c above its rate found, "
+                        "with every SLO met: its capacity may be higher)")
+    over = dict(unjudged, slo_violations=unjudged["slo_violations"] + "; p99_ttft_ms = 2e+03 > 1000")
+    assert "stopped the search" not in short_run_warning([plan_with(1000, over)])
 
 
 def test_a_vary_value_invalid_for_every_candidate_is_an_error():

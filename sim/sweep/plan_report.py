@@ -318,6 +318,9 @@ def run_plan(base: SimConfig, candidates: list[Candidate], settings: PlanSetting
         plot_pareto(plans, settings, out / "pareto.png")
         figures.insert(0, "pareto.png")
     warnings = plan_workload_warnings(plans)
+    short = short_run_warning(plans)
+    if short:
+        warnings.append(short)
     from sim.launch import write_launch
 
     launch = winner_launch(base, table, candidates)
@@ -329,7 +332,6 @@ def run_plan(base: SimConfig, candidates: list[Candidate], settings: PlanSetting
     write_html_report(out / "plan.md", out / "report.html")
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
-    _warn_short_runs(plans)
     table.attrs["launch"] = launch  # the answer's launch command (sim.launch.Launch), or None
     return table, plans
 
@@ -338,29 +340,39 @@ def run_plan(base: SimConfig, candidates: list[Candidate], settings: PlanSetting
 MIN_WINDOW_TRANSIENTS = 10.0
 
 
-def _warn_short_runs(plans) -> None:
-    """Warn (stderr) when the runs that decided a candidate's rate were short:
-    too short to judge stability at all, or spanning fewer than
-    ``MIN_WINDOW_TRANSIENTS`` start-up transients at the rate found; then the
-    answer can be off either way (±20 % between 150 and 2,000 requests on
-    llama-3.1-8b / chat)."""
-    unjudged, short = 0, []
+def short_run_warning(plans) -> str | None:
+    """The warning when the runs that decided a candidate's rate were short:
+    too short to judge stability at all (naming the candidates whose search
+    stopped at such a run: their capacity may be higher), or spanning fewer
+    than ``MIN_WINDOW_TRANSIENTS`` start-up transients at the rate found; then
+    the answer can be off either way (±20 % between 150 and 2,000 requests on
+    llama-3.1-8b / chat). None when every deciding run was long enough."""
+    unjudged, short, capped = 0, [], []
     for p in plans:
         for r in p.rows:
+            rate, tr = r.get("workload.request_rate"), r.get("transient_s")
             if "not judged" in str(r.get("stability_reason", "")):
                 unjudged += 1
-            rate, tr = r.get("workload.request_rate"), r.get("transient_s")
+                why = str(r.get("slo_violations") or "")  # failed on the verdict alone, no SLO over its bound
+                if (r.get("phase") == "search" and not r.get("passed") and why.startswith("unstable: not judged")
+                        and " > " not in why and isinstance(rate, (int, float)) and rate > p.max_rate
+                        and p.candidate.name not in capped):
+                    capped.append(p.candidate.name)
             n = (r.get("completed") or 0) + (r.get("num_rejected") or 0)
             if (r.get("phase") == "search" and r.get("passed") and p.max_rate > 0
                     and rate == p.max_rate and tr and math.isfinite(tr) and tr > 0):
                 if n / rate < MIN_WINDOW_TRANSIENTS * tr:
                     short.append((p.candidate.name, n / rate / tr))
     parts = [f"{unjudged} run(s) too short to judge stability"] if unjudged else []
+    if capped:
+        parts[-1] += (f" (they stopped the search of {', '.join(capped[:3])}"
+                      + (f" and {len(capped) - 3} more" if len(capped) > 3 else "")
+                      + " above its rate found, with every SLO met: its capacity may be higher)")
     if short:
         name, ratio = min(short, key=lambda x: x[1])
         parts.append(f"at the rates found, {len(short)} candidate(s) ran for fewer than "
                      f"{MIN_WINDOW_TRANSIENTS:g} start-up transients (e.g. {name}: {ratio:.1f} transients long)")
-    if parts:
-        print(f"warning: {'; '.join(parts)}. Short runs make the rates found unreliable, in either "
-              "direction; raise workload.num_requests for a firmer answer (results.csv: stability_reason, transient_s).",
-              file=sys.stderr)
+    if not parts:
+        return None
+    return (f"{'; '.join(parts)}. Short runs make the rates found unreliable, in either direction; raise "
+            "workload.num_requests for a firmer answer (results.csv: stability_reason, transient_s)")
