@@ -524,30 +524,29 @@ def canonical_keys(d: dict, source: str, used: list | None = None) -> dict:
     return out
 
 
+#: the config's nested sections and the models that define their keys
+_SECTIONS = {"workload": WorkloadConfig, "disaggregation": DisaggregationConfig}
+
+
 def _valid_keys() -> list[str]:
-    keys = [k for k in SimConfig.model_fields if k != "workload"]
-    keys += [f"workload.{k}" for k in WorkloadConfig.model_fields]
+    keys = [k for k in SimConfig.model_fields if k not in _SECTIONS]
+    for name, model in _SECTIONS.items():
+        keys += [f"{name}.{k}" for k in model.model_fields]
     return keys
 
 
 def check_known_keys(d: dict, source: str, prefix: str = "") -> None:
-    fields = SimConfig.model_fields if not prefix else WorkloadConfig.model_fields
+    """Every key of ``d`` (the config, or with ``prefix`` one of its
+    :data:`_SECTIONS`) is a config key; else ConfigError naming the closest."""
+    fields = SimConfig.model_fields if not prefix else _SECTIONS[prefix.rstrip(".")].model_fields
     for k, v in d.items():
         full = f"{prefix}{k}"
         if k not in fields:
             close = difflib.get_close_matches(full, _valid_keys(), n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else f"; valid keys: {', '.join(_valid_keys())}"
             raise ConfigError(f"{source}: unknown config key '{full}'{hint}")
-        if k == "workload" and not prefix and isinstance(v, dict):
-            check_known_keys(v, source, "workload.")
-        if k == "disaggregation" and not prefix and isinstance(v, dict):
-            known = list(DisaggregationConfig.model_fields)
-            for dk in v:
-                if dk not in known:
-                    close = difflib.get_close_matches(str(dk), known, n=3)
-                    hint = (f"did you mean {', '.join(f'disaggregation.{c}' for c in close)}?" if close
-                            else f"valid keys: {', '.join(known)}")
-                    raise ConfigError(f"{source}: unknown config key 'disaggregation.{dk}'; {hint}")
+        if k in _SECTIONS and not prefix and isinstance(v, dict):
+            check_known_keys(v, source, f"{k}.")
 
 
 def read_yaml(path: str | Path, what: str = "config file") -> dict:

@@ -188,44 +188,45 @@ def row_error(row: dict, pred: Pred) -> float | None:
             + TPOT_WEIGHT * abs(math.log(p / float(row["silicon_tpot_ms"]))))
 
 
-def loss(cache: PredictionCache, engine: str, params: dict[str, float], fit_idx: Sequence[int]) -> float:
-    preds = cache.get(engine, params, fit_idx)
-    errs = [e for i in fit_idx if i in preds and (e := row_error(cache.rows[i], preds[i])) is not None]
+def _errors(cache: PredictionCache, engine: str, params: dict[str, float], idx: Sequence[int]) -> list[float]:
+    """The row losses of ``engine``'s rows ``idx`` under ``params`` (rows not simulated left out)."""
+    preds = cache.get(engine, params, idx)
+    return [e for i in idx if i in preds and (e := row_error(cache.rows[i], preds[i])) is not None]
+
+
+def _mean_loss(cache: PredictionCache, params: dict[str, dict[str, float]], rows_of: dict[str, list[int]],
+               engines: Sequence[str]) -> float:
+    """The mean row loss over ``engines``' rows together, each engine under its own values."""
+    errs = [e for eng in engines for e in _errors(cache, eng, params[eng], rows_of[eng])]
     return sum(errs) / len(errs) if errs else math.inf
 
 
-def fit_engine(cache: PredictionCache, engine: str | Sequence[str], fit_idx: Sequence[int], rounds: int = MAX_ROUNDS,
-               grid: dict[str, list[float]] | None = None, start: dict[str, float] | None = None
-               ) -> tuple[dict[str, float], float]:
-    """Coordinate search (``rounds``, stopping after a round that changes
-    nothing) over ``grid`` from ``start``; (best parameters, their loss).
-    ``engine`` a list: one parameter set for all of them (loss over all their
-    ``fit_idx`` rows together)."""
+def coordinate_search(cache: PredictionCache, params: dict[str, dict[str, float]], rows_of: dict[str, list[int]],
+                      coords: Sequence[tuple[str, Sequence[str]]], grid: dict[str, list[float]] | None = None,
+                      rounds: int = MAX_ROUNDS) -> dict[str, dict[str, float]]:
+    """Coordinate search from ``params`` (engine -> values; a new dict is
+    returned): each coordinate ``(key, engines)`` gives ``key`` one value for
+    all of ``engines``, chosen on ``grid`` (:data:`GRID`) by the mean loss over
+    their rows ``rows_of`` together (a value replaces the current one when better
+    by more than 1e-9), coordinate after coordinate in the order given, round
+    after round until one changes nothing (at most ``rounds``)."""
     grid = grid or GRID
-    engines = [engine] if isinstance(engine, str) else list(engine)
-
-    def lo_of(params):
-        errs = []
-        for eng in engines:
-            preds = cache.get(eng, params, fit_idx)
-            errs += [e for i in fit_idx if i in preds and (e := row_error(cache.rows[i], preds[i])) is not None]
-        return sum(errs) / len(errs) if errs else math.inf
-
-    best = dict(start or PRIOR)
-    best_loss = lo_of(best)
+    params = {e: dict(p) for e, p in params.items()}
     for _ in range(rounds):
         changed = False
-        for k, values in grid.items():
-            for v in values:
-                if v == best[k]:
+        for k, engines in coords:
+            best = _mean_loss(cache, params, rows_of, engines)
+            for v in grid[k]:
+                if v == params[engines[0]][k]:
                     continue
-                trial = dict(best, **{k: v})
-                lo = lo_of(trial)
-                if lo < best_loss - 1e-9:
-                    best, best_loss, changed = trial, lo, True
+                trial = {e: dict(params[e], **{k: v}) for e in engines}
+                lo = _mean_loss(cache, trial, rows_of, engines)
+                if lo < best - 1e-9:
+                    best, changed = lo, True
+                    params.update(trial)
         if not changed:
             break
-    return best, best_loss
+    return params
 
 
 #: how an engine without fit rows in a fold gets its values: "pooled" (its own keys fitted on every
@@ -253,52 +254,21 @@ def fit_fold(cache: PredictionCache, fit_idx: Sequence[int], engines: Sequence[s
         ok_rows[eng] = [i for i in idx if row_error(cache.rows[i], prior[i]) is not None]
     fitted = [e for e in engines if len(ok_rows[e]) >= MIN_FIT_ROWS]
     missing = [e for e in engines if e not in fitted]
-    params = {e: dict(PRIOR) for e in engines}
-
-    def errs(eng: str, p: dict[str, float], idx: Sequence[int]) -> list[float]:
-        preds = cache.get(eng, p, idx)
-        return [e for i in idx if i in preds and (e := row_error(cache.rows[i], preds[i])) is not None]
-
-    def mean(xs: list[float]) -> float:
-        return sum(xs) / len(xs) if xs else math.inf
-
-    def joint(ps: dict[str, dict[str, float]]) -> float:
-        return mean([e for eng in fitted for e in errs(eng, ps[eng], ok_rows[eng])])
-
-    for _ in range(rounds if fitted else 0):
-        changed = False
-        for k, values in GRID.items():
-            if k in SHARED_KEYS:
-                best = joint(params)
-                for v in values:
-                    if v == params[fitted[0]][k]:
-                        continue
-                    trial = {e: dict(p, **{k: v}) for e, p in params.items()}
-                    lo = joint(trial)
-                    if lo < best - 1e-9:
-                        best, params, changed = lo, trial, True
-                continue
-            for eng in fitted:
-                best = mean(errs(eng, params[eng], ok_rows[eng]))
-                for v in values:
-                    if v == params[eng][k]:
-                        continue
-                    trial = dict(params[eng], **{k: v})
-                    lo = mean(errs(eng, trial, ok_rows[eng]))
-                    if lo < best - 1e-9:
-                        best, params[eng], changed = lo, trial, True
-        if not changed:
-            break
+    # GRID's order; a shared key one coordinate for every fitted engine, any other one per engine
+    coords = [c for k in GRID for c in ([(k, fitted)] if k in SHARED_KEYS else [(k, [e]) for e in fitted])]
+    params = coordinate_search(cache, {e: dict(PRIOR) for e in fitted}, ok_rows, coords, rounds=rounds) \
+        if fitted else {}
     out: dict[str, dict[str, Any]] = {
-        e: {"params": params[e], "loss": mean(errs(e, params[e], ok_rows[e])), "num_fit_rows": len(ok_rows[e]),
+        e: {"params": params[e], "loss": _mean_loss(cache, params, ok_rows, [e]), "num_fit_rows": len(ok_rows[e]),
             "source": "fitted"} for e in fitted}
     if missing and fitted and fallback == "pooled":
-        pooled_idx = [i for e in fitted for i in ok_rows[e]]
-        own = {k: g for k, g in GRID.items() if k not in SHARED_KEYS}
+        # one set of host overheads for the fitted engines' rows together, the shared keys as fitted
         start = {k: (params[fitted[0]][k] if k in SHARED_KEYS else v) for k, v in PRIOR.items()}
-        p, lo = fit_engine(cache, fitted, pooled_idx, rounds, grid=own, start=start)
+        pooled = coordinate_search(cache, {e: start for e in fitted}, ok_rows,
+                                   [(k, fitted) for k in GRID if k not in SHARED_KEYS], rounds=rounds)
+        lo = _mean_loss(cache, pooled, ok_rows, fitted)
         for eng in missing:
-            out[eng] = {"params": dict(p), "loss": lo, "num_fit_rows": len(ok_rows[eng]),
+            out[eng] = {"params": dict(pooled[fitted[0]]), "loss": lo, "num_fit_rows": len(ok_rows[eng]),
                         "source": f"pooled fit on the other engines' rows ({', '.join(fitted)})"}
     elif missing and fitted:
         for eng in missing:
