@@ -86,7 +86,7 @@ Each row is simulated as it was run (:func:`row_overrides`):
 Rows that cannot be simulated (unknown model, backend or precision; weights
 that do not fit) are kept with ``status`` ``error`` / ``infeasible`` and the
 reason. Rows with a shape or measurement cell that is not a number, and
-lines whose field count is not the header's, are skipped, counted
+lines with more fields than the header, are skipped, counted
 (``num_skipped_rows``) and listed (``skipped_rows``) with their CSV line,
 column and value. Rows run in parallel processes.
 """
@@ -104,6 +104,7 @@ from typing import Any, Callable
 import numpy as np
 
 from sim.workload.lengths import MAX_LENGTH_TOKENS
+from sim.workload.traces import read_csv_lines
 from sim.workload.client_phase import CLIENT_PHASE_SPREAD, PHASE_KEY, check_phase_spread, disperse_client_phases
 from sim.errors import ConfigError, InfeasibleError, ServesimError, require_file
 from sim.presets import MODELLED, PRESETS, version_warning
@@ -605,18 +606,18 @@ def predict_rows(rows: list[dict], opts: ValidateOptions,
 
 def read_rows(csv_path: str | Path):
     """The CSV's rows as a DataFrame (index = the row's CSV line - 2) and
-    the rows skipped: a line whose field count is not the header's, or a row
-    whose shape or measurement cell is not a number; one dict per row, ``line``
-    (in the CSV), ``column`` (its first bad cell, or ``(row)``), ``value`` and
-    ``reason``. ConfigError naming missing columns, or if every row is
-    skipped."""
+    the rows skipped: a line with more fields than the header
+    (:func:`sim.workload.traces.read_csv_lines`; one with fewer is read with
+    its last cells empty, which its row's checks name), or a row whose shape or
+    measurement cell is not a number; one dict per row, ``line`` (in the CSV),
+    ``column`` (its first bad cell, or ``(row)``), ``value`` and ``reason``.
+    ConfigError naming missing columns, or if every row is skipped."""
     import pandas as pd
 
     p = Path(csv_path)
     require_file(p, "validate: CSV")
-    ragged = _ragged_lines(p)
-    try:
-        df = pd.read_csv(p, keep_default_na=True, skiprows=[r["line"] - 1 for r in ragged])
+    try:  # (a line with more fields than the header costs its row, as in a trace)
+        df, lines, long_lines = read_csv_lines(p, True, keep_default_na=True)
     except pd.errors.EmptyDataError:
         raise ConfigError(f"{p}: empty file; expected a CSV with columns {', '.join(REQUIRED_COLUMNS)}") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as e:
@@ -636,8 +637,10 @@ def read_rows(csv_path: str | Path):
     df["backend"] = df["backend"].map(lambda b: b.strip().lower() if isinstance(b, str) else b)
     # A garbled cell costs its row, as a malformed trace row does (workload.skip_bad_rows);
     # an empty cell is kept and reported as that row's error by row_overrides.
-    # index = CSV line - 2 (line 2 is the first data row: index 0), whatever was skipped
-    df.index = [line - 2 for line in _data_lines(p, len(df), {r["line"] for r in ragged})]
+    df.index = [int(line) - 2 for line in lines]  # line 2 is the first data row: index 0
+    ragged = [{"line": int(n), "column": "(row)", "value": "more fields than the header",
+               "reason": "more fields than the header"}
+              for n in long_lines]
     skipped: dict[int, dict[str, Any]] = {}
     for col in NUMERIC_COLUMNS:
         num = pd.to_numeric(df[col], errors="coerce")
@@ -651,51 +654,6 @@ def read_rows(csv_path: str | Path):
                           f"{first['line']}: {first['column']}: not a number: {first['value']!r}")
     out = sorted([*skipped.values(), *ragged], key=lambda r: r["line"])
     return df.drop(index=list(skipped)), out
-
-
-def _ragged_lines(p: Path) -> list[dict[str, Any]]:
-    """Data lines whose field count is not the header's (a cut or merged line):
-    each is skipped, as a row with a cell that is not a number is; blank lines
-    are left to the CSV reader (it ignores them)."""
-    import csv
-
-    out = []
-    try:
-        with p.open(newline="", errors="replace") as f:
-            reader = csv.reader(f)
-            header = next(reader, None)
-            if header is None:
-                return []
-            start = reader.line_num
-            for fields in reader:
-                if fields and len(fields) != len(header):
-                    out.append({"line": start + 1, "column": "(row)", "value": f"{len(fields)} fields",
-                                "reason": f"{len(fields)} fields where the header has {len(header)}"})
-                start = reader.line_num
-    except csv.Error:  # (a file the csv module cannot split: the CSV reader below names what is wrong)
-        return []
-    return out
-
-
-def _data_lines(p: Path, n: int, ragged: set[int]) -> list[int]:
-    """The CSV line of each of the ``n`` data rows pandas read (a row's first
-    line; ragged lines and blank lines skipped, as the reader skipped them)."""
-    import csv
-
-    out = []
-    try:
-        with p.open(newline="", errors="replace") as f:
-            reader = csv.reader(f)
-            next(reader, None)
-            prev = reader.line_num
-            for fields in reader:
-                first = prev + 1
-                prev = reader.line_num
-                if fields and first not in ragged:
-                    out.append(first)
-    except csv.Error:
-        out = []
-    return out if len(out) == n else [i + 2 for i in range(n)]  # (a reader disagreement: positions)
 
 
 def skipped_row_warnings(csv_path: str | Path, skipped: list[dict[str, Any]]) -> list[str]:

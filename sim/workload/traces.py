@@ -181,36 +181,48 @@ def _bad_rows(path: Path, lines: np.ndarray, fields: dict[str, tuple[object, str
 # ------------------------------------------------------------------ readers
 def _read_csv(path: Path, skip: bool):
     """DataFrame of strings plus each row's 1-based line number (header = line 1)."""
+    import pandas as pd
+
+    try:
+        # only empty cells are missing: a literal 'nan' or 'NA' is quoted back as a bad value
+        df, lines, bad_lines = read_csv_lines(path, skip, dtype=str, skipinitialspace=True,
+                                              keep_default_na=False, na_values=[""])
+    except pd.errors.ParserError as exc:
+        raise ConfigError(f"{path}: malformed CSV: {str(exc).strip()}{_HINT}") from None
+    except (pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read as CSV: {exc}") from None
+    df.columns = [c.strip() for c in df.columns]
+    return df, lines, len(bad_lines)
+
+
+def read_csv_lines(path: str | Path, skip_bad_lines: bool, **read_kw):
+    """``pandas.read_csv(path, **read_kw)`` (UTF-8, a BOM dropped) with each data
+    row's 1-based line in the file (the header is line 1) and the lines skipped:
+    with ``skip_bad_lines``, a line with more fields than the header is skipped
+    and listed (pandas' ``on_bad_lines="warn"``), else pandas' ParserError
+    propagates, as its other errors do. Blank lines are not rows but keep the
+    numbering; a line of delimiters only (",,") is a row whose every field is
+    empty. ConfigError where the first data row has more fields than the header
+    (pandas would silently drop them). Returns (rows, their lines, skipped lines)."""
     import warnings
 
     import pandas as pd
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        try:
-            # only empty cells are missing: a literal 'nan' or 'NA' is quoted back as a bad value
-            df = pd.read_csv(path, dtype=str, skip_blank_lines=False, skipinitialspace=True,
-                             keep_default_na=False, na_values=[""], encoding="utf-8-sig",
-                             index_col=False, on_bad_lines="warn" if skip else "error")
-        except pd.errors.ParserError as exc:
-            raise ConfigError(f"{path}: malformed CSV: {str(exc).strip()}{_HINT}") from None
-        except (pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot read as CSV: {exc}") from None
+        df = pd.read_csv(path, skip_blank_lines=False, encoding="utf-8-sig", index_col=False,
+                         on_bad_lines="warn" if skip_bad_lines else "error", **read_kw)
     if any("Length of header" in str(w.message) for w in caught):
-        # pandas would silently drop the extra fields of the first data row
         raise ConfigError(f"{path}:2: malformed CSV: the row has more fields than the header")
     bad_lines = sorted({int(tok.split(":")[0]) for w in caught for tok in
                         str(w.message).split("Skipping line ")[1:]})
-    df.columns = [c.strip() for c in df.columns]
     candidates = np.arange(2, 2 + len(df) + len(bad_lines))
     lines = candidates[~np.isin(candidates, bad_lines)][: len(df)]
-    # blank lines are not rows (they keep the numbering); a line of delimiters only (",,") is a row
-    # whose every field is empty: kept, so its fields are refused (or skipped and counted) by name
     blank = df.isna().all(axis=1).to_numpy().copy()
     if blank.any():
         raw = Path(path).read_text(encoding="utf-8-sig", errors="replace").splitlines()
         blank &= np.array([not (0 < n <= len(raw)) or not raw[n - 1].strip() for n in lines], dtype=bool)
-    return df[~blank].reset_index(drop=True), lines[~blank], len(bad_lines)
+    return df[~blank].reset_index(drop=True), lines[~blank], bad_lines
 
 
 def _need(path: Path, have, cols) -> None:
