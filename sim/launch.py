@@ -35,6 +35,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from sim.errors import ServesimError
+
 #: scheduler → the engine's setting (None: the engine has no such mode)
 _VLLM_MODES = {"chunked": True, "mixed": False}  # --enable-chunked-prefill / --no-enable-chunked-prefill
 _SGLANG_MODES = {"prefill_first": True, "prefill_first_whole": False,  # chunked_prefill_size -1 = off
@@ -345,7 +347,7 @@ def _is_moe(cfg: dict[str, Any]) -> bool:
 
     try:
         return bool(get_model(cfg["model"]).is_moe)
-    except Exception:  # noqa: BLE001 (the launch line is written whatever the model file says)
+    except (ServesimError, OSError, ValueError):  # (the launch line is written whatever the model file says)
         return False
 
 

@@ -240,11 +240,11 @@ def kv(
     from sim.cli.tables import print_kv_report
     from sim.runner import prepare
 
-    cfg = build_config(config, _overrides(model=model, hardware=hardware), set_)
-    dep, _ = prepare(cfg)  # (the requests are generated only to check the workload)
     for n in length or ():
         if n < 1:
             raise ServesimError(f"--length: must be a number of tokens >= 1, got {n}")
+    cfg = build_config(config, _overrides(model=model, hardware=hardware), set_)
+    dep, _ = prepare(cfg)  # (the requests are generated only to check the workload)
     # a disaggregated deployment: each pool's engine has its own KV cache (one table per pool)
     pools = ([("", dep)] if dep.disagg is None else
              [(f"prefill pool ({dep.disagg.prefill.cfg.num_replicas} worker(s))", dep.disagg.prefill),

@@ -20,6 +20,7 @@ from typing import Any
 
 from sim.config import SimConfig, canonical_keys, check_known_keys, parse_value, set_dotted, read_yaml
 from sim.errors import ConfigError, InfeasibleError, require_file
+from sim.presets import get_preset
 
 
 @dataclass
@@ -130,8 +131,6 @@ def variants_from_args(schedulers: str | None, variant_args: list[str] | None,
             raise ConfigError(f"--variants {variants_file}: the file defines no variant")
         variants.extend(from_file)
     if not variants and engine:
-        from sim.presets import get_preset
-
         alias = get_preset(engine).chunked_alias
         variants = [Variant(alias[on], {"scheduler": alias[on]}, f"the default variants of engine {engine} "
                             f"(enable_chunked_prefill {'on' if on else 'off'})") for on in (True, False)]
