@@ -91,13 +91,72 @@ def test_bisection_no_rate_and_cap():
 
 
 # ------------------------------------------------------------------ replicas and cost
-def fake_simulate(base, c, rate, replicas=1, goodput=None):
+def fake_simulate(base, c, rate, replicas=1, goodput=None, scale=1):
     """One replica sustains 4 req/s (p99 TTFT 100 / (4.2 − load) ms ≤ 500 up to load 4)."""
     load = rate / replicas
     return {"status": "ok", "stable": True, "p99_ttft_ms": 100.0 / (4.2 - load) if load < 4.2 else math.inf,
-            "median_ttft_ms": 1.0, "median_tpot_ms": 1.0, "p99_tpot_ms": 2.0, "completed": 100,
+            "median_ttft_ms": 1.0, "median_tpot_ms": 1.0, "p99_tpot_ms": 2.0, "completed": 100 * scale,
             "total_output_tokens": 20_000, "output_throughput": 200.0 * load, "candidate": c.name,
-            **c.overrides, "num_replicas": replicas, "workload.request_rate": rate}
+            **c.overrides, "num_replicas": replicas, "workload.request_rate": rate, "requests_scale": scale}
+
+
+def short_runs_simulate(judged_at: int):
+    """fake_simulate whose runs above 2 req/s are too short to judge below ``judged_at``
+    times the workload's requests (then stable up to 4 req/s); records each call's scale."""
+    calls = []
+
+    def sim(base, c, rate, replicas=1, goodput=None, scale=1):
+        calls.append((rate, replicas, scale))
+        row = fake_simulate(base, c, rate, replicas, goodput, scale)
+        if rate / replicas > 2.0 and scale < judged_at:
+            row.update(stable=False, stability_reason="not judged: the arrival window (9.0 s) is shorter than "
+                                                       "twice the start-up transient")
+        return row
+    return sim, calls
+
+
+def test_a_run_too_short_to_judge_is_extended_until_judged(monkeypatch):
+    base = build_config(overrides={"model": MODEL, "hardware": GPU, "max_model_len": 1024,
+                                   "workload.num_requests": 100})
+    c = Candidate("test tp2", {"hardware": GPU, "tensor_parallel_size": 2})
+    slos = [SLO("p99_ttft_ms", "<=", 500.0)]
+    sim, calls = short_runs_simulate(judged_at=4)
+    monkeypatch.setattr(plan_mod, "simulate", sim)
+    row = plan_mod.judged_run(base, c, 3.0, slos)
+    assert row["stable"] and row["requests_scale"] == 4 and row["completed"] == 400
+    assert calls == [(3.0, 1, 1), (3.0, 1, 2), (3.0, 1, 4)]
+    # never past max_scale: still not judged, the last run is the answer (and fails)
+    calls.clear()
+    row = plan_mod.judged_run(base, c, 3.0, slos, max_scale=2)
+    assert not row["stable"] and row["requests_scale"] == 2 and calls == [(3.0, 1, 1), (3.0, 1, 2)]
+    # a run that fails an SLO anyway is not extended
+    calls.clear()
+    row = plan_mod.judged_run(base, c, 3.0, [SLO("p99_ttft_ms", "<=", 50.0)])
+    assert row["requests_scale"] == 1 and calls == [(3.0, 1, 1)]
+    # the plan: without extension the search stops at 2 req/s, with it the capacity is found
+    # (4 req/s) and the target's replicas are verified with the deciding run's requests
+    s = PlanSettings(slos, target_rate=10.0, rel_tol=0.01, start_rate=1.0, max_request_scale=1)
+    assert 1.99 <= plan_candidate(base, c, s).max_rate <= 2.0
+    calls.clear()
+    s = PlanSettings(slos, target_rate=10.0, rel_tol=0.01, start_rate=1.0)
+    p = plan_candidate(base, c, s)
+    assert 4.0 * 0.99 <= p.max_rate <= 4.0 and p.replicas == 3
+    assert calls[-1] == (10.0, 3, 4) and p.target_row["requests_scale"] == 4
+
+
+def test_extension_stops_where_the_workload_cannot_grow(monkeypatch):
+    base = build_config(overrides={"model": MODEL, "hardware": GPU, "max_model_len": 1024,
+                                   "workload.num_requests": 100})
+    c = Candidate("test tp2", {"hardware": GPU, "tensor_parallel_size": 2})
+    sim, calls = short_runs_simulate(judged_at=4)
+
+    def capped(base, c, rate, replicas=1, goodput=None, scale=1):  # a trace of 100 requests
+        row = sim(base, c, rate, replicas, goodput, scale)
+        row["completed"] = 100
+        return row
+    monkeypatch.setattr(plan_mod, "simulate", capped)
+    row = plan_mod.judged_run(base, c, 3.0, [SLO("p99_ttft_ms", "<=", 500.0)])
+    assert row["requests_scale"] == 1 and not row["stable"] and len(calls) == 2
 
 
 def test_replicas_and_cost_for_target(monkeypatch):

@@ -113,6 +113,10 @@ def plan(
     target_rate: Optional[float] = typer.Option(None, help="Request rate to serve (req/s): find the cheapest configuration."),
     start_rate: Optional[float] = typer.Option(None, help="First rate tried per replica (default: the workload's request_rate)."),
     rel_tol: float = typer.Option(0.05, help="Bisection stops when the bracket is within this fraction of the rate."),
+    max_request_scale: int = typer.Option(8, help="A search run too short to judge its stability (arrival window "
+                                                  "under two start-up transients) that meets every SLO is run "
+                                                  "again with 2x, 4x, ... up to this many times the workload's "
+                                                  "requests (1: never)."),
     price: Optional[List[str]] = typer.Option(None, help="$/GPU-hour of a GPU, replacing its profile's "
                                                          "price_per_gpu_hour_usd: GPU=USD (repeatable, or "
                                                          "comma-separated), e.g. --price h100_sxm=2.49."),
@@ -226,8 +230,10 @@ def plan(
     if unknown:
         raise ConfigError(f"--price {unknown[0]}=...: {unknown[0]} is not a candidate GPU of this plan "
                           f"({', '.join(dict.fromkeys(c.overrides['hardware'] for c in cands))})")
+    if max_request_scale < 1:
+        raise ConfigError(f"--max-request-scale: must be >= 1, got {max_request_scale}")
     settings = PlanSettings(slos, gp, target_rate, reps, max_replicas, start_rate, rel_tol, prices=prices or None,
-                            max_gpus=max_gpus)
+                            max_gpus=max_gpus, max_request_scale=max_request_scale)
     wl = base.workload
     n_req = wl.num_requests if wl.num_requests is not None else "the trace's requests"
     trace_desc = f"trace {wl.trace}" + (f" (its lengths; {wl.arrival} arrivals)" if wl.arrival else "")

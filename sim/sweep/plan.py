@@ -9,7 +9,11 @@ SLOs, then the cheapest number of replicas that serves a target rate.
   search needs limits that more load makes harder to meet. Throughput keys rise
   with load and are refused (the load to serve is ``--target-rate``).
 - **A rate passes** when the run is stable (:mod:`sim.results.stability`: the backlog does
-  not grow and the sent requests complete) and meets every SLO.
+  not grow and the sent requests complete) and meets every SLO. A run too short to
+  judge its stability (its arrival window under two start-up transients) that meets
+  every SLO is run again with 2x, 4x, ... the requests, up to ``max_request_scale``
+  (:func:`judged_run`; column ``requests_scale``): judged unstable, or too short
+  still, it fails; the search no longer stops below a capacity it could not see.
 - **Search** (:func:`find_max_rate`): double (or halve) from ``start_rate`` until
   a pass and a failure bracket the boundary, then bisect until the bracket is
   within ``rel_tol``; the answer is the highest passing rate seen. The
@@ -448,21 +452,61 @@ def _variant(c: Candidate, replicas: int | None = None, base: SimConfig | None =
     return Variant(c.name, ov, "plan")  # (errors: "plan: variant CANDIDATE: key: why", not --variant)
 
 
-def simulate(base: SimConfig, c: Candidate, rate: float, replicas: int = 1, goodput=None) -> dict:
+def simulate(base: SimConfig, c: Candidate, rate: float, replicas: int = 1, goodput=None,
+             scale: int = 1) -> dict:
     """One run of candidate ``c`` at ``rate`` req/s on ``replicas`` replicas (requests
-    scaled by ``replicas``) → a sweep-format row with ``goodput_fraction``."""
+    scaled by ``replicas``, and by ``scale``: the measured requests, or the duration,
+    of a run extended to judge its stability, :func:`judged_run`) → a sweep-format row
+    with ``goodput_fraction`` and ``requests_scale``."""
     from sim.sweep.executors import run_point
 
     wl = base.workload
     extra: dict[str, Any] = {"workload.request_rate": rate,
                              "workload.num_warmup_requests": wl.num_warmup_requests * replicas}
     if wl.num_requests is not None:
-        extra["workload.num_requests"] = wl.num_requests * replicas
+        extra["workload.num_requests"] = wl.num_requests * replicas * scale
+    elif scale != 1 and wl.duration_s is not None:
+        extra["workload.duration_s"] = wl.duration_s * scale
     cfg = apply_variant(base, _variant(c, replicas, base, **extra))
     row, _ = run_point(cfg, goodput)
     row.update({"candidate": c.name, **c.columns, "num_replicas": replicas, "num_gpus": replicas * c.num_gpus,
-                "workload.request_rate": rate})
+                "workload.request_rate": rate, "requests_scale": scale})
     return add_derived(row)
+
+
+def _only_not_judged(row: Mapping[str, Any], slos: list[SLO]) -> bool:
+    """The run fails only because it was too short to judge its stability: it ran,
+    every sent request it needed completed, it meets every SLO."""
+    return (row.get("status", "ok") == "ok" and not row.get("stable", True)
+            and str(row.get("stability_reason", "")).startswith("not judged")
+            and all(s.violation(row) is None for s in slos))
+
+
+def judged_run(base: SimConfig, c: Candidate, rate: float, slos: list[SLO], replicas: int = 1, goodput=None,
+               max_scale: int = 8) -> dict:
+    """:func:`simulate`, extended until its stability can be judged. A run whose
+    arrival window is shorter than twice its start-up transient is "not judged"
+    (:mod:`sim.results.stability`) and cannot pass, which would stop a rate search
+    below the candidate's capacity. Where that is its only failure (every SLO met,
+    the requests completed), it is repeated with twice the requests (or the
+    duration), then four times, ... up to ``max_scale`` times the workload's
+    (1: never); the last run is the answer (past ``max_scale`` still "not judged":
+    the plan's short-run warning names it). A workload that cannot grow (a trace
+    with fewer requests than the scaled count) keeps its last run."""
+    row = simulate(base, c, rate, replicas, goodput)
+    scale = 1
+    wl = base.workload
+    while (_only_not_judged(row, slos) and scale * 2 <= max_scale
+           and (wl.num_requests is not None or wl.duration_s is not None)):
+        try:
+            longer = simulate(base, c, rate, replicas, goodput, scale * 2)
+        except ConfigError:  # (a scaled count past the workload's bounds)
+            break
+        if longer.get("status", "ok") != "ok" or (longer.get("completed") or 0) + (longer.get("num_rejected") or 0) <= \
+                (row.get("completed") or 0) + (row.get("num_rejected") or 0):
+            break  # the workload cannot grow (a trace's end): nothing gained
+        row, scale = longer, scale * 2
+    return row
 
 
 def candidate_config(base: SimConfig, c: Candidate, replicas: int = 1) -> SimConfig:
@@ -500,6 +544,9 @@ class PlanSettings:
     #: ``--price GPU=USD``: $/GPU-hour replacing the hardware profile's ``price_per_gpu_hour_usd``
     prices: dict[str, float] | None = None
     max_gpus: int | None = None  # GPU budget of the whole deployment; None = no limit
+    #: a search run too short to judge is extended up to this many times the workload's
+    #: requests (:func:`judged_run`; 1 = never)
+    max_request_scale: int = 8
 
 
 def parse_prices(items: list[str] | None) -> dict[str, float]:
@@ -588,8 +635,8 @@ def plan_candidate(base: SimConfig, c: Candidate, s: PlanSettings) -> CandidateP
         return CandidatePlan(c, "infeasible", str(e))
     rate0 = s.start_rate or (base.workload.request_rate if base.workload.request_rate and
                              math.isfinite(base.workload.request_rate) else 1.0)
-    search = find_max_rate(lambda r: simulate(base, c, r, 1, s.goodput), s.slos, start_rate=rate0,
-                           rel_tol=s.rel_tol)
+    search = find_max_rate(lambda r: judged_run(base, c, r, s.slos, 1, s.goodput, s.max_request_scale), s.slos,
+                           start_rate=rate0, rel_tol=s.rel_tol)
     plan = CandidatePlan(c, "ok", search.reason, search.max_rate)
     for e in search.evals:
         plan.rows.append({**e.metrics, "phase": "search", "passed": e.passed, "slo_violations": "; ".join(e.reasons)})
@@ -612,9 +659,11 @@ def plan_candidate(base: SimConfig, c: Candidate, s: PlanSettings) -> CandidateP
                            f"GPUs, over the budget --max-gpus {s.max_gpus}")
         return plan
     searched = {e.rate: e.metrics for e in search.evals}
+    # each replica sees as many requests as in the run that decided the rate found
+    scale = int(searched[search.max_rate].get("requests_scale", 1) or 1)
     for n in tries:  # one replica at a rate the search ran: the same seed gives the same run
         row = searched[s.target_rate] if n == 1 and s.target_rate in searched else simulate(
-            base, c, s.target_rate, n, s.goodput)
+            base, c, s.target_rate, n, s.goodput, scale)
         why = check(row, s.slos)
         plan.rows.append({**row, "phase": "verify", "passed": not why, "slo_violations": "; ".join(why)})
         if not why:

@@ -375,4 +375,5 @@ def short_run_warning(plans) -> str | None:
     if not parts:
         return None
     return (f"{'; '.join(parts)}. Short runs make the rates found unreliable, in either direction; raise "
-            "workload.num_requests for a firmer answer (results.csv: stability_reason, transient_s)")
+            "workload.num_requests (or --max-request-scale, how far plan extends a run too short to judge) "
+            "for a firmer answer (results.csv: stability_reason, transient_s, requests_scale)")
