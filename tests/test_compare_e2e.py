@@ -179,3 +179,29 @@ def test_default_variants_of_an_engine_are_its_own_modes():
     assert [v.name for v in variants_from_args(None, None, None, engine="vllm")] == ["chunked", "mixed"]
     assert [v.name for v in variants_from_args(None, None, None)] == ["static", "continuous", "chunked"]
     assert [v.name for v in variants_from_args("static", None, None, engine="vllm")] == ["static"]
+
+
+def test_a_variant_that_changes_the_engine_gets_its_defaults():
+    """A variant ``engine=X`` runs with X's preset, as ``run --engine X`` does: the base's
+    preset-filled keys are not carried over as if the user had set them (keys the user
+    did set are)."""
+    from sim.compare.variants import apply_variant
+
+    base = build_config(overrides={"model": "llama-3.1-8b", "hardware": "h100_sxm", "engine": "vllm",
+                                   "max_num_batched_tokens": 4096})
+    for engine in ("sglang", "trtllm", "vllm"):
+        got = apply_variant(base, Variant(engine, {"engine": engine}))
+        alone = build_config(overrides={"model": "llama-3.1-8b", "hardware": "h100_sxm", "engine": engine,
+                                        "max_num_batched_tokens": 4096})
+        assert got.model_dump() == alone.model_dump(), engine
+    sg = apply_variant(base, Variant("s", {"engine": "sglang"}))
+    assert (sg.scheduler, sg.block_size, sg.max_num_batched_tokens) == ("prefill_first", 1, 4096)
+    # a batching mode the base's preset-filled admission rule would refuse, given as a variant
+    trt = build_config(overrides={"model": "llama-3.1-8b", "hardware": "h100_sxm", "engine": "trtllm"})
+    static = apply_variant(trt, Variant("static", {"scheduler": "static"}))
+    assert static.scheduler == "static" and static.engine == "trtllm"
+    # ... while one the user gave is still checked
+    given = build_config(overrides={"model": "llama-3.1-8b", "hardware": "h100_sxm", "engine": "trtllm"},
+                         set_args=["capacity_scheduler_policy=max_utilization"])
+    with pytest.raises(ConfigError, match="has no effect with scheduler 'static'"):
+        apply_variant(given, Variant("static", {"scheduler": "static"}))

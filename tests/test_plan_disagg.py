@@ -53,7 +53,7 @@ def _knee(c: Candidate) -> float:
     return 4.0 * c.columns["decode_workers"] if c.is_disagg else 2.0
 
 
-def fake_simulate(base, c, rate, replicas=1, goodput=None):
+def fake_simulate(base, c, rate, replicas=1, goodput=None, scale=1):
     load, knee = rate / replicas, _knee(c) + 0.2
     return {"status": "ok", "stable": True, "p99_ttft_ms": 100.0 / (knee - load) if load < knee else math.inf,
             "median_ttft_ms": 1.0, "median_tpot_ms": 1.0, "p99_tpot_ms": 2.0, "completed": 100,

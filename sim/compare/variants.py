@@ -143,10 +143,24 @@ def variants_from_args(schedulers: str | None, variant_args: list[str] | None,
     return variants
 
 
+def given_keys(base: SimConfig) -> dict[str, Any]:
+    """``base``'s top-level keys as they were given (config file, ``--set``, options,
+    an earlier variant: ``SimConfig._key_sources``), not those an engine preset or a
+    default filled in: a variant is laid over these and validated again, so one that
+    changes ``engine`` (or ``engine_version``) gets that engine's defaults, and one
+    that sets ``scheduler`` or ``enable_chunked_prefill`` is not refused for a key the
+    base's preset filled (``capacity_scheduler_policy``), as ``run --engine`` and a
+    sweep axis build them. A config built without sources (``SimConfig(...)``
+    directly): its set fields."""
+    data = base.model_dump(exclude_none=True)
+    given = {k.split(".")[0] for k in base._key_sources} or set(base.model_fields_set)
+    return {k: val for k, val in data.items() if k in given}
+
+
 def apply_variant(base: SimConfig, v: Variant) -> SimConfig:
     from sim.workload import merge_workload_dicts, resolve_workload_dict
 
-    data = base.model_dump(exclude_none=True)
+    data = given_keys(base)
     data["workload"] = base.workload.model_dump(exclude_unset=True)
     for k, val in v.overrides.items():
         if k == "workload" and isinstance(val, dict):
