@@ -330,6 +330,43 @@ def test_compare_winners_per_gpu_when_gpu_counts_differ():
     assert not any("GPU counts" in x for x in compare_winners({"a": a, "b": b4}))
 
 
+def test_latencies_rank_when_every_variant_rejected_the_same_requests():
+    """20 of 200 requests (over max_model_len, say) rejected by both variants: a paired
+    comparison of the 180 both served, ranked on latency and said so. A variant that
+    rejected 20 more than the other is not ranked on latency."""
+    st = ["rejected" if i % 10 == 0 else "finished" for i in range(200)]
+    same = make_requests(status=st, reason=["too long" if x == "rejected" else "" for x in st])
+    a = _summ("a", requests=same, completed=180, num_rejected=20, p99_ttft_ms=100.0, request_goodput=None)
+    b = _summ("b", requests=same.copy(), completed=180, num_rejected=20, p99_ttft_ms=300.0, request_goodput=None)
+    lines = compare_winners({"a": a, "b": b})
+    assert "p99 TTFT: a wins with 100 ms, 3.0× lower than b (300 ms)." in lines
+    assert ("Every variant rejected the same 20 of 200 requests (reasons in each variant's requests.csv): the "
+            "latencies compare the requests they all served.") in lines
+    assert not any("not ranked" in x for x in lines)
+    st2 = ["rejected" if i % 5 == 0 else "finished" for i in range(200)]  # 40: the same 20 and 20 more
+    more = make_requests(status=st2, reason=["x" if x == "rejected" else "" for x in st2])
+    b2 = _summ("b", requests=more, completed=160, num_rejected=40, p99_ttft_ms=30.0, request_goodput=None)
+    lines = compare_winners({"a": a, "b": b2})
+    assert not any(x.startswith("p99 TTFT") for x in lines)  # only a is ranked: no comparison
+    assert ("b is not ranked on latency: it rejected 40 of 200 requests (20 that every other variant served), "
+            "so its latencies cover only the rest.") in lines
+
+
+def test_launch_choice_says_why_on_a_tie_or_an_undeployable_leader():
+    from sim.compare.winners import launch_choice
+
+    static = ["scheduler 'static' is not offered by vLLM"]
+    assert launch_choice([("a", 3), ("b", 1)], {}) == ("a", None)
+    w, note = launch_choice([("static", 3), ("chunked", 2)], {"static": static})
+    assert w == "chunked" and note.endswith("static won more but scheduler 'static' is not offered by vLLM")
+    w, note = launch_choice([("static", 2), ("chunked", 2)], {"static": static})
+    assert w == "chunked" and note == ("a tie: chunked and static each win 2 metric(s) (report.md, What wins); "
+                                       "static won as many but scheduler 'static' is not offered by vLLM")
+    w, note = launch_choice([("chunked", 2), ("mixed", 2)], {})
+    assert w == "chunked" and note.endswith("chunked comes first in the comparison's order")
+    assert launch_choice([], {}) == (None, None)
+
+
 def test_compare_winners_single_variant_is_empty():
     assert compare_winners({"a": _summ("a", request_throughput=1.0)}) == []
 

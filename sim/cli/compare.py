@@ -63,20 +63,17 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
     }
     context = {k: v for k, v in context.items() if v not in (None, "")}
     title = f"Policy comparison: {cfg['model']} on {cfg['hardware']}"
-    from sim.compare.winners import ranked_by_wins
+    from sim.compare.winners import launch_choice, ranked_by_wins
     from sim.launch import launch_command, write_launch
 
     # the variant winning the most metrics that its engine can run as simulated; else the top one,
     # its launch command saying what does not match
     ranked = ranked_by_wins(variants)
     launches = {n: launch_command(results[n][0]["config"], _pools(results[n][0]["config"])) for n, _ in ranked}
-    wins = dict(ranked)
-    winner = next((n for n, _ in ranked if not launches[n].problems), ranked[0][0] if ranked else None)
+    winner, note = launch_choice(ranked, {n: lc.problems for n, lc in launches.items()})
     launch = (winner, launches[winner]) if winner is not None else None
-    more = [n for n, w in ranked if w > wins.get(winner, 0)]
-    if launch is not None and more:
-        launch[1].notes.insert(0, f"{winner} is the variant winning the most metrics that its engine can run as "
-                                  f"simulated; {', '.join(more)} won more but {launches[more[0]].problems[0]}")
+    if launch is not None and note:
+        launch[1].notes.insert(0, note)
     if launch is not None:
         write_launch(out, launch[1])
     else:

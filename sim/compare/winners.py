@@ -42,6 +42,30 @@ def ranked_by_wins(variants: dict[str, VariantData]) -> list[tuple[str, int]]:
     return sorted(wins.items(), key=lambda kv: -kv[1])
 
 
+def launch_choice(ranked: list[tuple[str, int]], problems: dict[str, list[str]]) -> tuple[str | None, str | None]:
+    """The variant whose launch command the comparison writes, and why when that is not
+    plain: the one winning the most metrics (``ranked``: :func:`ranked_by_wins`) that its
+    engine can run as simulated (no launch ``problems``), else the top one. The note
+    names the variants that won more but cannot run as simulated, or a tie."""
+    if not ranked:
+        return None, None
+    wins = dict(ranked)
+    winner = next((n for n, _ in ranked if not problems.get(n)), ranked[0][0])
+    more = [n for n, w in ranked if w > wins[winner]]
+    level = [n for n, w in ranked if w == wins[winner] and n != winner]
+    if more:
+        return winner, (f"{winner} is the variant winning the most metrics that its engine can run as simulated; "
+                        f"{', '.join(more)} won more but {problems[more[0]][0]}")
+    if level:
+        first = level[0]
+        ahead = [n for n, _ in ranked].index(first) < [n for n, _ in ranked].index(winner)
+        why = (f"{first} won as many but {problems[first][0]}" if ahead and problems.get(first) else
+               f"{winner} comes first in the comparison's order")
+        return winner, (f"a tie: {winner} and {', '.join(level)} each win {wins[winner]} metric(s) "
+                        f"(report.md, What wins); {why}")
+    return winner, None
+
+
 def overall_winner(variants: dict[str, VariantData]) -> str | None:
     """The variant that wins the most metrics of :func:`compare_winners` (the first
     in the comparison's order among equals); the only variant of a one-variant
@@ -57,12 +81,16 @@ def _ranking(variants: dict[str, VariantData]) -> tuple[list[str], dict[str, int
     if len(variants) < 2:
         return [], {n: 0 for n in variants}
     lines, wins = [], {n: 0 for n in variants}
-    # Latencies of a variant that rejected many requests cover only the ones it
-    # served: it is not ranked on them (throughput still shows the loss).
+    # Latencies of a variant that rejected many requests the others served cover only
+    # the rest: it is not ranked on them (throughput still shows the loss). Requests
+    # every variant rejected (e.g. over max_model_len) leave the comparison paired.
+    rejected = {n: _rejected_ids(v) for n, v in variants.items()}
+    common = set.intersection(*rejected.values()) if all(r is not None for r in rejected.values()) else set()
     rejecting = {}
     for n, v in variants.items():
         done, rej = v.summary.get("completed") or 0, v.summary.get("num_rejected") or 0
-        if done + rej and rej / (done + rej) > MAX_REJECTED_TO_RANK:
+        own = rej - len(common)  # (the requests only some variants rejected)
+        if done + rej and own / (done + rej) > MAX_REJECTED_TO_RANK:
             rejecting[n] = (rej, done + rej)
     for key, label, higher, unit in WIN_METRICS:
         vals = {}
@@ -88,9 +116,15 @@ def _ranking(variants: dict[str, VariantData]) -> tuple[list[str], dict[str, int
         if not ties:
             wins[best] += 1
     num_metrics = len(lines)
+    if common:
+        total = max((v.summary.get("completed") or 0) + (v.summary.get("num_rejected") or 0)
+                    for v in variants.values())
+        lines.append(f"Every variant rejected the same {len(common):,} of {total:,} requests (reasons in each "
+                     "variant's requests.csv): the latencies compare the requests they all served.")
     for n, (rej, total) in rejecting.items():
         rest = "so its latencies cover only the rest" if rej < total else "so it has no latencies"
-        lines.append(f"{n} is not ranked on latency: it rejected {rej:,} of {total:,} requests, {rest}.")
+        others = f" ({rej - len(common):,} that every other variant served)" if common else ""
+        lines.append(f"{n} is not ranked on latency: it rejected {rej:,} of {total:,} requests{others}, {rest}.")
     tally = sorted(((c, n) for n, c in wins.items() if c), reverse=True)
     if tally:
         lines.append("Overall: " + ", ".join(f"{n} wins {c} of {num_metrics} metrics" for c, n in tally) + ".")
@@ -98,6 +132,14 @@ def _ranking(variants: dict[str, VariantData]) -> tuple[list[str], dict[str, int
     if per_gpu:
         lines.append(per_gpu)
     return lines, wins
+
+
+def _rejected_ids(v: VariantData) -> set | None:
+    """The measured requests ``v`` rejected (their ids), or None where its table does not say."""
+    df = v.measured_requests()
+    if "status" not in df.columns or "request_id" not in df.columns:
+        return None
+    return set(df.loc[df["status"] == "rejected", "request_id"].tolist())
 
 
 def _per_gpu_line(variants: dict[str, VariantData]) -> str | None:
