@@ -303,7 +303,7 @@ class SimConfig(BaseModel):
                              "use engine trtllm or drop num_postprocess_workers")
         if self.block_size <= 0 or self.block_size > 1024 or self.block_size & (self.block_size - 1):
             raise ValueError(f"block_size must be a power of two from 1 to 1024 (vLLM accepts 1, 8, 16, 32, "
-                             f"64, 128; TensorRT-LLM 32/64/128; SGLang pages of 1), got {self.block_size}")
+                             f"64, 128; TensorRT-LLM 32/64/128; SGLang --page-size, default 1), got {self.block_size}")
         if self.tensor_parallel_size & (self.tensor_parallel_size - 1):
             raise ValueError(f"tensor_parallel_size must be a power of two, got {self.tensor_parallel_size}")
         if self.disaggregation is not None and "num_replicas" in self.model_fields_set and self.num_replicas != 1:

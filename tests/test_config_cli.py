@@ -173,6 +173,20 @@ def test_cli_kv_states_the_engines_memory_rule():
     assert "f: gpu_memory_utilization" in " ".join(r.stdout.split())
 
 
+def test_cli_kv_says_a_length_over_max_model_len_is_refused_and_names_the_weight_precision():
+    r = cli("kv", "--model", "llama-3.1-8b", "--hardware", "h100_sxm", "--quantization", "fp8",
+            "--max-model-len", "8192", "--length", "9000", "--length", "1024")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.strip() == ("note: --length 9,000 is over max_model_len 8,192: a request of that length is "
+                                "refused, so sequences_of_9000_tokens is 0 (raise --max-model-len)")
+    rows = {ln.split("│")[1].strip(): ln.split("│")[2].strip() for ln in r.stdout.splitlines() if ln.count("│") == 3}
+    assert rows["sequences_of_9000_tokens"] == "0" and int(rows["sequences_of_1024_tokens"].replace(",", "")) > 0
+    assert rows["weight_precision"] == "fp8"
+    r = cli("kv", "--model", "gpt-oss-120b", "--hardware", "h200_sxm")
+    rows = {ln.split("│")[1].strip(): ln.split("│")[2].strip() for ln in r.stdout.splitlines() if ln.count("│") == 3}
+    assert rows["weight_precision"] == "attn_qkv bf16, attn_o bf16, experts mxfp4"  # the checkpoint's split
+
+
 def test_cli_lists():
     assert "llama-3.1-70b" in cli("models").stdout
     assert "h200_sxm" in cli("hardware").stdout

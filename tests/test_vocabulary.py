@@ -5,6 +5,8 @@ the engine's rules is refused where servesim's key means something else."""
 
 from __future__ import annotations
 
+import json
+
 import re
 from pathlib import Path
 
@@ -211,6 +213,19 @@ def test_cli_flags_on_run(tmp_path):
     assert c["enable_prefix_caching"] is False and s["num_prompts"] == 20 and s["completed"] == 20
 
 
+def test_run_title_names_the_engine_and_a_config_json_by_its_hub_id(tmp_path):
+    cfg = tmp_path / "models--Qwen--Qwen3-8B" / "snapshots" / "abc"
+    cfg.mkdir(parents=True)
+    from sim.model_spec import _presets  # (a preset's config.json written where a Hub cache would hold it)
+
+    (cfg / "config.json").write_text(json.dumps(_presets()["qwen3-8b"]["config"]))
+    r = CliRunner().invoke(app, ["run", "--quiet", "--engine", "sglang", "--model", str(cfg / "config.json"),
+                                 "--num-prompts", "5", "--out", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    title = " ".join(r.output.split("┌")[0].split())
+    assert title == "servesim run: Qwen/Qwen3-8B on 1x1 h100_sxm, engine=sglang, scheduler=prefill_first", title
+
+
 def test_flag_without_value_is_one_line_error():
     import subprocess
     import sys
@@ -229,3 +244,17 @@ def test_bad_flag_value_names_the_flag():
 def test_readme_alias_table_is_the_module_table():
     """The README's table is generated from sim/vocabulary.py (markdown_table)."""
     assert markdown_table() in README.read_text()
+
+
+def test_flags_lists_the_values_of_keys_with_a_fixed_set_and_their_defaults():
+    from typer.testing import CliRunner
+
+    from sim.cli.main import app
+
+    out = CliRunner().invoke(app, ["flags"]).output
+    lines = {ln.split()[0]: ln for ln in out.splitlines() if ln.startswith("  --")}
+    assert "{vllm,trtllm,sglang}" in lines["--engine"] and "unset by default" in lines["--engine"]
+    assert "{fp8,fp8_block,int8,int4_wo,nvfp4,mxfp4}" in lines["--quantization"]
+    assert "{auto,bfloat16,float16,fp8,fp8_e4m3,fp8_e5m2}" in lines["--kv-cache-dtype"]
+    assert lines["--block-size"].rstrip().endswith("block_size (default 16)")
+    assert lines["--max-num-seqs"].split()[1] == "VALUE"

@@ -16,6 +16,15 @@ from sim.errors import ConfigError, Interrupted
 DEFAULT_COMPARE_WORKLOAD = "code"
 
 
+def workload_help(default: str) -> str:
+    """The ``--workload`` option's help: the built-in names (``workloads/*.yaml``, read
+    without importing the workload package) and the default."""
+    from sim.paths import workloads_dir
+
+    names = ", ".join(sorted(p.stem for p in workloads_dir().glob("*.yaml")))
+    return f"Built-in workload ({names}) or a workload YAML path (default: '{default}')."
+
+
 def ensure_out_dir(out: Path, option: str = "--out") -> Path:
     """Create the output folder before any simulation runs, so a bad ``--out``
     (empty, an existing file, an unwritable place) fails at once, naming the option."""

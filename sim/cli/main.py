@@ -15,7 +15,7 @@ from typing import List, Optional
 
 import typer
 
-from sim.cli.common import DEFAULT_COMPARE_WORKLOAD, ensure_out_dir
+from sim.cli.common import DEFAULT_COMPARE_WORKLOAD, ensure_out_dir, workload_help
 from sim.cli.vocab import FLAGS_EPILOG, VocabCommand
 from sim.errors import Interrupted, ServesimError
 
@@ -74,7 +74,7 @@ def run(
     model: Optional[str] = typer.Option(None, help="Model preset or HF id or path to config.json (default: the config file's, else llama-3.1-8b)."),
     hardware: Optional[str] = typer.Option(None, help="Hardware profile name or path to a profile YAML (default: the config file's, else h100_sxm)."),
     scheduler: Optional[str] = typer.Option(None, help="Batching mode: static, continuous, chunked, mixed, prefill_first, prefill_first_whole, prefill_first_mixed (or a registered one)."),
-    workload: Optional[str] = typer.Option(None, help="Built-in workload name or workload YAML path (default: 'default')."),
+    workload: Optional[str] = typer.Option(None, help=workload_help("default")),
     set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
     seed: Optional[int] = typer.Option(None, help="Seed of the run: arrivals, lengths, router (default: the config file's, else 0)."),
     goodput: Optional[List[str]] = typer.Option(None, help="SLOs for goodput, as vllm bench serve: 'ttft:MS tpot:MS e2el:MS' (quoted, or repeat --goodput)."),
@@ -202,7 +202,7 @@ def compare(
     variants: Optional[Path] = typer.Option(None, help="YAML file: {NAME: {key: value, ...}, ...}."),
     model: Optional[str] = typer.Option(None, help="Model preset, HF id or config.json path (default: the config file's, else llama-3.1-8b)."),
     hardware: Optional[str] = typer.Option(None, help="Hardware profile name or YAML path (default: the config file's, else h100_sxm)."),
-    workload: Optional[str] = typer.Option(None, help=f"Built-in workload or workload YAML (default: '{DEFAULT_COMPARE_WORKLOAD}')."),
+    workload: Optional[str] = typer.Option(None, help=workload_help(DEFAULT_COMPARE_WORKLOAD)),
     set_: Optional[List[str]] = typer.Option(None, "--set", help=SET_HELP),
     seed: Optional[int] = typer.Option(None, help="Seed of the run (default: the config file's, else 0)."),
     goodput: Optional[List[str]] = typer.Option(None, help="SLOs for goodput: 'ttft:MS tpot:MS e2el:MS' (quoted, or repeat --goodput)."),
@@ -251,11 +251,32 @@ def kv(
               (f"decode pool ({dep.disagg.decode.cfg.num_replicas} worker(s))", dep.disagg.decode)])
     for label, pd in pools:
         print_kv_report(_kv_rows(pd, length), pd, label)
+        cap = pd.sizing.max_req_len if pd.sizing.max_req_len is not None else pd.limits.max_model_len
+        for n in sorted(set(length or ())):
+            if n > cap:  # (the table's 0: such a request is refused, never served)
+                what = (f"the engine's request cap max_req_len {cap:,}" if pd.sizing.max_req_len is not None
+                        else f"max_model_len {cap:,}")
+                typer.echo(f"note: {label + ': ' if label else ''}--length {n:,} is over {what}: a request of "
+                           f"that length is refused, so sequences_of_{n}_tokens is 0 (raise --max-model-len)",
+                           err=True)
     from sim.presets import version_warning
 
     vw = version_warning(cfg.engine, cfg.engine_version)  # as run warns (sim/results/warnings.py)
     if vw:
         typer.echo(f"warning: {vw}", err=True)
+
+
+def _weight_precision(model, quantization: str | None) -> str:
+    """``fp8``, or per operator family where they differ (``experts nvfp4, attention bf16``)."""
+    from sim.model_spec import LINEAR_FAMILIES
+
+    has = {"experts": model.is_moe, "shared_experts": bool(model.shared_expert_intermediate_size),
+           "dense_mlp": not model.is_moe or bool(model.dense_mlp_layers)}
+    fams = [f for f in LINEAR_FAMILIES if has.get(f, True)]
+    by = {f: model.family_quantization(f, quantization) for f in fams}
+    if len(set(by.values())) == 1:
+        return next(iter(by.values()))
+    return ", ".join(f"{f} {q}" for f, q in by.items())
 
 
 def _kv_rows(dep, length: list[int] | None) -> dict:
@@ -273,6 +294,8 @@ def _kv_rows(dep, length: list[int] | None) -> dict:
         rows[k] = v
         if k == "gpu_memory_utilization":
             rows["kv_memory_rule"] = f"{cfg.kv_memory_rule}: {KV_MEMORY_RULE_FORMULAS[cfg.kv_memory_rule]}"
+        if k == "weight_gib_per_rank":  # the weights' precision per operator family (checkpoint or --quantization)
+            rows["weight_precision"] = _weight_precision(dep.model, cfg.quantization)
     if dep.layout.num_gpus > 1 or dep.model.is_moe:  # DP x TP x EP, per-GPU weights
         rows.update(layout_report(dep.model, dep.layout, cfg.quantization))
         if dep.layout.attention_dp:  # each attention rank has its own KV cache

@@ -13,6 +13,7 @@ from typing import List, Optional
 import typer
 
 from sim.errors import ConfigError
+from sim.cli.common import workload_help
 
 SET_HELP = "Override a base config key: --set key=value (repeatable; dotted for workload.*)."
 
@@ -77,7 +78,7 @@ def plan(
     args: Optional[List[str]] = typer.Argument(None, metavar="[CONFIG.yaml] [SLO ...]",
                                                help="YAML config file with the base config; words with '=' are "
                                                     "more SLOs (so --slo p99_ttft_ms=500 p99_tpot_ms=50 works)."),
-    workload: Optional[str] = typer.Option(None, help="Built-in workload name or workload YAML (default: 'default')."),
+    workload: Optional[str] = typer.Option(None, help=workload_help("default")),
     model: Optional[str] = typer.Option(None, help="Model preset, HF id or config.json path (default: the config file's, else llama-3.1-8b)."),
     hardware: Optional[str] = typer.Option(None, help="Candidate GPUs, comma-separated (e.g. h100_sxm,h200_sxm); "
                                                       "default: the base config's."),

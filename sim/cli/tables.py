@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -38,13 +39,17 @@ def print_run_summary(s: dict, dep) -> None:
     if pools is None:
         shape = (f"{cfg.num_replicas}x({lay.describe()})" if _layout_is_more_than_tp(lay, cfg)
                  else f"{cfg.num_replicas}x{cfg.tensor_parallel_size}")
-        where = f"{shape} {cfg.hardware}, scheduler={cfg.scheduler}"
+        where = f"{shape} {cfg.hardware}, " + (f"engine={cfg.engine}, " if cfg.engine else "") + \
+            f"scheduler={cfg.scheduler}"
     else:
         p, d = pools.prefill, pools.decode
         where = (f"{p.cfg.num_replicas}P x {_pool_shape(p)} {p.cfg.hardware} ({p.cfg.scheduler}) + "
                  f"{d.cfg.num_replicas}D x {_pool_shape(d)} {d.cfg.hardware} ({d.cfg.scheduler}), "
                  f"KV over {pools.transfer.link}")
-    t = Table(title=f"servesim run: {cfg.model} on {where}", show_header=False)
+    from sim.launch import hub_id_of_path
+
+    model = hub_id_of_path(cfg.model) or (Path(cfg.model).name if cfg.model.endswith(".json") else cfg.model)
+    t = Table(title=f"servesim run: {model} on {where}", show_header=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
     rows = [

@@ -13,7 +13,9 @@ import typer
 import typer.core
 
 
-FLAGS_EPILOG = ("Engine flags: every config key also as a flag in vLLM's kebab case (--max-num-seqs 256, "
+FLAGS_EPILOG = ("Engine flags: every config key also as a flag in vLLM's kebab case (--engine "
+                "vllm|sglang|trtllm for that engine's defaults, --quantization fp8, --kv-cache-dtype fp8, "
+                "--max-num-seqs 256, "
                 "--max-num-batched-tokens 2048, --enable-prefix-caching / --no-enable-prefix-caching, "
                 "--tensor-parallel-size/-tp, --scheduling-policy, --async-scheduling, --data-parallel-size), "
                 "vllm bench serve's --num-prompts, --request-rate, --burstiness, --max-concurrency, and the "
@@ -49,13 +51,32 @@ def flags() -> None:
     from sim.config import config_keys
     from sim.vocabulary import ALIASES, kebab
 
+    from sim.config import SimConfig
+
     typer_echo = typer.echo
-    typer_echo("servesim's keys (YAML: snake or kebab case; flags: --KEY VALUE, booleans --KEY / --no-KEY):")
+    typer_echo("servesim's keys (YAML: snake or kebab case; flags: --KEY VALUE, booleans --KEY / --no-KEY), "
+               "with their values where a key takes a fixed set, and their default (a preset given with "
+               "--engine fills the keys it sets):")
     for k, is_bool in config_keys().items():
-        flag = f"--{kebab(k)}" + (f" / --no-{kebab(k)}" if is_bool else " VALUE")
-        typer_echo(f"  {flag:<44} {k}")
+        f = SimConfig.model_fields[k]
+        choices = _choices(f.annotation)
+        flag = f"--{kebab(k)}" + (f" / --no-{kebab(k)}" if is_bool else
+                                  f" {{{','.join(choices)}}}" if choices else " VALUE")
+        default = "" if f.is_required() else "unset by default" if f.default is None else f"default {f.default!r}"
+        typer_echo(f"  {flag:<44} {k}" + (f" ({default})" if default else ""))
     typer_echo("\naliases (an alias never changes the meaning: see `requires`):")
     for a in ALIASES:
         names = ", ".join(dict.fromkeys(a.flag_names()))
         req = "; ".join(f"only where {k} is {' or '.join(map(str, v))}" for k, v in a.requires.items())
         typer_echo(f"  {names:<44} {a.key:<28} {a.engine}: {a.note}" + (f" ({req})" if req else ""))
+
+
+def _choices(annotation) -> list[str]:
+    """The values a ``Literal`` config field (or an optional one) takes, as text; [] otherwise."""
+    from typing import Literal, Union, get_args, get_origin
+
+    if get_origin(annotation) is Literal:
+        return [str(a) for a in get_args(annotation)]
+    if get_origin(annotation) is Union or type(annotation).__name__ == "UnionType":
+        return [c for a in get_args(annotation) for c in _choices(a)]
+    return []
