@@ -21,7 +21,7 @@ SET_HELP = "Override a base config key: --set key=value (repeatable; dotted for 
 def sweep(
     sweep_file: Path = typer.Argument(..., help="Sweep YAML: 'base' (config keys, 'config: PATH', 'workload: NAME') "
                                            "and 'axes' (key: list or {start, stop, step|num}); optional 'zip', 'goodput'."),
-    out: Optional[Path] = typer.Option(None, help="Output folder for results.parquet / results.csv "
+    out: Optional[Path] = typer.Option(None, help="Output folder for results.parquet / results.csv, figures/ "
                                                   "(default: runs/sweep-<file name>). Re-running resumes."),
     executor: str = typer.Option("local", help="local (a process pool) or ray (needs servesim[ray])."),
     workers: Optional[int] = typer.Option(None, help="Parallel simulations (default: the CPU count; ray: the cluster's CPUs)."),
@@ -29,8 +29,12 @@ def sweep(
                                                          "default: start a local Ray."),
     retry_failed: bool = typer.Option(True, help="Re-run points recorded as failed (infeasible ones are never re-run)."),
     quiet: bool = typer.Option(False, help="No progress bar."),
+    plots: bool = typer.Option(True, "--plots/--no-plots",
+                               help="Write figures of the table to OUT/figures: latency and throughput against "
+                                    "the request rate (else the numeric axis with the most values), one line per "
+                                    "combination of the other axes; a bar chart per point when no axis is numeric."),
 ) -> None:
-    """Run one simulation per point of a grid of configs; one tidy table of results (resumable)."""
+    """Run one simulation per point of a grid of configs; one tidy table of results (resumable), and figures."""
     from sim.sweep.spec import load_sweep, run_sweep
 
     from sim.cli.common import ensure_out_dir, stop_on_signals
@@ -49,6 +53,15 @@ def sweep(
 
     typer.echo(f"results: {out}/results.parquet, {out}/results.csv" if parquet_available()
                else f"results: {out}/results.csv")
+    if plots:
+        from sim.sweep.sweep_plots import write_sweep_figures
+
+        paths, notes = write_sweep_figures(df, list(spec.axes), out, zip_groups=spec.zip_groups,
+                                           base=spec.base_overrides, goodput=spec.goodput)
+        for note in notes:
+            typer.echo(f"note: {note}", err=True)
+        for path in paths:
+            typer.echo(f"figure: {path}")
 
 
 def _split(text: str | None, what: str, conv=str, minimum: int | None = None) -> list:
