@@ -349,6 +349,8 @@ def write_sweep_figures(df, axes: list[str], out_dir: str | Path, *, zip_groups:
         tput.append(("request_goodput", f"{gp}; dotted: request throughput", "req/s"))
     for combo, rows in facets:
         facet = line_label(plan.facet_keys, combo, axes)
+        if plan.facet_keys:  # this file's points, then the whole table's count
+            caption = f"{len(rows)} points in this figure ({facet}); " + _caption(df, len(ok))
         suffix = "".join(f"_{slug(short_key(k, axes))}_{slug(fmt_value(v))}" for k, v in zip(plan.facet_keys, combo))
         lat = fig_dir / f"latency_vs_{xs}{suffix}.png"
         draw(lat, _draw_lines, rows, plan, axes, LATENCY_PANELS, lat, "latency vs " + xname,
