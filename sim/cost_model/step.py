@@ -258,6 +258,7 @@ class CostModel:
                 self._ar_fitted = AllReduceSum(self._ar_fitted, FittedAllReduce(
                     eff, hw, h, tp, L_attn, bytes_per_tok=QK_NORM_ALL_REDUCE_BYTES))
             self._t_ops = CountTable(self._t_ops_block, self._t_ops_scalar)
+            self._t_sum = CountTable(self._t_sum_block, self._t_sum_scalar)
             self._lm_rows = CountTable(lambda m: self._lm.table(m).tolist(), self._lm)
         else:  # (the scalar form leaves out the QK-norm all-reduces of qk_norm_across_heads)
             nodes = hw.tensor_parallel_nodes(tp)  # beyond one NVLink domain: + the NICs (hierarchical)
@@ -325,24 +326,40 @@ class CostModel:
         return (self._qkv(T), self._o(T), self._ffn(T), self._elem_per_tok * T + self._elem_const,
                 self._ar_fitted(T))
 
-    def _t_ops_block(self, T: np.ndarray) -> list[tuple[float, ...]]:
-        """:meth:`_t_ops_scalar` at each count of ``T``, vectorised."""
+    def _t_ops_cols(self, T: np.ndarray) -> tuple[np.ndarray, ...]:
+        """:meth:`_t_ops_scalar`'s five columns at each count of ``T``, vectorised."""
         if self._dense_ffn is not None:
             ffn = self._dense_ffn.table(T) + (self._moe_fitted.table(T) if self.model.is_moe else 0.0)
         else:
             ffn = (self._moe_fitted.table(T) if self.model.is_moe
                    else self._up.table(T) + self._down.table(T))
-        cols = (self._qkv.table(T), self._o.table(T), ffn, self._elem_per_tok * T + self._elem_const,
+        return (self._qkv.table(T), self._o.table(T), ffn, self._elem_per_tok * T + self._elem_const,
                 np.broadcast_to(self._ar_fitted(T), T.shape))
-        return list(zip(*(c.tolist() for c in cols)))
+
+    def _t_ops_block(self, T: np.ndarray) -> list[tuple[float, ...]]:
+        """:meth:`_t_ops_scalar` at each count of ``T``, vectorised."""
+        return list(zip(*(c.tolist() for c in self._t_ops_cols(T))))
+
+    def _t_sum_scalar(self, T: float) -> tuple[float, float]:
+        """(qkv + o + ffn + norms, all_reduce): :meth:`_linear_s`'s terms before the
+        lm head, added in its order, and the all-reduce after it."""
+        qkv, o, ffn, norms, ar = self._t_ops_scalar(T)
+        return qkv + o + ffn + norms, ar
+
+    def _t_sum_block(self, T: np.ndarray) -> list[tuple[float, float]]:
+        """:meth:`_t_sum_scalar` at each count of ``T``: the columns of :meth:`_t_ops_block`
+        added element by element in the same order (IEEE adds: the same floats as the
+        tuples summed one by one), without building the 5-tuples."""
+        qkv, o, ffn, norms, ar = self._t_ops_cols(T)
+        return list(zip((((qkv + o) + ffn) + norms).tolist(), ar.tolist()))
 
     def _linear_s(self, T: float, ns: float) -> float:
         """A step's time outside attention (s): :meth:`_linear_ops` summed in
         its order. Every step lasts ``attention + _linear_s`` — single steps,
         merged runs and decode clocks add the same floats in the same order."""
-        if self.fitted:  # tabulated (CountTable): a lookup per count
-            qkv, o, ffn, norms, ar = self._t_ops(T)
-            return qkv + o + ffn + norms + self._lm_rows(ns) + ar + self._overhead
+        if self.fitted:  # tabulated (CountTable): a lookup per count; (qkv + o + ffn + norms) + lm + ar + ov
+            head, ar = self._t_sum(T)
+            return head + self._lm_rows(ns) + ar + self._overhead
         key = (T, ns)
         total = self._memo.get(key)
         if total is None:
