@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# a tie: 1P2D and agg-3x each win 2 metric(s) (report.md, What wins); 1P2D comes first in the comparison's order
 # 1 prefill and 2 decode worker(s), written for one host (localhost, a port each): run each worker on its own GPUs (CUDA_VISIBLE_DEVICES) or host and give the front end their addresses
 # prefill worker 1 of 1
 env VLLM_NIXL_SIDE_CHANNEL_PORT=5600 vllm serve Qwen/Qwen3-30B-A3B \
