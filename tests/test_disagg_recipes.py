@@ -366,3 +366,15 @@ def test_a_trtllm_recipe_file_outside_its_live_days_or_with_mtp_is_refused():
     with pytest.raises(ConfigError, match=r"srt_slurm_recipes.yaml: recipes/t.yaml: format 'vllm' is not one of "
                                           r"sglang, trtllm"):
         recipe_pools(_row(image=""), [r], bad)
+
+
+def test_an_ep_size_that_does_not_divide_the_experts_is_not_simulable():
+    """gb200-fp4/1k1k/max-tpt.yaml's decode worker runs DP 48 x EP 48 (SGLang adds 32
+    redundant expert slots: 288 = 48 x 6); DeepSeek-R1's 256 routed experts do not
+    split over 48 ranks whole, and redundant experts are not modelled."""
+    row = _nightly(backend="sglang", concurrency=2048.0, measured="2026-02-08", decode_tp_size=48.0)
+    assert recipe_pools(row)["decode"]["layout"] == {"data_parallel_size": 48, "moe_ep_size": 48, "moe_tp_size": 1}
+    with pytest.raises(NotSimulable, match=r"decode pool: expert parallelism over 48 ranks does not divide "
+                                           r"deepseek-ai/DeepSeek-R1's 256 routed experts; the recipe runs it with "
+                                           r"redundant expert slots"):
+        disagg_pools(row)

@@ -17,6 +17,10 @@ guessed (issue #24):
   speculative decoding, its engine-argument file is not transcribed or was
   not the transcribed version on the row's day, or it disagrees with the
   harness entry on a pool's workers, TP, EP or attention DP);
+- expert parallelism over a number of ranks that does not divide the routed
+  experts (EP 48 with DeepSeek's 256: the recipes add 32 redundant expert
+  slots, SGLang ``ep-num-redundant-experts``): redundant experts are not
+  modelled;
 - pipeline parallelism (``*_pp_size`` > 1): not modelled; attention data
   parallelism on a dense model (SGLang's dp-attention gathers the ranks' tokens
   for its TP'd MLP, which is not modelled; servesim reads dense DP as vLLM's
@@ -512,6 +516,12 @@ def disagg_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
         model = get_model(str(row.get("model_path") or ""))
     except ConfigError as e:
         raise NotSimulable(str(e)) from None
+    for p in POOLS:  # EP ranks beyond E / ep whole experts: the engine's redundant expert slots
+        ep = pools[p].get("layout", {}).get("moe_ep_size", 1)
+        if model.is_moe and model.num_experts % ep:
+            raise NotSimulable(f"{p} pool: expert parallelism over {ep} ranks does not divide {model.name}'s "
+                               f"{model.num_experts} routed experts; the recipe runs it with redundant expert "
+                               "slots (SGLang ep-num-redundant-experts, TensorRT-LLM EPLB num_slots), not modelled")
     if not model.is_moe:
         for p in POOLS:
             dp = pools[p].get("layout", {}).get("data_parallel_size", 1)
