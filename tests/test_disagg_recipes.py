@@ -378,3 +378,18 @@ def test_an_ep_size_that_does_not_divide_the_experts_is_not_simulable():
                                            r"deepseek-ai/DeepSeek-R1's 256 routed experts; the recipe runs it with "
                                            r"redundant expert slots"):
         disagg_pools(row)
+
+
+def test_a_recorded_row_takes_no_streaming_from_a_recipe_version_not_live_on_its_day():
+    from sim.validate.disagg_rows import recorded_row_streaming
+
+    srt = {"recipes": {"recipes/a.yaml": {"format": "trtllm", "url": "https://srt/a",
+                                          "live": ["2026-01-01", "2026-01-31"],
+                                          "decode": {"stream_interval": 100, "num_postprocess_workers": 4}}}}
+    r = _recipe()
+    r["prefill"]["additional-settings"] = ["CONFIG_FILE=recipes/a.yaml"]
+    pools = {"prefill": {"n": 1}, "decode": {"n": 1}}
+    got = recorded_row_streaming(_row(image=""), pools, [r], srt)  # measured 2026-01-07
+    assert got["keys"] == {"stream_interval": 100, "num_postprocess_workers": 4}
+    late = _row(image="", measured="2026-02-02")
+    assert recorded_row_streaming(late, pools, [{**r, "removed_date": None}], srt) is None

@@ -417,19 +417,20 @@ def _srt_pool_keys(row: dict, r: dict, p: str, f: dict) -> tuple[dict[str, Any],
     return keys, dp
 
 
-def entry_streaming(r: dict, srt: dict | None = None) -> dict[str, Any] | None:
+def entry_streaming(r: dict, srt: dict | None = None, day: str | None = None) -> dict[str, Any] | None:
     """The streaming a harness entry deploys with (module docstring):
     ``{"keys": {"stream_interval": N}, "recipe": [source]}`` (``keys`` empty: the
     engine's default, the recipe file sets none), or None where its engine
     arguments are not transcribed (a launch script sized by nodes, an
-    untranscribed recipe file, another runner's script)."""
+    untranscribed recipe file, another runner's script) or, given the row's
+    ``day``, the transcribed version of its recipe file was not live that day."""
     config_file = next((s["CONFIG_FILE"] for s in (_settings(r, p) for p in POOLS) if "CONFIG_FILE" in s), None)
     if config_file is None:
         if r["framework"] == "dynamo-trt" and str(r["runner"]).startswith("gb200"):
             return {"keys": dict(DYNAMO_TRT_STREAM[0]), "recipe": [DYNAMO_TRT_STREAM[1]]}
         return None
     f = _srt_file(config_file, srt)
-    if f is None:
+    if f is None or (day is not None and not f["live"][0] <= day <= f["live"][1]):
         return None
     args = f["decode"]  # the decode server streams the tokens
     keys = {key: int(args[option]) for option, key in SRT_FORMATS[f["format"]]["stream"].items() if option in args}
@@ -444,7 +445,7 @@ def recorded_row_streaming(row: dict, pools: dict[str, dict[str, Any]], recipes:
     same interval; else None (the engine's default is kept)."""
     found = [r for r in matching_recipes(row, recipes)
              if all(int(r[p]["num-worker"]) == pools[p]["n"] for p in POOLS)]
-    got = [entry_streaming(r, srt) for r in found]
+    got = [entry_streaming(r, srt, _str(row, "measured") or "") for r in found]
     if (not got or any(g is None for g in got) or len({tuple(sorted(g["keys"].items())) for g in got}) != 1
             or not got[0]["keys"]):
         return None
