@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from sim.errors import ConfigError
+
 from sim.validate.disagg_rows import (NotSimulable, disagg_pools, disagg_row_overrides, matching_recipes,
                                       recipe_pools)
 
@@ -105,7 +107,8 @@ def test_a_recipe_we_do_not_model_is_named(kw, match):
 
 def test_an_srt_slurm_recipe_file_supplies_sglang_engine_arguments():
     srt = {"recipes": {"recipes/a.yaml": {
-        "url": "https://srt/a", "prefill_workers": 1, "decode_workers": 2,
+        "format": "sglang", "url": "https://srt/a", "live": ["2026-01-01", "2026-03-24"],
+        "prefill_workers": 1, "decode_workers": 2,
         "prefill": {"tensor-parallel-size": 1, "max-running-requests": 512, "chunked-prefill-size": 8192,
                     "mem-fraction-static": 0.95, "kv-cache-dtype": "fp8_e4m3"},
         "decode": {"tensor-parallel-size": 4, "chunked-prefill-size": 8192, "stream-interval": 50}}}}
@@ -122,7 +125,8 @@ def test_an_srt_slurm_recipe_file_supplies_sglang_engine_arguments():
     # the decode server's --stream-interval: the deployment's streaming
     assert pools["deployment"] == {"keys": {"stream_interval": 50}, "recipe": ["https://srt/a"]}
     srt["recipes"]["recipes/a.yaml"]["decode_workers"] = 3
-    with pytest.raises(NotSimulable, match=r"disagree on the decode pool's workers or TP"):
+    with pytest.raises(NotSimulable, match=r"the harness entry \(https://recipe/1: workers 2\) and its recipe file "
+                                           r"\(https://srt/a: workers 3\) disagree on the decode pool"):
         recipe_pools(_row(image="", backend="sglang"), [r], srt)
 
 
@@ -159,10 +163,11 @@ def test_sglang_dp_attention_divides_its_running_requests_and_chunk_over_the_ran
     max-running-requests 1024 and chunked-prefill-size 16384 are the worker's, 128
     and 2048 per rank."""
     srt = {"recipes": {"recipes/dp.yaml": {
-        "url": "https://srt/dp", "prefill_workers": 1, "decode_workers": 1,
+        "format": "sglang", "url": "https://srt/dp", "live": ["2026-01-01", "2026-03-24"],
+        "prefill_workers": 1, "decode_workers": 1,
         "prefill": {"tensor-parallel-size": 8, "max-running-requests": 16},
         "decode": {"tensor-parallel-size": 8, "data-parallel-size": 8, "expert-parallel-size": 8,
-                   "max-running-requests": 1024, "chunked-prefill-size": 16384}}}}
+                   "enable-dp-attention": True, "max-running-requests": 1024, "chunked-prefill-size": 16384}}}}
     r = _recipe(framework="dynamo-sglang", p=(1, 8, 1, False), d=(1, 8, 8, True), dsettings=[])
     r["prefill"]["additional-settings"] = ["CONFIG_FILE=recipes/dp.yaml"]
     row = _row(image="", backend="sglang", prefill_tp_size=8.0, decode_tp_size=8.0)
@@ -242,7 +247,8 @@ def test_a_recorded_row_takes_the_streaming_of_the_entries_it_matches():
     sgl = _recipe(framework="dynamo-sglang")
     assert recorded_row_streaming(_row(image="", backend="sglang"), pools, [sgl]) is None
     # srt-slurm files that disagree (10 vs the default): not known
-    srt = {"recipes": {f"recipes/{k}.yaml": {"url": f"https://srt/{k}", "decode": d}
+    srt = {"recipes": {f"recipes/{k}.yaml": {"format": "sglang", "url": f"https://srt/{k}",
+                                             "live": ["2026-01-01", "2026-03-24"], "decode": d}
                        for k, d in (("a", {"stream-interval": 10}), ("b", {}))}}
     ra, rb = _recipe(framework="dynamo-sglang"), _recipe(framework="dynamo-sglang", url="https://recipe/2")
     ra["prefill"]["additional-settings"] = ["CONFIG_FILE=recipes/a.yaml"]
@@ -250,3 +256,140 @@ def test_a_recorded_row_takes_the_streaming_of_the_entries_it_matches():
     row = _row(image="", backend="sglang")
     assert recorded_row_streaming(row, pools, [ra], srt)["keys"] == {"stream_interval": 10}
     assert recorded_row_streaming(row, pools, [ra, rb], srt) is None
+
+
+def _nightly(**kw):
+    """A nightly DeepSeek-R1 row (disagg_dev.csv, campaign 2026-03-25): no worker counts."""
+    row = {"campaign": "2026-03-25", "image": "", "concurrency": 666.0, "backend": "trtllm",
+           "model_path": "deepseek-ai/DeepSeek-R1", "system": "gb200", "precision": "fp4", "mode": "disagg",
+           "isl": 1024, "osl": 1024, "prefill_num_workers": None, "decode_num_workers": None,
+           "prefill_tp_size": 4.0, "prefill_pp_size": 1.0, "decode_tp_size": 32.0, "decode_pp_size": 1.0}
+    row.update(kw)
+    return row
+
+
+def test_the_committed_sglang_recipe_file_maps_to_dp_attention_pools():
+    """GB200 FP8 1k/1k at 6,144 clients (measured 2026-02-09): InferenceX's entry runs
+    recipes/gb200-fp8/1k1k/max-tpt.yaml, transcribed: 2 prefill workers of TP 8 with
+    --enable-dp-attention --dp-size 8 --ep-size 8, --max-running-requests 30000,
+    --chunked-prefill-size 131072, --mem-fraction-static 0.75; 1 decode worker of TP 32,
+    DP 32, EP 32, 45000 requests, chunk 36864, 0.82; kv-cache-dtype fp8_e4m3 and
+    --stream-interval 50 on both. SGLang divides the request pool and the chunk over
+    the DP ranks: 30000 // 8 = 3750 and 131072 // 8 = 16384 per prefill rank,
+    45000 // 32 = 1406 and 36864 // 32 = 1152 per decode rank."""
+    row = _nightly(backend="sglang", precision="fp8", concurrency=6144.0, measured="2026-02-09",
+                   prefill_tp_size=8.0, decode_tp_size=32.0)
+    pools = recipe_pools(row)
+    url = ("https://github.com/csahithi/srt-slurm/blob/a09d3ddcc3eb16bf6b1ea0feb4788fa396c001d4/"
+           "recipes/gb200-fp8/1k1k/max-tpt.yaml")
+    assert pools["prefill"]["n"] == 2 and pools["prefill"]["tp"] == 1 and pools["prefill"]["batch"] == 3750
+    assert pools["prefill"]["keys"] == {"max_num_batched_tokens": 16384, "gpu_memory_utilization": 0.75,
+                                        "kv_cache_dtype": "fp8"}
+    assert pools["prefill"]["layout"] == {"data_parallel_size": 8, "moe_ep_size": 8, "moe_tp_size": 1}
+    assert pools["prefill"]["recipe"][1] == url
+    assert pools["decode"]["n"] == 1 and pools["decode"]["tp"] == 1 and pools["decode"]["batch"] == 1406
+    assert pools["decode"]["keys"] == {"max_num_batched_tokens": 1152, "gpu_memory_utilization": 0.82,
+                                       "kv_cache_dtype": "fp8"}
+    assert pools["decode"]["layout"] == {"data_parallel_size": 32, "moe_ep_size": 32, "moe_tp_size": 1}
+    assert pools["deployment"] == {"keys": {"stream_interval": 50}, "recipe": [url]}
+
+
+def test_the_committed_trtllm_recipe_file_maps_to_per_rank_pools():
+    """GB200 FP4 1k/1k at 666 clients (measured 2026-03-23): the entry runs
+    recipes/trtllm/gb200-fp4/1k1k/stp/ctx1_gen1_dep32_batch16_eplb0_mtp0.yaml: prefill 1
+    worker, tensor_parallel_size 4, moe_expert_parallel_size 4, enable_attention_dp,
+    max_batch_size 16, max_num_tokens 16384, free_gpu_memory_fraction 0.6, KV fp8,
+    disable_overlap_scheduler; decode 1 worker of 32 attention-DP ranks, EP 32,
+    max_batch_size 16 and max_num_tokens 16 (per rank, not divided), 0.7, KV fp8,
+    stream_interval 100, num_postprocess_workers 4."""
+    pools = recipe_pools(_nightly(measured="2026-03-23"))
+    pre, dec = pools["prefill"], pools["decode"]
+    assert (pre["n"], pre["tp"], pre["batch"]) == (1, 1, 16)
+    assert pre["keys"] == {"max_num_batched_tokens": 16384, "gpu_memory_utilization": 0.6, "kv_cache_dtype": "fp8",
+                           "overlap_scheduling": False}
+    assert pre["layout"] == {"data_parallel_size": 4, "moe_ep_size": 4, "moe_tp_size": 1}
+    assert (dec["n"], dec["tp"], dec["batch"]) == (1, 1, 16)
+    assert dec["keys"] == {"max_num_batched_tokens": 16, "gpu_memory_utilization": 0.7, "kv_cache_dtype": "fp8"}
+    assert dec["layout"] == {"data_parallel_size": 32, "moe_ep_size": 32, "moe_tp_size": 1}
+    assert pools["deployment"]["keys"] == {"stream_interval": 100, "num_postprocess_workers": 4}
+    assert pools["deployment"]["recipe"][0].endswith("/d2f5af03b5b161e9dc0e5895e595796ca63b40b2/recipes/trtllm/"
+                                                     "gb200-fp4/1k1k/stp/ctx1_gen1_dep32_batch16_eplb0_mtp0.yaml")
+    ov = disagg_row_overrides(_nightly(), {"engine": "trtllm"}, pools)
+    assert ov["stream_interval"] == 100 and ov["num_postprocess_workers"] == 4
+    assert ov["disaggregation"]["decode"]["max_num_seqs"] == 16
+    assert ov["disaggregation"]["prefill"]["overlap_scheduling"] is False
+
+
+def test_a_harness_entry_that_disagrees_with_its_recipe_file_is_refused_naming_both():
+    """B200 FP8 8k/1k at 640 clients: the entry live on 2026-02-12 lists prefill EP 8
+    (with dp-attn); ctx2_gen1_dep8_batch640_eplb0_mtp0_640.yaml runs
+    moe_expert_parallel_size 1. On 2026-03-23 the entry lists EP 1 and the row runs."""
+    row = _nightly(system="b200_sxm", precision="fp8", isl=8192, concurrency=640.0, measured="2026-02-12",
+                   prefill_tp_size=8.0, decode_tp_size=8.0)
+    with pytest.raises(NotSimulable, match=r"the harness entry \(https://github.com/SemiAnalysisAI/InferenceX/blob/"
+                                           r"d3f0375\w+/.github/configs/nvidia-master.yaml#L820: EP 8\) and its "
+                                           r"recipe file \(https://github.com/csahithi/srt-slurm/blob/d2f5af0\w+/"
+                                           r"recipes/trtllm/b200-fp8/8k1k/stp/ctx2_gen1_dep8_batch640_eplb0_mtp0_640"
+                                           r".yaml: EP 1\) disagree on the prefill pool"):
+        recipe_pools(row)
+    pools = recipe_pools({**row, "measured": "2026-03-23"})
+    assert (pools["prefill"]["n"], pools["prefill"]["tp"], pools["prefill"]["batch"]) == (2, 1, 1)
+    assert pools["prefill"]["layout"] == {"data_parallel_size": 8, "moe_ep_size": 1, "moe_tp_size": 8}
+    assert (pools["decode"]["n"], pools["decode"]["tp"], pools["decode"]["batch"]) == (1, 1, 640)
+
+
+def _srt_trt(**decode):
+    return {"recipes": {"recipes/t.yaml": {
+        "format": "trtllm", "url": "https://srt/t", "live": ["2026-01-01", "2026-01-31"],
+        "prefill_workers": 1, "decode_workers": 1,
+        "prefill": {"tensor_parallel_size": 1, "max_batch_size": 8},
+        "decode": {"tensor_parallel_size": 4, "max_batch_size": 64, **decode}}}}
+
+
+def test_a_trtllm_recipe_file_outside_its_live_days_or_with_mtp_is_refused():
+    r = _recipe(dsettings=[])
+    r["prefill"]["additional-settings"] = ["CONFIG_FILE=recipes/t.yaml"]
+    pools = recipe_pools(_row(image=""), [r], _srt_trt())  # measured 2026-01-07
+    assert pools["decode"]["batch"] == 64 and pools["prefill"]["batch"] == 8 and "deployment" not in pools
+    with pytest.raises(NotSimulable, match=r"the recipe file's version live on 2026-02-01 is not transcribed "
+                                           r"\(https://srt/t was live 2026-01-01 to 2026-01-31\)"):
+        recipe_pools(_row(image="", measured="2026-02-01"), [{**r, "removed_date": None}], _srt_trt())
+    with pytest.raises(NotSimulable, match=r"the recipe file runs speculative decoding \(speculative_config: "
+                                           r"\{'decoding_type': 'MTP'"):
+        recipe_pools(_row(image=""), [r], _srt_trt(speculative_config={"decoding_type": "MTP",
+                                                                      "num_nextn_predict_layers": 3}))
+    with pytest.raises(NotSimulable, match=r"\(https://recipe/1: attention DP False\) and its recipe file "
+                                           r"\(https://srt/t: attention DP True\) disagree on the decode pool"):
+        recipe_pools(_row(image=""), [r], _srt_trt(enable_attention_dp=True))
+    bad = _srt_trt()
+    bad["recipes"]["recipes/t.yaml"]["format"] = "vllm"
+    with pytest.raises(ConfigError, match=r"srt_slurm_recipes.yaml: recipes/t.yaml: format 'vllm' is not one of "
+                                          r"sglang, trtllm"):
+        recipe_pools(_row(image=""), [r], bad)
+
+
+def test_an_ep_size_that_does_not_divide_the_experts_is_not_simulable():
+    """gb200-fp4/1k1k/max-tpt.yaml's decode worker runs DP 48 x EP 48 (SGLang adds 32
+    redundant expert slots: 288 = 48 x 6); DeepSeek-R1's 256 routed experts do not
+    split over 48 ranks whole, and redundant experts are not modelled."""
+    row = _nightly(backend="sglang", concurrency=2048.0, measured="2026-02-08", decode_tp_size=48.0)
+    assert recipe_pools(row)["decode"]["layout"] == {"data_parallel_size": 48, "moe_ep_size": 48, "moe_tp_size": 1}
+    with pytest.raises(NotSimulable, match=r"decode pool: expert parallelism over 48 ranks does not divide "
+                                           r"deepseek-ai/DeepSeek-R1's 256 routed experts; the recipe runs it with "
+                                           r"redundant expert slots"):
+        disagg_pools(row)
+
+
+def test_a_recorded_row_takes_no_streaming_from_a_recipe_version_not_live_on_its_day():
+    from sim.validate.disagg_rows import recorded_row_streaming
+
+    srt = {"recipes": {"recipes/a.yaml": {"format": "trtllm", "url": "https://srt/a",
+                                          "live": ["2026-01-01", "2026-01-31"],
+                                          "decode": {"stream_interval": 100, "num_postprocess_workers": 4}}}}
+    r = _recipe()
+    r["prefill"]["additional-settings"] = ["CONFIG_FILE=recipes/a.yaml"]
+    pools = {"prefill": {"n": 1}, "decode": {"n": 1}}
+    got = recorded_row_streaming(_row(image=""), pools, [r], srt)  # measured 2026-01-07
+    assert got["keys"] == {"stream_interval": 100, "num_postprocess_workers": 4}
+    late = _row(image="", measured="2026-02-02")
+    assert recorded_row_streaming(late, pools, [{**r, "removed_date": None}], srt) is None

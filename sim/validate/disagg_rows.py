@@ -14,7 +14,13 @@ guessed (issue #24):
   from that harness's public recipes (:func:`recipe_pools`) when exactly one
   deployment of them matches the row; otherwise not simulable, with the reason
   (no recipe matches, several deployments do, the one that does runs
-  speculative decoding, or its engine-argument file is not transcribed);
+  speculative decoding, its engine-argument file is not transcribed or was
+  not the transcribed version on the row's day, or it disagrees with the
+  harness entry on a pool's workers, TP, EP or attention DP);
+- expert parallelism over a number of ranks that does not divide the routed
+  experts (EP 48 with DeepSeek's 256: the recipes add 32 redundant expert
+  slots, SGLang ``ep-num-redundant-experts``): redundant experts are not
+  modelled;
 - pipeline parallelism (``*_pp_size`` > 1): not modelled; attention data
   parallelism on a dense model (SGLang's dp-attention gathers the ranks' tokens
   for its TP'd MLP, which is not modelled; servesim reads dense DP as vLLM's
@@ -82,6 +88,27 @@ the entry was live. Engine arguments: the entry's settings
 srt-slurm recipe file its ``CONFIG_FILE`` names, transcribed with its URL in
 ``sim/validate/data/srt_slurm_recipes.yaml``.
 
+**srt-slurm recipe files** (the branch ``sa-submission-q1-2026`` of
+ishandhanani/srt-slurm, which the harness clones at run time; that file's header
+says which commits were read and how they were dated). Each transcribed file
+has a ``format``, ``sglang`` (``sglang_config``: SGLang server flags) or
+``trtllm`` (``trtllm_config``: TensorRT-LLM LLM-API options), its
+``prefill_workers`` / ``decode_workers``, the engine arguments servesim models
+per pool (:data:`SGLANG_FLAGS`, :data:`TRTLLM_OPTIONS`, the KV dtype, the
+overlap-scheduler switch: :data:`SRT_FORMATS`), and ``live``: the days on which
+the branch served that version. A row measured on another day is not
+simulated (the file may have said otherwise then), nor one whose file runs
+speculative decoding (SGLang ``speculative-algorithm``, TensorRT-LLM
+``speculative_config``) or pipeline parallelism, nor one whose file and
+harness entry disagree on a pool's workers, TP, EP (``expert-parallel-size`` /
+``moe_expert_parallel_size``, default 1) or attention DP
+(``enable-dp-attention`` / ``enable_attention_dp``): the reason names both
+values and both URLs (e.g. the B200 FP8 8k/1k TensorRT-LLM entries live from
+2026-02-10 to 2026-03-23 list prefill EP 8, one of them dp-attn, where their
+files run the experts tensor-parallel, EP 1, one without attention DP;
+InferenceX #919, "Fix nvidia-master.yaml metadata to align with recipe files",
+changed the entries on 2026-03-23).
+
 Parallelism of a recipe's pool: ``tp`` GPUs per worker, experts over ``ep``
 EP ranks x ``tp / ep`` TP; ``dp-attn`` runs attention data-parallel:
 TensorRT-LLM's ``enable_attention_dp`` makes every one of the ``tp`` GPUs its
@@ -106,8 +133,11 @@ the GB200 ``dynamo-trt`` entries without a ``CONFIG_FILE`` launch through
 with ``components/backends/trtllm/performance_sweeps/scripts/gen_yaml.py``:
 every decode config it writes has ``stream_interval: 20`` (:data:`DYNAMO_TRT_STREAM`;
 the two versions of gen_yaml.py read set it, the release branches themselves
-were not read). An srt-slurm recipe file's ``stream-interval`` (SGLang, the
-decode server's) is transcribed with its other flags. A row with its worker
+were not read). An srt-slurm recipe file's decode server's ``stream-interval``
+(SGLang) or ``stream_interval`` and ``num_postprocess_workers`` (TensorRT-LLM:
+``tensorrt_llm/llmapi/llm_args.py``; its worker processes that detokenize and
+send, :attr:`sim.config.SimConfig.num_postprocess_workers`) are transcribed with
+its other arguments. A row with its worker
 counts recorded takes the interval of the harness entries it matches with its
 own worker counts, when every one of them is transcribed and they agree
 (:func:`recorded_row_streaming`); otherwise the interval it ran with is not
@@ -137,6 +167,25 @@ TRT_SETTINGS = {"MAX_BATCH_SIZE": "max_num_seqs", "MAX_NUM_TOKENS": "max_num_bat
 #: srt-slurm (SGLang) flag -> servesim pool key
 SGLANG_FLAGS = {"max-running-requests": "max_num_seqs", "chunked-prefill-size": "max_num_batched_tokens",
                 "max-prefill-tokens": "max_prefill_tokens", "mem-fraction-static": "gpu_memory_utilization"}
+#: srt-slurm (TensorRT-LLM LLM-API option, nested keys joined by '.') -> servesim pool key; per
+#: attention-DP rank already (module docstring)
+TRTLLM_OPTIONS = {"max_batch_size": "max_num_seqs", "max_num_tokens": "max_num_batched_tokens",
+                  "kv_cache_config.free_gpu_memory_fraction": "gpu_memory_utilization"}
+#: a transcribed recipe file's engine: its parallelism and speculative-decoding options under that
+#: engine's names (tensor-parallel, expert-parallel, attention-DP switch, DP size, pipeline-parallel,
+#: speculative decoding), the KV dtype, the overlap-scheduler switch, and the decode server's
+#: streaming options (option -> deployment key)
+SRT_FORMATS = {
+    "sglang": {"tp": "tensor-parallel-size", "ep": "expert-parallel-size", "dp_attn": "enable-dp-attention",
+               "dp": "data-parallel-size", "pp": "pipeline-parallel-size", "spec": "speculative-algorithm",
+               "kv_dtype": "kv-cache-dtype", "no_overlap": "disable-overlap-schedule", "flags": SGLANG_FLAGS,
+               "stream": {"stream-interval": "stream_interval"}},
+    "trtllm": {"tp": "tensor_parallel_size", "ep": "moe_expert_parallel_size", "dp_attn": "enable_attention_dp",
+               "dp": None, "pp": "pipeline_parallel_size", "spec": "speculative_config",
+               "kv_dtype": "kv_cache_config.dtype", "no_overlap": "disable_overlap_scheduler",
+               "flags": TRTLLM_OPTIONS,
+               "stream": {"stream_interval": "stream_interval", "num_postprocess_workers": "num_postprocess_workers"}},
+}
 
 
 #: the decode engine config every GB200 dynamo-trt launch of the harness writes (module docstring)
@@ -227,8 +276,8 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
     """A nightly-harness row's pools from its recipe (module docstring): per pool
     ``n``, ``tp``, ``batch`` (None = the engine's default), ``keys`` (more engine
     keys), and ``recipe`` (the URLs); and ``deployment`` (``keys``: the
-    deployment-level ``stream_interval``, ``recipe``: its source) where the recipe
-    sets it; :class:`NotSimulable` naming why not."""
+    deployment-level ``stream_interval`` / ``num_postprocess_workers``, ``recipe``:
+    its source) where the recipe sets them; :class:`NotSimulable` naming why not."""
     found = matching_recipes(row, recipes)
     what = (f"{_str(row, 'system')} {_str(row, 'backend')} {_str(row, 'precision')} isl {_str(row, 'isl')} "
             f"osl {_str(row, 'osl')} prefill TP {_str(row, 'prefill_tp_size')} decode TP "
@@ -267,30 +316,11 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
         tp, ep, dp_attn = int(r[p]["tp"]), int(r[p]["ep"]), bool(r[p]["dp-attn"])
         dp = tp if dp_attn else 1
         if config_file is not None:
-            srt_all = (_load(SRT_FILE) if srt is None else srt)["recipes"]
-            f = srt_all.get(config_file)
+            f = _srt_file(config_file, srt)
             if f is None:
                 raise NotSimulable(f"the recipe's engine arguments are in {config_file} (srt-slurm), not "
                                    f"transcribed in {SRT_FILE.name}: {url}")
-            args = f[p]
-            if int(args.get("tensor-parallel-size", r[p]["tp"])) != r[p]["tp"] or \
-                    int(f[f"{p}_workers"]) != int(r[p]["num-worker"]):
-                raise NotSimulable(f"the harness entry ({url}) and its recipe file ({f['url']}) disagree on the "
-                                   f"{p} pool's workers or TP")
-            if dp_attn and "data-parallel-size" in args:
-                dp = int(args["data-parallel-size"])
-            if dp_attn and dp < 2 or not dp_attn and int(args.get("data-parallel-size", 1)) > 1:
-                raise NotSimulable(f"the harness entry ({url}, dp-attn {str(dp_attn).lower()}) and its recipe file "
-                                   f"({f['url']}, data-parallel-size {args.get('data-parallel-size')}) disagree on "
-                                   f"the {p} pool's attention data parallelism")
-            for flag, key in SGLANG_FLAGS.items():
-                if flag in args:
-                    keys[key] = args[flag]
-            for key in ("max_num_seqs", "max_num_batched_tokens"):  # SGLang's, per DP-attention rank
-                if dp > 1 and key in keys:
-                    keys[key] = max(1, int(keys[key]) // dp)
-            if str(args.get("kv-cache-dtype", "")).startswith("fp8"):
-                keys["kv_cache_dtype"] = "fp8"
+            keys, dp = _srt_pool_keys(row, r, p, f)
             urls.append(f["url"])
         else:
             for name, key in TRT_SETTINGS.items():
@@ -311,22 +341,99 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
     return pools
 
 
-def entry_streaming(r: dict, srt: dict | None = None) -> dict[str, Any] | None:
+def _srt_file(config_file: str, srt: dict | None = None) -> dict | None:
+    """The transcribed recipe file (``srt_slurm_recipes.yaml``), None when not
+    transcribed; ConfigError for an entry without a known ``format`` or ``live`` days."""
+    f = (_load(SRT_FILE) if srt is None else srt)["recipes"].get(config_file)
+    if f is None:
+        return None
+    if f.get("format") not in SRT_FORMATS:
+        raise ConfigError(f"{SRT_FILE.name}: {config_file}: format {f.get('format')!r} is not one of "
+                          f"{', '.join(SRT_FORMATS)}")
+    live = f.get("live")
+    if not (isinstance(live, list) and len(live) == 2 and all(isinstance(d, str) for d in live)):
+        raise ConfigError(f"{SRT_FILE.name}: {config_file}: live must be [first day, last day], got {live!r}")
+    return f
+
+
+def _opt(args: dict, path: str) -> Any:
+    """An engine option of a transcribed pool; a TensorRT-LLM nested option by its
+    dotted path (``kv_cache_config.dtype``); None when the recipe does not set it."""
+    v: Any = args
+    for part in path.split("."):
+        if not isinstance(v, dict) or part not in v:
+            return None
+        v = v[part]
+    return v
+
+
+def _srt_pool_keys(row: dict, r: dict, p: str, f: dict) -> tuple[dict[str, Any], int]:
+    """One pool's servesim keys from its transcribed recipe file ``f`` (SGLang or
+    TensorRT-LLM: :data:`SRT_FORMATS`) and its attention-DP size; NotSimulable where
+    the file was not the version live on the row's day, runs what servesim does not
+    model (pipeline parallelism, speculative decoding), or disagrees with the
+    harness entry ``r`` on the pool's workers, TP, EP or attention DP."""
+    fmt, names, args = f["format"], SRT_FORMATS[f["format"]], f[p]
+    url, day = r["url"], _str(row, "measured")
+    first, last = f["live"]
+    if not (day and first <= day <= last):
+        raise NotSimulable(f"the recipe file's version live on {day or 'the unrecorded measurement day'} is not "
+                           f"transcribed ({f['url']} was live {first} to {last}): {url}")
+    if _opt(args, names["spec"]) is not None:
+        raise NotSimulable(f"the recipe file runs speculative decoding ({names['spec']}: "
+                           f"{_opt(args, names['spec'])}), not modelled: {f['url']}")
+    if int(_opt(args, names["pp"]) or 1) > 1:
+        raise NotSimulable(f"the recipe file's {p} pool runs pipeline parallelism ({names['pp']}: "
+                           f"{_opt(args, names['pp'])}), not modelled: {f['url']}")
+    tp, ep, dp_attn = int(r[p]["tp"]), int(r[p]["ep"]), bool(r[p]["dp-attn"])
+    mine = {"workers": int(f[f"{p}_workers"]), "TP": int(_opt(args, names["tp"]) or 1),
+            "EP": int(_opt(args, names["ep"]) or 1), "attention DP": bool(_opt(args, names["dp_attn"]))}
+    theirs = {"workers": int(r[p]["num-worker"]), "TP": tp, "EP": ep, "attention DP": dp_attn}
+    off = [k for k in mine if mine[k] != theirs[k]]
+    if off:
+        raise NotSimulable(f"the harness entry ({url}: " + ", ".join(f"{k} {theirs[k]}" for k in off)
+                           + f") and its recipe file ({f['url']}: " + ", ".join(f"{k} {mine[k]}" for k in off)
+                           + f") disagree on the {p} pool")
+    dp = tp if dp_attn else 1
+    if names["dp"] is not None:  # SGLang: --dp-size D makes D attention ranks of tp / D GPUs
+        if dp_attn and _opt(args, names["dp"]) is not None:
+            dp = int(_opt(args, names["dp"]))
+        if dp_attn and dp < 2 or not dp_attn and int(_opt(args, names["dp"]) or 1) > 1:
+            raise NotSimulable(f"the harness entry ({url}, dp-attn {str(dp_attn).lower()}) and its recipe file "
+                               f"({f['url']}, {names['dp']} {_opt(args, names['dp'])}) disagree on the {p} "
+                               "pool's attention data parallelism")
+    keys: dict[str, Any] = {}
+    for option, key in names["flags"].items():
+        if _opt(args, option) is not None:
+            keys[key] = _opt(args, option)
+    if fmt == "sglang":  # SGLang's request pool and chunk are the worker's: per DP-attention rank
+        for key in ("max_num_seqs", "max_num_batched_tokens"):
+            if dp > 1 and key in keys:
+                keys[key] = max(1, int(keys[key]) // dp)
+    if str(_opt(args, names["kv_dtype"]) or "").startswith("fp8"):
+        keys["kv_cache_dtype"] = "fp8"
+    if _opt(args, names["no_overlap"]) is not None:
+        keys["overlap_scheduling"] = not bool(_opt(args, names["no_overlap"]))
+    return keys, dp
+
+
+def entry_streaming(r: dict, srt: dict | None = None, day: str | None = None) -> dict[str, Any] | None:
     """The streaming a harness entry deploys with (module docstring):
     ``{"keys": {"stream_interval": N}, "recipe": [source]}`` (``keys`` empty: the
     engine's default, the recipe file sets none), or None where its engine
     arguments are not transcribed (a launch script sized by nodes, an
-    untranscribed recipe file, another runner's script)."""
+    untranscribed recipe file, another runner's script) or, given the row's
+    ``day``, the transcribed version of its recipe file was not live that day."""
     config_file = next((s["CONFIG_FILE"] for s in (_settings(r, p) for p in POOLS) if "CONFIG_FILE" in s), None)
     if config_file is None:
         if r["framework"] == "dynamo-trt" and str(r["runner"]).startswith("gb200"):
             return {"keys": dict(DYNAMO_TRT_STREAM[0]), "recipe": [DYNAMO_TRT_STREAM[1]]}
         return None
-    f = (_load(SRT_FILE) if srt is None else srt)["recipes"].get(config_file)
-    if f is None:
+    f = _srt_file(config_file, srt)
+    if f is None or (day is not None and not f["live"][0] <= day <= f["live"][1]):
         return None
     args = f["decode"]  # the decode server streams the tokens
-    keys = {"stream_interval": int(args["stream-interval"])} if "stream-interval" in args else {}
+    keys = {key: int(args[option]) for option, key in SRT_FORMATS[f["format"]]["stream"].items() if option in args}
     return {"keys": keys, "recipe": [f["url"]]}
 
 
@@ -338,7 +445,7 @@ def recorded_row_streaming(row: dict, pools: dict[str, dict[str, Any]], recipes:
     same interval; else None (the engine's default is kept)."""
     found = [r for r in matching_recipes(row, recipes)
              if all(int(r[p]["num-worker"]) == pools[p]["n"] for p in POOLS)]
-    got = [entry_streaming(r, srt) for r in found]
+    got = [entry_streaming(r, srt, _str(row, "measured") or "") for r in found]
     if (not got or any(g is None for g in got) or len({tuple(sorted(g["keys"].items())) for g in got}) != 1
             or not got[0]["keys"]):
         return None
@@ -410,6 +517,12 @@ def disagg_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
         model = get_model(str(row.get("model_path") or ""))
     except ConfigError as e:
         raise NotSimulable(str(e)) from None
+    for p in POOLS:  # EP ranks beyond E / ep whole experts: the engine's redundant expert slots
+        ep = pools[p].get("layout", {}).get("moe_ep_size", 1)
+        if model.is_moe and model.num_experts % ep:
+            raise NotSimulable(f"{p} pool: expert parallelism over {ep} ranks does not divide {model.name}'s "
+                               f"{model.num_experts} routed experts; the recipe runs it with redundant expert "
+                               "slots (SGLang ep-num-redundant-experts, TensorRT-LLM EPLB num_slots), not modelled")
     if not model.is_moe:
         for p in POOLS:
             dp = pools[p].get("layout", {}).get("data_parallel_size", 1)
