@@ -108,16 +108,24 @@ def _table_versions(rows: dict) -> str:
     return "; ".join(p for p in parts if p) or "not recorded"
 
 
-def _plots(out_dir: Path, label: str, fits, rows, dev: Device) -> list[Path]:
+def _plots(out_dir: Path, label: str, fits, rows, dev: Device,
+           own: dict[str, tuple[np.ndarray, np.ndarray]] | None = None) -> list[Path]:
+    """A measured-vs-fitted plot per fitted family: the kernel families from their
+    rows, the ``mla`` / ``gdn`` modules (fitted from tables of their own) from
+    ``own`` (family -> (measured s, fitted s))."""
     from calibration.plots import plot_fit  # noqa: PLC0415 -- matplotlib only when plotting
     paths = []
     for fam, fit in fits.items():
-        r = rows[fam].rows
-        pred = predict(fam, fit.params, r, dev)
-        e = ape(pred, r["latency_s"].to_numpy())
+        if fam in rows:
+            measured = rows[fam].rows["latency_s"].to_numpy()
+            pred = predict(fam, fit.params, rows[fam].rows, dev)
+        elif own and fam in own:
+            measured, pred = own[fam]
+        else:
+            continue
+        e = ape(pred, measured)
         title = f"{label} {fam}: median APE {np.median(e):.1f} %, MAPE {e.mean():.1f} % (in-sample)"
-        paths.append(plot_fit(out_dir / f"fit_{fam.replace('.', '_')}.png", title,
-                              r["latency_s"].to_numpy(), pred))
+        paths.append(plot_fit(out_dir / f"fit_{fam.replace('.', '_')}.png", title, measured, pred))
     return paths
 
 
@@ -271,10 +279,11 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
     dropped = [f.split(".", 1)[1] for f in (families or ()) if f.startswith("moe.") and f not in fits]
     if dropped:  # asked for and not measured here: not kept from the base profile either
         eff = eff.model_copy(update={"moe": {k: v for k, v in eff.moe.items() if k not in dropped}})
+    own: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # module fits' (measured, fitted), for the plots
     if from_table is not None and (families is None or "mla" in families):
-        eff = _fit_mla(kernels, base, eff, fits, scores)
+        eff = _fit_mla(kernels, base, eff, fits, scores, own)
     if from_table is not None and (families is None or "gdn" in families):
-        eff = _fit_gdn(kernels, base, eff, fits, scores)
+        eff = _fit_gdn(kernels, base, eff, fits, scores, own)
     eff = _with_grid(eff, base, rows)
     fam_files = {f: (sorted({s.split(" (")[0] for s in rows[f].sources}) if f in rows
                      else sorted(fits[f].extra.get("sources", []))) for f in fits}
@@ -303,7 +312,7 @@ def calibrate(device: str | None = None, from_table: Path | None = None,
     else:
         write_profile(out, hw, header)
     if plots and fits:
-        _plots(plot_dir, hw.name, fits, rows, dev)
+        _plots(plot_dir, hw.name, fits, rows, dev, own)
     return out
 
 
@@ -315,7 +324,7 @@ def _with_grid(eff, base: HardwareProfile, rows: dict):
     return eff.model_copy(update={"calibrated_grid": CalibratedGrid(**grid) if grid else None})
 
 
-def _fit_mla(kernels: Path, base: HardwareProfile, eff, fits: dict, scores: dict):
+def _fit_mla(kernels: Path, base: HardwareProfile, eff, fits: dict, scores: dict, own: dict | None = None):
     """``eff`` with the ``mla`` section fitted to vLLM's MLA module tables in
     ``kernels`` (``calibration.mla``; the projections timed with ``eff``'s GEMMs),
     unchanged where there are none."""
@@ -327,14 +336,17 @@ def _fit_mla(kernels: Path, base: HardwareProfile, eff, fits: dict, scores: dict
     hw = with_efficiency(base, eff, {})
     a = inputs(rows, hw)
     p = fit_mla(rows, hw, a)
-    e = ape(mla_predict(p, a, hw), rows["latency_s"].to_numpy())
+    pred = mla_predict(p, a, hw)
+    e = ape(pred, rows["latency_s"].to_numpy())
+    if own is not None:
+        own["mla"] = (rows["latency_s"].to_numpy(), pred)
     fits["mla"] = FitResult("mla", p, len(rows), 0.0, 0.0,
                             {"sources": sorted(rows["source"].unique())})
     scores["mla"] = (len(rows), float(e.mean()), float(np.median(e)))
     return eff.model_copy(update={"mla": p})
 
 
-def _fit_gdn(kernels: Path, base: HardwareProfile, eff, fits: dict, scores: dict):
+def _fit_gdn(kernels: Path, base: HardwareProfile, eff, fits: dict, scores: dict, own: dict | None = None):
     """``eff`` with the ``gdn`` section fitted to vLLM's GDN table in ``kernels``
     (``calibration.gdn``), unchanged where there is none."""
     from calibration.gdn import fit_gdn, inputs, predict as gdn_predict, read_gdn_layers  # noqa: PLC0415
@@ -345,7 +357,10 @@ def _fit_gdn(kernels: Path, base: HardwareProfile, eff, fits: dict, scores: dict
     hw = with_efficiency(base, eff, {})
     a = inputs(rows, hw)
     p = fit_gdn(rows, hw, a)
-    e = ape(gdn_predict(p, a, hw), rows["latency_s"].to_numpy())
+    pred = gdn_predict(p, a, hw)
+    e = ape(pred, rows["latency_s"].to_numpy())
+    if own is not None:
+        own["gdn"] = (rows["latency_s"].to_numpy(), pred)
     fits["gdn"] = FitResult("gdn", p, len(rows), 0.0, 0.0, {"sources": [paths[0].name]})
     scores["gdn"] = (len(rows), float(e.mean()), float(np.median(e)))
     return eff.model_copy(update={"gdn": p})

@@ -100,9 +100,9 @@ def today() -> str:
 def profile_dict(hw: HardwareProfile) -> dict:
     """Plain dict in the order of the built-in profiles, floats rounded."""
     data = hw.model_dump()
-    order = ["name", "description", "memory_bytes", "hbm_bandwidth_bytes_per_s",
-             "peak_flops_per_s", "num_sms", "interconnect", "efficiency",
-             "price_per_gpu_hour_usd", "provenance"]
+    # every field of the profile model, in its declared order (the built-in files' order); an
+    # optional section the profile lacks (``network``) is left out, not written as null
+    order = [k for k in HardwareProfile.model_fields if data.get(k) is not None]
     data["peak_flops_per_s"] = {k: v for k, v in data["peak_flops_per_s"].items() if v is not None}
     return {k: _round(data[k]) if k != "provenance" else data[k] for k in order}
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 import yaml
 
 from calibration.cli import FAMILY_ORDER, calibrate
@@ -220,3 +222,27 @@ def test_transferred_profiles_are_their_sources_as_they_are_now():
         _close(have, fresh, hw.name)
         checked.append(hw.name)
     assert {"h200_sxm", "b200_sxm", "gb200", "b300_sxm", "gb300", "mi300x", "l40s"} <= set(checked)
+
+
+def test_a_written_profile_keeps_every_section_of_its_base(tmp_path):
+    """calibrate writes the whole profile: the base's network (per-GPU NIC) section is
+    kept, so a refit profile still serves TP across nodes and disaggregated transfers."""
+    base = get_hardware("h100_sxm")
+    assert base.network is not None
+    out = write_profile(tmp_path / "p.yaml", base)
+    back = load_hardware(out)
+    assert back.network == base.network
+    assert list(yaml.safe_load(out.read_text())) == [k for k in type(base).model_fields
+                                                     if getattr(base, k) is not None]
+
+
+def test_plots_of_module_families_come_from_their_own_rows(tmp_path):
+    """mla / gdn are fitted from tables of their own (not the kernel rows): their plots
+    take (measured, fitted) from the fit, and a family with neither is skipped."""
+    from calibration.cli import _plots
+    from calibration.fit import Device, FitResult
+
+    fits = {"mla": FitResult("mla", None, 3, 0.0, 0.0), "gdn": FitResult("gdn", None, 3, 0.0, 0.0)}
+    own = {"mla": (np.array([1e-3, 2e-3, 4e-3]), np.array([1.1e-3, 1.9e-3, 4e-3]))}
+    paths = _plots(tmp_path, "h100_sxm", fits, {}, Device.of(get_hardware("h100_sxm")), own)
+    assert [p.name for p in paths] == ["fit_mla.png"] and paths[0].is_file()

@@ -182,3 +182,23 @@ def test_a_folder_of_several_engines_fits_one_engine(tmp_path):
     with pytest.raises(ConfigError, match=r"several engines \(sglang, vllm\)|several engines"):
         pd.DataFrame(ATTN).to_csv(tmp_path / "trtllm-1_context_attention.csv", index=False)
         find_tables(tmp_path)
+
+
+def test_check_tables_lists_an_unreadable_table_and_the_unscored_ones(tmp_path):
+    """A table missing a column is listed with the reason while the others are scored;
+    tables no per-operator check covers are named; an empty folder is an error."""
+    from calibration.check_tables import check_dir, format_results, main, unscored_tables
+
+    hw = get_hardware("h100_sxm")
+    _model_tables(tmp_path, hw)
+    pd.DataFrame({"num_tokens": [1], "latency": [0.01]}).to_csv(tmp_path / "t_moe.csv", index=False)
+    (tmp_path / "t_custom_allreduce.csv").write_text("a,b\n1,2\n")
+    results = check_dir(tmp_path, hw)
+    text = format_results(results)
+    assert "t_moe.csv  [moe]  not scored: missing column(s)" in text
+    gemm = next(r for r in results if r.path.name == "t_gemm.csv")
+    assert gemm.num_predicted == gemm.num_rows == 30 and gemm.bands["all"][1] < 1.0  # its own formulas
+    assert unscored_tables(tmp_path) == ["t_custom_allreduce.csv"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main([str(empty), "--profile", "h100_sxm"]) == 2
