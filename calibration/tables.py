@@ -14,6 +14,7 @@ NCCL ``message_size`` is a number of *elements*, not bytes: aiconfigurator's
 
 from __future__ import annotations
 
+import math
 import zlib
 from pathlib import Path
 
@@ -134,8 +135,8 @@ def _read(path: Path, columns: tuple[str, ...], nrows: int | None,
     bad = lat.isna() | (lat <= 0) | np.isinf(lat)
     if bad.any():
         i = int(bad.to_numpy().nonzero()[0][0])
-        raise ConfigError(f"{path}: column latency, row {i + 2} (line in file): "
-                          f"value {df['latency'].iloc[i]!r} is not a finite positive number of ms")
+        raise ConfigError(f"{path}: column latency, line {i + 2}: "
+                          f"value {_cell_text(df['latency'].iloc[i])} is not a finite positive number of ms")
     for col in columns:
         if col in ("latency", "gemm_dtype", "kv_cache_dtype", "op_name", "nccl_dtype",
                    "kernel_source", "moe_dtype", "distribution", "gemm_type"):
@@ -144,10 +145,20 @@ def _read(path: Path, columns: tuple[str, ...], nrows: int | None,
         neg = vals.isna() | (vals < 0) | np.isinf(vals)
         if neg.any():
             i = int(neg.to_numpy().nonzero()[0][0])
-            raise ConfigError(f"{path}: column {col}, row {i + 2}: value {df[col].iloc[i]!r} "
+            raise ConfigError(f"{path}: column {col}, line {i + 2}: value {_cell_text(df[col].iloc[i])} "
                               f"is not a finite non-negative number")
     df["latency_s"] = lat * 1e-3
     return df
+
+
+def _cell_text(v) -> str:
+    """A table cell as the file had it: empty for a missing one (pandas' NaN), a number as
+    written (not numpy's ``np.float64(...)`` repr), text quoted."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "(empty, or NA / n/a / null)"
+    if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+        return f"{v.item() if hasattr(v, 'item') else v!r}"
+    return repr(str(v))
 
 
 def read_gemm_table(path: str | Path, nrows: int | None = None) -> pd.DataFrame:

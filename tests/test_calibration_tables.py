@@ -43,7 +43,7 @@ def test_non_positive_latency_is_an_error(tmp_path, bad):
     p = tmp_path / "x_generation_attention.csv"
     rows = {k: v * 2 for k, v in ATTN.items()}
     pd.DataFrame({**rows, "latency": [0.01, bad], "batch_size": [1, 2]}).to_csv(p, index=False)
-    with pytest.raises(ConfigError, match=r"x_generation_attention\.csv: column latency, row 3.*positive"):
+    with pytest.raises(ConfigError, match=r"x_generation_attention\.csv: column latency, line 3: value (0\.0|-0\.5|\(empty, or NA .*\)) is not a finite positive"):
         read_attention_table(p)
     with pytest.raises(ConfigError, match="latency"):
         calibrate(from_table=tmp_path, base_profile=str(TEST_GPU), out=tmp_path / "p.yaml", quiet=True)
