@@ -103,7 +103,14 @@ class Result:
         """Write the engine steps as a Chrome / Perfetto trace (as ``servesim run --trace``)."""
         from sim.results.trace import write_trace
 
-        return write_trace(path, self._result, self.summary)
+        with _named_os_errors(f"Result.save_trace({str(path)!r})"):
+            return write_trace(path, self._result, self.summary)
+
+    def __repr__(self) -> str:  # (the whole summary is ``summary``: a line here)
+        s, c = self.summary, self.summary.get("config", {})
+        return (f"Result({c.get('model')} on {c.get('hardware')}, {s.get('completed')} completed, "
+                f"{s.get('num_rejected', 0)} rejected, mean TTFT {s.get('mean_ttft_ms', float('nan')):.1f} ms, "
+                f"mean TPOT {s.get('mean_tpot_ms', float('nan')):.2f} ms)")
 
 
 def simulate(model: str | None = None, hardware: str | None = None, engine: str | None = None,
@@ -152,7 +159,10 @@ class Comparison:
                                         title=title or f"Policy comparison: {first['model']} on {first['hardware']}")
 
     def __getitem__(self, name: str) -> Result:
-        return self.results[name]
+        try:
+            return self.results[name]
+        except KeyError:
+            raise KeyError(f"no variant {name!r}; the variants: {', '.join(map(repr, self.results))}") from None
 
 
 def compare(variants: Iterable[str] | Mapping[str, Mapping[str, Any]] | None = None, *,
@@ -184,7 +194,11 @@ def compare(variants: Iterable[str] | Mapping[str, Mapping[str, Any]] | None = N
     elif isinstance(variants, str):
         vs = variants_from_args(variants, None, None, schedulers_source="servesim.compare(variants=...)")
     else:
-        vs = variants_from_args(",".join(variants), None, None, schedulers_source="servesim.compare(variants=...)")
+        names = list(variants)
+        if not names:
+            raise ConfigError("servesim.compare(variants=[]): no variant given; name batching modes "
+                              "(e.g. ['chunked', 'mixed']) or leave variants out for the defaults")
+        vs = variants_from_args(",".join(names), None, None, schedulers_source="servesim.compare(variants=...)")
     runs = run_variants(base, vs, goodput=_goodput(goodput, "servesim.compare()"), workers=workers)
     return Comparison({name: Result(summary, result) for name, (summary, result) in runs.items()})
 

@@ -529,10 +529,15 @@ _SECTIONS = {"workload": WorkloadConfig, "disaggregation": DisaggregationConfig}
 
 
 def _valid_keys() -> list[str]:
+    """The keys a user may give (the sections' internal bookkeeping fields left out)."""
     keys = [k for k in SimConfig.model_fields if k not in _SECTIONS]
     for name, model in _SECTIONS.items():
-        keys += [f"{name}.{k}" for k in model.model_fields]
+        keys += [f"{name}.{k}" for k in model.model_fields if k not in _INTERNAL_KEYS]
     return keys
+
+
+#: section fields servesim sets itself (never a user's key)
+_INTERNAL_KEYS = ("expanded_from",)
 
 
 def check_known_keys(d: dict, source: str, prefix: str = "") -> None:
@@ -542,6 +547,12 @@ def check_known_keys(d: dict, source: str, prefix: str = "") -> None:
     for k, v in d.items():
         full = f"{prefix}{k}"
         if k not in fields:
+            from sim.vocabulary import lookup
+
+            hit = lookup(full, config_keys()) if isinstance(full, str) else None
+            if hit is not None and hit[1] is not None:  # an engine's name (the command line and files take it)
+                a = hit[1]
+                raise ConfigError(f"{source}: '{full}' is {a.engine}'s name for {a.key}; give {a.key} here")
             close = difflib.get_close_matches(full, _valid_keys(), n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else f"; valid keys: {', '.join(_valid_keys())}"
             raise ConfigError(f"{source}: unknown config key '{full}'{hint}")

@@ -100,3 +100,22 @@ def test_the_notebook_example_runs():
     assert out.startswith(f"servesim {servesim.__version__}\n")
     assert "median_ttft_ms" in out and "time-averaged KV usage" in out
     assert "budget-8k" in out and "budget-2k" in out
+
+
+def test_api_errors_and_repr_name_what_the_user_gave(tmp_path):
+    small = {"name": "chat", "num_requests": 10}
+    with pytest.raises(servesim.ConfigError, match=r"^servesim.simulate\(\): 'max_running_requests' is sglang's "
+                                                    r"name for max_num_seqs; give max_num_seqs here$"):
+        servesim.simulate(workload=small, max_running_requests=64)
+    with pytest.raises(servesim.ConfigError, match=r"variants=\[\]\): no variant given"):
+        servesim.compare([], workload=small)
+    r = servesim.simulate(workload=small)
+    text = repr(r)
+    assert text.startswith("Result(llama-3.1-8b on h100_sxm, 10 completed, 0 rejected, mean TTFT ") and len(text) < 200
+    blocker = tmp_path / "f"
+    blocker.write_text("")
+    with pytest.raises(servesim.ConfigError, match=r"^Result.save_trace\("):
+        r.save_trace(blocker / "t.json")
+    c = servesim.compare(["chunked", "mixed"], workload=small)
+    with pytest.raises(KeyError, match="no variant 'nope'; the variants: 'chunked', 'mixed'"):
+        c["nope"]
