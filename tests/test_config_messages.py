@@ -255,7 +255,7 @@ def test_calibrate_table_with_an_infinite_value_names_file_column_row(tmp_path, 
     out = tmp_path / "p.yaml"
     msg = one_line_error(cli("calibrate", "--from-table", str(d), "--base-profile", "h100_sxm", "--out", str(out),
                              "--quiet"))
-    assert f"{table}: column {col}, row 3" in msg and ("inf" if value == "1e400" else value) in msg, msg
+    assert f"{table}: column {col}, line 3" in msg and ("inf" if value == "1e400" else value) in msg, msg
     assert not out.exists()
 
 
