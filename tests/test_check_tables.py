@@ -78,7 +78,7 @@ def test_reader_errors_name_file_column_row(tmp_path):
         read_gemm_table(bad)
     pd.DataFrame({"gemm_dtype": ["bfloat16"] * 2, "m": [1, 1], "n": [2, 2], "k": [3, 3],
                   "latency": [1.0, 0.0]}).to_csv(bad, index=False)
-    with pytest.raises(ConfigError, match=r"a_gemm\.csv: column latency, row 3"):
+    with pytest.raises(ConfigError, match=r"a_gemm\.csv: column latency, line 3"):
         read_gemm_table(bad)
 
 
