@@ -167,3 +167,17 @@ def test_a_disaggregated_run_warns_for_each_pools_transferred_profile():
         x for x in ground_warnings(SimConfig(), get_hardware("h200_sxm"), get_model("llama-3.1-8b"), {})]
     w = run_simulation(build_config(overrides={**keys, "disaggregation": {}}))  # both pools on the fitted H100
     assert not [x for x in w.summary["warnings"] if "transferred" in x]
+
+
+def test_quantized_weights_without_their_tensor_cores_are_said_to_run_weight_only():
+    """fp8 on an A100 (no fp8 peak) and gpt-oss's MXFP4 on an H100 (no fp4) run
+    weight-only at the 16-bit peak: said; fp8 on an H100 and a bf16 model are not."""
+    model = get_model("llama-3.1-8b")
+    w = ground_warnings(SimConfig(quantization="fp8"), get_hardware("a100_sxm"), model, {})
+    assert ("fp8 weights on a100_sxm: no fp8 tensor-core peak in its profile, so its GEMMs run weight-only "
+            "at the 16-bit peak (as vLLM's Marlin kernels do on such GPUs)") in w
+    oss = ground_warnings(SimConfig(), get_hardware("h100_sxm"), get_model("gpt-oss-120b"), {})
+    assert any(x.startswith("mxfp4 weights on h100_sxm: no fp4 tensor-core peak") for x in oss)
+    assert not any("weight-only" in x for x in
+                   ground_warnings(SimConfig(quantization="fp8"), get_hardware("h100_sxm"), model, {}))
+    assert ground_warnings(SimConfig(), get_hardware("h100_sxm"), model, {}) == []

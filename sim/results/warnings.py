@@ -134,6 +134,7 @@ def ground_warnings(cfg, hardware, model, summary: dict) -> list[str]:
     from sim.presets import version_warning
 
     out = transferred_profile_warnings([hardware])
+    out += weight_only_warnings(hardware, cfg.quantization or getattr(model, "quantization", None))
     vw = version_warning(cfg.engine, cfg.engine_version)
     if vw:
         out.append(vw)
@@ -145,6 +146,23 @@ def ground_warnings(cfg, hardware, model, summary: dict) -> list[str]:
                    f"{gpus} x {hardware.name} ({bound:,.0f} tokens/s at "
                    "the GEMM peak): the prediction is not physical; check the hardware profile")
     return out
+
+
+def weight_only_warnings(hardware, quantization: str | None) -> list[str]:
+    """Quantized weights whose fast tensor-core dtype the GPU lacks run weight-only
+    (``sim.cost_model.roofline.gemm_precision``: vLLM's Marlin W8A16 / W4A16 kernels):
+    their GEMMs at the 16-bit peak, said so rather than left to the reader."""
+    from sim.cost_model.roofline import gemm_precision
+    from sim.model_spec import normalize_quantization
+
+    q = normalize_quantization(quantization) if quantization else None
+    if q not in ("fp8", "fp8_block", "int8", "nvfp4", "mxfp4"):
+        return []
+    if gemm_precision(hardware, q).num_kernels > 1:  # (activations quantized: the fast peak)
+        return []
+    need = {"int8": "int8", "nvfp4": "fp4", "mxfp4": "fp4"}.get(q, "fp8")
+    return [f"{q} weights on {hardware.name}: no {need} tensor-core peak in its profile, so its GEMMs run "
+            "weight-only at the 16-bit peak (as vLLM's Marlin kernels do on such GPUs)"]
 
 
 def request_len_cap_warnings(pools: dict) -> list[str]:
