@@ -348,7 +348,7 @@ def test_latencies_rank_when_every_variant_rejected_the_same_requests():
     b2 = _summ("b", requests=more, completed=160, num_rejected=40, p99_ttft_ms=30.0, request_goodput=None)
     lines = compare_winners({"a": a, "b": b2})
     assert not any(x.startswith("p99 TTFT") for x in lines)  # only a is ranked: no comparison
-    assert ("b is not ranked on latency: it rejected 40 of 200 requests (20 that every other variant served), "
+    assert ("b is not ranked on latency: it rejected 40 of 200 requests (20 that another variant served), "
             "so its latencies cover only the rest.") in lines
 
 

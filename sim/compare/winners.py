@@ -123,7 +123,7 @@ def _ranking(variants: dict[str, VariantData]) -> tuple[list[str], dict[str, int
                      "variant's requests.csv): the latencies compare the requests they all served.")
     for n, (rej, total) in rejecting.items():
         rest = "so its latencies cover only the rest" if rej < total else "so it has no latencies"
-        others = f" ({rej - len(common):,} that every other variant served)" if common else ""
+        others = f" ({rej - len(common):,} that another variant served)" if common else ""
         lines.append(f"{n} is not ranked on latency: it rejected {rej:,} of {total:,} requests{others}, {rest}.")
     tally = sorted(((c, n) for n, c in wins.items() if c), reverse=True)
     if tally:
