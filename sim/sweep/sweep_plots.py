@@ -17,8 +17,8 @@ infeasible and failed points are not drawn but counted in each figure's caption)
 - **more than** :data:`MAX_LINES` **lines**: the figure is split into one file per value
   of the line axis with the fewest values (ties: the first in file order), repeated on the
   next such axis while a file would still hold more (one line axis left is never split: its
-  lines then share a colour map); files are named ``..._<key>_<value>.png``. At most :data:`MAX_FILES` files per figure kind (a note
-  says how many more there were).
+  lines then share a colour map); files are named ``..._<key>_<value>.png``. At most
+  :data:`MAX_FILES` files per figure kind (a note says how many more there were).
 - ``figures/latency_vs_<x>.png``: p50 / p99 TTFT and p50 / p99 TPOT (ms), a log y scale on
   a panel whose values span more than 10x. ``figures/throughput_vs_<x>.png``: output
   tokens/s and, when any point has ``request_goodput`` (the sweep has ``goodput:``), the
