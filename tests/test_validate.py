@@ -148,9 +148,9 @@ def test_bad_csv_is_a_clear_error(tmp_path, text, match):
 
 
 def test_a_ragged_line_costs_its_row_only_and_lines_are_the_csv_lines(tmp_path):
-    """A line with an extra field and a non-number are skipped with their CSV lines; a blank
-    line is no row; a cut line (8 fields) is read with its last cell empty, which row_overrides
-    then names; the rows read keep their CSV lines (index = line - 2)."""
+    """A line with an extra field, a cut line (8 of 9 fields) and a non-number are skipped with
+    their CSV lines; a blank line is no row; a row whose last cell is empty but present is read
+    (row_overrides then names it); the rows read keep their CSV lines (index = line - 2)."""
     from sim.validate.rows import read_rows, skipped_row_warnings
 
     p = tmp_path / "rows.csv"
@@ -160,13 +160,15 @@ def test_a_ragged_line_costs_its_row_only_and_lines_are_the_csv_lines(tmp_path):
                  "\n"
                  "vllm,m,g,abc,16,2,1,1.0,3.0\n"
                  "vllm,m,g,128,16,2,1,1.0,3.0,extra\n"
-                 "sglang,m,g,256,16,2,1,1.0,3.0\n")
+                 "sglang,m,g,256,16,2,1,1.0,3.0\n"
+                 "sglang,m,g,256,16,2,1,1.0,\n")
     df, skipped = read_rows(p)
-    assert df.index.tolist() == [0, 1, 5] and df["isl"].tolist() == [128, 128, 256]  # lines 2, 3 and 7
-    assert math.isnan(df.loc[1, "silicon_tpot_ms"])
+    assert df.index.tolist() == [0, 5, 6] and df["isl"].tolist() == [128, 256, 256]  # lines 2, 7 and 8
+    assert math.isnan(df.loc[6, "silicon_tpot_ms"])
     with pytest.raises(ConfigError, match="silicon_tpot_ms: the measurement must be a positive number"):
-        row_overrides(df.loc[1].to_dict(), ValidateOptions())
+        row_overrides(df.loc[6].to_dict(), ValidateOptions())
     assert skipped_row_warnings("rows.csv", skipped) == [
+        "rows.csv: line 3: fewer fields than the header (8 of 9); row skipped",
         "rows.csv: line 5: isl: not a number: 'abc'; row skipped",
         "rows.csv: line 6: more fields than the header; row skipped"]
 

@@ -606,9 +606,9 @@ def predict_rows(rows: list[dict], opts: ValidateOptions,
 
 def read_rows(csv_path: str | Path):
     """The CSV's rows as a DataFrame (index = the row's CSV line - 2) and
-    the rows skipped: a line with more fields than the header
-    (:func:`sim.workload.traces.read_csv_lines`; one with fewer is read with
-    its last cells empty, which its row's checks name), or a row whose shape or
+    the rows skipped: a line with more or fewer fields than the header
+    (:func:`sim.workload.traces.read_csv_lines`, :func:`_short_lines`; a row whose
+    last cells are empty but present is read, and its row's checks name them), or a row whose shape or
     measurement cell is not a number; one dict per row, ``line`` (in the CSV),
     ``column`` (its first bad cell, or ``(row)``), ``value`` and ``reason``.
     ConfigError naming missing columns, or if every row is skipped."""
@@ -641,6 +641,14 @@ def read_rows(csv_path: str | Path):
     ragged = [{"line": int(n), "column": "(row)", "value": "more fields than the header",
                "reason": "more fields than the header"}
               for n in long_lines]
+    short = _short_lines(p, df, len(header))  # a cut line: fewer fields than the header, said so
+    if short and len(short) == len(df):
+        n, k = min(short.items())
+        raise ConfigError(f"{p}: every data row has fewer fields than the header (e.g. line {n + 2}: "
+                          f"{k} of {len(header)})")
+    ragged += [{"line": n + 2, "column": "(row)", "value": f"{k} of {len(header)} fields",
+                "reason": f"fewer fields than the header ({k} of {len(header)})"} for n, k in short.items()]
+    df = df.drop(index=list(short))
     skipped: dict[int, dict[str, Any]] = {}
     for col in NUMERIC_COLUMNS:
         num = pd.to_numeric(df[col], errors="coerce")
@@ -654,6 +662,27 @@ def read_rows(csv_path: str | Path):
                           f"{first['line']}: {first['column']}: not a number: {first['value']!r}")
     out = sorted([*skipped.values(), *ragged], key=lambda r: r["line"])
     return df.drop(index=list(skipped)), out
+
+
+def _short_lines(path: Path, df, num_fields: int) -> dict[int, int]:
+    """Rows (index = line - 2) whose line holds fewer fields than the header: pandas
+    reads them with their last cells empty; only rows whose last cell is empty are
+    looked at, each line parsed alone as CSV. -> {row index: fields on its line}."""
+    import csv
+
+    last = df.columns[-1] if len(df.columns) else None
+    cand = [int(i) for i in df.index[df[last].isna()]] if last is not None else []
+    if not cand:
+        return {}
+    raw = path.read_text(encoding="utf-8-sig", errors="replace").splitlines()
+    out = {}
+    for i in cand:
+        n = i + 2  # the row's line in the file
+        if 0 < n <= len(raw):
+            fields = next(csv.reader([raw[n - 1]]), [])
+            if len(fields) < num_fields:
+                out[i] = len(fields)
+    return out
 
 
 def skipped_row_warnings(csv_path: str | Path, skipped: list[dict[str, Any]]) -> list[str]:
