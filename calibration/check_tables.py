@@ -260,8 +260,9 @@ def unscored_tables(directory: str | Path, engine: str | None = None) -> list[st
     no per-operator check covers here (``*_custom_allreduce``: fitted and checked by
     ``calibrate --from-table``; ``*_mla_bmm``, ``*_context_mla`` / ``*_generation_mla``
     kernels, ``*_moe_a2a``): named so that nothing is passed over in silence."""
-    scored = {p.name for _, p in find_tables(directory, engine)}
-    eng = {table_engine(p) for _, p in find_tables(directory, engine)} - {None}
+    tables = [p for _, p in find_tables(directory, engine)]
+    scored = {p.name for p in tables}
+    eng = {table_engine(p) for p in tables} - {None}
     return sorted(p.name for p in Path(directory).iterdir()
                   if p.name.endswith((".csv", ".csv.gz")) and p.name not in scored
                   and (not eng or table_engine(p) in eng or table_engine(p) is None))

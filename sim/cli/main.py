@@ -251,7 +251,7 @@ def kv(
               (f"decode pool ({dep.disagg.decode.cfg.num_replicas} worker(s))", dep.disagg.decode)])
     for label, pd in pools:
         print_kv_report(_kv_rows(pd, length), pd, label)
-        cap = pd.sizing.max_req_len if pd.sizing.max_req_len is not None else pd.limits.max_model_len
+        cap = pd.sizing.longest_request
         for n in sorted(set(length or ())):
             if n > cap:  # (the table's 0: such a request is refused, never served)
                 what = (f"the engine's request cap max_req_len {cap:,}" if pd.sizing.max_req_len is not None

@@ -433,15 +433,7 @@ class FittedAttention:
         cached), memoised: the usual mixed step of a decode span."""
         v = self._prompt_memo.get(p)
         if v is None:
-            # _context(1, p, 0, 0, p * p, query tiles) with its terms in the same order; the
-            # zeros it adds (snc, sc) and the one it multiplies by (npre) change no float
-            scores = (p * p + p) / 2.0
-            ctas = self.h * -(-p // self.ca.tile_q)
-            sms = self.sms
-            tc = (self.k1 * scores + self.k2 * scores ** self.kexp) / (ctas / (-(-ctas // sms) * sms))
-            nbytes = self.bq * p + self.bk * p
-            tb = self.n1 * nbytes + self.n2 * nbytes ** self.nexp + self.ctx_seq_head
-            v = self._prompt_memo[p] = (tc * tc + tb * tb) ** 0.5
+            v = self._prompt_memo[p] = self._context(1, p, 0, 0, p * p, -(-p // self.ca.tile_q))
         return v
 
     def decode_run_s(self, c: np.ndarray, k: int, g: int) -> np.ndarray:

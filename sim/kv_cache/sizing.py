@@ -156,6 +156,12 @@ class KVSizing:
     #: sequence (``request_len_cap`` ``kv_pool``: pool tokens - 1); None: not capped
     max_req_len: int | None = None
 
+    @property
+    def longest_request(self) -> int:
+        """The most tokens one request may hold: ``max_req_len`` where the engine caps
+        it, else ``max_model_len``; a longer one is refused."""
+        return self.max_req_len if self.max_req_len is not None else self.max_model_len
+
 
 def non_torch_bytes(tensor_parallel_size: int = 1, memory_profile: str | None = None) -> float:
     """Non-torch memory the KV rule subtracts, per rank, under ``memory_profile``
@@ -438,7 +444,7 @@ def kv_report(sizing: KVSizing, lengths: tuple[int, ...] = (1024, 4096, 32768),
     }
     report["kv_allocation"] = kv_allocation
     # a sequence longer than one request may be (max_model_len, or the engine's cap) is never served: 0
-    longest = sizing.max_req_len if sizing.max_req_len is not None else sizing.max_model_len
+    longest = sizing.longest_request
     for n in lengths:  # flat keys, one per length: sequences_of_<n>_tokens
         whole = kv_allocation == "contiguous" and contiguous_reserve == "max_model_len"
         held = max(int(n), sizing.max_model_len) if whole else int(n)

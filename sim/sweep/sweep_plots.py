@@ -212,7 +212,7 @@ def _x_label(plan: FigurePlan, axes: list[str]) -> str:
     return label + (f" (with {', '.join(short_key(k, axes) for k in plan.with_x)})" if plan.with_x else "")
 
 
-def _title(what: str, plan: FigurePlan, axes: list[str], facet: str = "") -> str:
+def _title(what: str, plan: FigurePlan, facet: str = "") -> str:
     parts = [p for p in (", ".join(plan.fixed), facet) if p]
     return f"{what}" + (f": {'; '.join(parts)}" if parts else "")
 
@@ -259,12 +259,7 @@ def _draw_lines(ok, plan: FigurePlan, axes: list[str], panels, path: Path, what:
     if len(lines) > 1:
         fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(3, len(lines)),
                    fontsize=8, frameon=False)
-    fig.suptitle(_title(what, plan, axes, facet), fontsize=10)
-    fig.text(0.01, 0.005, caption, fontsize=7, color="0.35", va="bottom")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    _save(plt, fig, path, _title(what, plan, facet), caption)
 
 
 def _draw_bars(ok, plan: FigurePlan, axes: list[str], path: Path, caption: str) -> None:
@@ -288,7 +283,12 @@ def _draw_bars(ok, plan: FigurePlan, axes: list[str], path: Path, caption: str) 
         ax.grid(True, axis="x", alpha=0.3)
     axs[0].set_yticks(ypos)
     axs[0].set_yticklabels(labels, fontsize=8)
-    fig.suptitle(_title("p99 latency and output throughput per point", plan, axes), fontsize=10)
+    _save(plt, fig, path, _title("p99 latency and output throughput per point", plan), caption)
+
+
+def _save(plt, fig, path: Path, title: str, caption: str) -> None:
+    """A figure's title and caption, then the file."""
+    fig.suptitle(title, fontsize=10)
     fig.text(0.01, 0.005, caption, fontsize=7, color="0.35", va="bottom")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
