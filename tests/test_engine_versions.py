@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from sim.config import SimConfig
-from sim.presets.versions import (MODELLED, VERSION_CHANGES, nearest_modelled, parse_version, version_defaults,
-                                  version_warning)
+from sim.presets.versions import (MODELLED, RELEASE_VALUES, VERSION_CHANGES, nearest_modelled, parse_version,
+                                  release_values, version_defaults, version_warning)
 from sim.validate.rows import ValidateOptions, row_overrides
 
 from tests.test_validate import GPU, MODEL
@@ -54,6 +54,40 @@ def test_every_change_has_a_source_and_a_modelled_range():
         for ch in changes:
             assert ch.source and parse_version(ch.before)
             assert ch.key in SimConfig.model_fields
+
+
+def test_a_measured_value_of_newer_releases_replaces_the_fit_of_older_ones():
+    """TensorRT-LLM's host time per sequence: fitted (80 us) on 1.0.0rc3's dense
+    rows, measured (28 us, NVIDIA/TensorRT-LLM PR 10273) in the 1.2 series; the
+    preset without a version is its newest modelled release, 1.2."""
+    from sim.engine.deployment import build_deployment
+
+    for rv in (rv for rvs in RELEASE_VALUES.values() for rv in rvs):
+        assert rv.source and parse_version(rv.since) and rv.key in SimConfig.model_fields
+    assert release_values("trtllm", "1.0.0rc3") == {} and release_values("trtllm", "1.1.0rc5") == {}
+    assert release_values("trtllm", "1.2.0rc2") == {"cpu_seq_overhead_s": 28e-6}
+    assert release_values("trtllm", None) == release_values("trtllm", "nightly") == {"cpu_seq_overhead_s": 28e-6}
+    assert release_values("vllm", "0.12.0") == {}
+    assert SimConfig(engine="trtllm", engine_version="1.0.0rc3").cpu_seq_overhead_s == 80e-6
+    assert SimConfig(engine="trtllm", engine_version="1.2.0rc6.post2").cpu_seq_overhead_s == 28e-6
+    assert SimConfig(engine="trtllm").cpu_seq_overhead_s == 28e-6
+    assert SimConfig(engine="trtllm", engine_version="1.2.0", cpu_seq_overhead_s=5e-6).cpu_seq_overhead_s == 5e-6
+    # a decode step of 64 sequences is host-bound at 2 ms + 64 x 28 us = 3.792 ms in 1.2
+    # (overlap scheduler: max(GPU, host)), 2 ms + 64 x 80 us = 7.12 ms in 1.0
+    keys = {"engine": "trtllm", "model": MODEL, "hardware": GPU}
+    new = build_deployment(SimConfig(**keys, engine_version="1.2.0rc2")).overheads
+    old = build_deployment(SimConfig(**keys, engine_version="1.0.0rc3")).overheads
+    assert new.apply(1e-3, 64) == pytest.approx(3.792e-3, rel=1e-12)
+    assert old.apply(1e-3, 64) == pytest.approx(7.12e-3, rel=1e-12)
+    assert (new.apply(5e-3, 64), old.apply(7.5e-3, 64)) == (5e-3, 7.5e-3)  # GPU-bound: the GPU's time
+    # validate's fitting overrides (ValidateOptions.engine_overrides) reach the older releases only
+    row = {"backend": "trtllm", "model_path": MODEL, "system": GPU, "isl": 128, "osl": 16, "concurrency": 4,
+           "tp_size": 1, "silicon_ttft_ms": 50.0, "silicon_tpot_ms": 10.0}
+    opts = ValidateOptions(engine_overrides={"trtllm": {"cpu_seq_overhead_s": 60e-6, "cpu_step_overhead_s": 1e-3}})
+    ov_old = row_overrides({**row, "backend_version": "1.0.0rc3"}, opts)
+    ov_new = row_overrides({**row, "backend_version": "1.2.0rc6.post1"}, opts)
+    assert (ov_old["cpu_seq_overhead_s"], ov_old["cpu_step_overhead_s"]) == (60e-6, 1e-3)
+    assert "cpu_seq_overhead_s" not in ov_new and ov_new["cpu_step_overhead_s"] == 1e-3
 
 
 @pytest.mark.parametrize("engine, version, nearest", [
@@ -142,3 +176,24 @@ def test_a_dynamo_release_is_read_as_the_engine_release_it_ships():
     # a backend_version that is the engine's own release (not the image tag) is kept
     assert row_engine_version({**row, "backend_version": "1.3.0rc5"}) == "1.3.0rc5"
     assert row_engine_version({"backend": "vllm", "backend_version": "0.12.0"}) == "0.12.0"
+
+
+def test_a_dynamo_release_that_the_support_matrix_does_not_map_is_no_engine_release():
+    """Dynamo 0.5.1 (before the support matrix's first release, 0.6.0) ships a
+    TensorRT-LLM release the table does not give: the row is simulated as the
+    engine's newest modelled release, with a warning, not as TensorRT-LLM 0.5.1
+    (whose overlap scheduler would be off)."""
+    from sim.validate.rows import row_engine_version, row_version_warnings
+
+    img = "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.5.1-rc0.pre3"
+    row = {"backend": "trtllm", "backend_version": "0.5.1-rc0.pre3", "image": img}
+    assert row_engine_version(row) == ""
+    (w,) = row_version_warnings(row)
+    assert "0.5.1-rc0.pre3" in w and "Dynamo" in w and "newest modelled release (1.2.0)" in w
+    ov = row_overrides({**row, "model_path": MODEL, "system": GPU, "isl": 128, "osl": 16, "concurrency": 4,
+                        "tp_size": 1, "silicon_ttft_ms": 50.0, "silicon_tpot_ms": 10.0}, ValidateOptions())
+    assert "engine_version" not in ov
+    assert SimConfig(engine="trtllm").overlap_scheduling is True
+    # the image of another engine, or no image: the cell is the engine's own release
+    assert row_engine_version({**row, "image": ""}) == "0.5.1-rc0.pre3"
+    assert row_engine_version({"backend": "sglang", "backend_version": "0.5.1-rc0.pre1", "image": img}) == "0.5.1-rc0.pre1"

@@ -4,8 +4,9 @@ engine (:mod:`sim.presets.vllm`, :mod:`sim.presets.sglang`,
 its engine and their sources; :class:`~sim.presets.types.EnginePreset` says
 what a preset holds. A new engine is one new module and one line in
 :data:`PRESETS`. ``engine_version`` selects the documented behaviour changes
-of older releases (:mod:`sim.presets.versions`); without it a preset is its
-newest modelled release.
+of older releases and the measured values of newer ones
+(:mod:`sim.presets.versions`); without it a preset is its newest modelled
+release.
 
 A preset is a bundle of defaults for the other config keys: what differs
 between the engines and matters for timing. Keys given explicitly (YAML,
@@ -36,11 +37,12 @@ from typing import Any
 
 from sim.presets import sglang, trtllm, vllm
 from sim.presets.types import FIT_PROVENANCE, OVERHEAD_KEYS, Default, EnginePreset
-from sim.presets.versions import MODELLED, VERSION_CHANGES, version_defaults, version_warning
+from sim.presets.versions import (MODELLED, RELEASE_VALUES, VERSION_CHANGES, release_values, version_defaults,
+                                  version_warning)
 
 __all__ = ["PRESETS", "FITTED", "CLIENT_PHASE_SPREAD", "Default", "EnginePreset", "FIT_PROVENANCE",
            "OVERHEAD_KEYS", "get_preset", "preset_defaults", "apply_preset", "preset_table", "MODELLED",
-           "VERSION_CHANGES", "version_defaults", "version_warning"]
+           "VERSION_CHANGES", "RELEASE_VALUES", "version_defaults", "release_values", "version_warning"]
 
 PRESETS: dict[str, EnginePreset] = {p.name: p for p in (vllm.PRESET, trtllm.PRESET, sglang.PRESET)}
 #: engine -> its fitted values (benchmarks/validate_silicon.py reads and rewrites these)
@@ -57,7 +59,15 @@ def get_preset(name: str) -> EnginePreset:
 
 
 def preset_defaults(name: str) -> dict[str, Any]:
-    """Static defaults of ``name`` as plain values (fitted overheads included)."""
+    """Static defaults of ``name`` as plain values: its newest modelled release's
+    (fitted overheads included, a measured :data:`RELEASE_VALUES` entry in place
+    of the fitted value of older releases)."""
+    out = _static_and_fitted(name)
+    out.update(release_values(name, None))
+    return out
+
+
+def _static_and_fitted(name: str) -> dict[str, Any]:
     p = get_preset(name)
     out = {k: d.value for k, d in p.defaults.items()}
     out.update(p.fitted)
@@ -78,9 +88,12 @@ def apply_preset(data: dict[str, Any]) -> dict[str, Any]:
     if ecp is not None and "scheduler" not in out:
         out["scheduler"] = p.chunked_alias[bool(ecp)]
     version = out.get("engine_version")
-    for k, v in version_defaults(name, version if isinstance(version, str) else None).items():
+    version = version if isinstance(version, str) else None
+    for k, v in version_defaults(name, version).items():
         out.setdefault(k, v)
-    for k, v in preset_defaults(name).items():
+    for k, v in release_values(name, version).items():
+        out.setdefault(k, v)
+    for k, v in _static_and_fitted(name).items():
         out.setdefault(k, v)
     return out
 
@@ -99,4 +112,7 @@ def preset_table() -> list[dict[str, str]]:
         for ch in VERSION_CHANGES.get(p.name, ()):
             rows.append({"engine": p.name, "key": ch.key, "value": f"{ch.value!r} before {ch.before}",
                          "source": ch.source})
+        for rv in RELEASE_VALUES.get(p.name, ()):
+            rows.append({"engine": p.name, "key": rv.key, "value": f"{rv.value!r} from {rv.since}",
+                         "source": rv.source})
     return rows

@@ -1,7 +1,9 @@
 """TensorRT-LLM (``trtllm-serve``, PyTorch backend): the preset ``engine: trtllm``.
 
-Versions: TensorRT-LLM 1.0 PyTorch backend (``trtllm-serve`` / LLM API).
-Sources in each default.
+Versions: TensorRT-LLM 1.0 PyTorch backend (``trtllm-serve`` / LLM API); the
+fitted host overheads are of 1.0.0rc3 (the dense table's rows), and from the
+1.2 series the host time per sequence is the measured one of
+``RELEASE_VALUES`` (``sim/presets/versions.py``). Sources in each default.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ def hardware_defaults(cfg: Any, memory_bytes: float, hardware_name: str) -> dict
 
 PRESET = EnginePreset(
     name="trtllm",
-    versions="TensorRT-LLM 1.0 PyTorch backend (trtllm-serve, LLM API)",
+    versions="TensorRT-LLM 1.0 PyTorch backend (trtllm-serve, LLM API); host time per sequence of the 1.2 series",
     defaults={
         "scheduler": Default("mixed", "in-flight batching: whole contexts packed with generation tokens; "
                                       "enable_chunked_prefill=False by default (llmapi/llm_args.py; "

@@ -3,7 +3,9 @@
 ``engine: vllm`` (or ``sglang``, ``trtllm``) alone keeps the preset's
 behaviour, the latest modelled release. ``engine_version: X`` selects, for
 every :class:`VersionChange` of that engine whose ``before`` is newer than X,
-the older value of its key (the user's explicit keys still win). A version
+the older value of its key, and for every :class:`ReleaseValue` whose
+``since`` is not after X, its measured value (the user's explicit keys still
+win). A version
 outside the modelled range (:data:`MODELLED`), or one that cannot be read,
 gets a warning naming the nearest modelled version (:func:`version_warning`).
 
@@ -68,6 +70,43 @@ VERSION_CHANGES: dict[str, tuple[VersionChange, ...]] = {
     ),
 }
 
+@dataclass(frozen=True)
+class ReleaseValue:
+    """``key`` is ``value`` from release ``since`` on (and in the preset, its
+    newest modelled release): a measured property of the newer releases that
+    replaces the value fitted on older releases' rows (``EnginePreset.fitted``).
+    Before ``since`` the fitted value stands; a fit of that key
+    (``benchmarks/validate_silicon.py``) is a fit of those older releases and
+    does not reach rows of ``since`` on (``sim/validate/rows.py``)."""
+    key: str
+    since: str
+    value: Any
+    source: str
+
+
+#: engine -> measured values of its newer releases, each with its source
+RELEASE_VALUES: dict[str, tuple[ReleaseValue, ...]] = {
+    "trtllm": (
+        ReleaseValue("cpu_seq_overhead_s", "1.2.0", 28e-6,
+                     "github.com/NVIDIA/TensorRT-LLM/pull/10273 (2025-12-24, the 1.2 series): GPT-OSS-120B on "
+                     "GB200, aggregated, attention DP 2 with max_batch_size 1536, 3,072 clients (1,536 requests a "
+                     "rank), a run the PR calls one 'where the host overhead is the bottleneck': 'the average per "
+                     "iteration host_step_time is 45.11 ms' (PyExecutor's per-iteration wall time, which also "
+                     "bounds the host's share); (45.11 ms - the 2 ms of cpu_step_overhead_s) / 1,536 = 28 us a "
+                     "sequence. The fitted 80 us is of TensorRT-LLM 1.0.0rc3 (the dense table's rows)"),
+    ),
+}
+
+
+def release_values(engine: str, version: str | None) -> dict[str, Any]:
+    """Config keys that ``engine`` ``version`` takes from :data:`RELEASE_VALUES`:
+    those whose ``since`` is not after it; all of them for no version or an
+    unreadable one (the preset's newest modelled release)."""
+    pv = parse_version(version) if version else None
+    return {rv.key: rv.value for rv in RELEASE_VALUES.get(engine, ())
+            if pv is None or pv >= (parse_version(rv.since) or (0, 0, 0))}
+
+
 #: engine -> the releases whose behaviour the preset and its changes were read from
 MODELLED: dict[str, tuple[str, ...]] = {
     "vllm": ("0.7.3", "0.11.0", "0.12.0", "0.14.0", "0.24.0"),
@@ -100,6 +139,16 @@ DYNAMO_RUNTIME_IMAGES = {"tensorrtllm-runtime": "trtllm", "sglang-runtime": "sgl
 _DYNAMO_IMAGE = re.compile(r"ai-dynamo[/#]([a-z]+-runtime):([^\s/#]+)$")
 
 
+def dynamo_image_release(engine: str, image: str) -> str | None:
+    """The Dynamo release of ``image`` if it is a Dynamo runtime container of
+    ``engine`` (``nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.5.1-rc0.pre3``
+    -> ``0.5.1-rc0.pre3``), mapped in :data:`DYNAMO_BACKENDS` or not; else None."""
+    m = _DYNAMO_IMAGE.search(str(image or "").strip())
+    if not m or DYNAMO_RUNTIME_IMAGES.get(m.group(1)) != engine:
+        return None
+    return m.group(2)
+
+
 def dynamo_engine_version(engine: str, image: str) -> tuple[str, str] | None:
     """(Dynamo release, engine release) of a Dynamo runtime container ``image``
     of ``engine`` (``nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.1.post2``
@@ -107,10 +156,9 @@ def dynamo_engine_version(engine: str, image: str) -> tuple[str, str] | None:
     post-release not in the table takes its base release's engine (the table
     pins one per release; e.g. ``0.7.0.post2`` -> 0.7.0's). None when the image
     is not a Dynamo runtime of ``engine`` or its release is not in the table."""
-    m = _DYNAMO_IMAGE.search(str(image or "").strip())
-    if not m or DYNAMO_RUNTIME_IMAGES.get(m.group(1)) != engine:
+    tag = dynamo_image_release(engine, image)
+    if tag is None:
         return None
-    tag = m.group(2)
     rel = DYNAMO_BACKENDS.get(tag) or DYNAMO_BACKENDS.get(tag.split(".post")[0])
     if rel is None or engine not in rel:
         return None
@@ -142,15 +190,6 @@ def version_defaults(engine: str, version: str | None) -> dict[str, Any]:
         if before is not None and pv < before:
             out[ch.key] = ch.value
     return out
-
-
-def version_sources(engine: str, version: str | None) -> dict[str, str]:
-    """key -> source of each change :func:`version_defaults` applies."""
-    pv = parse_version(version) if version else None
-    if pv is None:
-        return {}
-    return {ch.key: ch.source for ch in VERSION_CHANGES.get(engine, ())
-            if (b := parse_version(ch.before)) is not None and pv < b}
 
 
 def nearest_modelled(engine: str, version: str) -> str | None:

@@ -108,7 +108,7 @@ from sim.workload.traces import read_csv_lines
 from sim.workload.client_phase import CLIENT_PHASE_SPREAD, PHASE_KEY, check_phase_spread, disperse_client_phases
 from sim.errors import ConfigError, InfeasibleError, ServesimError, require_file
 from sim.presets import MODELLED, PRESETS, version_warning
-from sim.presets.versions import dynamo_engine_version
+from sim.presets.versions import dynamo_engine_version, dynamo_image_release, release_values
 from sim.results.intervals import interval
 from sim.results.warnings import transferred_profile_warnings
 from sim.validate.disagg_rows import NotSimulable, disagg_pools, disagg_row_overrides, is_disagg
@@ -154,7 +154,9 @@ class ValidateOptions:
     ``aic``). ``protocol``: the earlier name of ``harness`` (a harness name).
     ``requests_per_client``, ``warmup_per_client``, ``think_time_s``: None =
     the harness's. ``engine_overrides`` maps an engine name to config keys set
-    for its rows (the fitting benchmark uses it)."""
+    for its rows (the fitting benchmark uses it), except a key that a row's
+    release has a measured value of (``RELEASE_VALUES``,
+    ``sim/presets/versions.py``): a fit is of the releases before it."""
     protocol: str | None = None
     requests_per_client: int | None = None
     #: warm-up requests per client; None = the harness's (aic 0, steady 2)
@@ -181,11 +183,20 @@ def row_engine_version(row: dict) -> str:
     ``image`` is ``ai-dynamo/<engine>-runtime:<tag>`` and ``backend_version`` is
     ``<tag>``, as in ``disagg_dev.csv``'s TensorRT-LLM rows: ``0.8.1.post2``):
     then the engine release that Dynamo release ships (``DYNAMO_BACKENDS`` in
-    ``sim/presets/versions.py``, from the Dynamo support matrix). '' if not recorded."""
+    ``sim/presets/versions.py``, from the Dynamo support matrix). '' if not recorded,
+    and '' where it is such a Dynamo release that the table does not map (a release
+    before the support matrix's first, 0.6.0: ``0.5.1-rc0.pre3``): the engine release
+    it ships is not known (read as the engine's own, Dynamo 0.5.1 would be
+    TensorRT-LLM 0.5's behaviour, overlap scheduler off), and the row is simulated
+    as the engine's newest modelled release, with a warning
+    (:func:`row_version_warnings`)."""
     v = _cell(row, "backend_version")
-    mapped = dynamo_engine_version(_cell(row, "backend").lower(), _cell(row, "image"))
+    engine, image = _cell(row, "backend").lower(), _cell(row, "image")
+    mapped = dynamo_engine_version(engine, image)
     if mapped is not None and (not v or v == mapped[0]):
         return mapped[1]
+    if v and v == dynamo_image_release(engine, image):
+        return ""
     return v
 
 
@@ -384,7 +395,10 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
     ov.update(h.recipe_overrides(row, engine))
     if engine == "trtllm" and ov["quantization"] in ("fp8", "fp8_block"):
         ov["kv_cache_dtype"] = "fp8"
-    ov.update({k: v for k, v in opts.engine_overrides.get(engine, {}).items() if k != PHASE_KEY})
+    # a fitted key that the row's release has a measured value of (RELEASE_VALUES) keeps that value:
+    # the fit is of older releases
+    measured = release_values(engine, ov.get("engine_version"))
+    ov.update({k: v for k, v in opts.engine_overrides.get(engine, {}).items() if k != PHASE_KEY and k not in measured})
     return ov
 
 
@@ -507,6 +521,11 @@ def row_version_warnings(row: dict) -> list[str]:
     engine = _cell(row, "backend").lower()
     version = row_engine_version(row)
     if not version and engine in MODELLED:
+        tag = _cell(row, "backend_version")
+        if tag:  # a Dynamo release the support-matrix table does not map (row_engine_version)
+            return [f"backend_version {tag} is the NVIDIA Dynamo release of the image {_cell(row, 'image')}, "
+                    f"whose {engine} release is not in the Dynamo support matrix (DYNAMO_BACKENDS, from "
+                    f"0.6.0): {engine} is simulated as its newest modelled release ({MODELLED[engine][-1]})"]
         return [f"no backend_version recorded: {engine} is simulated as its newest modelled release "
                 f"({MODELLED[engine][-1]})"]
     w = version_warning(engine, version)
