@@ -5,6 +5,8 @@ listed not simulable with the reason."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from sim.errors import ConfigError
@@ -320,22 +322,30 @@ def test_the_committed_trtllm_recipe_file_maps_to_per_rank_pools():
     assert ov["disaggregation"]["prefill"]["overlap_scheduling"] is False
 
 
-def test_a_harness_entry_that_disagrees_with_its_recipe_file_is_refused_naming_both():
-    """B200 FP8 8k/1k at 640 clients: the entry live on 2026-02-12 lists prefill EP 8
-    (with dp-attn); ctx2_gen1_dep8_batch640_eplb0_mtp0_640.yaml runs
-    moe_expert_parallel_size 1. On 2026-03-23 the entry lists EP 1 and the row runs."""
+def test_a_harness_entry_whose_ep_disagrees_with_its_recipe_file_runs_the_file_naming_both():
+    """B200 FP8 8k/1k at 640 clients: the entry live on 2026-02-12 lists prefill EP 8;
+    ctx2_gen1_dep8_batch640_eplb0_mtp0_640.yaml, which the workers read, runs
+    moe_expert_parallel_size 1 (InferenceX #919 changed the entry to EP 1 on
+    2026-03-23): the file's layout is simulated, both named in the row's warning."""
     row = _nightly(system="b200_sxm", precision="fp8", isl=8192, concurrency=640.0, measured="2026-02-12",
                    prefill_tp_size=8.0, decode_tp_size=8.0)
-    with pytest.raises(NotSimulable, match=r"the harness entry \(https://github.com/SemiAnalysisAI/InferenceX/blob/"
-                                           r"d3f0375\w+/.github/configs/nvidia-master.yaml#L820: EP 8\) and its "
-                                           r"recipe file \(https://github.com/csahithi/srt-slurm/blob/d2f5af0\w+/"
-                                           r"recipes/trtllm/b200-fp8/8k1k/stp/ctx2_gen1_dep8_batch640_eplb0_mtp0_640"
-                                           r".yaml: EP 1\) disagree on the prefill pool"):
-        recipe_pools(row)
-    pools = recipe_pools({**row, "measured": "2026-03-23"})
-    assert (pools["prefill"]["n"], pools["prefill"]["tp"], pools["prefill"]["batch"]) == (2, 1, 1)
-    assert pools["prefill"]["layout"] == {"data_parallel_size": 8, "moe_ep_size": 1, "moe_tp_size": 8}
-    assert (pools["decode"]["n"], pools["decode"]["tp"], pools["decode"]["batch"]) == (1, 1, 640)
+    pools = recipe_pools(row)
+    (note,) = pools.pop("notes")
+    assert re.match(r"the harness entry \(https://github.com/SemiAnalysisAI/InferenceX/blob/d3f0375\w+/.github/"
+                    r"configs/nvidia-master.yaml#L820: EP 8\) and its recipe file \(https://github.com/csahithi/"
+                    r"srt-slurm/blob/d2f5af0\w+/recipes/trtllm/b200-fp8/8k1k/stp/ctx2_gen1_dep8_batch640_eplb0_"
+                    r"mtp0_640.yaml: EP 1\) disagree on the prefill pool: the file's engine arguments are simulated "
+                    r"\(InferenceX #919", note)
+    later = recipe_pools({**row, "measured": "2026-03-23"})
+    assert "notes" not in later
+    for pl in (pools, later):
+        assert (pl["prefill"]["n"], pl["prefill"]["tp"], pl["prefill"]["batch"]) == (2, 1, 1)
+        assert pl["prefill"]["layout"] == {"data_parallel_size": 8, "moe_ep_size": 1, "moe_tp_size": 8}
+        assert (pl["decode"]["n"], pl["decode"]["tp"], pl["decode"]["batch"]) == (1, 1, 640)
+    # the entry's dp-attn that its file does not run: the file's plain TP 8 (no attention DP, EP 1)
+    one = recipe_pools({**row, "concurrency": 1.0})
+    assert "attention DP True" in one["notes"][0] and "attention DP False" in one["notes"][0]
+    assert (one["prefill"]["tp"], one["prefill"].get("layout")) == (8, None)
 
 
 def _srt_trt(**decode):
@@ -358,9 +368,13 @@ def test_a_trtllm_recipe_file_outside_its_live_days_or_with_mtp_is_refused():
                                            r"\{'decoding_type': 'MTP'"):
         recipe_pools(_row(image=""), [r], _srt_trt(speculative_config={"decoding_type": "MTP",
                                                                       "num_nextn_predict_layers": 3}))
-    with pytest.raises(NotSimulable, match=r"\(https://recipe/1: attention DP False\) and its recipe file "
-                                           r"\(https://srt/t: attention DP True\) disagree on the decode pool"):
-        recipe_pools(_row(image=""), [r], _srt_trt(enable_attention_dp=True))
+    # the file's attention DP where the entry lists none: the file's 4 attention ranks, the note names both
+    dp = recipe_pools(_row(image=""), [r], _srt_trt(enable_attention_dp=True))
+    assert dp["notes"] == ["the harness entry (https://recipe/1: attention DP False) and its recipe file "
+                           "(https://srt/t: attention DP True) disagree on the decode pool: the file's engine "
+                           "arguments are simulated (InferenceX #919 aligned the entries' metadata with the "
+                           "recipe files)"]
+    assert dp["decode"]["tp"] == 1 and dp["decode"]["layout"]["data_parallel_size"] == 4
     bad = _srt_trt()
     bad["recipes"]["recipes/t.yaml"]["format"] = "vllm"
     with pytest.raises(ConfigError, match=r"srt_slurm_recipes.yaml: recipes/t.yaml: format 'vllm' is not one of "

@@ -100,14 +100,17 @@ the branch served that version. A row measured on another day is not
 simulated (the file may have said otherwise then), nor one whose file runs
 speculative decoding (SGLang ``speculative-algorithm``, TensorRT-LLM
 ``speculative_config``) or pipeline parallelism, nor one whose file and
-harness entry disagree on a pool's workers, TP, EP (``expert-parallel-size`` /
+harness entry disagree on a pool's workers or TP: the reason names both
+values and both URLs. Where they disagree on EP (``expert-parallel-size`` /
 ``moe_expert_parallel_size``, default 1) or attention DP
-(``enable-dp-attention`` / ``enable_attention_dp``): the reason names both
-values and both URLs (e.g. the B200 FP8 8k/1k TensorRT-LLM entries live from
-2026-02-10 to 2026-03-23 list prefill EP 8, one of them dp-attn, where their
-files run the experts tensor-parallel, EP 1, one without attention DP;
-InferenceX #919, "Fix nvidia-master.yaml metadata to align with recipe files",
-changed the entries on 2026-03-23).
+(``enable-dp-attention`` / ``enable_attention_dp``), engine arguments that the
+workers read from the file, the file's are simulated and the row's warning
+names both: the entries' values are the harness's metadata, and InferenceX
+#919, "Fix nvidia-master.yaml metadata to align with recipe files", changed
+the entries to the files' on 2026-03-23 (the B200 FP8 8k/1k TensorRT-LLM
+entries live from 2026-02-10 to 2026-03-23 list prefill EP 8, one of them
+dp-attn, where their files run the experts tensor-parallel, EP 1, one without
+attention DP).
 
 Parallelism of a recipe's pool: ``tp`` GPUs per worker, experts over ``ep``
 EP ranks x ``tp / ep`` TP; ``dp-attn`` runs attention data-parallel:
@@ -306,7 +309,8 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
         what = ", ".join(f"{k}={v}" for k, v in nodes.items())
         raise NotSimulable(f"the recipe sizes its workers by nodes in a launch script ({what}) that is not "
                            f"transcribed; its tp {r['prefill']['tp']} / {r['decode']['tp']} is not the workers': {url}")
-    pools: dict[str, dict[str, Any]] = {}
+    pools: dict[str, Any] = {}
+    notes: list[str] = []
     # a CONFIG_FILE (listed under either pool) holds both pools' engine arguments
     config_file = next((s["CONFIG_FILE"] for s in (_settings(r, p) for p in POOLS) if "CONFIG_FILE" in s), None)
     for p in POOLS:
@@ -320,7 +324,8 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
             if f is None:
                 raise NotSimulable(f"the recipe's engine arguments are in {config_file} (srt-slurm), not "
                                    f"transcribed in {SRT_FILE.name}: {url}")
-            keys, dp = _srt_pool_keys(row, r, p, f)
+            keys, dp, ep, pool_notes = _srt_pool_keys(row, r, p, f)
+            notes += pool_notes
             urls.append(f["url"])
         else:
             for name, key in TRT_SETTINGS.items():
@@ -338,6 +343,8 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
     deployment = entry_streaming(r, srt)
     if deployment and deployment["keys"]:
         pools["deployment"] = deployment
+    if notes:
+        pools["notes"] = notes
     return pools
 
 
@@ -367,12 +374,15 @@ def _opt(args: dict, path: str) -> Any:
     return v
 
 
-def _srt_pool_keys(row: dict, r: dict, p: str, f: dict) -> tuple[dict[str, Any], int]:
+def _srt_pool_keys(row: dict, r: dict, p: str, f: dict) -> tuple[dict[str, Any], int, int, list[str]]:
     """One pool's servesim keys from its transcribed recipe file ``f`` (SGLang or
-    TensorRT-LLM: :data:`SRT_FORMATS`) and its attention-DP size; NotSimulable where
-    the file was not the version live on the row's day, runs what servesim does not
-    model (pipeline parallelism, speculative decoding), or disagrees with the
-    harness entry ``r`` on the pool's workers, TP, EP or attention DP."""
+    TensorRT-LLM: :data:`SRT_FORMATS`), its attention-DP size, its EP size and
+    notes for the row's warning; NotSimulable where the file was not the version
+    live on the row's day, runs what servesim does not model (pipeline
+    parallelism, speculative decoding), or disagrees with the harness entry ``r``
+    on the pool's workers or TP. Where they disagree on EP or attention DP, the
+    file's engine arguments are what the engine ran (module docstring) and a note
+    names both."""
     fmt, names, args = f["format"], SRT_FORMATS[f["format"]], f[p]
     url, day = r["url"], _str(row, "measured")
     first, last = f["live"]
@@ -390,18 +400,22 @@ def _srt_pool_keys(row: dict, r: dict, p: str, f: dict) -> tuple[dict[str, Any],
             "EP": int(_opt(args, names["ep"]) or 1), "attention DP": bool(_opt(args, names["dp_attn"]))}
     theirs = {"workers": int(r[p]["num-worker"]), "TP": tp, "EP": ep, "attention DP": dp_attn}
     off = [k for k in mine if mine[k] != theirs[k]]
-    if off:
-        raise NotSimulable(f"the harness entry ({url}: " + ", ".join(f"{k} {theirs[k]}" for k in off)
-                           + f") and its recipe file ({f['url']}: " + ", ".join(f"{k} {mine[k]}" for k in off)
-                           + f") disagree on the {p} pool")
+    both = (f"the harness entry ({url}: " + ", ".join(f"{k} {theirs[k]}" for k in off)
+            + f") and its recipe file ({f['url']}: " + ", ".join(f"{k} {mine[k]}" for k in off)
+            + f") disagree on the {p} pool")
+    if {"workers", "TP"} & set(off):
+        raise NotSimulable(both)
+    notes = [f"{both}: the file's engine arguments are simulated (InferenceX #919 aligned the entries' "
+             "metadata with the recipe files)"] if off else []
+    ep, dp_attn = mine["EP"], mine["attention DP"]
     dp = tp if dp_attn else 1
     if names["dp"] is not None:  # SGLang: --dp-size D makes D attention ranks of tp / D GPUs
         if dp_attn and _opt(args, names["dp"]) is not None:
             dp = int(_opt(args, names["dp"]))
         if dp_attn and dp < 2 or not dp_attn and int(_opt(args, names["dp"]) or 1) > 1:
-            raise NotSimulable(f"the harness entry ({url}, dp-attn {str(dp_attn).lower()}) and its recipe file "
-                               f"({f['url']}, {names['dp']} {_opt(args, names['dp'])}) disagree on the {p} "
-                               "pool's attention data parallelism")
+            raise NotSimulable(f"the recipe file's {p} pool runs {names['dp']} {_opt(args, names['dp'])} "
+                               f"with {names['dp_attn']} {str(dp_attn).lower()}: data parallelism without "
+                               f"attention DP, or attention DP over one rank, is not modelled: {f['url']}")
     keys: dict[str, Any] = {}
     for option, key in names["flags"].items():
         if _opt(args, option) is not None:
@@ -414,7 +428,7 @@ def _srt_pool_keys(row: dict, r: dict, p: str, f: dict) -> tuple[dict[str, Any],
         keys["kv_cache_dtype"] = "fp8"
     if _opt(args, names["no_overlap"]) is not None:
         keys["overlap_scheduling"] = not bool(_opt(args, names["no_overlap"]))
-    return keys, dp
+    return keys, dp, ep, notes
 
 
 def entry_streaming(r: dict, srt: dict | None = None, day: str | None = None) -> dict[str, Any] | None:

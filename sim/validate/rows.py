@@ -547,6 +547,7 @@ def simulate_row(row: dict, opts: ValidateOptions) -> dict[str, Any]:
     try:
         if is_disagg(row):  # its pools as deployed (sim/validate/disagg_rows.py)
             pools = disagg_pools(row)
+            warnings += pools.get("notes", [])
             ov = disagg_row_overrides(row, row_overrides({**row, "tp_size": 1}, opts), pools)
         else:
             ov = row_overrides(row, opts)
