@@ -221,8 +221,8 @@ class SimConfig(BaseModel):
         if isinstance(data, dict):
             ev = data.get("engine_version")
             if isinstance(ev, (int, float)) and not isinstance(ev, bool):
-                raise ValueError(f"engine_version: {ev!r} was read as a number (YAML and --set read 0.12 so); "
-                                 f"give the release as text with its three parts, e.g. '0.12.0' (quoted in YAML)")
+                raise ValueError(f"engine_version: {ev!r} is a number, not a release (YAML reads an unquoted "
+                                 f"0.10 as the number 0.1); give the release as text, e.g. '0.10.0' (quoted in YAML)")
             for k, v in data.items():
                 f = cls.model_fields.get(k)
                 if (isinstance(v, (int, float)) and not isinstance(v, bool) and f is not None and k != "seed"
@@ -461,6 +461,11 @@ def _sglang_no_room(hbm_bytes: float, hardware_name: str, cfg: SimConfig, mnbt: 
 
 
 # --------------------------------------------------------------------------- loading
+
+
+#: keys whose ``--set`` / flag value is the text as typed, never a YAML scalar (a release
+#: ``0.10`` is not the number 0.1)
+TEXT_KEYS = ("engine_version",)
 
 
 def parse_value(text: str) -> Any:
@@ -746,6 +751,8 @@ def build_config(
     for key, value in canon.items():
         spelled, text = raw_text.get(key, (key, str(value)))
         v = text
+        if key in TEXT_KEYS and key in raw_text:  # as typed: --engine-version 0.10 is no number 0.1
+            value = text
         if workload is not None and key in ("workload", "workload.name") and value != workload:
             raise ConfigError(f"{_spelled(spelled, v)} conflicts with --workload {workload}; give one of them")
         given = (overrides or {}).get(key)

@@ -334,8 +334,9 @@ def test_a_harness_entry_whose_ep_disagrees_with_its_recipe_file_runs_the_file_n
     assert re.match(r"the harness entry \(https://github.com/SemiAnalysisAI/InferenceX/blob/d3f0375\w+/.github/"
                     r"configs/nvidia-master.yaml#L820: EP 8\) and its recipe file \(https://github.com/csahithi/"
                     r"srt-slurm/blob/d2f5af0\w+/recipes/trtllm/b200-fp8/8k1k/stp/ctx2_gen1_dep8_batch640_eplb0_"
-                    r"mtp0_640.yaml: EP 1\) disagree on the prefill pool: the file's engine arguments are simulated "
-                    r"\(InferenceX #919", note)
+                    r"mtp0_640.yaml: EP 1\) disagree on the prefill pool: the file's engine arguments are simulated, "
+                    r"not the entry's \(which the row's own prefill_\* parallelism columns repeat; InferenceX #919",
+                    note)
     later = recipe_pools({**row, "measured": "2026-03-23"})
     assert "notes" not in later
     for pl in (pools, later):
@@ -372,8 +373,8 @@ def test_a_trtllm_recipe_file_outside_its_live_days_or_with_mtp_is_refused():
     dp = recipe_pools(_row(image=""), [r], _srt_trt(enable_attention_dp=True))
     assert dp["notes"] == ["the harness entry (https://recipe/1: attention DP False) and its recipe file "
                            "(https://srt/t: attention DP True) disagree on the decode pool: the file's engine "
-                           "arguments are simulated (InferenceX #919 aligned the entries' metadata with the "
-                           "recipe files)"]
+                           "arguments are simulated, not the entry's (which the row's own decode_* parallelism "
+                           "columns repeat; InferenceX #919 aligned the entries' metadata with the recipe files)"]
     assert dp["decode"]["tp"] == 1 and dp["decode"]["layout"]["data_parallel_size"] == 4
     bad = _srt_trt()
     bad["recipes"]["recipes/t.yaml"]["format"] = "vllm"
@@ -407,3 +408,13 @@ def test_a_recorded_row_takes_no_streaming_from_a_recipe_version_not_live_on_its
     assert got["keys"] == {"stream_interval": 100, "num_postprocess_workers": 4}
     late = _row(image="", measured="2026-02-02")
     assert recorded_row_streaming(late, pools, [{**r, "removed_date": None}], srt) is None
+
+
+def test_a_concurrency_that_is_no_client_count_is_named_not_called_unrecorded():
+    row = _nightly()
+    for bad, shown in ((0.0, "0.0"), (float("inf"), "inf"), (2.5, "2.5")):
+        with pytest.raises(NotSimulable, match=rf"^concurrency: must be a whole number >= 1 \(the benchmark's "
+                                               rf"clients\), got {re.escape(shown)}$"):
+            disagg_pools({**row, "concurrency": bad})
+    with pytest.raises(NotSimulable, match=r"^concurrency not recorded"):
+        disagg_pools({**row, "concurrency": None})

@@ -143,9 +143,13 @@ def test_engine_version_without_engine_or_as_a_number_is_refused():
 
     with pytest.raises(ConfigError, match=r"engine_version '0.7.0' has no effect without engine"):
         build_config(overrides={"engine_version": "0.7.0"})
-    with pytest.raises(ConfigError, match=r"engine_version: 0.12 was read as a number .* e\.g\. '0\.12\.0'"):
+    with pytest.raises(ConfigError, match=r"engine_version: 0.12 is a number, not a release .* e\.g\. '0\.10\.0'"):
         build_config(overrides={"engine": "vllm", "engine_version": 0.12})
     assert build_config(overrides={"engine": "vllm", "engine_version": "0.12.0"}).engine_version == "0.12.0"
+    # on the command line a release is the text typed (--engine-version 0.10 is not the number 0.1)
+    cfg = build_config(set_args=["engine=vllm", "engine_version=0.10"])
+    assert cfg.engine_version == "0.10" and cfg.overlap_scheduling is False  # (0.10 < 0.14)
+    assert build_config(set_args=["engine=trtllm", "--engine-version=1.2"]).cpu_seq_overhead_s == 28e-6
 
 
 def test_a_dynamo_release_is_read_as_the_engine_release_it_ships():
@@ -178,22 +182,31 @@ def test_a_dynamo_release_is_read_as_the_engine_release_it_ships():
     assert row_engine_version({"backend": "vllm", "backend_version": "0.12.0"}) == "0.12.0"
 
 
-def test_a_dynamo_release_that_the_support_matrix_does_not_map_is_no_engine_release():
+def test_a_dynamo_release_before_the_support_matrix_is_read_within_its_bounds():
     """Dynamo 0.5.1 (before the support matrix's first release, 0.6.0) ships a
-    TensorRT-LLM release the table does not give: the row is simulated as the
-    engine's newest modelled release, with a warning, not as TensorRT-LLM 0.5.1
-    (whose overlap scheduler would be off)."""
+    TensorRT-LLM release between 1.0.0rc6 and 1.1.0rc5 (DYNAMO_BOUNDS): simulated as
+    1.1.0rc5, with a warning, not as TensorRT-LLM 0.5.1 (overlap scheduler off). No
+    modelled behaviour change falls inside any bound, so every release in it is alike."""
+    from sim.presets.versions import DYNAMO_BOUNDS, RELEASE_VALUES
     from sim.validate.rows import row_engine_version, row_version_warnings
 
+    for series in DYNAMO_BOUNDS.values():
+        for eng, (lo, hi, source) in series.items():
+            assert source and parse_version(lo) <= parse_version(hi)
+            cuts = [c.before for c in VERSION_CHANGES.get(eng, ())] + [r.since for r in RELEASE_VALUES.get(eng, ())]
+            assert not [c for c in cuts if parse_version(lo) < parse_version(c) <= parse_version(hi)]
     img = "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.5.1-rc0.pre3"
     row = {"backend": "trtllm", "backend_version": "0.5.1-rc0.pre3", "image": img}
-    assert row_engine_version(row) == ""
+    assert row_engine_version(row) == "1.1.0rc5"
     (w,) = row_version_warnings(row)
-    assert "0.5.1-rc0.pre3" in w and "Dynamo" in w and "newest modelled release (1.2.0)" in w
+    assert "0.5.1-rc0.pre3" in w and "ships trtllm 1.0.0rc6 to 1.1.0rc5" in w and "simulated as 1.1.0rc5" in w
     ov = row_overrides({**row, "model_path": MODEL, "system": GPU, "isl": 128, "osl": 16, "concurrency": 4,
                         "tp_size": 1, "silicon_ttft_ms": 50.0, "silicon_tpot_ms": 10.0}, ValidateOptions())
-    assert "engine_version" not in ov
-    assert SimConfig(engine="trtllm").overlap_scheduling is True
+    cfg = SimConfig(**{k: ov[k] for k in ("engine", "engine_version")})
+    assert (cfg.overlap_scheduling, cfg.cpu_seq_overhead_s) == (True, 80e-6)
+    # a Dynamo release neither table covers: the newest modelled release, warned
+    other = {**row, "backend_version": "0.4.0", "image": img.replace("0.5.1-rc0.pre3", "0.4.0")}
+    assert row_engine_version(other) == "" and "not in the Dynamo support matrix" in row_version_warnings(other)[0]
     # the image of another engine, or no image: the cell is the engine's own release
     assert row_engine_version({**row, "image": ""}) == "0.5.1-rc0.pre3"
     assert row_engine_version({"backend": "sglang", "backend_version": "0.5.1-rc0.pre1", "image": img}) == "0.5.1-rc0.pre1"

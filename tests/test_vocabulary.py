@@ -223,7 +223,7 @@ def test_run_title_names_the_engine_and_a_config_json_by_its_hub_id(tmp_path):
                                  "--num-prompts", "5", "--out", str(tmp_path / "o")])
     assert r.exit_code == 0, r.output
     title = " ".join(r.output.split("┌")[0].split())
-    assert title == "servesim run: Qwen/Qwen3-8B on 1x1 h100_sxm, engine=sglang, scheduler=prefill_first", title
+    assert title == "servesim run: Qwen/Qwen3-8B on 1x1 h100_sxm, engine=sglang (as 0.5.8), scheduler=prefill_first", title
 
 
 def test_flag_without_value_is_one_line_error():
@@ -258,3 +258,30 @@ def test_flags_lists_the_values_of_keys_with_a_fixed_set_and_their_defaults():
     assert "{auto,bfloat16,float16,fp8,fp8_e4m3,fp8_e5m2}" in lines["--kv-cache-dtype"]
     assert lines["--block-size"].rstrip().endswith("block_size (default 16)")
     assert lines["--max-num-seqs"].split()[1] == "VALUE"
+
+
+def test_flags_with_an_engine_lists_its_preset_values_at_a_release_with_their_sources():
+    """`servesim flags --engine trtllm [--engine-version R]`: what the preset fills at
+    that release (TensorRT-LLM's host time per sequence: the fit's 80 us before 1.2,
+    the measured 28 us from it; the overlap scheduler off before 0.19)."""
+    from typer.testing import CliRunner
+
+    from sim.cli.main import app
+
+    def values(*args):
+        res = CliRunner().invoke(app, ["flags", "--engine", "trtllm", *args])
+        assert res.exit_code == 0, res.output
+        lines = res.output.splitlines()
+        return {ln.split(" = ")[0].strip(): (ln.split(" = ")[1], lines[i + 1].strip())
+                for i, ln in enumerate(lines) if " = " in ln and ln.startswith("  ") and not ln.startswith("   ")}
+
+    new, old, older = values(), values("--engine-version", "1.0.0rc3"), values("--engine-version", "0.18.2")
+    assert new["cpu_seq_overhead_s"][0] == "2.8e-05" and "release 1.2.0 on: github.com/NVIDIA/TensorRT-LLM/pull/10273" \
+        in new["cpu_seq_overhead_s"][1]
+    assert old["cpu_seq_overhead_s"][0] == "8e-05" and "validate_silicon.py" in old["cpu_seq_overhead_s"][1]
+    assert new["overlap_scheduling"][0] == old["overlap_scheduling"][0] == "True"
+    assert older["overlap_scheduling"][0] == "False" and older["overlap_scheduling"][1].startswith("release before 0.19.0")
+    assert new["block_size"] == ("32", "KvCacheConfig tokens_per_block 32 in the LLM API (ENGINE_SEMANTICS §4)")
+    bad = CliRunner().invoke(app, ["flags", "--engine", "tgi"])  # (main() prints a ConfigError as one line, exit 2)
+    assert isinstance(bad.exception, ConfigError)
+    assert str(bad.exception) == "--engine: unknown engine 'tgi'; valid: vllm, trtllm, sglang"

@@ -32,6 +32,16 @@ def _pool_shape(pool) -> str:
     return f"({lay.describe()})" if _layout_is_more_than_tp(lay, pool.cfg) else f"TP{pool.cfg.tensor_parallel_size}"
 
 
+def _engine_release(cfg) -> str:
+    """``trtllm 1.0.0rc3`` (the release given), else ``trtllm`` and the release its preset is."""
+    from sim.presets import MODELLED
+
+    if cfg.engine_version:
+        return f"{cfg.engine} {cfg.engine_version}"
+    newest = MODELLED.get(cfg.engine)
+    return f"{cfg.engine} (as {newest[-1]})" if newest else cfg.engine
+
+
 def print_run_summary(s: dict, dep) -> None:
     cfg = dep.cfg
     pools = getattr(dep, "disagg", None)
@@ -39,7 +49,7 @@ def print_run_summary(s: dict, dep) -> None:
     if pools is None:
         shape = (f"{cfg.num_replicas}x({lay.describe()})" if _layout_is_more_than_tp(lay, cfg)
                  else f"{cfg.num_replicas}x{cfg.tensor_parallel_size}")
-        where = f"{shape} {cfg.hardware}, " + (f"engine={cfg.engine}, " if cfg.engine else "") + \
+        where = f"{shape} {cfg.hardware}, " + (f"engine={_engine_release(cfg)}, " if cfg.engine else "") + \
             f"scheduler={cfg.scheduler}"
     else:
         p, d = pools.prefill, pools.decode

@@ -48,10 +48,10 @@ def validate(
         check_protocol(protocol)
     h = load_harness(harness) if harness is not None else None
     cmap = load_campaign_map(campaign_harness) if campaign_harness is not None else None
-    if (requests_per_client is not None and requests_per_client < 1) or (
-            warmup_per_client is not None and warmup_per_client < 0):
-        raise ConfigError(f"--requests-per-client must be >= 1 and --warmup-per-client >= 0; got "
-                          f"{requests_per_client}, {warmup_per_client}")
+    if requests_per_client is not None and requests_per_client < 1:
+        raise ConfigError(f"--requests-per-client must be >= 1, got {requests_per_client}")
+    if warmup_per_client is not None and warmup_per_client < 0:
+        raise ConfigError(f"--warmup-per-client must be >= 0, got {warmup_per_client}")
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
     if seed < 0:

@@ -9,8 +9,12 @@ fail exactly as ``--set`` does, with the flag named in the message."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 import typer
 import typer.core
+
+from sim.errors import ConfigError
 
 
 FLAGS_EPILOG = ("Engine flags: every config key also as a flag in vLLM's kebab case (--engine "
@@ -45,18 +49,28 @@ class VocabCommand(typer.core.TyperCommand):
         return super().parse_args(ctx, args)
 
 
-def flags() -> None:
+def flags(
+    engine: Optional[str] = typer.Option(None, help="Also list the values this engine's preset fills "
+                                         "(vllm, sglang, trtllm), each with its source."),
+    engine_version: Optional[str] = typer.Option(None, help="With --engine: that engine release's values "
+                                                 "(default: the preset's newest modelled release)."),
+) -> None:
     """List every engine flag and alias: servesim's keys in kebab case, and the vLLM,
-    vllm bench serve, SGLang and TensorRT-LLM names (with the key each sets)."""
-    from sim.config import config_keys
+    vllm bench serve, SGLang and TensorRT-LLM names (with the key each sets). With
+    --engine, the values that engine's preset fills at --engine-version, and where
+    each comes from."""
+    from sim.config import SimConfig, config_keys
     from sim.vocabulary import ALIASES, kebab
 
-    from sim.config import SimConfig
-
+    if engine_version is not None and engine is None:
+        raise ConfigError(f"--engine-version {engine_version} needs --engine (the release of which engine)")
     typer_echo = typer.echo
+    if engine is not None:
+        _echo_preset(engine, engine_version)
+        return
     typer_echo("servesim's keys (YAML: snake or kebab case; flags: --KEY VALUE, booleans --KEY / --no-KEY), "
                "with their values where a key takes a fixed set, and their default (a preset given with "
-               "--engine fills the keys it sets):")
+               "--engine fills the keys it sets: `servesim flags --engine NAME` lists them with their sources):")
     for k, is_bool in config_keys().items():
         f = SimConfig.model_fields[k]
         choices = _choices(f.annotation)
@@ -69,6 +83,22 @@ def flags() -> None:
         names = ", ".join(dict.fromkeys(a.flag_names()))
         req = "; ".join(f"only where {k} is {' or '.join(map(str, v))}" for k, v in a.requires.items())
         typer_echo(f"  {names:<44} {a.key:<28} {a.engine}: {a.note}" + (f" ({req})" if req else ""))
+
+
+def _echo_preset(engine: str, version: str | None) -> None:
+    """The values ``engine``'s preset fills at ``version``, with their sources."""
+    from sim.presets import MODELLED, PRESETS, preset_values, version_warning
+
+    if engine not in PRESETS:
+        raise ConfigError(f"--engine: unknown engine {engine!r}; valid: {', '.join(PRESETS)}")
+    newest = MODELLED.get(engine, ("?",))[-1]
+    typer.echo(f"engine {engine}, release {version or f'{newest} (the newest modelled; --engine-version X for another)'}"
+               ": the keys its preset fills (explicit keys always win), each value with its source")
+    w = version_warning(engine, version)
+    if w:
+        typer.echo(f"warning: {w}")
+    for r in preset_values(engine, version):
+        typer.echo(f"  {r['key']} = {r['value']}\n      {r['source']}")
 
 
 def _choices(annotation) -> list[str]:

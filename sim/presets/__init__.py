@@ -41,7 +41,7 @@ from sim.presets.versions import (MODELLED, RELEASE_VALUES, VERSION_CHANGES, rel
                                   version_warning)
 
 __all__ = ["PRESETS", "FITTED", "CLIENT_PHASE_SPREAD", "Default", "EnginePreset", "FIT_PROVENANCE",
-           "OVERHEAD_KEYS", "get_preset", "preset_defaults", "apply_preset", "preset_table", "MODELLED",
+           "OVERHEAD_KEYS", "get_preset", "preset_defaults", "apply_preset", "preset_table", "preset_values", "MODELLED",
            "VERSION_CHANGES", "RELEASE_VALUES", "version_defaults", "release_values", "version_warning"]
 
 PRESETS: dict[str, EnginePreset] = {p.name: p for p in (vllm.PRESET, trtllm.PRESET, sglang.PRESET)}
@@ -98,15 +98,47 @@ def apply_preset(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def preset_values(name: str, version: str | None = None) -> list[dict[str, str]]:
+    """Rows (key, value, source) of every key the preset of ``name`` fills at
+    engine release ``version`` (None: its newest modelled release), with the value
+    :func:`apply_preset` fills it with and where that value comes from; keys
+    resolved from the GPU show their rule."""
+    p = get_preset(name)
+    older = version_defaults(name, version)  # (the last applicable change of a key wins, as there)
+    changed = {ch.key: ch for ch in VERSION_CHANGES.get(name, ()) if older.get(ch.key, ch) == ch.value}
+    measured = {rv.key: rv for rv in RELEASE_VALUES.get(name, ()) if rv.key in release_values(name, version)}
+    rows = []
+    for k, v in _static_and_fitted(name).items():
+        if k in changed:
+            v, src = changed[k].value, f"release before {changed[k].before}: {changed[k].source}"
+        elif k in measured:
+            v, src = measured[k].value, f"release {measured[k].since} on: {measured[k].source}"
+        else:
+            src = p.defaults[k].source if k in p.defaults else FIT_PROVENANCE
+        rows.append({"key": k, "value": repr(v), "source": src})
+    for k, ch in changed.items():  # a key only the older releases set
+        if not any(r["key"] == k for r in rows):
+            rows.append({"key": k, "value": repr(ch.value), "source": f"release before {ch.before}: {ch.source}"})
+    for k, rule in p.resolved.items():
+        rows.append({"key": k, "value": "(hardware-dependent)", "source": rule})
+    return rows
+
+
 def preset_table() -> list[dict[str, str]]:
-    """Rows (engine, key, value, source) documenting every preset default."""
+    """Rows (engine, key, value, source) documenting every preset default: the
+    newest modelled release's, then each value of older releases
+    (:data:`VERSION_CHANGES`: ``X before R``) and of a fitted key where a
+    measured value of newer releases replaces it (:data:`RELEASE_VALUES`: the
+    fit's value ``before R``)."""
     rows = []
     for p in PRESETS.values():
         vals = preset_defaults(p.name)
         for k, d in p.defaults.items():
             rows.append({"engine": p.name, "key": k, "value": repr(vals[k]), "source": d.source})
+        since = {rv.key: rv.since for rv in RELEASE_VALUES.get(p.name, ())}
         for k, v in p.fitted.items():
-            rows.append({"engine": p.name, "key": k, "value": repr(v), "source": FIT_PROVENANCE})
+            rows.append({"engine": p.name, "key": k, "value": repr(v) + (f" before {since[k]}" if k in since else ""),
+                         "source": FIT_PROVENANCE})
         for k, rule in p.resolved.items():
             rows.append({"engine": p.name, "key": k, "value": "(hardware-dependent)", "source": rule})
         for ch in VERSION_CHANGES.get(p.name, ()):

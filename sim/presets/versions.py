@@ -134,6 +134,17 @@ DYNAMO_BACKENDS: dict[str, dict[str, str]] = {
     "0.8.1.post3": {"vllm": "0.12.0", "sglang": "0.5.6.post2", "trtllm": "1.2.0rc6.post3"},
     "0.9.0": {"vllm": "0.14.1", "sglang": "0.5.8", "trtllm": "1.3.0rc1"},
 }
+#: Dynamo release series before the support matrix's first (0.6.0) -> engine -> (oldest,
+#: newest) engine release it can ship, and the source. Where no modelled behaviour change
+#: (:data:`VERSION_CHANGES`, :data:`RELEASE_VALUES`) falls inside the range, every release in
+#: it behaves alike: such a row is simulated as the newest (:func:`dynamo_engine_bounds`).
+DYNAMO_BOUNDS: dict[str, dict[str, tuple[str, str, str]]] = {
+    "0.5": {"trtllm": ("1.0.0rc6", "1.1.0rc5",
+                       "Dynamo's main branch pinned TensorRT-LLM 1.0.0rc6 until github.com/ai-dynamo/dynamo/pull/2930 "
+                       "(2025-09-08) moved it to 1.1.0rc1, and 1.1 until pull/4405 (2025-11-17) moved it to "
+                       "1.2.0rc2, after the 0.5.1-rc0 branch (release/0.5.1-rc0.20251105); the support matrix's "
+                       "next release, 0.6.0, ships 1.1.0rc5")},
+}
 #: the image repository of each engine's Dynamo runtime container
 DYNAMO_RUNTIME_IMAGES = {"tensorrtllm-runtime": "trtllm", "sglang-runtime": "sglang", "vllm-runtime": "vllm"}
 _DYNAMO_IMAGE = re.compile(r"ai-dynamo[/#]([a-z]+-runtime):([^\s/#]+)$")
@@ -147,6 +158,19 @@ def dynamo_image_release(engine: str, image: str) -> str | None:
     if not m or DYNAMO_RUNTIME_IMAGES.get(m.group(1)) != engine:
         return None
     return m.group(2)
+
+
+def dynamo_engine_bounds(engine: str, image: str) -> tuple[str, str, str, str] | None:
+    """(Dynamo release, oldest and newest ``engine`` release it can ship, source) of a
+    Dynamo runtime ``image`` whose release series is in :data:`DYNAMO_BOUNDS`
+    (``tensorrtllm-runtime:0.5.1-rc0.pre3`` -> ``("0.5.1-rc0.pre3", "1.0.0rc6",
+    "1.1.0rc5", ...)``); None otherwise."""
+    tag = dynamo_image_release(engine, image)
+    pv = parse_version(tag) if tag else None
+    if pv is None:
+        return None
+    bounds = DYNAMO_BOUNDS.get(f"{pv[0]}.{pv[1]}", {}).get(engine)
+    return (tag, *bounds) if bounds else None
 
 
 def dynamo_engine_version(engine: str, image: str) -> tuple[str, str] | None:

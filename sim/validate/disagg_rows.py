@@ -405,8 +405,9 @@ def _srt_pool_keys(row: dict, r: dict, p: str, f: dict) -> tuple[dict[str, Any],
             + f") disagree on the {p} pool")
     if {"workers", "TP"} & set(off):
         raise NotSimulable(both)
-    notes = [f"{both}: the file's engine arguments are simulated (InferenceX #919 aligned the entries' "
-             "metadata with the recipe files)"] if off else []
+    notes = [f"{both}: the file's engine arguments are simulated, not the entry's (which the row's own "
+             f"{p}_* parallelism columns repeat; InferenceX #919 aligned the entries' metadata with the recipe "
+             "files)"] if off else []
     ep, dp_attn = mine["EP"], mine["attention DP"]
     dp = tp if dp_attn else 1
     if names["dp"] is not None:  # SGLang: --dp-size D makes D attention ranks of tp / D GPUs
@@ -499,7 +500,10 @@ def disagg_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
     from sim.model_spec import get_model
 
     if _whole(row, "concurrency") is None:
-        raise NotSimulable("concurrency not recorded: the benchmark's client load is unknown")
+        if not _str(row, "concurrency"):
+            raise NotSimulable("concurrency not recorded: the benchmark's client load is unknown")
+        raise NotSimulable(f"concurrency: must be a whole number >= 1 (the benchmark's clients), got "
+                           f"{_str(row, 'concurrency')}")
     for p in POOLS:
         v = _num(row, f"{p}_pp_size")
         if math.isfinite(v) and v > 1:

@@ -108,7 +108,7 @@ from sim.workload.traces import read_csv_lines
 from sim.workload.client_phase import CLIENT_PHASE_SPREAD, PHASE_KEY, check_phase_spread, disperse_client_phases
 from sim.errors import ConfigError, InfeasibleError, ServesimError, require_file
 from sim.presets import MODELLED, PRESETS, version_warning
-from sim.presets.versions import dynamo_engine_version, dynamo_image_release, release_values
+from sim.presets.versions import dynamo_engine_bounds, dynamo_engine_version, dynamo_image_release, release_values
 from sim.results.intervals import interval
 from sim.results.warnings import transferred_profile_warnings
 from sim.validate.disagg_rows import NotSimulable, disagg_pools, disagg_row_overrides, is_disagg
@@ -183,20 +183,21 @@ def row_engine_version(row: dict) -> str:
     ``image`` is ``ai-dynamo/<engine>-runtime:<tag>`` and ``backend_version`` is
     ``<tag>``, as in ``disagg_dev.csv``'s TensorRT-LLM rows: ``0.8.1.post2``):
     then the engine release that Dynamo release ships (``DYNAMO_BACKENDS`` in
-    ``sim/presets/versions.py``, from the Dynamo support matrix). '' if not recorded,
-    and '' where it is such a Dynamo release that the table does not map (a release
-    before the support matrix's first, 0.6.0: ``0.5.1-rc0.pre3``): the engine release
-    it ships is not known (read as the engine's own, Dynamo 0.5.1 would be
-    TensorRT-LLM 0.5's behaviour, overlap scheduler off), and the row is simulated
-    as the engine's newest modelled release, with a warning
-    (:func:`row_version_warnings`)."""
+    ``sim/presets/versions.py``, from the Dynamo support matrix). A Dynamo release
+    before the support matrix's first, 0.6.0 (``0.5.1-rc0.pre3``), ships an engine
+    release known only within bounds (``DYNAMO_BOUNDS``): the newest of them, with a
+    warning (:func:`row_version_warnings`); read as the engine's own, Dynamo 0.5.1
+    would be TensorRT-LLM 0.5's behaviour, overlap scheduler off. '' if not
+    recorded, or a Dynamo release neither table covers (simulated as the engine's
+    newest modelled release, with a warning)."""
     v = _cell(row, "backend_version")
     engine, image = _cell(row, "backend").lower(), _cell(row, "image")
     mapped = dynamo_engine_version(engine, image)
     if mapped is not None and (not v or v == mapped[0]):
         return mapped[1]
     if v and v == dynamo_image_release(engine, image):
-        return ""
+        bounds = dynamo_engine_bounds(engine, image)
+        return bounds[2] if bounds else ""
     return v
 
 
@@ -520,12 +521,18 @@ def row_version_warnings(row: dict) -> list[str]:
     preset's behaviour, its newest modelled release."""
     engine = _cell(row, "backend").lower()
     version = row_engine_version(row)
+    tag, image = _cell(row, "backend_version"), _cell(row, "image")
+    bounds = dynamo_engine_bounds(engine, image) if tag and tag == dynamo_image_release(engine, image) else None
+    if bounds:  # a Dynamo release before the support matrix (row_engine_version)
+        return [f"backend_version {tag} is the NVIDIA Dynamo release of the image {image}, before the Dynamo "
+                f"support matrix (from 0.6.0): it ships {engine} {bounds[1]} to {bounds[2]} (DYNAMO_BOUNDS in "
+                f"sim/presets/versions.py), simulated as {bounds[2]}; no modelled behaviour change of {engine} "
+                "falls between them"]
     if not version and engine in MODELLED:
-        tag = _cell(row, "backend_version")
-        if tag:  # a Dynamo release the support-matrix table does not map (row_engine_version)
-            return [f"backend_version {tag} is the NVIDIA Dynamo release of the image {_cell(row, 'image')}, "
-                    f"whose {engine} release is not in the Dynamo support matrix (DYNAMO_BACKENDS, from "
-                    f"0.6.0): {engine} is simulated as its newest modelled release ({MODELLED[engine][-1]})"]
+        if tag:  # a Dynamo release neither table covers (row_engine_version)
+            return [f"backend_version {tag} is the NVIDIA Dynamo release of the image {image}, whose {engine} "
+                    f"release is not in the Dynamo support matrix (DYNAMO_BACKENDS, from 0.6.0): {engine} is "
+                    f"simulated as its newest modelled release ({MODELLED[engine][-1]})"]
         return [f"no backend_version recorded: {engine} is simulated as its newest modelled release "
                 f"({MODELLED[engine][-1]})"]
     w = version_warning(engine, version)
