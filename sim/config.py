@@ -38,6 +38,8 @@ SCHEDULERS = ("static", "continuous", "chunked", "mixed", "prefill_first", "pref
 #: Modes that split long prompts at the token budget (the budget is then not
 #: raised to ``max_model_len``).
 CHUNKING_MODES = ("chunked", "prefill_first", "prefill_first_mixed")
+#: schedulers with their own admission rule: TensorRT-LLM's capacity_scheduler_policy has no effect on them
+OWN_ADMISSION = ("static", "prefill_first", "prefill_first_whole", "prefill_first_mixed")
 #: the largest integer a config key takes (tokens, blocks, sequences): far past any real
 #: engine, well inside int64 and exact in float64
 MAX_CONFIG_INT = 1 << 40
@@ -243,7 +245,7 @@ class SimConfig(BaseModel):
         if engine in ("vllm", "sglang"):
             raise ValueError(f"capacity_scheduler_policy {pol!r} is TensorRT-LLM's admission rule; engine "
                              f"{engine!r} has no such key; use engine trtllm or drop capacity_scheduler_policy")
-        if sched in ("static", "prefill_first", "prefill_first_whole", "prefill_first_mixed"):
+        if sched in OWN_ADMISSION:
             raise ValueError(f"capacity_scheduler_policy {pol!r} has no effect with scheduler {sched!r} (its own "
                              "admission rule); it applies to schedulers chunked, continuous and mixed; drop one")
 
@@ -260,7 +262,10 @@ class SimConfig(BaseModel):
                 if sched != alias and (ecp or sched == "chunked"):
                     raise ValueError(f"scheduler {sched!r} conflicts with enable_chunked_prefill="
                                      f"{str(ecp).lower()} (vLLM's alias for scheduler {alias!r}); set one of them")
-            return apply_preset(data)
+            out = apply_preset(data)
+            if "capacity_scheduler_policy" not in data and out.get("scheduler") in OWN_ADMISSION:
+                out.pop("capacity_scheduler_policy", None)  # the preset's rule, of no effect there: not recorded
+            return out
         return data
 
     @field_validator("workload_distribution")

@@ -356,14 +356,20 @@ def test_launch_choice_says_why_on_a_tie_or_an_undeployable_leader():
     from sim.compare.winners import launch_choice
 
     static = ["scheduler 'static' is not offered by vLLM"]
-    assert launch_choice([("a", 3), ("b", 1)], {}) == ("a", None)
-    w, note = launch_choice([("static", 3), ("chunked", 2)], {"static": static})
-    assert w == "chunked" and note.endswith("static won more but scheduler 'static' is not offered by vLLM")
-    w, note = launch_choice([("static", 2), ("chunked", 2)], {"static": static})
-    assert w == "chunked" and note == ("a tie: chunked and static each win 2 metric(s) (report.md, What wins); "
-                                       "static won as many but scheduler 'static' is not offered by vLLM")
-    w, note = launch_choice([("chunked", 2), ("mixed", 2)], {})
+    assert launch_choice([("a", 3, 4), ("b", 1, 2)], {}) == ("a", None)
+    w, note = launch_choice([("static", 3, 3), ("chunked", 2, 4)], {"static": static})
+    assert w == "chunked" and note.endswith("static ranked higher but scheduler 'static' is not offered by vLLM")
+    w, note = launch_choice([("static", 2, 3), ("chunked", 2, 3)], {"static": static})
+    assert w == "chunked" and note == ("a tie: chunked and static each win 2 metric(s) and lead as many (report.md, "
+                                       "What wins); static ranks as high but scheduler 'static' is not offered by vLLM")
+    w, note = launch_choice([("chunked", 2, 3), ("mixed", 2, 3)], {})
     assert w == "chunked" and note.endswith("chunked comes first in the comparison's order")
+    # no outright win (the leaders within 2 %): the one leading more metrics, said so
+    w, note = launch_choice([("new", 0, 8), ("old", 0, 8), ("ancient", 0, 2)], {})
+    assert w == "new" and note.startswith("a tie: new and old win no metric outright and lead as many")
+    w, note = launch_choice([("new", 0, 8), ("ancient", 0, 2)], {})
+    assert w == "new" and note == ("new and ancient win no metric outright; new leads more metrics (first or "
+                                   "within 2 % of the first: 8, against ancient 2; report.md, What wins)")
     assert launch_choice([], {}) == (None, None)
 
 

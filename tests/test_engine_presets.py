@@ -210,5 +210,8 @@ def test_capacity_scheduler_policy_is_refused_where_it_has_no_effect():
             SimConfig(capacity_scheduler_policy="max_utilization", **kw)
     for kw in ({}, {"engine": "trtllm"}, {"scheduler": "continuous"}, {"engine": "trtllm", "scheduler": "mixed"}):
         assert SimConfig(capacity_scheduler_policy="max_utilization", **kw).capacity_scheduler_policy == "max_utilization"
-    # the trtllm preset's own default is not the caller's choice: a static scheduler keeps it
-    assert SimConfig(engine="trtllm", scheduler="static").capacity_scheduler_policy == "guaranteed_no_evict"
+    # the trtllm preset's own default is not the caller's choice: with a scheduler of its own admission
+    # it is not an error, and not filled in (summary.json would record a rule that does not apply)
+    for sched in ("static", "prefill_first"):
+        assert SimConfig(engine="trtllm", scheduler=sched).capacity_scheduler_policy is None
+    assert SimConfig(engine="trtllm").capacity_scheduler_policy == "guaranteed_no_evict"

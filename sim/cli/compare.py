@@ -69,7 +69,7 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
     # the variant winning the most metrics that its engine can run as simulated; else the top one,
     # its launch command saying what does not match
     ranked = ranked_by_wins(variants)
-    launches = {n: launch_command(results[n][0]["config"], _pools(results[n][0]["config"])) for n, _ in ranked}
+    launches = {n: launch_command(results[n][0]["config"], _pools(results[n][0]["config"])) for n, _, _ in ranked}
     winner, note = launch_choice(ranked, {n: lc.problems for n, lc in launches.items()})
     launch = (winner, launches[winner]) if winner is not None else None
     if launch is not None and note:

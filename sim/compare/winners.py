@@ -35,34 +35,44 @@ def compare_winners(variants: dict[str, VariantData]) -> list[str]:
     return _ranking(variants)[0]
 
 
-def ranked_by_wins(variants: dict[str, VariantData]) -> list[tuple[str, int]]:
-    """(variant, metrics won outright by :func:`compare_winners`), most first; equals
-    keep the comparison's order."""
-    wins = _ranking(variants)[1]
-    return sorted(wins.items(), key=lambda kv: -kv[1])
+def ranked_by_wins(variants: dict[str, VariantData]) -> list[tuple[str, int, int]]:
+    """(variant, metrics won outright by :func:`compare_winners`, metrics led: first or
+    within 2 % of the first), most wins first, then most leads; equals keep the
+    comparison's order."""
+    _, wins, leads = _ranking(variants)
+    return sorted(((n, wins[n], leads[n]) for n in wins), key=lambda t: (-t[1], -t[2]))
 
 
-def launch_choice(ranked: list[tuple[str, int]], problems: dict[str, list[str]]) -> tuple[str | None, str | None]:
+def launch_choice(ranked: list[tuple[str, int, int]], problems: dict[str, list[str]]
+                  ) -> tuple[str | None, str | None]:
     """The variant whose launch command the comparison writes, and why when that is not
-    plain: the one winning the most metrics (``ranked``: :func:`ranked_by_wins`) that its
-    engine can run as simulated (no launch ``problems``), else the top one. The note
-    names the variants that won more but cannot run as simulated, or a tie."""
+    plain: the first of ``ranked`` (:func:`ranked_by_wins`: most metrics won, then led)
+    that its engine can run as simulated (no launch ``problems``), else the top one. The
+    note names the variants ranked above it that cannot run as simulated, a tie on wins
+    that leads broke, or a tie."""
     if not ranked:
         return None, None
-    wins = dict(ranked)
-    winner = next((n for n, _ in ranked if not problems.get(n)), ranked[0][0])
-    more = [n for n, w in ranked if w > wins[winner]]
-    level = [n for n, w in ranked if w == wins[winner] and n != winner]
+    score = {n: (w, ld) for n, w, ld in ranked}
+    order = [n for n, _, _ in ranked]
+    winner = next((n for n in order if not problems.get(n)), order[0])
+    more = [n for n in order if score[n] > score[winner]]
+    level = [n for n in order if score[n] == score[winner] and n != winner]
+    fewer = [n for n in order if score[n][0] == score[winner][0] and score[n][1] < score[winner][1]]
+    w = score[winner][0]
+    won = f"each win {w} metric(s)" if w else "win no metric outright"
     if more:
-        return winner, (f"{winner} is the variant winning the most metrics that its engine can run as simulated; "
-                        f"{', '.join(more)} won more but {problems[more[0]][0]}")
+        return winner, (f"{winner} is the variant ranked first (report.md, What wins) that its engine can run as "
+                        f"simulated; {', '.join(more)} ranked higher but {problems[more[0]][0]}")
     if level:
         first = level[0]
-        ahead = [n for n, _ in ranked].index(first) < [n for n, _ in ranked].index(winner)
-        why = (f"{first} won as many but {problems[first][0]}" if ahead and problems.get(first) else
-               f"{winner} comes first in the comparison's order")
-        return winner, (f"a tie: {winner} and {', '.join(level)} each win {wins[winner]} metric(s) "
-                        f"(report.md, What wins); {why}")
+        why = (f"{first} ranks as high but {problems[first][0]}" if order.index(first) < order.index(winner)
+               and problems.get(first) else f"{winner} comes first in the comparison's order")
+        return winner, (f"a tie: {winner} and {', '.join(level)} {won} and lead as many (report.md, What wins); "
+                        f"{why}")
+    if fewer:
+        return winner, (f"{winner} and {', '.join(fewer)} {won}; {winner} leads more metrics (first or within "
+                        f"2 % of the first: {score[winner][1]}, against "
+                        + ", ".join(f"{n} {score[n][1]}" for n in fewer) + "; report.md, What wins)")
     return winner, None
 
 
@@ -77,10 +87,11 @@ def overall_winner(variants: dict[str, VariantData]) -> str | None:
     return next((n for n, c in wins.items() if c == best), None) if best > 0 else None
 
 
-def _ranking(variants: dict[str, VariantData]) -> tuple[list[str], dict[str, int]]:
+def _ranking(variants: dict[str, VariantData]) -> tuple[list[str], dict[str, int], dict[str, int]]:
+    """(the report's sentences, metrics won outright, metrics led) per variant."""
     if len(variants) < 2:
-        return [], {n: 0 for n in variants}
-    lines, wins = [], {n: 0 for n in variants}
+        return [], {n: 0 for n in variants}, {n: 0 for n in variants}
+    lines, wins, leads = [], {n: 0 for n in variants}, {n: 0 for n in variants}
     # Latencies of a variant that rejected many requests the others served cover only
     # the rest: it is not ranked on them (throughput still shows the loss). Requests
     # every variant rejected (e.g. over max_model_len) leave the comparison paired.
@@ -115,6 +126,8 @@ def _ranking(variants: dict[str, VariantData]) -> tuple[list[str], dict[str, int
         lines.append(f"{head}, {', '.join(others)}.")
         if not ties:
             wins[best] += 1
+        for n in (best, *ties):
+            leads[n] += 1
     num_metrics = len(lines)
     if common:
         total = max((v.summary.get("completed") or 0) + (v.summary.get("num_rejected") or 0)
@@ -131,7 +144,7 @@ def _ranking(variants: dict[str, VariantData]) -> tuple[list[str], dict[str, int
     per_gpu = _per_gpu_line(variants)
     if per_gpu:
         lines.append(per_gpu)
-    return lines, wins
+    return lines, wins, leads
 
 
 def _rejected_ids(v: VariantData) -> set | None:
