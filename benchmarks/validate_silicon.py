@@ -365,7 +365,8 @@ def write_readme(out: Path, rows, folds_df, pooled_df, res, schemes, wall, num_s
         f"{n_ok} simulated, the rest refused by the simulator (reasons in `predictions.csv`, "
         "summary below). Each row runs under its benchmark harness (`sim/validate/harness.py`; column "
         f"`harness` of `predictions.csv`). This run simulated {num_sim:,} rows (the others came from the cache); "
-        "a cold run took 11.4 min with 2 workers on 2 cores (19,803 row simulations, 2026-12-05).",
+        "a cold run took 41 min with 1 worker on 2 cores shared with a 2-worker job (30,695 row simulations, "
+        "2026-12-05; 11.4 min with 2 workers on idle cores before).",
         "",
         f"**Fit and scored-only rows**: the fits see the rows of {_fit_tables_text(args)}; the other tables' rows "
         "are scored only, with the per-engine values fitted without their group (a MoE row: the dense table's "

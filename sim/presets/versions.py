@@ -5,9 +5,9 @@ behaviour, the latest modelled release. ``engine_version: X`` selects, for
 every :class:`VersionChange` of that engine whose ``before`` is newer than X,
 the older value of its key, and for every :class:`ReleaseValue` whose
 ``since`` is not after X, its measured value (the user's explicit keys still
-win). A version
-outside the modelled range (:data:`MODELLED`), or one that cannot be read,
-gets a warning naming the nearest modelled version (:func:`version_warning`).
+win). A version outside the modelled range (:data:`MODELLED`), or one that
+cannot be read, gets a warning naming the nearest modelled version
+(:func:`version_warning`).
 
 Data and pure functions only (imports nothing from sim).
 """
@@ -69,6 +69,7 @@ VERSION_CHANGES: dict[str, tuple[VersionChange, ...]] = {
                       "(features/overlap_scheduler.md); the switch is modelled at 0.19.0"),
     ),
 }
+
 
 @dataclass(frozen=True)
 class ReleaseValue:
