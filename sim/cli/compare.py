@@ -66,8 +66,8 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
     from sim.compare.winners import launch_choice, ranked_by_wins
     from sim.launch import launch_command, write_launch
 
-    # the variant winning the most metrics that its engine can run as simulated; else the top one,
-    # its launch command saying what does not match
+    # the variant ranked first (metrics won, then led) that its engine can run as simulated; else the
+    # top one, its launch command saying what does not match
     ranked = ranked_by_wins(variants)
     launches = {n: launch_command(results[n][0]["config"], _pools(results[n][0]["config"])) for n, _, _ in ranked}
     winner, note = launch_choice(ranked, {n: lc.problems for n, lc in launches.items()})
