@@ -224,7 +224,8 @@ class SimConfig(BaseModel):
             ev = data.get("engine_version")
             if isinstance(ev, (int, float)) and not isinstance(ev, bool):
                 raise ValueError(f"engine_version: {ev!r} is a number, not a release (YAML reads an unquoted "
-                                 f"0.10 as the number 0.1); give the release as text, e.g. '0.10.0' (quoted in YAML)")
+                                 f"0.10 as the number 0.1); give the release as text, quoted in YAML: "
+                                 f"engine_version: '0.10'")
             for k, v in data.items():
                 f = cls.model_fields.get(k)
                 if (isinstance(v, (int, float)) and not isinstance(v, bool) and f is not None and k != "seed"
@@ -742,8 +743,9 @@ def build_config(
         k, v = item.split("=", 1)
         if not v.strip():
             flag = k.strip().startswith("--")
-            where, after, eg = ((k.strip(), "", f"{k.strip()} 4") if flag
-                                else (f"--set {item!r}", " after '='", f"{k.strip()}=4"))
+            x = "0.12.0" if k.strip().lstrip("-").replace("-", "_") in TEXT_KEYS else "4"
+            where, after, eg = ((k.strip(), "", f"{k.strip()} {x}") if flag
+                                else (f"--set {item!r}", " after '='", f"{k.strip()}={x}"))
             raise ConfigError(f"{where}: no value{after}; give one (e.g. {eg}), "
                               "or leave the key out to keep its default")
         given_items.append((k.strip(), parse_value(v.strip()), v.strip()))

@@ -143,7 +143,8 @@ def test_engine_version_without_engine_or_as_a_number_is_refused():
 
     with pytest.raises(ConfigError, match=r"engine_version '0.7.0' has no effect without engine"):
         build_config(overrides={"engine_version": "0.7.0"})
-    with pytest.raises(ConfigError, match=r"engine_version: 0.12 is a number, not a release .* e\.g\. '0\.10\.0'"):
+    with pytest.raises(ConfigError, match=r"engine_version: 0.12 is a number, not a release .* quoted in YAML: "
+                                          r"engine_version: '0\.10'"):
         build_config(overrides={"engine": "vllm", "engine_version": 0.12})
     assert build_config(overrides={"engine": "vllm", "engine_version": "0.12.0"}).engine_version == "0.12.0"
     # on the command line a release is the text typed (--engine-version 0.10 is not the number 0.1)
@@ -210,3 +211,33 @@ def test_a_dynamo_release_before_the_support_matrix_is_read_within_its_bounds():
     # the image of another engine, or no image: the cell is the engine's own release
     assert row_engine_version({**row, "image": ""}) == "0.5.1-rc0.pre3"
     assert row_engine_version({"backend": "sglang", "backend_version": "0.5.1-rc0.pre1", "image": img}) == "0.5.1-rc0.pre1"
+
+
+def test_compare_keeps_each_variants_release_and_its_warnings():
+    """A --variant's engine_version is the text typed (0.10 is no number 0.1); each
+    variant's own warning (a release out of range) is kept, named by variant, and a
+    warning every variant has is said once."""
+    from sim.compare.variants import parse_variant
+    from sim.results.warnings import comparison_warnings
+
+    assert parse_variant("old engine_version=0.10").overrides == {"engine_version": "0.10"}
+    assert parse_variant("old engine-version=1.2 max_num_seqs=64").overrides == {"engine_version": "1.2",
+                                                                                  "max_num_seqs": 64}
+    shared = "hardware profile b200_sxm: transferred"
+    ws = comparison_warnings({"a": {"warnings": [shared]}, "b": {"warnings": [shared, "trtllm 9.9 is newer"]}})
+    assert ws == [shared, "variant b: trtllm 9.9 is newer"]
+
+
+def test_flags_and_the_run_title_name_what_a_release_is_simulated_as():
+    from types import SimpleNamespace
+
+    from sim.cli.tables import _engine_release
+    from sim.presets import preset_values
+
+    v0 = {r["key"]: r for r in preset_values("vllm", "0.7.3")}
+    assert v0["max_num_seqs"]["value"] == "256" and v0["max_num_seqs"]["source"].startswith("release before 0.8.0")
+    assert [r["key"] for r in preset_values("vllm", "0.7.3")].count("max_num_seqs") == 1
+    assert "capacity_scheduler_policy" not in v0  # (vLLM's preset leaves it unset)
+    assert _engine_release(SimpleNamespace(engine="trtllm", engine_version=None)) == "trtllm (as 1.2.0)"
+    assert _engine_release(SimpleNamespace(engine="trtllm", engine_version="1.0.0rc3")) == "trtllm 1.0.0rc3"
+    assert _engine_release(SimpleNamespace(engine="trtllm", engine_version="9.9")) == "trtllm 9.9 (as 1.2.0)"

@@ -19,7 +19,7 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
     from sim.results.output import json_safe, write_results
     from sim.compare.report import write_compare_report
     from sim.cli.tables import print_compare_table
-    from sim.results.warnings import workload_warnings
+    from sim.results.warnings import comparison_warnings
     from sim.compare.variant_data import VariantData
 
     if workers is not None and workers < 1:
@@ -83,7 +83,7 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
     (out / "variants.json").write_text(json.dumps(json_safe({n: s["config"] for n, (s, _) in results.items()}),
                                                    indent=2) + "\n")
     print_compare_table({n: s for n, (s, _) in results.items()})
-    for w in workload_warnings(first):  # every variant saw the same request stream
+    for w in comparison_warnings({n: s for n, (s, _) in results.items()}):
         print(f"warning: {w}", file=sys.stderr)
     if launch is not None:
         print(f"launch command of the winner, {launch[0]} ({launch[1].engine}; {out}/launch.sh):")

@@ -33,11 +33,15 @@ def _pool_shape(pool) -> str:
 
 
 def _engine_release(cfg) -> str:
-    """``trtllm 1.0.0rc3`` (the release given), else ``trtllm`` and the release its preset is."""
-    from sim.presets import MODELLED
+    """``trtllm 1.0.0rc3`` (the release given; ``(as R)`` where it is simulated as
+    another modelled release's), else ``trtllm`` and the release its preset is."""
+    from sim.presets import MODELLED, version_warning
+    from sim.presets.versions import nearest_modelled
 
     if cfg.engine_version:
-        return f"{cfg.engine} {cfg.engine_version}"
+        out = f"{cfg.engine} {cfg.engine_version}"
+        near = nearest_modelled(cfg.engine, cfg.engine_version) if version_warning(cfg.engine, cfg.engine_version) else None
+        return f"{out} (as {near})" if near else out
     newest = MODELLED.get(cfg.engine)
     return f"{cfg.engine} (as {newest[-1]})" if newest else cfg.engine
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.compare.diagnosis import diagnose
-from sim.results.warnings import workload_warnings
+from sim.results.warnings import comparison_warnings
 from sim.compare.variant_data import VariantData
 from sim.compare.winners import compare_winners
 
@@ -175,7 +175,7 @@ def _context_paragraph(variants: dict[str, VariantData], context: dict) -> str:
     extra = [f"{k}: {v}" for k, v in ctx.items()]
     if extra:
         parts.append(" ".join(f"{e}." for e in extra))
-    parts += [f"\n\n**Warning**: {w}." for w in workload_warnings(first)]
+    parts += [f"\n\n**Warning**: {w}." for w in comparison_warnings({n: v.summary for n, v in variants.items()})]
     return " ".join(parts)
 
 

@@ -115,12 +115,14 @@ def preset_values(name: str, version: str | None = None) -> list[dict[str, str]]
             v, src = measured[k].value, f"release {measured[k].since} on: {measured[k].source}"
         else:
             src = p.defaults[k].source if k in p.defaults else FIT_PROVENANCE
-        rows.append({"key": k, "value": repr(v), "source": src})
+        if v is not None:  # (a key the preset leaves unset is not filled)
+            rows.append({"key": k, "value": repr(v), "source": src})
     for k, ch in changed.items():  # a key only the older releases set
         if not any(r["key"] == k for r in rows):
             rows.append({"key": k, "value": repr(ch.value), "source": f"release before {ch.before}: {ch.source}"})
     for k, rule in p.resolved.items():
-        rows.append({"key": k, "value": "(hardware-dependent)", "source": rule})
+        if k not in changed:
+            rows.append({"key": k, "value": "(hardware-dependent)", "source": rule})
     return rows
 
 

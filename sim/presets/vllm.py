@@ -79,7 +79,8 @@ PRESET = EnginePreset(
                                        "tp_size 1); vLLM has no flag for a split in between"),
     resolved={
         "max_num_batched_tokens": "8192 on GPUs >= 70 GiB that are not A100, else 2048 "
-                                  "(engine/arg_utils.py::get_batch_defaults, vllm serve)",
+                                  "(engine/arg_utils.py::get_batch_defaults, vllm serve); a scheduler "
+                                  "without chunked prefill raises it to max_model_len",
         "max_num_seqs": "1024 on GPUs >= 70 GiB that are not A100, else 256 (same source)",
     },
 )

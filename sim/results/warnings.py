@@ -42,6 +42,16 @@ def workload_warnings(s: dict) -> list[str]:
     return out
 
 
+def comparison_warnings(summaries: dict[str, dict]) -> list[str]:
+    """:func:`workload_warnings` of a comparison's variants: those every variant
+    has once, then each variant's own (an engine release out of range, a
+    transferred profile), named ``variant NAME: ...``; printed by compare and in
+    its report.md."""
+    per = {n: workload_warnings(s) for n, s in summaries.items()}
+    common = [w for w in next(iter(per.values()), []) if all(w in ws for ws in per.values())]
+    return common + [f"variant {n}: {w}" for n, ws in per.items() for w in ws if w not in common]
+
+
 #: GEMM peak of each ``quantization`` (weights and activations in that format); else bf16
 _PEAK_DTYPE = {"fp8": "fp8", "fp8_block": "fp8", "int8": "int8", "nvfp4": "fp4"}
 
