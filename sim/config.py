@@ -474,6 +474,11 @@ def _sglang_no_room(hbm_bytes: float, hardware_name: str, cfg: SimConfig, mnbt: 
 TEXT_KEYS = ("engine_version",)
 
 
+def is_text_key(name: str) -> bool:
+    """``name`` as given (``engine_version``, ``engine-version``, ``--engine-version``) is a :data:`TEXT_KEYS` key."""
+    return name.strip().lstrip("-").replace("-", "_") in TEXT_KEYS
+
+
 def parse_value(text: str) -> Any:
     """``--set`` values are YAML scalars: ``4`` → int, ``true`` → bool, ``inf`` → float."""
     if text.strip().lower() in ("inf", "+inf", "infinity"):
@@ -743,7 +748,7 @@ def build_config(
         k, v = item.split("=", 1)
         if not v.strip():
             flag = k.strip().startswith("--")
-            x = "0.12.0" if k.strip().lstrip("-").replace("-", "_") in TEXT_KEYS else "4"
+            x = "0.12.0" if is_text_key(k) else "4"
             where, after, eg = ((k.strip(), "", f"{k.strip()} {x}") if flag
                                 else (f"--set {item!r}", " after '='", f"{k.strip()}={x}"))
             raise ConfigError(f"{where}: no value{after}; give one (e.g. {eg}), "

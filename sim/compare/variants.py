@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.config import TEXT_KEYS, SimConfig, canonical_keys, check_known_keys, parse_value, set_dotted, read_yaml
+from sim.config import SimConfig, canonical_keys, check_known_keys, is_text_key, parse_value, set_dotted, read_yaml
 from sim.errors import ConfigError, InfeasibleError, require_file
 from sim.presets import get_preset
 
@@ -71,7 +71,7 @@ def parse_variant(text: str) -> Variant:
             raise ConfigError(f"--variant {text!r}: {p!r} is not key=value")
         k, v = p.split("=", 1)
         # a release is the text typed (engine_version=0.10 is no number 0.1), as --set reads it
-        given[k] = v if k.lstrip("-").replace("-", "_") in TEXT_KEYS else parse_value(v)
+        given[k] = v if is_text_key(k) else parse_value(v)
     used: list = []
     overrides: dict[str, Any] = {}
     for k, v in canonical_keys(given, f"--variant {parts[0]}", used).items():  # kebab case and aliases too
