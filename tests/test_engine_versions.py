@@ -218,9 +218,12 @@ def test_compare_keeps_each_variants_release_and_its_warnings():
     variant's own warning (a release out of range) is kept, named by variant, and a
     warning every variant has is said once."""
     from sim.compare.variants import parse_variant
+    from sim.errors import ConfigError
     from sim.results.warnings import comparison_warnings
 
     assert parse_variant("old engine_version=0.10").overrides == {"engine_version": "0.10"}
+    with pytest.raises(ConfigError, match=r"engine_version has no value; give one \(e\.g\. engine_version=0\.12\.0\)"):
+        parse_variant("old engine_version=")
     assert parse_variant("old engine-version=1.2 max_num_seqs=64").overrides == {"engine_version": "1.2",
                                                                                   "max_num_seqs": 64}
     shared = "hardware profile b200_sxm: transferred"

@@ -62,6 +62,9 @@ def flags(
     from sim.config import SimConfig, config_keys
     from sim.vocabulary import ALIASES, kebab
 
+    if engine_version is not None and not engine_version.strip():
+        raise ConfigError("--engine-version: no value; give one (e.g. --engine-version 0.12.0), or leave it out "
+                          "for the preset's newest modelled release")
     if engine_version is not None and engine is None:
         raise ConfigError(f"--engine-version {engine_version} needs --engine (the release of which engine)")
     typer_echo = typer.echo

@@ -71,6 +71,9 @@ def parse_variant(text: str) -> Variant:
             raise ConfigError(f"--variant {text!r}: {p!r} is not key=value")
         k, v = p.split("=", 1)
         # a release is the text typed (engine_version=0.10 is no number 0.1), as --set reads it
+        if is_text_key(k) and not v.strip():
+            raise ConfigError(f"--variant {text!r}: {k} has no value; give one (e.g. {k}=0.12.0), or leave it out "
+                              "for the preset's newest modelled release")
         given[k] = v if is_text_key(k) else parse_value(v)
     used: list = []
     overrides: dict[str, Any] = {}
