@@ -166,10 +166,31 @@ def launch_command(cfg: dict[str, Any], pools: dict[str, dict[str, Any]] | None 
     which its per-pool commands cannot be written."""
     engine = cfg.get("engine") or "vllm"
     if cfg.get("disaggregation"):
-        if pools is not None:
-            return _disaggregated_pools(cfg, engine, pools)
-        return _disaggregated(cfg, engine)
-    return {"vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm}[engine](cfg)
+        la = _disaggregated_pools(cfg, engine, pools) if pools is not None else _disaggregated(cfg, engine)
+    else:
+        la = {"vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm}[engine](cfg)
+    la.notes += release_notes(engine, cfg.get("engine_version"))
+    return la
+
+
+def release_notes(engine: str, version: str | None) -> list[str]:
+    """What a launch command written for ``engine`` release ``version`` should
+    know: the options are the newest modelled release's names (the preset's
+    ``versions``); TensorRT-LLM before 0.19 switched the overlap scheduler with
+    ``pytorch_backend_config.enable_overlap_scheduler`` (the 0.18.2 docs), not
+    1.0's ``disable_overlap_scheduler``. None without a release."""
+    from sim.presets import get_preset
+    from sim.presets.versions import parse_version
+
+    if not version or engine not in ("vllm", "sglang", "trtllm"):
+        return []
+    out = [f"simulated as {engine} {version}; the options are written with the names of "
+           f"{get_preset(engine).versions}"]
+    pv = parse_version(version)
+    if engine == "trtllm" and pv is not None and pv < (0, 19, 0):
+        out.append(f"TensorRT-LLM {version} (before 0.19) sets the overlap scheduler with "
+                   "pytorch_backend_config: enable_overlap_scheduler, not disable_overlap_scheduler")
+    return out
 
 
 def _disaggregated(cfg: dict[str, Any], engine: str) -> Launch:

@@ -244,3 +244,18 @@ def test_flags_and_the_run_title_name_what_a_release_is_simulated_as():
     assert _engine_release(SimpleNamespace(engine="trtllm", engine_version=None)) == "trtllm (as 1.2.0)"
     assert _engine_release(SimpleNamespace(engine="trtllm", engine_version="1.0.0rc3")) == "trtllm 1.0.0rc3"
     assert _engine_release(SimpleNamespace(engine="trtllm", engine_version="9.9")) == "trtllm 9.9 (as 1.2.0)"
+
+
+def test_a_launch_command_names_the_release_it_was_simulated_as():
+    from sim.config import build_config
+    from sim.launch import launch_command
+
+    old = launch_command(build_config(set_args=["engine=trtllm", "engine_version=0.18.2"]).model_dump())
+    assert old.notes[-2] == ("simulated as trtllm 0.18.2; the options are written with the names of TensorRT-LLM "
+                             "1.0 PyTorch backend (trtllm-serve, LLM API)")
+    assert "pytorch_backend_config: enable_overlap_scheduler" in old.notes[-1]
+    assert "disable_overlap_scheduler: true" in old.yaml  # (the option as 1.0 names it, said above)
+    new = launch_command(build_config(set_args=["engine=trtllm"]).model_dump())
+    assert not any(n.startswith("simulated as") for n in new.notes)
+    v = launch_command(build_config(set_args=["engine=vllm", "engine_version=0.12.0"]).model_dump())
+    assert v.notes[-1].startswith("simulated as vllm 0.12.0; the options are written with the names of vLLM 0.24")

@@ -21,7 +21,7 @@ def hardware_defaults(cfg: Any, memory_bytes: float, hardware_name: str) -> dict
 
 PRESET = EnginePreset(
     name="trtllm",
-    versions="TensorRT-LLM 1.0 PyTorch backend (trtllm-serve, LLM API); host time per sequence of the 1.2 series",
+    versions="TensorRT-LLM 1.0 PyTorch backend (trtllm-serve, LLM API)",
     defaults={
         "scheduler": Default("mixed", "in-flight batching: whole contexts packed with generation tokens; "
                                       "enable_chunked_prefill=False by default (llmapi/llm_args.py; "
