@@ -13,6 +13,7 @@ from sim.config import SimConfig, locate_error, scheduler_limit_warnings
 from sim.engine.deployment import Deployment, build_deployment
 from sim.engine.simulation import Simulation
 from sim.model_spec import normalize_quantization
+from sim.presets.versions import simulated_release
 from sim.results.bench import bench_header
 from sim.errors import ConfigError, InfeasibleError
 from sim.results.run_result import RunResult
@@ -139,6 +140,8 @@ def run_simulation(cfg: SimConfig, *, goodput: dict[str, float] | None = None, s
     # the weights' precision the cost model used: quantization, else the checkpoint's, else dtype
     summary["weight_precision"] = normalize_quantization(dep.cfg.quantization or dep.model.quantization,
                                                          dep.model.dtype)
+    # the modelled release whose behaviour ran: engine_version's nearest, else the preset's newest
+    summary["engine_release"] = simulated_release(dep.cfg.engine, dep.cfg.engine_version)
     summary["servesim_version"] = __version__
     chunked = get_scheduler_class(dep.cfg.scheduler).chunked_prefill
     limit_warnings = [] if dep.disagg is not None else scheduler_limit_warnings(cfg, dep.cfg, chunked)

@@ -231,3 +231,12 @@ def test_client_option_errors_are_one_line(tmp_path, args, needle):
                        cwd=Path(__file__).resolve().parent.parent)
     assert p.returncode == 2, p.stderr
     assert needle in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_the_engine_release_simulated_is_recorded():
+    """summary.json names the modelled release whose behaviour ran: the preset's newest
+    without engine_version, the nearest modelled one with it, none without an engine."""
+    assert _run(SMALL + ["workload.request_rate=8", "engine=trtllm"]).summary["engine_release"] == "1.2.0"
+    assert _run(SMALL + ["workload.request_rate=8", "engine=vllm", "engine_version=0.13.5"]
+                ).summary["engine_release"] == "0.12.0"
+    assert _run(SMALL + ["workload.request_rate=8"]).summary["engine_release"] is None

@@ -233,6 +233,16 @@ def nearest_modelled(engine: str, version: str) -> str | None:
     return not_after[-1] if not_after else ordered[0]
 
 
+def simulated_release(engine: str | None, version: str | None) -> str | None:
+    """The modelled release whose behaviour a run of ``engine`` at ``version``
+    gets: the nearest one (:func:`nearest_modelled`) where ``version`` is given,
+    else the newest; None without an engine."""
+    known = MODELLED.get(engine or "", ())
+    if not known:
+        return None
+    return nearest_modelled(engine, version) if version else known[-1]
+
+
 def version_warning(engine: str | None, version: str | None) -> str | None:
     """A warning if ``version`` of ``engine`` is unreadable or outside the
     modelled releases (older than the oldest, or of a later minor series than
