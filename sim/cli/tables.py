@@ -35,15 +35,14 @@ def _pool_shape(pool) -> str:
 def _engine_release(cfg) -> str:
     """``trtllm 1.0.0rc3`` (the release given; ``(as R)`` where it is simulated as
     another modelled release's), else ``trtllm`` and the release its preset is."""
-    from sim.presets import MODELLED, version_warning
-    from sim.presets.versions import nearest_modelled
+    from sim.presets import version_warning
+    from sim.presets.versions import simulated_release
 
+    release = simulated_release(cfg.engine, cfg.engine_version)
     if cfg.engine_version:
         out = f"{cfg.engine} {cfg.engine_version}"
-        near = nearest_modelled(cfg.engine, cfg.engine_version) if version_warning(cfg.engine, cfg.engine_version) else None
-        return f"{out} (as {near})" if near else out
-    newest = MODELLED.get(cfg.engine)
-    return f"{cfg.engine} (as {newest[-1]})" if newest else cfg.engine
+        return f"{out} (as {release})" if release and version_warning(cfg.engine, cfg.engine_version) else out
+    return f"{cfg.engine} (as {release})" if release else cfg.engine
 
 
 def print_run_summary(s: dict, dep) -> None:
