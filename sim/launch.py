@@ -179,15 +179,13 @@ def release_notes(engine: str, version: str | None) -> list[str]:
     ``versions``); TensorRT-LLM before 0.19 switched the overlap scheduler with
     ``pytorch_backend_config.enable_overlap_scheduler`` (the 0.18.2 docs), not
     1.0's ``disable_overlap_scheduler``. None without a release."""
-    from sim.presets import get_preset
-    from sim.presets.versions import parse_version
+    from sim.presets import PRESETS, version_defaults
 
-    if not version or engine not in ("vllm", "sglang", "trtllm"):
+    if not version or engine not in PRESETS:
         return []
     out = [f"simulated as {engine} {version}; the options are written with the names of "
-           f"{get_preset(engine).versions}"]
-    pv = parse_version(version)
-    if engine == "trtllm" and pv is not None and pv < (0, 19, 0):
+           f"{PRESETS[engine].versions}"]
+    if engine == "trtllm" and "overlap_scheduling" in version_defaults(engine, version):  # (VERSION_CHANGES)
         out.append(f"TensorRT-LLM {version} (before 0.19) sets the overlap scheduler with "
                    "pytorch_backend_config: enable_overlap_scheduler, not disable_overlap_scheduler")
     return out

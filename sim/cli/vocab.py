@@ -90,11 +90,12 @@ def flags(
 
 def _echo_preset(engine: str, version: str | None) -> None:
     """The values ``engine``'s preset fills at ``version``, with their sources."""
-    from sim.presets import MODELLED, PRESETS, preset_values, version_warning
+    from sim.presets import PRESETS, preset_values, version_warning
+    from sim.presets.versions import simulated_release
 
     if engine not in PRESETS:
         raise ConfigError(f"--engine: unknown engine {engine!r}; valid: {', '.join(PRESETS)}")
-    newest = MODELLED.get(engine, ("?",))[-1]
+    newest = simulated_release(engine, None)
     typer.echo(f"engine {engine}, release {version or f'{newest} (the newest modelled; --engine-version X for another)'}"
                ": the keys its preset fills (explicit keys always win), each value with its source")
     w = version_warning(engine, version)

@@ -170,7 +170,7 @@ def weight_only_warnings(hardware, quantization: str | None) -> list[str]:
         return []
     if gemm_precision(hardware, q).num_kernels > 1:  # (activations quantized: the fast peak)
         return []
-    need = {"int8": "int8", "nvfp4": "fp4", "mxfp4": "fp4"}.get(q, "fp8")
+    need = _PEAK_DTYPE.get(q, "fp4")  # (mxfp4: the fp4 peak too)
     return [f"{q} weights on {hardware.name}: no {need} tensor-core peak in its profile, so its GEMMs run "
             "weight-only at the 16-bit peak (as vLLM's Marlin kernels do on such GPUs)"]
 

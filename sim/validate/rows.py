@@ -108,7 +108,8 @@ from sim.workload.traces import read_csv_lines
 from sim.workload.client_phase import CLIENT_PHASE_SPREAD, PHASE_KEY, check_phase_spread, disperse_client_phases
 from sim.errors import ConfigError, InfeasibleError, ServesimError, require_file
 from sim.presets import MODELLED, PRESETS, version_warning
-from sim.presets.versions import dynamo_engine_bounds, dynamo_engine_version, dynamo_image_release, release_values
+from sim.presets.versions import (dynamo_engine_bounds, dynamo_engine_version, dynamo_image_release,
+                                  release_values, simulated_release)
 from sim.results.intervals import interval
 from sim.results.warnings import transferred_profile_warnings
 from sim.validate.disagg_rows import NotSimulable, disagg_pools, disagg_row_overrides, is_disagg
@@ -190,15 +191,28 @@ def row_engine_version(row: dict) -> str:
     would be TensorRT-LLM 0.5's behaviour, overlap scheduler off. '' if not
     recorded, or a Dynamo release neither table covers (simulated as the engine's
     newest modelled release, with a warning)."""
+    return _row_release(row)[0]
+
+
+def _row_release(row: dict) -> tuple[str, str | None]:
+    """(:func:`row_engine_version`, the warning its reading of a Dynamo release owes,
+    or None)."""
     v = _cell(row, "backend_version")
     engine, image = _cell(row, "backend").lower(), _cell(row, "image")
     mapped = dynamo_engine_version(engine, image)
     if mapped is not None and (not v or v == mapped[0]):
-        return mapped[1]
-    if v and v == dynamo_image_release(engine, image):
-        bounds = dynamo_engine_bounds(engine, image)
-        return bounds[2] if bounds else ""
-    return v
+        return mapped[1], None
+    if not v or v != dynamo_image_release(engine, image):
+        return v, None
+    bounds = dynamo_engine_bounds(engine, image)
+    if bounds:
+        return bounds[2], (f"backend_version {v} is the NVIDIA Dynamo release of the image {image}, before the "
+                           f"Dynamo support matrix (from 0.6.0): it ships {engine} {bounds[1]} to {bounds[2]} "
+                           f"(DYNAMO_BOUNDS in sim/presets/versions.py), simulated as {bounds[2]}; no modelled "
+                           f"behaviour change of {engine} falls between them")
+    return "", (f"backend_version {v} is the NVIDIA Dynamo release of the image {image}, whose {engine} release "
+                f"is not in the Dynamo support matrix (DYNAMO_BACKENDS, from 0.6.0): {engine} is simulated as its "
+                f"newest modelled release ({simulated_release(engine, None)})")
 
 
 #: 4-bit weight formats: a row's 4-bit label on a checkpoint published in another 4-bit
@@ -516,25 +530,17 @@ WARNING_SEP = " | "
 
 
 def row_version_warnings(row: dict) -> list[str]:
-    """The engine-version warning of a row (``sim/presets/versions.py``), and one
-    when the row records no ``backend_version``: it is then simulated with the
-    preset's behaviour, its newest modelled release."""
+    """The engine-version warning of a row (``sim/presets/versions.py``): how a
+    Dynamo release was read (:func:`row_engine_version`), that the row records no
+    ``backend_version`` (it is then simulated with the preset's behaviour, its
+    newest modelled release), or a release outside the modelled ones."""
     engine = _cell(row, "backend").lower()
-    version = row_engine_version(row)
-    tag, image = _cell(row, "backend_version"), _cell(row, "image")
-    bounds = dynamo_engine_bounds(engine, image) if tag and tag == dynamo_image_release(engine, image) else None
-    if bounds:  # a Dynamo release before the support matrix (row_engine_version)
-        return [f"backend_version {tag} is the NVIDIA Dynamo release of the image {image}, before the Dynamo "
-                f"support matrix (from 0.6.0): it ships {engine} {bounds[1]} to {bounds[2]} (DYNAMO_BOUNDS in "
-                f"sim/presets/versions.py), simulated as {bounds[2]}; no modelled behaviour change of {engine} "
-                "falls between them"]
+    version, dynamo_note = _row_release(row)
+    if dynamo_note:
+        return [dynamo_note]
     if not version and engine in MODELLED:
-        if tag:  # a Dynamo release neither table covers (row_engine_version)
-            return [f"backend_version {tag} is the NVIDIA Dynamo release of the image {image}, whose {engine} "
-                    f"release is not in the Dynamo support matrix (DYNAMO_BACKENDS, from 0.6.0): {engine} is "
-                    f"simulated as its newest modelled release ({MODELLED[engine][-1]})"]
         return [f"no backend_version recorded: {engine} is simulated as its newest modelled release "
-                f"({MODELLED[engine][-1]})"]
+                f"({simulated_release(engine, None)})"]
     w = version_warning(engine, version)
     return [w] if w else []
 
