@@ -135,6 +135,15 @@ class SimConfig(BaseModel):
     enable_expert_parallel: StrictBool = False  # vLLM: EP size = DP x TP, experts whole on each GPU
     moe_ep_size: int | None = Field(default=None, ge=1, le=1024)  # explicit EP ranks (x moe_tp_size = dp x tp)
     moe_tp_size: int | None = Field(default=None, ge=1, le=1024)  # explicit expert tensor-parallel ranks
+    # Redundant expert slots of the expert-parallel load balancer (vLLM EPLBConfig.num_redundant_experts
+    # with --enable-eplb; SGLang --ep-num-redundant-experts; TensorRT-LLM load_balancer.num_slots = E + this):
+    # E + R physical experts, (E + R) / ep whole on each EP rank (sim/cost_model/parallel.py)
+    num_redundant_experts: int = Field(default=0, ge=0, le=4096)
+    # A cap on the KV pool, in tokens per attention rank: the pool is min(what memory gives, this)
+    # (SGLang --max-total-tokens: model_runner.py max_total_num_tokens = min(profiled,
+    # max_total_tokens); TensorRT-LLM kv_cache_config.max_tokens, "if both max_tokens and
+    # free_gpu_memory_fraction are specified, memory corresponding to the minimum will be used")
+    max_total_tokens: int | None = Field(default=None, ge=1, le=10**10)
     # How routed tokens spread over the experts (aiconfigurator's ModelConfig.workload_distribution
     # and its MoE tables' ``distribution``; sim/cost_model/moe.py): "uniform" (each token picks
     # top_k experts at random), "balanced" (rows dealt evenly), "power_law_<alpha>" (skewed expert

@@ -84,6 +84,7 @@ POOL_KEYS = (
     "kv_cache_dtype", "kv_allocation", "watermark", "dtype", "quantization", "attention_impl",
     "tensor_parallel_size", "cpu_step_overhead_s", "cpu_seq_overhead_s", "overlap_scheduling",
     "eager_step_overhead_s", "data_parallel_size", "enable_expert_parallel", "moe_ep_size", "moe_tp_size",
+    "num_redundant_experts", "max_total_tokens",
 )
 #: batching modes a decode pool can run: those whose running pass takes a request
 #: that joins with its prompt already computed (static batching forms whole batches)

@@ -362,12 +362,17 @@ def _precision(cfg: dict[str, Any], engine: str, launch: Launch) -> tuple[str, l
 
 def _is_moe(cfg: dict[str, Any]) -> bool:
     """Whether the config's model has routed experts (False if it cannot be read here)."""
+    return _num_experts(cfg) is not None
+
+
+def _num_experts(cfg: dict[str, Any]) -> int | None:
+    """The config's model's routed experts (None for a dense model or one that cannot be read here)."""
     from sim.model_spec import get_model  # noqa: PLC0415
 
     try:
-        return bool(get_model(cfg["model"]).is_moe)
+        return int(get_model(cfg["model"]).num_experts) or None
     except (ServesimError, OSError, ValueError):  # (the launch line is written whatever the model file says)
-        return False
+        return None
 
 
 def _replicas_note(la: Launch, cfg: dict[str, Any]) -> None:
@@ -399,6 +404,11 @@ def _vllm(cfg: dict[str, Any]) -> Launch:
                             "request to the least loaded engine")
     if cfg.get("enable_expert_parallel"):
         a += ["--enable-expert-parallel"]
+    if cfg.get("num_redundant_experts"):  # vllm/config/parallel.py EPLBConfig.num_redundant_experts
+        a += ["--enable-eplb", "--eplb-config", f'{{"num_redundant_experts": {cfg["num_redundant_experts"]}}}']
+    if cfg.get("max_total_tokens"):
+        la.problems.append(f"max_total_tokens {cfg['max_total_tokens']} caps the KV pool; vLLM has no such flag "
+                           "(--num-gpu-blocks-override fixes the blocks instead)")
     a += ["--max-num-seqs", str(cfg["max_num_seqs"]), "--max-num-batched-tokens", str(cfg["max_num_batched_tokens"]),
           "--max-model-len", str(cfg["max_model_len"]),
           "--gpu-memory-utilization", f"{cfg['gpu_memory_utilization']:g}", "--block-size", str(cfg["block_size"])]
@@ -437,6 +447,10 @@ def _sglang(cfg: dict[str, Any]) -> Launch:
     ep = _expert_parallel_size(cfg)
     if ep:
         a += ["--ep-size", str(ep)]
+    if cfg.get("num_redundant_experts"):  # server_args.py ep_num_redundant_experts
+        a += ["--ep-num-redundant-experts", str(cfg["num_redundant_experts"]), "--enable-eplb"]
+    if cfg.get("max_total_tokens"):  # per attention rank, as SGLang reads it (each DP rank's pool)
+        a += ["--max-total-tokens", str(cfg["max_total_tokens"])]
     chunk = cfg["max_num_batched_tokens"] if _SGLANG_MODES.get(cfg["scheduler"], True) else -1
     # servesim's limits are per attention rank; with --enable-dp-attention SGLang divides both flags
     # by --dp (server_args.py: chunked_prefill_size // dp_size; model_runner.py:
@@ -502,6 +516,8 @@ def _trtllm(cfg: dict[str, Any]) -> Launch:
           f"  tokens_per_block: {cfg['block_size']}"]
     if cfg.get("kv_cache_dtype", "auto") != "auto":
         kv.append("  dtype: fp8")
+    if cfg.get("max_total_tokens"):  # KvCacheConfig.max_tokens: the minimum of it and the fraction's
+        kv.append(f"  max_tokens: {cfg['max_total_tokens']}")
     policy = (cfg.get("capacity_scheduler_policy") or "guaranteed_no_evict").upper()
     y = ["kv_cache_config:", *kv, "scheduler_config:", f"  capacity_scheduler_policy: {policy}",
          f"enable_chunked_prefill: {'true' if _TRTLLM_MODES.get(cfg['scheduler']) else 'false'}",
@@ -516,6 +532,14 @@ def _trtllm(cfg: dict[str, Any]) -> Launch:
         a[i:i] = ["--ep_size", str(ep)]
     if cfg.get("moe_tp_size"):
         y.append(f"moe_tensor_parallel_size: {cfg['moe_tp_size']}")
+    if cfg.get("num_redundant_experts"):  # MoeConfig.load_balancer (MoeLoadBalancerConfig): num_slots = E + R
+        slots = _num_experts(cfg)
+        if slots is None:
+            la.problems.append(f"num_redundant_experts {cfg['num_redundant_experts']}: TensorRT-LLM's "
+                               "load_balancer.num_slots is the model's routed experts + these; the model's "
+                               "experts could not be read here")
+        else:
+            y += ["moe_config:", "  load_balancer:", f"    num_slots: {slots + cfg['num_redundant_experts']}"]
     if adp:
         y += ["enable_attention_dp: true", "attention_dp_config:",
               f"  enable_balance: {'true' if cfg.get('attention_dp_enable_balance') else 'false'}",

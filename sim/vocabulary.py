@@ -137,6 +137,8 @@ ALIASES: tuple[Alias, ...] = (
           "tensor-parallel GPUs", flags=("--tp_size",)),
     Alias("dp_size", "data_parallel_size", "sglang", SGLANG_ARGS, "data-parallel ranks"),
     Alias("ep_size", "moe_ep_size", "sglang", SGLANG_ARGS, "expert-parallel ranks"),
+    Alias("ep_num_redundant_experts", "num_redundant_experts", "sglang", SGLANG_ARGS,
+          "redundant expert slots of the EP load balancer (E + R physical experts over the EP ranks)"),
     # ---- TensorRT-LLM (trtllm-serve flags, LLM API YAML)
     Alias("max_num_tokens", "max_num_batched_tokens", "trtllm", f"{TRTLLM_SERVE}; {TRTLLM_API}",
           "tokens of one iteration", flags=("--max_num_tokens",)),

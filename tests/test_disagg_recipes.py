@@ -276,9 +276,11 @@ def test_the_committed_sglang_recipe_file_maps_to_dp_attention_pools():
     --enable-dp-attention --dp-size 8 --ep-size 8, --max-running-requests 30000,
     --chunked-prefill-size 131072, --mem-fraction-static 0.75; 1 decode worker of TP 32,
     DP 32, EP 32, 45000 requests, chunk 36864, 0.82; kv-cache-dtype fp8_e4m3 and
-    --stream-interval 50 on both. SGLang divides the request pool and the chunk over
-    the DP ranks: 30000 // 8 = 3750 and 131072 // 8 = 16384 per prefill rank,
-    45000 // 32 = 1406 and 36864 // 32 = 1152 per decode rank."""
+    --stream-interval 50 on both; the prefill's --max-total-tokens 524288 (each rank's KV
+    pool cap) and --ep-num-redundant-experts 32 on both. SGLang divides the request pool
+    and the chunk over the DP ranks: 30000 // 8 = 3750 and 131072 // 8 = 16384 per
+    prefill rank, 45000 // 32 = 1406 and 36864 // 32 = 1152 per decode rank; not the
+    KV cap (a cap on each rank's pool: kv_cache_configurator._apply_token_constraints)."""
     row = _nightly(backend="sglang", precision="fp8", concurrency=6144.0, measured="2026-02-09",
                    prefill_tp_size=8.0, decode_tp_size=32.0)
     pools = recipe_pools(row)
@@ -286,12 +288,13 @@ def test_the_committed_sglang_recipe_file_maps_to_dp_attention_pools():
            "recipes/gb200-fp8/1k1k/max-tpt.yaml")
     assert pools["prefill"]["n"] == 2 and pools["prefill"]["tp"] == 1 and pools["prefill"]["batch"] == 3750
     assert pools["prefill"]["keys"] == {"max_num_batched_tokens": 16384, "gpu_memory_utilization": 0.75,
+                                        "max_total_tokens": 524288, "num_redundant_experts": 32,
                                         "kv_cache_dtype": "fp8"}
     assert pools["prefill"]["layout"] == {"data_parallel_size": 8, "moe_ep_size": 8, "moe_tp_size": 1}
     assert pools["prefill"]["recipe"][1] == url
     assert pools["decode"]["n"] == 1 and pools["decode"]["tp"] == 1 and pools["decode"]["batch"] == 1406
     assert pools["decode"]["keys"] == {"max_num_batched_tokens": 1152, "gpu_memory_utilization": 0.82,
-                                       "kv_cache_dtype": "fp8"}
+                                       "num_redundant_experts": 32, "kv_cache_dtype": "fp8"}
     assert pools["decode"]["layout"] == {"data_parallel_size": 32, "moe_ep_size": 32, "moe_tp_size": 1}
     assert pools["deployment"] == {"keys": {"stream_interval": 50}, "recipe": [url]}
 
@@ -383,16 +386,58 @@ def test_a_trtllm_recipe_file_outside_its_live_days_or_with_mtp_is_refused():
         recipe_pools(_row(image=""), [r], bad)
 
 
-def test_an_ep_size_that_does_not_divide_the_experts_is_not_simulable():
-    """gb200-fp4/1k1k/max-tpt.yaml's decode worker runs DP 48 x EP 48 (SGLang adds 32
-    redundant expert slots: 288 = 48 x 6); DeepSeek-R1's 256 routed experts do not
-    split over 48 ranks whole, and redundant experts are not modelled."""
+def test_redundant_expert_slots_let_ep_48_run_deepseeks_256_experts():
+    """gb200-fp4/1k1k/max-tpt.yaml's decode worker runs DP 48 x EP 48 with
+    --ep-num-redundant-experts 32 (288 = 48 x 6 physical experts), --max-total-tokens
+    3122380 and --num-reserved-decode-tokens 112; its prefill workers cap their pools at
+    131072 tokens. The deployment builds: 6 experts on each decode GPU."""
+    from sim.config import build_config
+    from sim.engine.deployment import build_deployment
+
     row = _nightly(backend="sglang", concurrency=2048.0, measured="2026-02-08", decode_tp_size=48.0)
-    assert recipe_pools(row)["decode"]["layout"] == {"data_parallel_size": 48, "moe_ep_size": 48, "moe_tp_size": 1}
-    with pytest.raises(NotSimulable, match=r"decode pool: expert parallelism over 48 ranks does not divide "
-                                           r"deepseek-ai/DeepSeek-R1's 256 routed experts; the recipe runs it with "
-                                           r"redundant expert slots"):
-        disagg_pools(row)
+    pools = recipe_pools(row)
+    assert pools["decode"]["layout"] == {"data_parallel_size": 48, "moe_ep_size": 48, "moe_tp_size": 1}
+    assert pools["decode"]["keys"]["num_redundant_experts"] == 32
+    assert pools["decode"]["keys"]["max_total_tokens"] == 3122380
+    assert pools["prefill"]["keys"]["max_total_tokens"] == 131072
+    assert pools["disaggregation"] == {"num_reserved_decode_tokens": 112}
+    ov = disagg_row_overrides(row, {"engine": "sglang", "model": "deepseek-ai/DeepSeek-R1", "hardware": "gb200",
+                                    "quantization": "nvfp4"}, disagg_pools(row))
+    assert ov["disaggregation"]["num_reserved_decode_tokens"] == 112
+    dep = build_deployment(build_config(overrides=ov))
+    assert dep.disagg.decode.layout.describe() == ("attention DP 48 x TP 1, experts EP 48 x TP 1 (+32 redundant) "
+                                                   "= 48 GPUs")
+    assert dep.disagg.decode.cost_model._routed_override.El == 6
+    # the prefill pool's 4 ranks each hold at most 131072 tokens (+ servesim's null block)
+    assert dep.disagg.prefill.sizing.num_gpu_blocks == 131072 + 1
+    # without the slots the EP 48 pool is refused, naming them
+    bare = {**pools, "decode": {**pools["decode"], "keys": {k: v for k, v in pools["decode"]["keys"].items()
+                                                            if k != "num_redundant_experts"}}}
+    from sim.validate import disagg_rows as dr
+    orig = dr.recipe_pools
+    try:
+        dr.recipe_pools = lambda *a, **k: bare
+        with pytest.raises(NotSimulable, match=r"decode pool: expert parallelism over 48 ranks does not divide "
+                                               r"deepseek-ai/DeepSeek-R1's 256 routed experts; the deployment's "
+                                               r"redundant expert slots"):
+            disagg_pools(row)
+    finally:
+        dr.recipe_pools = orig
+
+
+def test_a_trtllm_recipes_expert_slots_are_its_redundant_experts():
+    """TensorRT-LLM counts the slots, E + redundant: load_balancer.num_slots 288 over
+    DeepSeek's 256 is 32 redundant; 256 is none; fewer than E is no such deployment."""
+    r = _recipe(dsettings=[], model="deepseek-ai/DeepSeek-R1")
+    r["prefill"]["additional-settings"] = ["CONFIG_FILE=recipes/t.yaml"]
+    row = _row(image="", model_path="deepseek-ai/DeepSeek-R1")
+    got = recipe_pools(row, [r], _srt_trt(moe_config={"load_balancer": {"num_slots": 288}}))
+    assert got["decode"]["keys"]["num_redundant_experts"] == 32
+    got = recipe_pools(row, [r], _srt_trt(moe_config={"load_balancer": {"num_slots": 256}}))
+    assert "num_redundant_experts" not in got["decode"]["keys"]
+    with pytest.raises(NotSimulable, match=r"sets moe_config.load_balancer.num_slots 200, not E \+ redundant "
+                                           r"slots of the row's model \(256 routed experts\)"):
+        recipe_pools(row, [r], _srt_trt(moe_config={"load_balancer": {"num_slots": 200}}))
 
 
 def test_a_recorded_row_takes_no_streaming_from_a_recipe_version_not_live_on_its_day():

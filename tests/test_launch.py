@@ -314,3 +314,39 @@ def test_expert_and_attention_dp_layouts_are_written_in_each_engines_terms(tmp_p
     assert a[a.index("--ep_size") + 1] == "2" and "enable_attention_dp" not in y and not p
     _, _, p = argv("trtllm", tensor_parallel_size=2, data_parallel_size=4)
     assert len(p) == 1 and p[0].startswith("data_parallel_size 4 x tensor_parallel_size 2")
+
+
+def test_redundant_expert_slots_and_a_kv_token_cap_in_each_engines_terms(tmp_path):
+    """num_redundant_experts 2 over a 8-expert model at EP 10 (10 physical experts, one a
+    GPU) and max_total_tokens 4096: vLLM --enable-eplb --eplb-config
+    '{"num_redundant_experts": 2}' (no KV cap flag: said so); SGLang
+    --ep-num-redundant-experts 2 --enable-eplb --max-total-tokens 4096; TensorRT-LLM
+    moe_config.load_balancer.num_slots 10 (E + R) and kv_cache_config.max_tokens 4096."""
+    import json
+
+    cfg_path = tmp_path / "moe.json"
+    cfg_path.write_text(json.dumps({
+        "architectures": ["MixtralForCausalLM"], "hidden_size": 1024, "intermediate_size": 2048,
+        "num_hidden_layers": 2, "num_attention_heads": 16, "num_key_value_heads": 8, "vocab_size": 32000,
+        "max_position_embeddings": 4096, "num_local_experts": 8, "num_experts_per_tok": 2,
+        "torch_dtype": "bfloat16"}))
+
+    def launch(engine):
+        c = build_config(overrides={"engine": engine, "model": str(cfg_path), "hardware": "gb200",
+                                    "data_parallel_size": 10, "enable_expert_parallel": True,
+                                    "num_redundant_experts": 2, "max_total_tokens": 4096, "max_model_len": 2048})
+        return launch_command(build_deployment(c).cfg.model_dump(mode="json"))
+
+    la = launch("vllm")
+    a = la.argv
+    assert "--enable-eplb" in a and json.loads(a[a.index("--eplb-config") + 1]) == {"num_redundant_experts": 2}
+    assert la.problems == ["max_total_tokens 4096 caps the KV pool; vLLM has no such flag "
+                           "(--num-gpu-blocks-override fixes the blocks instead)"]
+    assert "'{\"num_redundant_experts\": 2}'" in la.text()  # shell-quoted in launch.sh
+    la = launch("sglang")
+    f = _flags(la.argv)
+    assert (f["--ep-size"], f["--ep-num-redundant-experts"], f["--max-total-tokens"]) == ("10", "2", "4096")
+    assert "--enable-eplb" in la.argv and not la.problems
+    la = launch("trtllm")
+    assert "moe_config:\n  load_balancer:\n    num_slots: 10\n" in la.yaml
+    assert "  max_tokens: 4096\n" in la.yaml and not la.problems

@@ -18,7 +18,7 @@ from sim.cost_model.parallel import (NIC_BANDWIDTH_BYTES_PER_S, NIC_LATENCY_S, P
                                      all_to_all_s, ep_rank_rows_max,
                                      expert_weight_bytes_read_per_gpu, remote_ranks_per_token, resolve_layout,
                                      weight_bytes_per_gpu)
-from sim.cost_model.moe import expected_max_std_normal
+from sim.cost_model.moe import expected_max_std_normal, max_rank_load
 from sim.engine.deployment import build_deployment
 from sim.errors import ConfigError, InfeasibleError
 from sim.hardware.profile import get_hardware
@@ -345,3 +345,56 @@ def test_ep_experts_take_the_fused_moe_family_at_the_most_loaded_rank(moe):
     # more than the grouped-GEMM form of the same rows (routing / align / un-permute kernels)
     pm8._fused = None  # (experts_s: __call__ keeps its value per T)
     assert float(pm8.experts_s(16.0)) < pm8._router.time_s(16.0) * 2 + 2 * float(layer)
+
+
+# -- redundant expert slots (EPLB) --------------------------------------------------
+def test_redundant_experts_make_ep_6_hold_64_experts_in_72_slots(moe, moe_path):
+    """64 experts over EP 6 do not split whole; 8 redundant slots make 72 physical
+    experts, 12 a GPU (vLLM's glossary: 256 + 32 = 288 over 32 ranks, 9 each)."""
+    with pytest.raises(ConfigError, match=r"^moe_ep_size: 6 does not divide tiny-moe's 64 routed experts \(each EP "
+                                          r"rank holds \(E \+ R\) / ep experts whole\); redundant expert slots "
+                                          r"can make them divide \(num_redundant_experts 2: 66 = 6 x 11\)$"):
+        resolve_layout(moe, HW, data_parallel_size=6, moe_ep_size=6)
+    lay = resolve_layout(moe, HW, data_parallel_size=6, moe_ep_size=6, num_redundant_experts=8)
+    assert lay == ParallelLayout(1, 6, 6, 1, True, 8)
+    assert lay.describe() == "attention DP 6 x TP 1, experts EP 6 x TP 1 (+8 redundant) = 6 GPUs"
+    # weights: the TP-1 model less its 64 experts plus 12 whole ones (2 layers, bf16)
+    assert weight_bytes_per_gpu(moe, lay) == pytest.approx(moe.weight_bytes(None, 1) - 64 * EXPERT_BYTES * 2
+                                                           + 12 * EXPERT_BYTES * 2)
+    # a large batch touches every slot: 12 experts' bytes per GPU and layer
+    assert expert_weight_bytes_read_per_gpu(moe, lay, 100_000) == pytest.approx(12 * EXPERT_BYTES * 2)
+    pm = ParallelMoe(moe, HW, lay)
+    assert (pm.E, pm.S, pm.El) == (64, 72, 12)  # the router scores the 64 logical experts
+    assert pm.remote == pytest.approx(remote_ranks_per_token(72, 4, 6))
+    for T in (1.0, 7.0, 300.0):
+        rows, touched = pm.rows_and_touched(T)
+        want = max_rank_load(6 * T, 72, 4, 6)
+        assert (float(rows), float(touched)) == pytest.approx((float(want[0]), float(want[1])))
+    # a run with the slots: every request finishes, KV blocks come back
+    cfg = _cfg(moe_path, data_parallel_size=6, moe_ep_size=6, num_redundant_experts=8,
+               **{"workload.num_requests": 24})
+    dep = build_deployment(cfg)
+    sim = make_simulation(dep, make_specs(dep))
+    res = sim.run()  # checks request conservation and KV blocks per rank itself
+    assert len(res.requests["request_id"]) == 24
+    for rep in sim.replicas:
+        assert rep.kv.num_free_blocks == rep.kv.num_usable_blocks
+    assert run_simulation(cfg).summary["parallel_layout"] == ("attention DP 6 x TP 1, experts EP 6 x TP 1 "
+                                                              "(+8 redundant) = 6 GPUs")
+
+
+@pytest.mark.parametrize("kw, msg", [
+    ({"num_redundant_experts": 8}, r"^num_redundant_experts: 8 needs expert parallelism \(the copies sit on other EP "
+                                   r"ranks\); the experts of .* run EP 1 x TP 1 here"),
+    ({"data_parallel_size": 4, "moe_ep_size": 4, "num_redundant_experts": 6},
+     r"^moe_ep_size: 4 does not divide .*'s 64 routed experts \+ num_redundant_experts 6 = 70 physical experts"),
+])
+def test_redundant_experts_need_ep_and_a_whole_split(moe_path, kw, msg):
+    with pytest.raises(ConfigError, match=msg):
+        build_deployment(_cfg(moe_path, **kw))
+
+
+def test_redundant_experts_on_a_dense_model_are_refused():
+    with pytest.raises(ConfigError, match=r"^num_redundant_experts: 32 applies to MoE models; llama-3.1-8b has no "
+                                          r"routed experts$"):
+        build_deployment(build_config(overrides={"model": "llama-3.1-8b", "num_redundant_experts": 32}))

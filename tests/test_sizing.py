@@ -187,3 +187,31 @@ def test_memory_profile_is_vllm_only_and_kv_shows_it_apart():
                        env={**__import__("os").environ, "PYTHONPATH": str(root)})
     assert r.returncode == 0, r.stderr
     assert "warning: engine_version 'foo' of vllm is not a version number" in r.stderr
+
+
+def test_max_total_tokens_caps_the_pool_at_its_tokens():
+    """SGLang --max-total-tokens / TensorRT-LLM kv_cache_config.max_tokens: the pool is
+    the smaller of what memory gives and the cap (16,000 tokens: 1,000 blocks of 16
+    usable, + servesim's null block); a cap above what memory gives changes nothing."""
+    free = compute_kv_sizing(MODEL, HW, max_model_len=4096)
+    capped = compute_kv_sizing(MODEL, HW, max_model_len=4096, max_total_tokens=16_000)
+    assert capped.num_gpu_blocks == 1_001 and capped.kv_cache_bytes == 1_001 * 65_536
+    assert compute_kv_sizing(MODEL, HW, max_model_len=4096, max_total_tokens=16_007).num_gpu_blocks == 1_001
+    big = compute_kv_sizing(MODEL, HW, max_model_len=4096, max_total_tokens=10**10)
+    assert big.num_gpu_blocks == free.num_gpu_blocks > 1_001
+
+
+def test_a_kv_cap_below_one_sequence_names_the_cap_or_caps_requests():
+    # 2,048 tokens = 128 usable blocks; one 4,096-token sequence needs 256
+    with pytest.raises(InfeasibleError, match=r"needs 256 blocks .* only 128 usable blocks .* lower max_model_len "
+                                              r"or raise max_total_tokens \(2048 is set\)$"):
+        compute_kv_sizing(MODEL, HW, max_model_len=4096, max_total_tokens=2048)
+    # SGLang starts and caps each request at its pool instead: min(4095, 129 x 16 - 1, 128 x 16)
+    s = compute_kv_sizing(MODEL, HW, max_model_len=4096, max_total_tokens=2048, request_len_cap="kv_pool")
+    assert (s.num_gpu_blocks, s.max_req_len) == (129, 2048)
+
+
+def test_max_total_tokens_and_a_fixed_block_count_are_one_or_the_other():
+    with pytest.raises(ConfigError, match=r"^max_total_tokens: 4096 caps the KV pool that num_gpu_blocks_override "
+                                          r"500 fixes; set one of them$"):
+        compute_kv_sizing(MODEL, HW, max_model_len=4096, max_total_tokens=4096, num_gpu_blocks_override=500)

@@ -45,6 +45,7 @@ CASES = [
     ("tp_size", 4, {}, "tensor_parallel_size", 4),
     ("dp_size", 2, {}, "data_parallel_size", 2),
     ("ep_size", 2, {}, "moe_ep_size", 2),
+    ("ep_num_redundant_experts", 32, {}, "num_redundant_experts", 32),
     ("moe_expert_parallel_size", 4, {}, "moe_ep_size", 4),
     ("moe_tensor_parallel_size", 2, {}, "moe_tp_size", 2),
     # TensorRT-LLM
@@ -116,7 +117,8 @@ def test_every_config_key_is_a_kebab_flag(key):
               "watermark": 0.01, "seed": 5, "data_parallel_size": 2, "moe_ep_size": 2, "moe_tp_size": 1,
               "engine_version": "0.24.0", "moe_backend": "marlin", "scheduler_recv_interval": 10,
               "attention_dp_timeout_iters": 60, "attention_dp_batching_wait_iters": 0,
-              "workload_distribution": "power_law_1.2", "stream_interval": 20, "num_postprocess_workers": 4}
+              "workload_distribution": "power_law_1.2", "stream_interval": 20, "num_postprocess_workers": 4,
+              "num_redundant_experts": 32, "max_total_tokens": 65536}
     bools = config_keys()
     extra: list[str] = []
     if key in ("client_think_time_s", "client_start_spread_s"):

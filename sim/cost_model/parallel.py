@@ -63,6 +63,22 @@ tokens in the group, each routed to k of E experts (uniform routing):
 Expert weights per GPU at rest: E / ep experts of I / moe_tp columns; the
 attention, dense and shared-expert weights are replicated over the D ranks
 (split over each rank's T GPUs).
+
+Redundant experts (``num_redundant_experts`` = R; vLLM ``--enable-eplb
+--eplb-config '{"num_redundant_experts": R}'``, SGLang
+``--ep-num-redundant-experts R``, TensorRT-LLM ``moe_config.load_balancer.num_slots``
+= E + R): the expert-parallel load balancer keeps E + R physical experts, R of
+them copies of popular logical experts, (E + R) / ep whole on each EP rank (vLLM
+``distributed/eplb/eplb_state.py``: "DeepSeek-R1 has 256 logical experts ... If we
+add 32 redundant experts ... 288 physical experts ... If we have 32 EP ranks,
+then each GPU will hold 288 / 32 = 9 local physical experts"); the ep need only
+divide E + R (EP 48 over DeepSeek's 256 + 32). Each rank holds (E + R) / ep
+experts' weights, and a token's k rows go to k of the E + R physical experts:
+the rank loads and touched experts above are those of E + R equally popular
+experts (a replica takes its share of its expert's rows, which the balancer
+placed for that). What the balancer gains against skewed routing is not
+modelled beyond that spread (``workload_distribution`` keeps its law over the
+E + R). The router GEMM still scores the E logical experts.
 """
 
 from __future__ import annotations
@@ -99,6 +115,12 @@ class ParallelLayout:
     moe_ep_size: int = 1
     moe_tp_size: int = 1
     attention_dp: bool = False
+    #: redundant expert slots (module docstring): E + R physical experts over the EP ranks
+    num_redundant_experts: int = 0
+
+    def num_physical_experts(self, num_experts: int) -> int:
+        """Physical experts over the EP ranks: the model's E plus the redundant slots."""
+        return num_experts + self.num_redundant_experts
 
     @property
     def num_gpus(self) -> int:
@@ -110,23 +132,27 @@ class ParallelLayout:
         s = f"attention DP {dp} x TP {tp}"
         if self.moe_ep_size > 1 or self.moe_tp_size != tp or dp > 1:
             s += f", experts EP {self.moe_ep_size} x TP {self.moe_tp_size}"
+            if self.num_redundant_experts:
+                s += f" (+{self.num_redundant_experts} redundant)"
         return s + f" = {self.num_gpus} GPUs"
 
 
 def resolve_layout(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_size: int = 1,
                    data_parallel_size: int = 1, enable_expert_parallel: bool = False,
-                   moe_ep_size: int | None = None, moe_tp_size: int | None = None) -> ParallelLayout:
+                   moe_ep_size: int | None = None, moe_tp_size: int | None = None,
+                   num_redundant_experts: int = 0) -> ParallelLayout:
     """The layout of the config keys, or ConfigError naming the key and value.
 
     A dense model's ``data_parallel_size`` is returned with ``attention_dp``
     False (the caller runs that many independent replicas); EP keys on a dense
-    model are refused."""
+    model are refused. ``num_redundant_experts`` needs expert parallelism, and
+    the EP size must divide E + R (module docstring)."""
     tp, dp = tensor_parallel_size, data_parallel_size
     G = tp * dp
     hw.tensor_parallel_nodes(tp)  # beyond one NVLink domain only over the profile's NICs (else ConfigError)
     if not model.is_moe:
         for key, val in (("enable_expert_parallel", enable_expert_parallel), ("moe_ep_size", moe_ep_size),
-                         ("moe_tp_size", moe_tp_size)):
+                         ("moe_tp_size", moe_tp_size), ("num_redundant_experts", num_redundant_experts or None)):
             if val is True or (val is not None and val is not False and val != 1):
                 raise ConfigError(f"{key}: {val!r} applies to MoE models; {model.name} has no routed experts")
         return ParallelLayout(tp, dp, 1, tp, False)
@@ -151,16 +177,24 @@ def resolve_layout(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_siz
         ep, mtp = G, 1
     else:
         ep, mtp = 1, G
-    if E % ep:
+    R = num_redundant_experts
+    if R and ep == 1:
+        raise ConfigError(f"num_redundant_experts: {R} needs expert parallelism (the copies sit on other EP "
+                          f"ranks); the experts of {model.name} run EP 1 x TP {mtp} here: set moe_ep_size or "
+                          "enable_expert_parallel")
+    if (E + R) % ep:
         key = (f"moe_ep_size: {ep}" if moe_ep_size is not None else
                f"enable_expert_parallel: expert parallelism over the group's {ep} GPUs (tensor_parallel_size {tp} "
                f"x data_parallel_size {dp})" if enable_expert_parallel else f"moe_ep_size: {ep}")
-        raise ConfigError(f"{key} does not divide {model.name}'s {E} routed experts "
-                          "(each EP rank holds E / ep experts whole)")
+        what = (f"{model.name}'s {E} routed experts + num_redundant_experts {R} = {E + R} physical experts "
+                if R else f"{model.name}'s {E} routed experts ")
+        hint = "" if R else (f"; redundant expert slots can make them divide (num_redundant_experts "
+                             f"{-E % ep}: {E + (-E % ep)} = {ep} x {(E + (-E % ep)) // ep})")
+        raise ConfigError(f"{key} does not divide {what}(each EP rank holds (E + R) / ep experts whole){hint}")
     if model.moe_intermediate_size % mtp:
         raise ConfigError(f"moe_tp_size: {mtp} does not divide {model.name}'s moe_intermediate_size "
                           f"{model.moe_intermediate_size}")
-    return ParallelLayout(tp, dp, ep, mtp, dp > 1)
+    return ParallelLayout(tp, dp, ep, mtp, dp > 1, R)
 
 
 def ep_rank_rows_max(num_tokens, num_experts: int, top_k: int, ep: int):
@@ -182,9 +216,11 @@ def remote_ranks_per_token(num_experts: int, top_k: int, ep: int) -> float:
 
 
 def routed_expert_params_per_gpu(model: ModelSpec, layout: ParallelLayout) -> float:
-    """Routed-expert parameters one GPU holds (all MoE layers)."""
+    """Routed-expert parameters one GPU holds (all MoE layers): its (E + R) / ep
+    physical experts' shards."""
     w13, w2 = model.expert_shapes(layout.moe_tp_size)
-    return model.num_experts // layout.moe_ep_size * (w13.n * w13.k + w2.n * w2.k) * model.num_moe_layers
+    return (layout.num_physical_experts(model.num_experts) // layout.moe_ep_size * (w13.n * w13.k + w2.n * w2.k)
+            * model.num_moe_layers)
 
 
 def weight_bytes_per_gpu(model: ModelSpec, layout: ParallelLayout, quantization: str | None = None) -> float:
@@ -206,7 +242,7 @@ def expert_weight_bytes_read_per_gpu(model: ModelSpec, layout: ParallelLayout, t
     layers) when each of the D attention ranks carries ``tokens_per_rank``
     tokens: local experts touched x one expert's shard."""
     N = np.asarray(tokens_per_rank, dtype=float) * layout.data_parallel_size
-    E, k = model.num_experts, model.num_experts_per_tok
+    E, k = layout.num_physical_experts(model.num_experts), model.num_experts_per_tok
     w13, w2 = model.expert_shapes(layout.moe_tp_size)
     wb = WEIGHT_BYTES_PER_PARAM[model.family_quantization("experts", quantization)]
     touched = E / layout.moe_ep_size * (1.0 - (1.0 - k / E) ** N)
@@ -254,7 +290,9 @@ class ParallelMoe:
         h = model.hidden_size
         self.E, self.k, self.L, self.h = model.num_experts, model.num_experts_per_tok, L, h
         self.ep, self.D, self.tp = layout.moe_ep_size, layout.data_parallel_size, layout.tensor_parallel_size
-        self.El = self.E // self.ep
+        #: physical experts over the EP ranks (E + redundant slots; the router scores the E)
+        self.S = layout.num_physical_experts(self.E)
+        self.El = self.S // self.ep
         im = model.moe_intermediate_size // layout.moe_tp_size
         prec = gemm_precision(hw, model.family_quantization("experts", quantization))
         bf16 = gemm_precision(hw, "bf16")
@@ -285,14 +323,14 @@ class ParallelMoe:
                 _, w1 = gemm_cost(0.0, n, kk, prec, 1.0)
                 self._w.append((float(f1) / (prec.peak_flops_per_s * ce) * L, float(by1) / (bw * me) * L,
                                 float(w1) / (bw * me) * L, prec.num_kernels * launch * L))
-        self.remote = remote_ranks_per_token(self.E, self.k, self.ep)
+        self.remote = remote_ranks_per_token(self.S, self.k, self.ep)
         self._memo: dict[float, float] = {}  # __call__ by T
 
     def rows_and_touched(self, T):
         """(rows, local experts touched) on the most loaded EP rank for T tokens
         per attention rank (N = D T in the group)."""
         N = np.asarray(T, dtype=float) * self.D
-        return max_rank_load(N, self.E, self.k, self.ep, self.workload_distribution)
+        return max_rank_load(N, self.S, self.k, self.ep, self.workload_distribution)
 
     def comm_s(self, T):
         """Dispatch + combine (EP) or all-gather + reduce-scatter (experts
@@ -319,13 +357,13 @@ class ParallelMoe:
             # experts are the most loaded rank's under the routing (fitted.moe_touched_rows),
             # the rank that sets the layer's time
             h, im, peak, bw, wb, act = self._moe_args
-            layer = moe_fitted_s(self._fused, T * self.D, h, im, self.E, self.k, peak, bw,
+            layer = moe_fitted_s(self._fused, T * self.D, h, im, self.S, self.k, peak, bw,
                                  weight_bytes=wb, act_bytes=act, ep=float(self.ep),
                                  routing=self.workload_distribution)
             return self._router.time_s(T) * self.L + layer * self.L
         rows, touched = self.rows_and_touched(T)
         if self.fitted:
-            tile = np.where(T * self.D <= self.E, MOE_SMALL_BLOCK_M, self._w[0].tm)
+            tile = np.where(T * self.D <= self.S, MOE_SMALL_BLOCK_M, self._w[0].tm)
             t = self._router.time_s(T) * self.L
             w13, w2 = self._w  # (FittedMoe.experts_s: w13's input quantized once per token)
             t = t + w13.time_s(rows, touched, tile, quant_rows=np.minimum(T * self.D, rows)) * self.L
@@ -359,8 +397,10 @@ def layout_report(model: ModelSpec, layout: ParallelLayout, quantization: str | 
     if model.is_moe:
         wb = WEIGHT_BYTES_PER_PARAM[model.family_quantization("experts", quantization)]
         out.update({"moe_ep_size": layout.moe_ep_size, "moe_tp_size": layout.moe_tp_size,
-                    "routed_experts_per_gpu": model.num_experts // layout.moe_ep_size,
+                    "routed_experts_per_gpu": layout.num_physical_experts(model.num_experts) // layout.moe_ep_size,
                     "routed_expert_gib_per_gpu": routed_expert_params_per_gpu(model, layout) * wb / 2**30})
+        if layout.num_redundant_experts:
+            out["num_redundant_experts"] = layout.num_redundant_experts
     out["weight_gib_per_gpu"] = weight_bytes_per_gpu(model, layout, quantization) / 2**30
     return out
 

@@ -160,7 +160,7 @@ def _build_one(cfg: SimConfig) -> Deployment:
     layout = resolve_layout(model, hw, tensor_parallel_size=cfg.tensor_parallel_size,
                             data_parallel_size=cfg.data_parallel_size,
                             enable_expert_parallel=cfg.enable_expert_parallel, moe_ep_size=cfg.moe_ep_size,
-                            moe_tp_size=cfg.moe_tp_size)
+                            moe_tp_size=cfg.moe_tp_size, num_redundant_experts=cfg.num_redundant_experts)
     _check_expert_layout(cfg, layout)
     if cfg.data_parallel_size > 1 and not layout.attention_dp:
         # a dense model: vLLM couples DP ranks only for MoE layers; its DP ranks are
@@ -204,6 +204,7 @@ def _build_one(cfg: SimConfig) -> Deployment:
         num_gpu_blocks_override=cfg.num_gpu_blocks_override, max_num_seqs=cfg.max_num_seqs or 2048,
         kv_memory_rule=cfg.kv_memory_rule, hybrid_kv_cache=hybrid_off is None, hybrid_off_reason=hybrid_off,
         memory_profile=cfg.memory_profile, request_len_cap=_request_len_cap(cfg),
+        max_total_tokens=cfg.max_total_tokens,
     ) if not expert_parallel else _sizing_per_gpu(model, hw, cfg, max_model_len, layout, hybrid_off)
     if cfg.max_num_seqs is None:  # SGLang: the request pool, sized from the KV pool
         kv_tokens = (sizing.num_gpu_blocks - 1) * cfg.block_size
@@ -289,6 +290,6 @@ def _sizing_per_gpu(model, hw, cfg, max_model_len, layout, hybrid_off=None):
             num_gpu_blocks_override=cfg.num_gpu_blocks_override, max_num_seqs=cfg.max_num_seqs or 2048,
             kv_memory_rule=cfg.kv_memory_rule, weight_bytes=weight_bytes_per_gpu(model, layout, cfg.quantization),
             hybrid_kv_cache=hybrid_off is None, hybrid_off_reason=hybrid_off, memory_profile=cfg.memory_profile,
-            request_len_cap=_request_len_cap(cfg))
+            request_len_cap=_request_len_cap(cfg), max_total_tokens=cfg.max_total_tokens)
     except InfeasibleError as e:
         raise InfeasibleError(f"{layout.describe()}: {e}") from None

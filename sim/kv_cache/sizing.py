@@ -213,7 +213,7 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
                       max_num_seqs: int = 1024, kv_memory_rule: str = "utilization",
                       weight_bytes: float | None = None, hybrid_kv_cache: bool = False,
                       hybrid_off_reason: str | None = None, memory_profile: str | None = None,
-                      request_len_cap: str = "refuse") -> KVSizing:
+                      request_len_cap: str = "refuse", max_total_tokens: int | None = None) -> KVSizing:
     """Number of KV blocks per rank (defaults: vLLM 0.24 serve on a large GPU).
 
     Raises InfeasibleError when the weights (plus the activation estimate) do
@@ -228,6 +228,9 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
     ``hybrid_off_reason``: why not, when False (shown by ``servesim kv``).
     ``memory_profile``: what vLLM's init-time memory snapshot holds, which sets
     the non-torch memory subtracted (:func:`non_torch_bytes`).
+    ``max_total_tokens``: a cap on the pool's usable tokens (SGLang
+    ``--max-total-tokens``, TensorRT-LLM ``kv_cache_config.max_tokens``): the
+    blocks memory gives, at most ``max_total_tokens // block_size`` usable ones.
     """
     tp = tensor_parallel_size
     model.check_tensor_parallel_size(tp)
@@ -248,6 +251,12 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
         _check("num_gpu_blocks_override", num_gpu_blocks_override,
                isinstance(num_gpu_blocks_override, int) and num_gpu_blocks_override >= 1,
                "must be an integer >= 1")
+    if max_total_tokens is not None:
+        _check("max_total_tokens", max_total_tokens, isinstance(max_total_tokens, int) and max_total_tokens >= 1,
+               "must be an integer >= 1")
+        if num_gpu_blocks_override is not None:
+            raise ConfigError(f"max_total_tokens: {max_total_tokens} caps the KV pool that num_gpu_blocks_override "
+                              f"{num_gpu_blocks_override} fixes; set one of them")
 
     kv_tok = model.kv_bytes_per_token(kv_cache_dtype, tp)
     if hybrid_kv_cache and block_size < attention_block_size(model, kv_cache_dtype, tp, block_size):
@@ -256,6 +265,10 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
                           f"{attention_block_size(model, kv_cache_dtype, tp, block_size)}")
     groups = kv_cache_groups(model, kv_cache_dtype, tp, block_size, linear_state_pages=bool(hybrid_kv_cache))
     hybrid = bool(hybrid_kv_cache) and groups.hybrid
+    if max_total_tokens is not None and hybrid:
+        raise ConfigError(f"max_total_tokens: {max_total_tokens} is modelled for one block table (SGLang's "
+                          "and TensorRT-LLM's pools); this run sizes vLLM's hybrid KV cache groups, where "
+                          "vLLM has no such cap")
     # one block id: a page in every layer (one pool), or in each layer of one group
     block_bytes = groups.block_bytes if hybrid else block_size * kv_tok
     if num_gpu_blocks_override is not None and num_gpu_blocks_override * block_bytes > hw.memory_bytes:
@@ -313,6 +326,8 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
             f"gpu_memory_utilization {gpu_memory_utilization})")
     num_blocks = (num_gpu_blocks_override if num_gpu_blocks_override is not None
                   else groups.num_gpu_blocks(available) if hybrid else int(available // block_bytes))
+    if max_total_tokens is not None:  # usable blocks at most the cap (+ the null block)
+        num_blocks = min(num_blocks, max_total_tokens // block_size + 1)
     blocks_per_seq = (groups.blocks_per_request(block_size, max_model_len, max_num_batched_tokens) if hybrid
                       else math.ceil(max_model_len / block_size))
     max_req_len = None
@@ -333,7 +348,9 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
             f"{num_blocks * block_bytes / GiB:.2f} GiB) fit on {hw.name} "
             f"at TP {tp}; lower max_model_len or "
             + (f"raise num_gpu_blocks_override ({num_gpu_blocks_override} is set)" if num_gpu_blocks_override
-               is not None else "raise gpu_memory_utilization / tensor_parallel_size"))
+               is not None else f"raise max_total_tokens ({max_total_tokens} is set)"
+               if max_total_tokens is not None and max_total_tokens // block_size + 1 == num_blocks
+               else "raise gpu_memory_utilization / tensor_parallel_size"))
     return KVSizing(num_blocks, kv_tok, block_bytes, weights, act, num_blocks * block_bytes,
                     max_model_len, num_blocks / blocks_per_seq, block_size, tp,
                     hw.memory_bytes, float(gpu_memory_utilization),

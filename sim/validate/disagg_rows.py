@@ -169,11 +169,17 @@ TRT_SETTINGS = {"MAX_BATCH_SIZE": "max_num_seqs", "MAX_NUM_TOKENS": "max_num_bat
                 "GPU_MEM_FRACTION": "gpu_memory_utilization"}
 #: srt-slurm (SGLang) flag -> servesim pool key
 SGLANG_FLAGS = {"max-running-requests": "max_num_seqs", "chunked-prefill-size": "max_num_batched_tokens",
-                "max-prefill-tokens": "max_prefill_tokens", "mem-fraction-static": "gpu_memory_utilization"}
+                "max-prefill-tokens": "max_prefill_tokens", "mem-fraction-static": "gpu_memory_utilization",
+                "max-total-tokens": "max_total_tokens", "ep-num-redundant-experts": "num_redundant_experts"}
+#: srt-slurm (SGLang) decode-server flags -> ``disaggregation`` keys
+SGLANG_DISAGG_FLAGS = {"num-reserved-decode-tokens": "num_reserved_decode_tokens"}
+#: TensorRT-LLM's expert slots (E + redundant; MoeLoadBalancerConfig.num_slots)
+TRTLLM_NUM_SLOTS = "moe_config.load_balancer.num_slots"
 #: srt-slurm (TensorRT-LLM LLM-API option, nested keys joined by '.') -> servesim pool key; per
 #: attention-DP rank already (module docstring)
 TRTLLM_OPTIONS = {"max_batch_size": "max_num_seqs", "max_num_tokens": "max_num_batched_tokens",
-                  "kv_cache_config.free_gpu_memory_fraction": "gpu_memory_utilization"}
+                  "kv_cache_config.free_gpu_memory_fraction": "gpu_memory_utilization",
+                  "kv_cache_config.max_tokens": "max_total_tokens"}
 #: a transcribed recipe file's engine: its parallelism and speculative-decoding options under that
 #: engine's names (tensor-parallel, expert-parallel, attention-DP switch, DP size, pipeline-parallel,
 #: speculative decoding), the KV dtype, the overlap-scheduler switch, and the decode server's
@@ -335,6 +341,9 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
         if tp % dp or tp % ep:
             raise NotSimulable(f"the recipe's {p} pool: tp {tp} is not a multiple of its attention DP {dp} and "
                                f"ep {ep}: {url}")
+        for key in SGLANG_DISAGG_FLAGS.values():  # the deployment's disaggregation keys
+            if key in keys:
+                pools.setdefault("disaggregation", {})[key] = keys.pop(key)
         pools[p] = {"n": int(r[p]["num-worker"]), "tp": tp // dp, "batch": keys.pop("max_num_seqs", None),
                     "keys": keys, "recipe": urls}
         layout = _layout_keys(tp // dp, dp, ep, tp // ep)
@@ -425,11 +434,33 @@ def _srt_pool_keys(row: dict, r: dict, p: str, f: dict) -> tuple[dict[str, Any],
         for key in ("max_num_seqs", "max_num_batched_tokens"):
             if dp > 1 and key in keys:
                 keys[key] = max(1, int(keys[key]) // dp)
+    slots = _opt(args, TRTLLM_NUM_SLOTS) if fmt == "trtllm" else None
+    if slots is not None:  # TensorRT-LLM counts the experts' slots, E + the redundant ones
+        E = _row_num_experts(row)
+        if E is None or int(slots) < E:
+            raise NotSimulable(f"the recipe file's {p} pool sets {TRTLLM_NUM_SLOTS} {slots}, not E + redundant "
+                               f"slots of the row's model ({E} routed experts): {f['url']}")
+        if int(slots) > E:
+            keys["num_redundant_experts"] = int(slots) - E
+    if fmt == "sglang" and p == "decode":
+        for option, key in SGLANG_DISAGG_FLAGS.items():
+            if _opt(args, option) is not None:
+                keys[key] = int(_opt(args, option))
     if str(_opt(args, names["kv_dtype"]) or "").startswith("fp8"):
         keys["kv_cache_dtype"] = "fp8"
     if _opt(args, names["no_overlap"]) is not None:
         keys["overlap_scheduling"] = not bool(_opt(args, names["no_overlap"]))
     return keys, dp, ep, notes
+
+
+def _row_num_experts(row: dict) -> int | None:
+    """The routed experts of the row's model (None where it does not load)."""
+    from sim.model_spec import get_model
+
+    try:
+        return int(get_model(_str(row, "model_path")).num_experts)
+    except ConfigError:
+        return None
 
 
 def entry_streaming(r: dict, srt: dict | None = None, day: str | None = None) -> dict[str, Any] | None:
@@ -537,10 +568,13 @@ def disagg_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
         raise NotSimulable(str(e)) from None
     for p in POOLS:  # EP ranks beyond E / ep whole experts: the engine's redundant expert slots
         ep = pools[p].get("layout", {}).get("moe_ep_size", 1)
-        if model.is_moe and model.num_experts % ep:
+        R = int(pools[p].get("keys", {}).get("num_redundant_experts", 0))
+        if model.is_moe and (model.num_experts + R) % ep:
             raise NotSimulable(f"{p} pool: expert parallelism over {ep} ranks does not divide {model.name}'s "
-                               f"{model.num_experts} routed experts; the recipe runs it with redundant expert "
-                               "slots (SGLang ep-num-redundant-experts, TensorRT-LLM EPLB num_slots), not modelled")
+                               f"{model.num_experts} routed experts"
+                               + (f" + {R} redundant slots" if R else "")
+                               + "; the deployment's redundant expert slots (SGLang ep-num-redundant-experts, "
+                               "TensorRT-LLM load_balancer.num_slots) are not recorded for it")
     if not model.is_moe:
         for p in POOLS:
             dp = pools[p].get("layout", {}).get("data_parallel_size", 1)
@@ -566,6 +600,7 @@ def disagg_row_overrides(row: dict, base: dict[str, Any], pools: dict[str, dict[
         if pools[p]["batch"] is not None:
             over["max_num_seqs"] = pools[p]["batch"]
         dis[p] = over
+    dis.update(pools.get("disaggregation", {}))  # SGLang's --num-reserved-decode-tokens (a decode-server flag)
     ov["disaggregation"] = dis
     ov.update(pools.get("deployment", {}).get("keys", {}))  # streaming: the deployment's (module docstring)
     return ov
