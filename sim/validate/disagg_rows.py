@@ -18,9 +18,10 @@ guessed (issue #24):
   not the transcribed version on the row's day, or it disagrees with the
   harness entry on a pool's workers, TP, EP or attention DP);
 - expert parallelism over a number of ranks that does not divide the routed
-  experts (EP 48 with DeepSeek's 256: the recipes add 32 redundant expert
-  slots, SGLang ``ep-num-redundant-experts``): redundant experts are not
-  modelled;
+  experts plus the recipe's redundant expert slots (EP 48 with DeepSeek's 256
+  runs with SGLang ``ep-num-redundant-experts`` 32 in the transcribed recipes,
+  :data:`SGLANG_FLAGS`; TensorRT-LLM ``load_balancer.num_slots``): a recorded
+  row whose deployment's slots are not known;
 - pipeline parallelism (``*_pp_size`` > 1): not modelled; attention data
   parallelism on a dense model (SGLang's dp-attention gathers the ranks' tokens
   for its TP'd MLP, which is not modelled; servesim reads dense DP as vLLM's
