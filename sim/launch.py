@@ -402,13 +402,14 @@ def _vllm(cfg: dict[str, Any]) -> Launch:
         if cfg.get("router") != "least_outstanding_requests":
             la.notes.append(f"simulated router {cfg.get('router')!r}; vLLM's data-parallel balancer sends each "
                             "request to the least loaded engine")
-    if cfg.get("enable_expert_parallel"):
+    if (_expert_parallel_size(cfg) or 1) > 1:  # vLLM's only EP layout: whole experts on every GPU
         a += ["--enable-expert-parallel"]
     if cfg.get("num_redundant_experts"):  # vllm/config/parallel.py EPLBConfig.num_redundant_experts
         a += ["--enable-eplb", "--eplb-config", f'{{"num_redundant_experts": {cfg["num_redundant_experts"]}}}']
     if cfg.get("max_total_tokens"):
-        la.problems.append(f"max_total_tokens {cfg['max_total_tokens']} caps the KV pool; vLLM has no such flag "
-                           "(--num-gpu-blocks-override fixes the blocks instead)")
+        la.problems.append(f"max_total_tokens {cfg['max_total_tokens']} caps the KV pool; vLLM has no such flag: "
+                           f"--num-gpu-blocks-override {cfg['max_total_tokens'] // cfg['block_size']} fixes the pool "
+                           "at that size instead (a testing flag, taken even where memory gives less)")
     a += ["--max-num-seqs", str(cfg["max_num_seqs"]), "--max-num-batched-tokens", str(cfg["max_num_batched_tokens"]),
           "--max-model-len", str(cfg["max_model_len"]),
           "--gpu-memory-utilization", f"{cfg['gpu_memory_utilization']:g}", "--block-size", str(cfg["block_size"])]

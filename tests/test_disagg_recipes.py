@@ -408,8 +408,8 @@ def test_redundant_expert_slots_let_ep_48_run_deepseeks_256_experts():
     assert dep.disagg.decode.layout.describe() == ("attention DP 48 x TP 1, experts EP 48 x TP 1 (+32 redundant) "
                                                    "= 48 GPUs")
     assert dep.disagg.decode.cost_model._routed_override.El == 6
-    # the prefill pool's 4 ranks each hold at most 131072 tokens (+ servesim's null block)
-    assert dep.disagg.prefill.sizing.num_gpu_blocks == 131072 + 1
+    # the prefill pool's 4 ranks each hold at most 131072 tokens (pages of 1)
+    assert dep.disagg.prefill.sizing.num_gpu_blocks == 131072
     # without the slots the EP 48 pool is refused, naming them
     bare = {**pools, "decode": {**pools["decode"], "keys": {k: v for k, v in pools["decode"]["keys"].items()
                                                             if k != "num_redundant_experts"}}}

@@ -333,15 +333,17 @@ def test_redundant_expert_slots_and_a_kv_token_cap_in_each_engines_terms(tmp_pat
 
     def launch(engine):
         c = build_config(overrides={"engine": engine, "model": str(cfg_path), "hardware": "gb200",
-                                    "data_parallel_size": 10, "enable_expert_parallel": True,
+                                    "data_parallel_size": 10, "moe_ep_size": 10,
                                     "num_redundant_experts": 2, "max_total_tokens": 4096, "max_model_len": 2048})
         return launch_command(build_deployment(c).cfg.model_dump(mode="json"))
 
     la = launch("vllm")
     a = la.argv
     assert "--enable-eplb" in a and json.loads(a[a.index("--eplb-config") + 1]) == {"num_redundant_experts": 2}
-    assert la.problems == ["max_total_tokens 4096 caps the KV pool; vLLM has no such flag "
-                           "(--num-gpu-blocks-override fixes the blocks instead)"]
+    assert la.problems == ["max_total_tokens 4096 caps the KV pool; vLLM has no such flag: "
+                           "--num-gpu-blocks-override 256 fixes the pool at that size instead (a testing flag, "
+                           "taken even where memory gives less)"]
+    assert "--enable-expert-parallel" in a  # EP over all 10 GPUs
     assert "'{\"num_redundant_experts\": 2}'" in la.text()  # shell-quoted in launch.sh
     la = launch("sglang")
     f = _flags(la.argv)

@@ -387,7 +387,9 @@ def test_redundant_experts_make_ep_6_hold_64_experts_in_72_slots(moe, moe_path):
     ({"num_redundant_experts": 8}, r"^num_redundant_experts: 8 needs expert parallelism \(the copies sit on other EP "
                                    r"ranks\); the experts of .* run EP 1 x TP 1 here"),
     ({"data_parallel_size": 4, "moe_ep_size": 4, "num_redundant_experts": 6},
-     r"^moe_ep_size: 4 does not divide .*'s 64 routed experts \+ num_redundant_experts 6 = 70 physical experts"),
+     r"^moe_ep_size: 4 does not divide .*'s 64 routed experts \+ num_redundant_experts 6 = 70 physical experts "
+     r"\(each EP rank holds \(E \+ R\) / ep experts whole\); redundant expert slots can make them divide "
+     r"\(num_redundant_experts 8: 72 = 4 x 18\)$"),
 ])
 def test_redundant_experts_need_ep_and_a_whole_split(moe_path, kw, msg):
     with pytest.raises(ConfigError, match=msg):

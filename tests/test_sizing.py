@@ -191,24 +191,32 @@ def test_memory_profile_is_vllm_only_and_kv_shows_it_apart():
 
 def test_max_total_tokens_caps_the_pool_at_its_tokens():
     """SGLang --max-total-tokens / TensorRT-LLM kv_cache_config.max_tokens: the pool is
-    the smaller of what memory gives and the cap (16,000 tokens: 1,000 blocks of 16
-    usable, + servesim's null block); a cap above what memory gives changes nothing."""
+    the smaller of what memory gives and the cap (16,000 tokens: 1,000 blocks of 16,
+    servesim's null block among them); a cap above what memory gives changes nothing,
+    and servesim kv says which sized it."""
     free = compute_kv_sizing(MODEL, HW, max_model_len=4096)
     capped = compute_kv_sizing(MODEL, HW, max_model_len=4096, max_total_tokens=16_000)
-    assert capped.num_gpu_blocks == 1_001 and capped.kv_cache_bytes == 1_001 * 65_536
-    assert compute_kv_sizing(MODEL, HW, max_model_len=4096, max_total_tokens=16_007).num_gpu_blocks == 1_001
+    assert capped.num_gpu_blocks == 1_000 and capped.kv_cache_bytes == 1_000 * 65_536
+    assert compute_kv_sizing(MODEL, HW, max_model_len=4096, max_total_tokens=16_015).num_gpu_blocks == 1_000
+    rep = kv_report(capped)
+    assert (rep["max_total_tokens"], rep["kv_pool_sized_by"], rep["kv_cache_tokens"]) == (
+        16_000, "max_total_tokens", 16_000)
     big = compute_kv_sizing(MODEL, HW, max_model_len=4096, max_total_tokens=10**10)
-    assert big.num_gpu_blocks == free.num_gpu_blocks > 1_001
+    assert big.num_gpu_blocks == free.num_gpu_blocks > 1_000
+    assert kv_report(big)["kv_pool_sized_by"] == (f"memory ({free.num_gpu_blocks * 16:,} tokens fit; "
+                                                  "the cap is above)")
+    assert "max_total_tokens" not in kv_report(free)
 
 
 def test_a_kv_cap_below_one_sequence_names_the_cap_or_caps_requests():
-    # 2,048 tokens = 128 usable blocks; one 4,096-token sequence needs 256
-    with pytest.raises(InfeasibleError, match=r"needs 256 blocks .* only 128 usable blocks .* lower max_model_len "
+    # 2,048 tokens = 128 blocks, 127 usable; one 4,096-token sequence needs 256
+    with pytest.raises(InfeasibleError, match=r"needs 256 blocks .* only 127 usable blocks .* lower max_model_len "
                                               r"or raise max_total_tokens \(2048 is set\)$"):
         compute_kv_sizing(MODEL, HW, max_model_len=4096, max_total_tokens=2048)
-    # SGLang starts and caps each request at its pool instead: min(4095, 129 x 16 - 1, 128 x 16)
-    s = compute_kv_sizing(MODEL, HW, max_model_len=4096, max_total_tokens=2048, request_len_cap="kv_pool")
-    assert (s.num_gpu_blocks, s.max_req_len) == (129, 2048)
+    # SGLang (page 1) starts and caps each request at its pool: max_req_len = 2,048 - 1 (scheduler.py)
+    s = compute_kv_sizing(MODEL, HW, block_size=1, max_model_len=4096, max_total_tokens=2048,
+                          request_len_cap="kv_pool")
+    assert (s.num_gpu_blocks, s.max_req_len) == (2048, 2047)
 
 
 def test_max_total_tokens_and_a_fixed_block_count_are_one_or_the_other():

@@ -82,3 +82,24 @@ def test_readme_convention_campaigns_are_left_as_they_are():
     # TP 8 with EP 1 in a tp-times-ep campaign: nothing counted twice
     plain = {**ROW, "campaign": "2026-04-06", "tp_size": 8, "moe_tp_size": 8, "moe_ep_size": 1}
     assert recorded_parallelism(plain) is plain
+
+
+def test_clients_tp_times_the_batch_are_read_as_attention_dp_ranks():
+    """aic-gap-analysis's TensorRT-LLM DeepSeek NVFP4 row
+    nvidia_deepseek_v3_1_nvfp4_..._gb200_trtllm_agg_4000x1000_c320_tp8: tp 8, experts EP 8,
+    batch 40 at 320 clients, no attention_dp_size: 320 = 8 x 40, 8 attention ranks of
+    batch 40 (the table's batch_size = concurrency / attention_dp_size); aiconfigurator's
+    limits per rank: max_batch_size 40, max_num_tokens 40 + 4000 + 1500 up to 32 = 5568."""
+    row = {**ROW, "campaign": "aic-gap-analysis", "system": "gb200", "model_path": "deepseek-ai/DeepSeek-V3",
+           "isl": 4000, "osl": 1000, "concurrency": 320, "batch_size": 40, "tp_size": 8, "moe_tp_size": 1,
+           "moe_ep_size": 8}
+    assert recorded_parallelism(row)["attention_dp_size"] == 8
+    ov = row_overrides(row, ValidateOptions())
+    assert (ov["tensor_parallel_size"], ov["data_parallel_size"], ov["moe_ep_size"]) == (1, 8, 8)
+    assert (ov["max_num_seqs"], ov["max_num_batched_tokens"]) == (40, 5568)
+    # clients = the batch (every other aic row), another engine's tp convention, a dense row: as they are
+    for other in ({**row, "concurrency": 40}, {**row, "backend": "vllm"},
+                  {k: v for k, v in row.items() if k not in ("moe_tp_size", "moe_ep_size")},
+                  {**row, "concurrency": 300}):
+        assert "attention_dp_size" not in recorded_parallelism(other)
+    assert row_overrides({**row, "concurrency": 40}, ValidateOptions())["max_num_seqs"] == 40

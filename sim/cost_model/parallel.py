@@ -188,8 +188,9 @@ def resolve_layout(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_siz
                f"x data_parallel_size {dp})" if enable_expert_parallel else f"moe_ep_size: {ep}")
         what = (f"{model.name}'s {E} routed experts + num_redundant_experts {R} = {E + R} physical experts "
                 if R else f"{model.name}'s {E} routed experts ")
-        hint = "" if R else (f"; redundant expert slots can make them divide (num_redundant_experts "
-                             f"{-E % ep}: {E + (-E % ep)} = {ep} x {(E + (-E % ep)) // ep})")
+        fit = R + (-(E + R) % ep)  # the fewest slots from R up that split whole
+        hint = (f"; redundant expert slots can make them divide (num_redundant_experts {fit}: "
+                f"{E + fit} = {ep} x {(E + fit) // ep})")
         raise ConfigError(f"{key} does not divide {what}(each EP rank holds (E + R) / ep experts whole){hint}")
     if model.moe_intermediate_size % mtp:
         raise ConfigError(f"moe_tp_size: {mtp} does not divide {model.name}'s moe_intermediate_size "

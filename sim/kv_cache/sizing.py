@@ -155,6 +155,9 @@ class KVSizing:
     #: SGLang's cap on one request's tokens where the pool cannot hold a max_model_len
     #: sequence (``request_len_cap`` ``kv_pool``: pool tokens - 1); None: not capped
     max_req_len: int | None = None
+    #: ``max_total_tokens`` (the cap asked for; None: none) and the blocks memory gave before it
+    max_total_tokens: int | None = None
+    memory_gpu_blocks: int | None = None
 
     @property
     def longest_request(self) -> int:
@@ -228,9 +231,11 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
     ``hybrid_off_reason``: why not, when False (shown by ``servesim kv``).
     ``memory_profile``: what vLLM's init-time memory snapshot holds, which sets
     the non-torch memory subtracted (:func:`non_torch_bytes`).
-    ``max_total_tokens``: a cap on the pool's usable tokens (SGLang
+    ``max_total_tokens``: a cap on the pool's tokens (SGLang
     ``--max-total-tokens``, TensorRT-LLM ``kv_cache_config.max_tokens``): the
-    blocks memory gives, at most ``max_total_tokens // block_size`` usable ones.
+    blocks memory gives, at most ``max_total_tokens // block_size`` (servesim's
+    null block counted in, as SGLang's pool of ``max_total_num_tokens`` gives
+    ``max_req_len`` = that - 1).
     """
     tp = tensor_parallel_size
     model.check_tensor_parallel_size(tp)
@@ -326,8 +331,9 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
             f"gpu_memory_utilization {gpu_memory_utilization})")
     num_blocks = (num_gpu_blocks_override if num_gpu_blocks_override is not None
                   else groups.num_gpu_blocks(available) if hybrid else int(available // block_bytes))
-    if max_total_tokens is not None:  # usable blocks at most the cap (+ the null block)
-        num_blocks = min(num_blocks, max_total_tokens // block_size + 1)
+    memory_blocks = num_blocks
+    if max_total_tokens is not None:  # the pool (servesim's null block included, as SGLang's
+        num_blocks = min(num_blocks, max_total_tokens // block_size)  # max_total_num_tokens: max_req_len)
     blocks_per_seq = (groups.blocks_per_request(block_size, max_model_len, max_num_batched_tokens) if hybrid
                       else math.ceil(max_model_len / block_size))
     max_req_len = None
@@ -349,7 +355,7 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
             f"at TP {tp}; lower max_model_len or "
             + (f"raise num_gpu_blocks_override ({num_gpu_blocks_override} is set)" if num_gpu_blocks_override
                is not None else f"raise max_total_tokens ({max_total_tokens} is set)"
-               if max_total_tokens is not None and max_total_tokens // block_size + 1 == num_blocks
+               if max_total_tokens is not None and num_blocks < memory_blocks
                else "raise gpu_memory_utilization / tensor_parallel_size"))
     return KVSizing(num_blocks, kv_tok, block_bytes, weights, act, num_blocks * block_bytes,
                     max_model_len, num_blocks / blocks_per_seq, block_size, tp,
@@ -359,7 +365,7 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
                     model.is_classic, groups, hybrid,
                     None if hybrid else (hybrid_off_reason or groups.reason or "hybrid KV cache manager off"),
                     blocks_per_seq, max_num_batched_tokens, memory_profile, non_torch_bytes(tp, memory_profile),
-                    max_req_len)
+                    max_req_len, max_total_tokens, memory_blocks)
 
 
 def _layer_type_rows(sizing: KVSizing) -> dict:
@@ -448,6 +454,11 @@ def kv_report(sizing: KVSizing, lengths: tuple[int, ...] = (1024, 4096, 32768),
         "memory_profile": sizing.memory_profile or "before_cuda_context (default)",
         "non_torch_gib": sizing.non_torch_bytes / GiB,
         "kv_cache_gib": sizing.kv_cache_bytes / GiB,
+        # the cap and whether it sized the pool (SGLang logs when the cap is above what memory gives)
+        **({"max_total_tokens": sizing.max_total_tokens,
+            "kv_pool_sized_by": ("max_total_tokens" if sizing.num_gpu_blocks < sizing.memory_gpu_blocks
+                                 else f"memory ({sizing.memory_gpu_blocks * bs:,} tokens fit; the cap is above)")}
+           if sizing.max_total_tokens is not None else {}),
         "num_gpu_blocks": sizing.num_gpu_blocks,
         # hybrid: vLLM's "GPU KV cache size" (max concurrency x max_model_len), tokens of
         # max_model_len requests that fit; else blocks x block_size

@@ -38,7 +38,8 @@ Each row is simulated as it was run (:func:`row_overrides`):
     C + isl + 1500, TensorRT-LLM ``max_num_tokens`` = C + isl + 1500 rounded
     up to 32 (``tokens_per_block``), SGLang ``max_prefill_tokens`` = isl +
     1500; ``max_num_seqs`` (``max_batch_size``) = C; SGLang 0.5.6+ with
-    ``--enable-mixed-chunk`` (:func:`aic_sglang_mixed_chunk`). With these token
+    ``--enable-mixed-chunk`` (:func:`aic_sglang_mixed_chunk`); on a row read as
+    attention DP (:func:`implied_attention_dp`) C is one rank's batch. With these token
     budgets one step prefills about one prompt, so a burst of C requests is
     prefilled over about C steps instead of one (:func:`aic_deploy_overrides`);
   * the client sends ``requests_per_client``·C requests at fixed concurrency
@@ -398,7 +399,10 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
         # a Dynamo release read as the engine release it ships (row_engine_version)
         ov["engine_version"] = row_engine_version(row)
     if h.deployment == "aic_generator":
-        ov.update(aic_deploy_overrides(engine, isl, conc, row_engine_version(row) or None))
+        # the generator's limits are one worker's, per attention rank (max_batch_size = the row's
+        # batch; the row's clients are the ranks' batches: implied_attention_dp)
+        per_rank = conc // ov.get("data_parallel_size", 1)
+        ov.update(aic_deploy_overrides(engine, isl, per_rank, row_engine_version(row) or None))
     if h.max_num_seqs_from:
         try:
             b = float(row.get(h.max_num_seqs_from))
@@ -462,7 +466,7 @@ def recorded_parallelism(row: dict) -> dict:
 
     campaign = _cell(row, "campaign")
     if not any(fnmatch.fnmatchcase(campaign, g) for g in CAMPAIGNS_TP_TIMES_EP):
-        return row
+        return implied_attention_dp(row)
     try:
         tp, mtp, mep = (float(_cell(row, c) or "nan") for c in ("tp_size", "moe_tp_size", "moe_ep_size"))
         dp = float(_cell(row, "attention_dp_size") or "1")
@@ -482,6 +486,37 @@ def recorded_parallelism(row: dict) -> dict:
             out["batch_size"] = bs * mep
         return out
     return row
+
+
+#: engines whose attention DP counts every GPU of the worker in ``tp_size`` (TensorRT-LLM
+#: ``enable_attention_dp``: one attention rank a GPU; SGLang ``--tp`` with ``--enable-dp-attention``)
+DP_IN_TP_ENGINES = ("trtllm", "sglang")
+
+
+def implied_attention_dp(row: dict) -> dict:
+    """An MoE row with no ``attention_dp_size`` whose clients are ``tp_size``
+    times its ``batch_size`` (``concurrency`` = tp x batch, tp > 1; TensorRT-LLM or
+    SGLang), read as attention DP over its ``tp_size`` GPUs: the table records
+    ``batch_size`` = concurrency / ``attention_dp_size`` in every DP row
+    (:func:`recorded_parallelism`), and a worker with a batch of ``batch_size``
+    serves tp x that many clients at once only as tp attention ranks. The rows:
+    the ``aic-gap-analysis`` campaign's TensorRT-LLM DeepSeek NVFP4 and gpt-oss
+    rows (e.g. ``nvidia_deepseek_v3_1_nvfp4_..._gb200_trtllm_agg_4000x1000_c320_tp8``:
+    batch 40 at 320 clients, 350 ms measured TTFT, no queue for slots);
+    aiconfigurator's generator turns ``enable_attention_dp`` on for an MoE
+    worker with ``data_parallel_size`` > 1 (``generator/rule_plugin/trtllm.rule``).
+    Other rows are returned as they are."""
+    if _cell(row, "attention_dp_size") or _cell(row, "backend").lower() not in DP_IN_TP_ENGINES:
+        return row
+    if not (_cell(row, "moe_ep_size") or _cell(row, "moe_tp_size")):
+        return row  # a dense row: no attention DP to read
+    try:
+        tp, bs, conc = (float(_cell(row, c) or "nan") for c in ("tp_size", "batch_size", "concurrency"))
+    except ValueError:
+        return row  # bad cells are refused, named, by row_overrides
+    if not (math.isfinite(tp) and math.isfinite(bs) and tp > 1 and bs >= 1 and conc == tp * bs):
+        return row
+    return {**row, "attention_dp_size": tp}
 
 
 def _row_layout(row: dict, tp: int) -> dict[str, Any] | None:
