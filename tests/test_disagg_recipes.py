@@ -463,3 +463,45 @@ def test_a_concurrency_that_is_no_client_count_is_named_not_called_unrecorded():
             disagg_pools({**row, "concurrency": bad})
     with pytest.raises(NotSimulable, match=r"^concurrency not recorded"):
         disagg_pools({**row, "concurrency": None})
+
+
+#: dsr1_gb200_trtllm_fp8_disagg_1024x1024_c27_cfg386 (disagg_dev.csv, db-dump): pools recorded
+RECORDED_C27 = {
+    "id": "dsr1_gb200_trtllm_fp8_disagg_1024x1024_c27_cfg386", "campaign": "db-dump/2026-04-27",
+    "image": "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.1.post2", "measured": "2026-02-05",
+    "concurrency": 27.0, "backend": "trtllm", "backend_version": "0.8.1.post2",
+    "model_path": "deepseek-ai/DeepSeek-V3", "system": "gb200", "precision": "fp8", "mode": "disagg",
+    "isl": 1024, "osl": 1024, "prefill_batch_size": 1.0, "prefill_num_workers": 1.0, "prefill_tp_size": 1.0,
+    "prefill_pp_size": 1.0, "prefill_attention_dp_size": 8.0, "prefill_moe_tp_size": 1.0,
+    "prefill_moe_ep_size": 8.0, "decode_batch_size": 9.0, "decode_num_workers": 3.0, "decode_tp_size": 8.0,
+    "decode_pp_size": 1.0, "decode_attention_dp_size": 1.0, "decode_moe_tp_size": 1.0, "decode_moe_ep_size": 8.0}
+
+
+def test_a_recorded_row_runs_its_recipe_files_engine_arguments_over_its_recorded_batch():
+    """The row records batch 9 (27 clients / 3 decode workers); the harness entry with its
+    worker counts (GB200 FP8 1k/1k at 27 clients) runs
+    ctx1_gen3_tep8_batch8_eplb0_mtp0_27.yaml: decode max_batch_size 8, max_num_tokens 8,
+    free_gpu_memory_fraction 0.9, KV fp8, stream_interval 100 and 4 postprocess workers;
+    prefill 8 attention ranks of max_batch_size 16, max_num_tokens 16384, 0.5, the overlap
+    scheduler off. 24 slots for 27 clients: the file's batch is simulated, the row's
+    warning names both."""
+    url = ("https://github.com/csahithi/srt-slurm/blob/d2f5af03b5b161e9dc0e5895e595796ca63b40b2/recipes/"
+           "trtllm/gb200-fp8/1k1k/stp/ctx1_gen3_tep8_batch8_eplb0_mtp0_27.yaml")
+    pools = disagg_pools(RECORDED_C27)
+    dec, pre = pools["decode"], pools["prefill"]
+    assert (dec["n"], dec["tp"], dec["batch"]) == (3, 8, 8)
+    assert dec["keys"] == {"max_num_batched_tokens": 8, "gpu_memory_utilization": 0.9, "kv_cache_dtype": "fp8"}
+    assert (pre["n"], pre["tp"], pre["batch"]) == (1, 1, 16)
+    assert pre["keys"] == {"max_num_batched_tokens": 16384, "gpu_memory_utilization": 0.5, "kv_cache_dtype": "fp8",
+                           "overlap_scheduling": False}
+    assert pre["layout"] == {"data_parallel_size": 8, "moe_ep_size": 8, "moe_tp_size": 1}
+    assert dec["recipe"] == [url] and pools["deployment"]["keys"] == {"stream_interval": 100,
+                                                                      "num_postprocess_workers": 4}
+    assert pools["notes"] == [f"the row records prefill batch 1, its recipe file ({url}) runs max batch 16 per "
+                              "rank: the file's is simulated",
+                              f"the row records decode batch 9, its recipe file ({url}) runs max batch 8 per rank: "
+                              "the file's is simulated"]
+    # a day the file was not live, or a concurrency no entry lists: the recorded batch, no file
+    for other in ({**RECORDED_C27, "measured": "2026-01-02"}, {**RECORDED_C27, "concurrency": 26.0}):
+        p = disagg_pools(other)
+        assert p["decode"]["batch"] == 9 and p["decode"]["keys"] == {} and "notes" not in p

@@ -39,7 +39,11 @@ the worker's GPUs; a worker is then a DP group, sim/engine/disagg.py);
 ``max_num_seqs`` = ``*_batch_size`` when recorded (per attention rank: the
 recorded rows' concurrency is workers x DP ranks x batch, e.g. 1 decode worker
 of DP 32 x batch 64 at concurrency 2048), else the recipe's engine
-arguments, else the engine's default, as the engine ran; the engine preset of
+arguments, else the engine's default, as the engine ran. A recorded row whose
+harness entries (those with its worker counts) name one transcribed recipe file
+runs that file's engine arguments, its max batch over the recorded batch, which
+is the clients per worker rather than the engine's limit
+(:func:`recorded_row_engine_args`); the row's warning names both. The engine preset of
 ``backend``; quantization and KV dtype as the aggregated rows
 (:func:`sim.validate.rows.row_quantization`).
 
@@ -277,6 +281,12 @@ def _settings(r: dict, pool: str) -> dict[str, Any]:
     return out
 
 
+def _config_file(r: dict) -> str | None:
+    """The srt-slurm recipe file a harness entry names (``CONFIG_FILE``, under either
+    pool: it holds both pools' engine arguments), or None."""
+    return next((s["CONFIG_FILE"] for s in (_settings(r, p) for p in POOLS) if "CONFIG_FILE" in s), None)
+
+
 def _deployment(r: dict) -> tuple:
     return (r["spec_decoding"],) + tuple((r[p]["num-worker"], r[p]["ep"], bool(r[p]["dp-attn"]),
                                           tuple(sorted(_settings(r, p).items()))) for p in POOLS)
@@ -319,7 +329,7 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
     pools: dict[str, Any] = {}
     notes: list[str] = []
     # a CONFIG_FILE (listed under either pool) holds both pools' engine arguments
-    config_file = next((s["CONFIG_FILE"] for s in (_settings(r, p) for p in POOLS) if "CONFIG_FILE" in s), None)
+    config_file = _config_file(r)
     for p in POOLS:
         st = _settings(r, p)
         keys: dict[str, Any] = {}
@@ -471,7 +481,7 @@ def entry_streaming(r: dict, srt: dict | None = None, day: str | None = None) ->
     arguments are not transcribed (a launch script sized by nodes, an
     untranscribed recipe file, another runner's script) or, given the row's
     ``day``, the transcribed version of its recipe file was not live that day."""
-    config_file = next((s["CONFIG_FILE"] for s in (_settings(r, p) for p in POOLS) if "CONFIG_FILE" in s), None)
+    config_file = _config_file(r)
     if config_file is None:
         if r["framework"] == "dynamo-trt" and str(r["runner"]).startswith("gb200"):
             return {"keys": dict(DYNAMO_TRT_STREAM[0]), "recipe": [DYNAMO_TRT_STREAM[1]]}
@@ -482,6 +492,46 @@ def entry_streaming(r: dict, srt: dict | None = None, day: str | None = None) ->
     args = f["decode"]  # the decode server streams the tokens
     keys = {key: int(args[option]) for option, key in SRT_FORMATS[f["format"]]["stream"].items() if option in args}
     return {"keys": keys, "recipe": [f["url"]]}
+
+
+def recorded_row_engine_args(row: dict, pools: dict[str, dict[str, Any]], recipes: list[dict] | None = None,
+                             srt: dict | None = None) -> dict[str, dict[str, Any]] | None:
+    """A row with its worker counts recorded: per pool, the engine arguments of the
+    srt-slurm recipe file of the harness entries it matches with its own worker
+    counts (:func:`matching_recipes`), ``{"keys": ..., "batch": ..., "url": ...}``,
+    when there is at least one such entry, every one names a transcribed file live
+    on the row's day, they agree, and the file runs each pool in the row's recorded
+    layout (attention TP, DP, experts); else None (the recorded batch and the
+    engine's defaults are kept). The ``db-dump`` rows record ``*_batch_size`` as
+    the clients per worker, not the engine's ``max_batch_size``
+    (``dsr1_gb200_trtllm_fp8_disagg_1024x1024_c27_cfg386``: batch 9 recorded, 27
+    clients on 3 decode workers; its file ``ctx1_gen3_tep8_batch8_eplb0_mtp0_27.yaml``
+    runs ``max_batch_size`` 8: 24 slots, 3 clients always waiting, which Little's
+    law puts at 3 / (24 / 11 s decode) = 1.4 s of the 1.56 s measured TTFT)."""
+    found = [r for r in matching_recipes(row, recipes)
+             if all(int(r[p]["num-worker"]) == pools[p]["n"] for p in POOLS)]
+    got = []
+    for r in found:
+        f = _srt_file(_config_file(r), srt) if _config_file(r) is not None else None
+        if f is None:
+            return None
+        per: dict[str, dict[str, Any]] = {}
+        try:
+            for p in POOLS:
+                keys, dp, ep, _ = _srt_pool_keys(row, r, p, f)
+                tp = int(_opt(f[p], SRT_FORMATS[f["format"]]["tp"]) or 1)
+                if tp % dp or tp % ep:
+                    return None
+                per[p] = {"keys": keys, "batch": keys.pop("max_num_seqs", None), "tp": tp // dp,
+                          "layout": _layout_keys(tp // dp, dp, ep, tp // ep), "url": f["url"]}
+        except NotSimulable:  # not live on the row's day, or not what servesim models
+            return None
+        got.append(per)
+    if not got or any(g != got[0] for g in got[1:]):
+        return None
+    if any(got[0][p]["tp"] != pools[p]["tp"] or got[0][p]["layout"] != pools[p].get("layout", {}) for p in POOLS):
+        return None
+    return got[0]
 
 
 def recorded_row_streaming(row: dict, pools: dict[str, dict[str, Any]], recipes: list[dict] | None = None,
@@ -554,7 +604,24 @@ def disagg_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
             pools[p] = {"n": n, "tp": attn_tp, "batch": batch, "keys": {}, "recipe": []}
             if layout:
                 pools[p]["layout"] = layout
-        streaming = recorded_row_streaming(row, pools, recipes, srt)
+        # the harness entries name a worker's GPUs (tp, with dp-attn every GPU a rank); the
+        # recorded row, attention TP x DP ranks
+        gpu_row = {**row, **{f"{p}_tp_size": pools[p]["tp"] * pools[p].get("layout", {}).get("data_parallel_size", 1)
+                             for p in POOLS}}
+        args = recorded_row_engine_args(gpu_row, pools, recipes, srt)
+        if args is not None:  # the recipe file's engine arguments (its batch over the recorded one)
+            notes = []
+            for p in POOLS:
+                a = args[p]
+                if a["batch"] is not None and pools[p]["batch"] not in (None, a["batch"]):
+                    notes.append(f"the row records {p} batch {pools[p]['batch']}, its recipe file ({a['url']}) "
+                                 f"runs max batch {a['batch']} per rank: the file's is simulated")
+                pools[p].update(keys=a["keys"], recipe=[a["url"]])
+                if a["batch"] is not None:
+                    pools[p]["batch"] = a["batch"]
+            if notes:
+                pools["notes"] = notes
+        streaming = recorded_row_streaming(gpu_row, pools, recipes, srt)
         if streaming is not None:
             pools["deployment"] = streaming
     elif any(_whole(row, f"{p}_tp_size") is None for p in POOLS):
