@@ -123,6 +123,11 @@ class SimConfig(BaseModel):
     tensor_parallel_size: int = Field(default=1, ge=1)
     num_replicas: int = Field(default=1, ge=1, le=1024)  # each holds a block pool: 10^4 would need ~15 GB
     router: Literal["round_robin", "least_outstanding_requests", "random", "prefix_aware"] = "round_robin"
+    # Router processes behind one load balancer, each with its own round-robin counters; a request
+    # meets one at random (nginx worker processes, each its own round-robin): Dynamo frontends behind
+    # nginx as NVIDIA's srt-slurm launcher runs them (sim/engine/traffic.py Frontends). Modelled for
+    # router round_robin (and random, where it changes nothing)
+    num_frontends: int = Field(default=1, ge=1, le=1024)
     # Attention data parallelism and expert parallelism (sim/cost_model/parallel.py). vLLM names;
     # SGLang: --dp-size + --enable-dp-attention, --ep-size; TensorRT-LLM: enable_attention_dp
     # (DP = tp_size ranks), moe_expert_parallel_size / moe_tensor_parallel_size (moe_ep_size /

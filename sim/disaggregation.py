@@ -162,6 +162,6 @@ class DisaggregationConfig(BaseModel):
         return self.num_prefill_workers + self.num_decode_workers
 
 
-_DEPLOYMENT_KEYS = ("model", "engine", "router", "num_replicas", "seed", "workload", "exact_steps",
+_DEPLOYMENT_KEYS = ("model", "engine", "router", "num_frontends", "num_replicas", "seed", "workload", "exact_steps",
                     "max_model_len", "frontend_latency_s", "frontend_token_s", "stream_interval",
                     "num_postprocess_workers", "client_think_time_s", "client_start_spread_s", "disaggregation")

@@ -420,3 +420,65 @@ def test_a_decode_worker_without_chunked_prefill_takes_prompts_beyond_its_token_
     assert o.summary["num_rejected"] == 1
     assert "prefill pool: prompt (1000 tokens) exceeds the token budget max_num_batched_tokens (256)" in \
         o.result.rejected_reasons[0]
+
+
+def _frontend_choices(n: int, frontends: int, seed: int = 0) -> list[int]:
+    """The frontends ``n`` requests meet, as sim.engine.traffic.Frontends draws them."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 6]))
+    return [int(rng.integers(frontends)) for _ in range(n)]
+
+
+def test_each_frontend_round_robins_the_prefill_then_the_decode_workers_on_its_own():
+    """3 frontends behind nginx, 2 prefill and 3 decode workers, 12 requests a second
+    apart (nothing contends): request i meets frontend f_i (srt-slurm's nginx in front
+    of Dynamo frontends); frontend f's k-th request goes to prefill worker k mod 2 and
+    decode worker k mod 3, counting only its own requests. One frontend: the single
+    round-robin of before, nothing drawn."""
+    n = 12
+    specs = _specs([100] * n, [3] * n, arrivals=np.arange(n, dtype=float))
+    cfg = _cfg({"num_prefill_workers": 2, "num_decode_workers": 3}, num_frontends=3)
+    _, r = _run(cfg, specs)
+    seen: dict[int, int] = {}
+    want_p, want_d = [], []
+    for f in _frontend_choices(n, 3):
+        k = seen.get(f, 0)
+        seen[f] = k + 1
+        want_p.append(k % 2)
+        want_d.append(k % 3)
+    assert len(set(_frontend_choices(n, 3))) == 3  # the draw meets every frontend
+    assert r["prefill_worker"].tolist() == want_p
+    assert r["decode_worker"].tolist() == want_d
+    _, one = _run(_cfg({"num_prefill_workers": 2, "num_decode_workers": 3}), specs)
+    assert one["prefill_worker"].tolist() == [i % 2 for i in range(n)]
+    assert one["decode_worker"].tolist() == [i % 3 for i in range(n)]
+
+
+def test_frontends_are_modelled_for_round_robin_routing_only():
+    with pytest.raises(ConfigError, match=r"^num_frontends: 4 frontends are modelled each with its own round-robin "
+                                          r"counters \(router round_robin, or random\); router "
+                                          r"'least_outstanding_requests' would need each frontend's own view"):
+        build_deployment(_cfg({}, num_frontends=4, router="least_outstanding_requests"))
+    with pytest.raises(ConfigError, match=r"router 'least_outstanding_requests'"):
+        build_deployment(_cfg({"decode_router": "least_outstanding_requests"}, num_frontends=2))
+    build_deployment(_cfg({}, num_frontends=4, router="random"))
+
+
+def test_aggregated_replicas_behind_frontends_and_determinism():
+    """Aggregated: 2 replicas behind 4 frontends, each frontend's own round-robin; the
+    same config and seed give the same assignment."""
+    n = 10
+    specs = _specs([100] * n, [3] * n, arrivals=np.arange(n, dtype=float))
+    cfg = build_config(overrides={"model": MODEL, "hardware": GPU, "scheduler": "chunked", "num_replicas": 2,
+                                  "num_frontends": 4, "exact_steps": True})
+    _, r = _run(cfg, specs)
+    seen: dict[int, int] = {}
+    want = []
+    for f in _frontend_choices(n, 4):
+        want.append(seen.get(f, 0) % 2)
+        seen[f] = seen.get(f, 0) + 1
+    assert r["replica"].tolist() == want
+    _, again = _run(cfg, specs)
+    assert again["replica"].tolist() == want
+    fast = cfg.model_copy(update={"exact_steps": False})  # the accelerated stepping routes the same
+    _, acc = _run(fast, specs)
+    assert acc["replica"].tolist() == want and np.array_equal(acc["ttft_ms"], r["ttft_ms"])

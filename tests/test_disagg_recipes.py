@@ -238,16 +238,16 @@ def test_an_sglang_attention_dp_pool_keeps_sglang_default_request_pool_not_the_r
 def test_a_recorded_row_takes_the_streaming_of_the_entries_it_matches():
     """Worker counts recorded: the harness entries matching the row with those
     counts give its stream_interval when all are transcribed and agree."""
-    from sim.validate.disagg_rows import recorded_row_streaming
+    from sim.validate.disagg_rows import recorded_row_deployment_keys
 
     pools = {"prefill": {"n": 1}, "decode": {"n": 1}}
-    got = recorded_row_streaming(_row(image=""), pools, [_recipe()])  # GB200 dynamo-trt: gen_yaml.py
+    got = recorded_row_deployment_keys(_row(image=""), pools, [_recipe()])  # GB200 dynamo-trt: gen_yaml.py
     assert got["keys"] == {"stream_interval": 20} and "https://recipe/1" in got["recipe"]
     # the entry deploys 2 decode workers, the row recorded 1: not what ran
-    assert recorded_row_streaming(_row(image=""), pools, [_recipe(d=(2, 4, 1, False))]) is None
+    assert recorded_row_deployment_keys(_row(image=""), pools, [_recipe(d=(2, 4, 1, False))]) is None
     # an entry whose launch is not transcribed (SGLang sized by nodes): not known
     sgl = _recipe(framework="dynamo-sglang")
-    assert recorded_row_streaming(_row(image="", backend="sglang"), pools, [sgl]) is None
+    assert recorded_row_deployment_keys(_row(image="", backend="sglang"), pools, [sgl]) is None
     # srt-slurm files that disagree (10 vs the default): not known
     srt = {"recipes": {f"recipes/{k}.yaml": {"format": "sglang", "url": f"https://srt/{k}",
                                              "live": ["2026-01-01", "2026-03-24"], "decode": d}
@@ -256,8 +256,8 @@ def test_a_recorded_row_takes_the_streaming_of_the_entries_it_matches():
     ra["prefill"]["additional-settings"] = ["CONFIG_FILE=recipes/a.yaml"]
     rb["prefill"]["additional-settings"] = ["CONFIG_FILE=recipes/b.yaml"]
     row = _row(image="", backend="sglang")
-    assert recorded_row_streaming(row, pools, [ra], srt)["keys"] == {"stream_interval": 10}
-    assert recorded_row_streaming(row, pools, [ra, rb], srt) is None
+    assert recorded_row_deployment_keys(row, pools, [ra], srt)["keys"] == {"stream_interval": 10}
+    assert recorded_row_deployment_keys(row, pools, [ra, rb], srt) is None
 
 
 def _nightly(**kw):
@@ -296,7 +296,8 @@ def test_the_committed_sglang_recipe_file_maps_to_dp_attention_pools():
     assert pools["decode"]["keys"] == {"max_num_batched_tokens": 1152, "gpu_memory_utilization": 0.82,
                                        "num_redundant_experts": 32, "kv_cache_dtype": "fp8"}
     assert pools["decode"]["layout"] == {"data_parallel_size": 32, "moe_ep_size": 32, "moe_tp_size": 1}
-    assert pools["deployment"] == {"keys": {"stream_interval": 50}, "recipe": [url]}
+    # 4 + 8 worker nodes: nginx on the head node, min(9 + 1, 11) = 10 Dynamo frontends
+    assert pools["deployment"] == {"keys": {"stream_interval": 50, "num_frontends": 10}, "recipe": [url]}
 
 
 def test_the_committed_trtllm_recipe_file_maps_to_per_rank_pools():
@@ -316,7 +317,8 @@ def test_the_committed_trtllm_recipe_file_maps_to_per_rank_pools():
     assert (dec["n"], dec["tp"], dec["batch"]) == (1, 1, 16)
     assert dec["keys"] == {"max_num_batched_tokens": 16, "gpu_memory_utilization": 0.7, "kv_cache_dtype": "fp8"}
     assert dec["layout"] == {"data_parallel_size": 32, "moe_ep_size": 32, "moe_tp_size": 1}
-    assert pools["deployment"]["keys"] == {"stream_interval": 100, "num_postprocess_workers": 4}
+    # 1 + 8 worker nodes, no frontend section: srt-slurm's defaults, min(9 + 1, 8) = 8 frontends
+    assert pools["deployment"]["keys"] == {"stream_interval": 100, "num_postprocess_workers": 4, "num_frontends": 8}
     assert pools["deployment"]["recipe"][0].endswith("/d2f5af03b5b161e9dc0e5895e595796ca63b40b2/recipes/trtllm/"
                                                      "gb200-fp4/1k1k/stp/ctx1_gen1_dep32_batch16_eplb0_mtp0.yaml")
     ov = disagg_row_overrides(_nightly(), {"engine": "trtllm"}, pools)
@@ -441,7 +443,7 @@ def test_a_trtllm_recipes_expert_slots_are_its_redundant_experts():
 
 
 def test_a_recorded_row_takes_no_streaming_from_a_recipe_version_not_live_on_its_day():
-    from sim.validate.disagg_rows import recorded_row_streaming
+    from sim.validate.disagg_rows import recorded_row_deployment_keys
 
     srt = {"recipes": {"recipes/a.yaml": {"format": "trtllm", "url": "https://srt/a",
                                           "live": ["2026-01-01", "2026-01-31"],
@@ -449,10 +451,10 @@ def test_a_recorded_row_takes_no_streaming_from_a_recipe_version_not_live_on_its
     r = _recipe()
     r["prefill"]["additional-settings"] = ["CONFIG_FILE=recipes/a.yaml"]
     pools = {"prefill": {"n": 1}, "decode": {"n": 1}}
-    got = recorded_row_streaming(_row(image=""), pools, [r], srt)  # measured 2026-01-07
+    got = recorded_row_deployment_keys(_row(image=""), pools, [r], srt)  # measured 2026-01-07
     assert got["keys"] == {"stream_interval": 100, "num_postprocess_workers": 4}
     late = _row(image="", measured="2026-02-02")
-    assert recorded_row_streaming(late, pools, [{**r, "removed_date": None}], srt) is None
+    assert recorded_row_deployment_keys(late, pools, [{**r, "removed_date": None}], srt) is None
 
 
 def test_a_concurrency_that_is_no_client_count_is_named_not_called_unrecorded():
@@ -495,8 +497,10 @@ def test_a_recorded_row_runs_its_recipe_files_engine_arguments_over_its_recorded
     assert pre["keys"] == {"max_num_batched_tokens": 16384, "gpu_memory_utilization": 0.5, "kv_cache_dtype": "fp8",
                            "overlap_scheduling": False}
     assert pre["layout"] == {"data_parallel_size": 8, "moe_ep_size": 8, "moe_tp_size": 1}
+    # 2 + 6 worker nodes behind nginx: 7 Dynamo frontends
     assert dec["recipe"] == [url] and pools["deployment"]["keys"] == {"stream_interval": 100,
-                                                                      "num_postprocess_workers": 4}
+                                                                      "num_postprocess_workers": 4,
+                                                                      "num_frontends": 7}
     assert pools["notes"] == [f"the row records prefill batch 1, its recipe file ({url}) runs max batch 16 per "
                               "rank: the file's is simulated",
                               f"the row records decode batch 9, its recipe file ({url}) runs max batch 8 per rank: "
@@ -505,3 +509,17 @@ def test_a_recorded_row_runs_its_recipe_files_engine_arguments_over_its_recorded
     for other in ({**RECORDED_C27, "measured": "2026-01-02"}, {**RECORDED_C27, "concurrency": 26.0}):
         p = disagg_pools(other)
         assert p["decode"]["batch"] == 9 and p["decode"]["keys"] == {} and "notes" not in p
+
+
+def test_srt_slurms_frontend_topology():
+    """srt-slurm FrontendTopology: one frontend on one worker node or with
+    enable_multiple_frontends false, else min(num_additional_frontends + 1, worker
+    nodes - 1) (defaults true, 9); no transcribed nodes: unknown."""
+    from sim.validate.disagg_rows import srt_num_frontends
+
+    assert srt_num_frontends({"nodes": [4, 8]}) == 10
+    assert srt_num_frontends({"nodes": [1, 2]}) == 2
+    assert srt_num_frontends({"nodes": [1, 0]}) == 1
+    assert srt_num_frontends({"nodes": [2, 6], "frontend": {"enable_multiple_frontends": False}}) == 1
+    assert srt_num_frontends({"nodes": [1, 5], "frontend": {"num_additional_frontends": 2}}) == 3
+    assert srt_num_frontends({}) is None

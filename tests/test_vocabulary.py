@@ -118,7 +118,7 @@ def test_every_config_key_is_a_kebab_flag(key):
               "engine_version": "0.24.0", "moe_backend": "marlin", "scheduler_recv_interval": 10,
               "attention_dp_timeout_iters": 60, "attention_dp_batching_wait_iters": 0,
               "workload_distribution": "power_law_1.2", "stream_interval": 20, "num_postprocess_workers": 4,
-              "num_redundant_experts": 32, "max_total_tokens": 65536}
+              "num_redundant_experts": 32, "max_total_tokens": 65536, "num_frontends": 3}
     bools = config_keys()
     extra: list[str] = []
     if key in ("client_think_time_s", "client_start_spread_s"):

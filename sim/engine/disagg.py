@@ -175,7 +175,6 @@ class DisaggregatedServing:
         self.router = dcfg.decode_router or sim.dep.cfg.router
         if self.router == "prefix_aware":
             self.router = "least_outstanding_requests"
-        self._rr = 0
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 4]))
         # ranks per worker (attention DP); P, D count ranks below (= workers without DP)
         self.dp_prefill, self.dp_decode = _dp_size(pools.prefill), _dp_size(pools.decode)
@@ -201,8 +200,7 @@ class DisaggregatedServing:
         self.dp_groups = self.prefill_groups + self.decode_groups
         self.dp_rank_routing = dcfg.dp_rank_routing or DP_RANK_ROUTING.get(sim.dep.cfg.engine or "",
                                                                            "dp_load_balancer")
-        self._prefill_rr = [0]
-        self._decode_rr = [0]
+        self.frontend_of: dict[int, int] = {}  # request id -> the frontend that routed it (Frontends)
         self.rooms: dict[int, int] = {}  # SGLang's bootstrap_room per request in flight
         self.room_rng = np.random.default_rng(np.random.SeedSequence([seed, 5]))
         self.max_num_seqs = pools.decode.limits.max_num_seqs
@@ -263,11 +261,14 @@ class DisaggregatedServing:
         sim = self.sim
         traffic = sim.traffic
         traffic.num_sent += 1
+        f = traffic.frontends.pick()  # the frontend picks the prefill worker, then the decode worker
+        if f:
+            self.frontend_of[req.request_id] = f
         if self.prefill_groups:
-            prep = route_dp(self.prefill_groups, traffic.router, self._prefill_rr, traffic.router_rng,
-                            lambda g: self._pick_rank(g, req.request_id, False))
+            prep = route_dp(self.prefill_groups, traffic.router, traffic.frontends.counter("prefill_groups", f),
+                            traffic.router_rng, lambda g: self._pick_rank(g, req.request_id, False))
         else:
-            prep = traffic.route(req)
+            prep = traffic.route(req, f)
         prep.outstanding += 1
         req.replica = prep.index
         handle = Request(req.request_id, req.arrival_time, req.num_prompt_tokens, 1, 1, req.priority,
@@ -283,6 +284,7 @@ class DisaggregatedServing:
             req.status = RequestStatus.REJECTED
             req.reason = reason
             self.rooms.pop(req.request_id, None)
+            self.frontend_of.pop(req.request_id, None)
             sim.recorder.rejected(prep, req)
             return
         self.clients[req.request_id] = req
@@ -295,15 +297,18 @@ class DisaggregatedServing:
             sim.admit_to(prep, handle)
 
     def _route_decode(self, rid: int):
+        frontends = self.sim.traffic.frontends
+        f = self.frontend_of.pop(rid, 0)
         if self.decode_groups:
-            return route_dp(self.decode_groups, self.router, self._decode_rr, self.rng,
+            return route_dp(self.decode_groups, self.router, frontends.counter("decode_groups", f), self.rng,
                             lambda g: self._pick_rank(g, rid, True))
         reps = self.decode_replicas
         if len(reps) == 1:
             return reps[0]
         if self.router == "round_robin":
-            rep = reps[self._rr % len(reps)]
-            self._rr += 1
+            c = frontends.counter("decode", f)
+            rep = reps[c[0] % len(reps)]
+            c[0] += 1
             return rep
         if self.router == "random":
             return reps[int(self.rng.integers(len(reps)))]
@@ -329,6 +334,7 @@ class DisaggregatedServing:
                 req.num_output_tokens = 1
                 if req.num_output_tokens_target <= 1:  # done on the prefill worker: nothing to move
                     self.rooms.pop(req.request_id, None)
+                    self.frontend_of.pop(req.request_id, None)
                     self._release_prefill(rep, h.request_id)
                     req.status = RequestStatus.FINISHED
                     req.finish_time = seen

@@ -166,7 +166,6 @@ class Simulation:
         self.recorder = Recorder(streamed_token_s(cfg), cfg.kv_allocation == "contiguous")
         self.disagg = None
         self.dp_groups: list[DPGroup] = []
-        self._dp_rr = [0]
         if dep.disagg is None:
             self.replicas = []
             # attention data parallelism: each replica is a DP group of D ranks (sim/engine/dp_group.py)
@@ -205,8 +204,9 @@ class Simulation:
         the next)."""
         traffic = self.traffic
         traffic.num_sent += 1
-        rep = (route_dp(self.dp_groups, traffic.router, self._dp_rr, traffic.router_rng) if self.dp_groups
-               else traffic.route(req))
+        f = traffic.frontends.pick()
+        rep = (route_dp(self.dp_groups, traffic.router, traffic.frontends.counter("groups", f), traffic.router_rng)
+               if self.dp_groups else traffic.route(req, f))
         req.replica = rep.index
         # In flight from the router's view from now on (load-aware routers count it),
         # also while it waits for an overlap-scheduled replica's next batch.

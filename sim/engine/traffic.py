@@ -31,6 +31,39 @@ _BALANCE_ABS = 32
 _BALANCE_REL = 1.0001
 
 
+class Frontends:
+    """``num_frontends`` router processes behind one load balancer, each with its
+    own round-robin counters (``counter(pool, frontend)``, a one-element list per
+    pool and frontend). A request reaches one of them (``pick``): uniformly at
+    random, the load balancer being nginx (its default round-robin ``upstream``)
+    with ``worker_processes auto``: each worker process keeps its own round-robin
+    position and the kernel hands each new connection to one of them (the
+    benchmark client opens one per request), so which frontend a request meets is
+    not in step with the clients. NVIDIA's srt-slurm launcher, which runs the
+    nightly harness's Dynamo deployments, starts nginx and up to ten Dynamo
+    frontends (``python3 -m dynamo.frontend``, router mode round-robin by default),
+    each choosing workers on its own (``srtctl`` ``FrontendConfig``:
+    ``enable_multiple_frontends`` true, ``num_additional_frontends`` 9;
+    ``FrontendTopology``: min(that + 1, worker nodes - 1); ``nginx.conf.j2``).
+    With one frontend nothing is drawn: the single router of before."""
+
+    def __init__(self, num_frontends: int, seed: int) -> None:
+        self.n = num_frontends
+        self.rng = np.random.default_rng(np.random.SeedSequence([seed, 6])) if num_frontends > 1 else None
+        self._counters: dict[tuple[str, int], list[int]] = {}
+
+    def pick(self) -> int:
+        """The frontend a request reaches (0 with one frontend, no draw)."""
+        return 0 if self.rng is None else int(self.rng.integers(self.n))
+
+    def counter(self, pool: str, frontend: int = 0) -> list[int]:
+        """The round-robin counter of ``frontend`` over ``pool``'s workers."""
+        c = self._counters.get((pool, frontend))
+        if c is None:
+            c = self._counters[(pool, frontend)] = [0]
+        return c
+
+
 class Traffic:
     """Request creation, arrival processes, client turns and routing for one
     run: ``env`` (SimPy), the request ``specs``, the ``replicas``, the
@@ -48,6 +81,7 @@ class Traffic:
         self.send = send
         self.recorder = recorder
         self.router_rng = np.random.default_rng(np.random.SeedSequence([seed, 2]))
+        self.frontends = Frontends(cfg.num_frontends, seed)
         self.client_rng = np.random.default_rng(np.random.SeedSequence([seed, 3]))
         self.think_s = cfg.client_think_time_s
         self.frontend_s = cfg.frontend_latency_s
@@ -63,7 +97,6 @@ class Traffic:
         self.progress_every = progress_every
         self.num_events = 0
         self.num_done = 0
-        self._rr = 0
         self._next_index = 0
         self._ready_clients: deque[int] = deque()  # closed-loop clients sending at once
         self._draining = False
@@ -120,15 +153,17 @@ class Traffic:
         return Request(i, now, prompt[i], max_tokens[i], output_len[i], priority[i], keys,
                        s.prefix_chunk_tokens, client_id, i < self.num_warmup)
 
-    def route(self, req: Request):
-        """The replica for ``req`` by ``router`` (a ``sim.engine.replica.Replica``)."""
+    def route(self, req: Request, frontend: int = 0):
+        """The replica for ``req`` by ``router`` (a ``sim.engine.replica.Replica``);
+        round-robin over ``frontend``'s own counter (:class:`Frontends`)."""
         reps = self.replicas
         if len(reps) == 1:
             return reps[0]
         mode = self.router
         if mode == "round_robin":
-            rep = reps[self._rr % len(reps)]
-            self._rr += 1
+            c = self.frontends.counter("replicas", frontend)
+            rep = reps[c[0] % len(reps)]
+            c[0] += 1
             return rep
         if mode == "random":
             return reps[int(self.router_rng.integers(len(reps)))]

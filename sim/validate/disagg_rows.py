@@ -148,8 +148,17 @@ send, :attr:`sim.config.SimConfig.num_postprocess_workers`) are transcribed with
 its other arguments. A row with its worker
 counts recorded takes the interval of the harness entries it matches with its
 own worker counts, when every one of them is transcribed and they agree
-(:func:`recorded_row_streaming`); otherwise the interval it ran with is not
+(:func:`recorded_row_deployment_keys`); otherwise the interval it ran with is not
 known and the engine's default (1) is kept.
+
+Frontends (``num_frontends``, a deployment key): srt-slurm runs nginx on the
+job's head node and Dynamo frontends (``python3 -m dynamo.frontend``, router
+mode round-robin) on up to ten other nodes, each routing on its own
+(:func:`srt_num_frontends`; each transcribed file's ``nodes`` and ``frontend``
+section, its defaults :data:`SRT_FRONTEND_DEFAULTS`); nginx hands a request to
+one of them, which picks the prefill worker and then the decode worker
+(:class:`sim.engine.traffic.Frontends`). A recorded row takes them as it takes
+the streaming; a row without a transcribed file keeps one router.
 """
 
 from __future__ import annotations
@@ -360,7 +369,7 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
         layout = _layout_keys(tp // dp, dp, ep, tp // ep)
         if layout:  # attention DP / expert layout (plain TP pools keep their keys as before)
             pools[p]["layout"] = layout
-    deployment = entry_streaming(r, srt)
+    deployment = entry_deployment_keys(r, srt)
     if deployment and deployment["keys"]:
         pools["deployment"] = deployment
     if notes:
@@ -474,10 +483,33 @@ def _row_num_experts(row: dict) -> int | None:
         return None
 
 
-def entry_streaming(r: dict, srt: dict | None = None, day: str | None = None) -> dict[str, Any] | None:
-    """The streaming a harness entry deploys with (module docstring):
-    ``{"keys": {"stream_interval": N}, "recipe": [source]}`` (``keys`` empty: the
-    engine's default, the recipe file sets none), or None where its engine
+#: srt-slurm's FrontendConfig defaults (src/srtctl/core/schema.py, unchanged on the branch from
+#: 2026-01-27 to 2026-03-24): nginx and the master frontend plus this many more
+SRT_FRONTEND_DEFAULTS = {"enable_multiple_frontends": True, "num_additional_frontends": 9}
+
+
+def srt_num_frontends(f: dict) -> int | None:
+    """The Dynamo frontends a transcribed recipe file runs behind nginx (srt-slurm
+    ``FrontendTopology``, ``cli/mixins/frontend_stage.py``: one frontend when the
+    job has one worker node or ``enable_multiple_frontends`` is false, else
+    min(``num_additional_frontends`` + 1, worker nodes - 1), nginx on the head
+    node and the frontends on the others); None where the file's nodes are not
+    transcribed."""
+    if "nodes" not in f:
+        return None
+    fe = {**SRT_FRONTEND_DEFAULTS, **(f.get("frontend") or {})}
+    nodes = sum(int(n) for n in f["nodes"])
+    if nodes <= 1 or not fe["enable_multiple_frontends"]:
+        return 1
+    return min(int(fe["num_additional_frontends"]) + 1, nodes - 1)
+
+
+def entry_deployment_keys(r: dict, srt: dict | None = None, day: str | None = None) -> dict[str, Any] | None:
+    """The deployment keys a harness entry deploys with (module docstring): the
+    streaming, and the Dynamo frontends behind nginx (``num_frontends``,
+    :func:`srt_num_frontends`, where more than one):
+    ``{"keys": {"stream_interval": N, ...}, "recipe": [source]}`` (``keys`` empty: the
+    engine's defaults, the recipe file sets none), or None where its engine
     arguments are not transcribed (a launch script sized by nodes, an
     untranscribed recipe file, another runner's script) or, given the row's
     ``day``, the transcribed version of its recipe file was not live that day."""
@@ -491,6 +523,9 @@ def entry_streaming(r: dict, srt: dict | None = None, day: str | None = None) ->
         return None
     args = f["decode"]  # the decode server streams the tokens
     keys = {key: int(args[option]) for option, key in SRT_FORMATS[f["format"]]["stream"].items() if option in args}
+    frontends = srt_num_frontends(f)
+    if frontends is not None and frontends > 1:
+        keys["num_frontends"] = frontends
     return {"keys": keys, "recipe": [f["url"]]}
 
 
@@ -534,15 +569,16 @@ def recorded_row_engine_args(row: dict, pools: dict[str, dict[str, Any]], recipe
     return got[0]
 
 
-def recorded_row_streaming(row: dict, pools: dict[str, dict[str, Any]], recipes: list[dict] | None = None,
-                           srt: dict | None = None) -> dict[str, Any] | None:
-    """A row with its worker counts recorded: the streaming of the harness
-    entries it matches (:func:`matching_recipes`) whose worker counts are the
-    row's, when there are some and every one of them is transcribed and sets the
-    same interval; else None (the engine's default is kept)."""
+def recorded_row_deployment_keys(row: dict, pools: dict[str, dict[str, Any]], recipes: list[dict] | None = None,
+                                 srt: dict | None = None) -> dict[str, Any] | None:
+    """A row with its worker counts recorded: the deployment keys (streaming,
+    frontends) of the harness entries it matches (:func:`matching_recipes`) whose
+    worker counts are the row's, when there are some and every one of them is
+    transcribed and gives the same keys; else None (the engine's defaults and one
+    router are kept)."""
     found = [r for r in matching_recipes(row, recipes)
              if all(int(r[p]["num-worker"]) == pools[p]["n"] for p in POOLS)]
-    got = [entry_streaming(r, srt, _str(row, "measured") or "") for r in found]
+    got = [entry_deployment_keys(r, srt, _str(row, "measured") or "") for r in found]
     if (not got or any(g is None for g in got) or len({tuple(sorted(g["keys"].items())) for g in got}) != 1
             or not got[0]["keys"]):
         return None
@@ -621,9 +657,9 @@ def disagg_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
                     pools[p]["batch"] = a["batch"]
             if notes:
                 pools["notes"] = notes
-        streaming = recorded_row_streaming(gpu_row, pools, recipes, srt)
-        if streaming is not None:
-            pools["deployment"] = streaming
+        deployment = recorded_row_deployment_keys(gpu_row, pools, recipes, srt)
+        if deployment is not None:
+            pools["deployment"] = deployment
     elif any(_whole(row, f"{p}_tp_size") is None for p in POOLS):
         raise NotSimulable("worker counts and per-pool TP not recorded: not simulated rather than guessed")
     else:
@@ -670,5 +706,5 @@ def disagg_row_overrides(row: dict, base: dict[str, Any], pools: dict[str, dict[
         dis[p] = over
     dis.update(pools.get("disaggregation", {}))  # SGLang's --num-reserved-decode-tokens (a decode-server flag)
     ov["disaggregation"] = dis
-    ov.update(pools.get("deployment", {}).get("keys", {}))  # streaming: the deployment's (module docstring)
+    ov.update(pools.get("deployment", {}).get("keys", {}))  # streaming, frontends: the deployment's (module docstring)
     return ov
