@@ -103,3 +103,8 @@ def test_clients_tp_times_the_batch_are_read_as_attention_dp_ranks():
                   {**row, "concurrency": 300}):
         assert "attention_dp_size" not in recorded_parallelism(other)
     assert row_overrides({**row, "concurrency": 40}, ValidateOptions())["max_num_seqs"] == 40
+    # vLLM's DP read from the GPU count (batch = clients): the generator's max_num_seqs per rank is the batch
+    vdp = row_overrides({**ROW, "backend": "vllm", "campaign": "aic-gap-analysis", "tp_size": 2, "moe_tp_size": 4,
+                         "moe_ep_size": 1, "concurrency": 11, "batch_size": 11, "isl": 2000, "osl": 100},
+                        ValidateOptions())
+    assert (vdp["data_parallel_size"], vdp["max_num_seqs"]) == (2, 11)

@@ -399,9 +399,15 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
         # a Dynamo release read as the engine release it ships (row_engine_version)
         ov["engine_version"] = row_engine_version(row)
     if h.deployment == "aic_generator":
-        # the generator's limits are one worker's, per attention rank (max_batch_size = the row's
-        # batch; the row's clients are the ranks' batches: implied_attention_dp)
-        per_rank = conc // ov.get("data_parallel_size", 1)
+        # the generator's max_batch_size, per rank: the concurrency, except on a row whose clients are
+        # its attention ranks' batches (implied_attention_dp: batch_size x DP = concurrency)
+        per_rank, dp = conc, ov.get("data_parallel_size", 1)
+        try:
+            bs = float(_cell(row, "batch_size") or "nan")
+        except ValueError:
+            bs = math.nan
+        if dp > 1 and math.isfinite(bs) and bs >= 1 and bs * dp == conc:
+            per_rank = int(bs)
         ov.update(aic_deploy_overrides(engine, isl, per_rank, row_engine_version(row) or None))
     if h.max_num_seqs_from:
         try:
