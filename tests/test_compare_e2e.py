@@ -205,3 +205,17 @@ def test_a_variant_that_changes_the_engine_gets_its_defaults():
                          set_args=["capacity_scheduler_policy=max_utilization"])
     with pytest.raises(ConfigError, match="has no effect with scheduler 'static'"):
         apply_variant(given, Variant("static", {"scheduler": "static"}))
+
+
+def test_the_settings_column_names_a_disaggregation_key_set_against_its_default():
+    """A variant's decode_router against another's default (None) is a difference the
+    report's settings column shows."""
+    from types import SimpleNamespace
+
+    from sim.compare.report import _differing_config
+
+    dis = {"num_prefill_workers": 1, "num_decode_workers": 2, "decode_router": None, "prefill": {}, "decode": {}}
+    a = SimpleNamespace(summary={"config": {"model": "m", "disaggregation": dis}})
+    b = SimpleNamespace(summary={"config": {"model": "m", "disaggregation": {**dis, "decode_router": "random"}}})
+    assert _differing_config({"def": a, "drand": b}) == {"def": "disaggregation.decode_router=None",
+                                                         "drand": "disaggregation.decode_router=random"}

@@ -458,7 +458,7 @@ def test_frontends_are_modelled_for_round_robin_routing_only():
                                           r"counters \(router round_robin, or random\); router "
                                           r"'least_outstanding_requests' would need each frontend's own view"):
         build_deployment(_cfg({}, num_frontends=4, router="least_outstanding_requests"))
-    with pytest.raises(ConfigError, match=r"router 'least_outstanding_requests'"):
+    with pytest.raises(ConfigError, match=r"; disaggregation.decode_router 'least_outstanding_requests' would"):
         build_deployment(_cfg({"decode_router": "least_outstanding_requests"}, num_frontends=2))
     build_deployment(_cfg({}, num_frontends=4, router="random"))
 

@@ -523,3 +523,19 @@ def test_srt_slurms_frontend_topology():
     assert srt_num_frontends({"nodes": [2, 6], "frontend": {"enable_multiple_frontends": False}}) == 1
     assert srt_num_frontends({"nodes": [1, 5], "frontend": {"num_additional_frontends": 2}}) == 3
     assert srt_num_frontends({}) is None
+
+
+def test_a_recorded_row_whose_entries_give_no_one_recipe_says_so():
+    """dsr1_gb200_trtllm_fp4_disagg_1024x1024_c12_cfg388: two entries with its worker
+    counts, an MTP one whose file is not transcribed and an STP one; neither is applied
+    and the warning names both files."""
+    row = {**RECORDED_C27, "id": "dsr1_gb200_trtllm_fp4_disagg_1024x1024_c12_cfg388", "precision": "fp4",
+           "concurrency": 12.0, "decode_num_workers": 4.0, "decode_batch_size": 3.0, "measured": "2026-02-05",
+           "prefill_attention_dp_size": 4.0, "prefill_moe_ep_size": 4.0}
+    pools = disagg_pools(row)
+    assert pools["decode"]["batch"] == 3 and pools["decode"]["keys"] == {}
+    assert pools["notes"] == [
+        "2 harness entries with the row's worker counts (recipes/trtllm/gb200-fp4/1k1k/mtp/"
+        "ctx1_gen4_tep8_batch8_eplb0_mtp3.yaml, recipes/trtllm/gb200-fp4/1k1k/stp/"
+        "ctx1_gen4_tep8_batch32_eplb0_mtp0.yaml) name a recipe file not transcribed: the row's recorded batch "
+        "(the clients per worker) and the engine's defaults are simulated"]

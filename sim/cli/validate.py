@@ -13,7 +13,9 @@ import typer
 
 
 def validate(
-    csv: Path = typer.Argument(..., help="CSV of measured benchmark rows (layout of ../shared/silicon/dense_agg_dev.csv)."),
+    csv: Path = typer.Argument(..., help="CSV of measured benchmark rows (layout of ../shared/silicon/*_dev.csv: "
+                                         "aggregated rows, and disaggregated ones (mode disagg) simulated as "
+                                         "their pools, from the harness's recipes where the row records none)."),
     out: Path = typer.Option(Path("runs/validate"), help="Output folder: predictions.csv, summary.json, summary.md, plots."),
     harness: Optional[str] = typer.Option(None, help="Benchmark harness of every row: aic, vllm-bench-serve, "
                                           "inferencemax, genai-perf, steady, or a harness YAML file (default: per "
@@ -30,6 +32,11 @@ def validate(
     quiet: bool = typer.Option(False, help="No progress bar."),
 ) -> None:
     """Simulate every row of a measured benchmark table and score the predicted TTFT and TPOT.
+
+    predictions.csv has each row's status, reason (not simulated: why) and warning
+    (how the row was read where it needed reading: a Dynamo image's engine
+    release, a recipe file's engine arguments over the row's own cells, a profile
+    transferred from another GPU).
 
     Exit status: 0 when at least one row was simulated and scored; rows that were
     not (a non-numeric cell: skipped; an unknown model, a layout that does not fit:

@@ -113,7 +113,7 @@ def _flat_config(cfg: dict) -> dict:
         for k, v in dis.items():
             if isinstance(v, dict):
                 out.update({f"disaggregation.{k}.{k2}": v2 for k2, v2 in v.items() if _scalar(v2)})
-            elif _scalar(v) and v is not None:
+            elif _scalar(v):  # (None too: a default against a value set in another variant is a difference)
                 out[f"disaggregation.{k}"] = v
     return out
 

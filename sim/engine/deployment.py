@@ -69,13 +69,14 @@ class Deployment:
 def build_deployment(cfg: SimConfig) -> Deployment:
     """Raises ConfigError / InfeasibleError with the reason."""
     if cfg.num_frontends > 1:
-        routers = {cfg.router} | ({cfg.disaggregation.decode_router} if cfg.disaggregation is not None
-                                  and cfg.disaggregation.decode_router else set())
-        other = sorted(routers - {"round_robin", "random"})
-        if other:
-            raise ConfigError(f"num_frontends: {cfg.num_frontends} frontends are modelled each with its own "
-                              f"round-robin counters (router round_robin, or random); router {other[0]!r} would "
-                              "need each frontend's own view of the load")
+        routers = [("router", cfg.router)]
+        if cfg.disaggregation is not None and cfg.disaggregation.decode_router:
+            routers.append(("disaggregation.decode_router", cfg.disaggregation.decode_router))
+        for key, value in routers:
+            if value not in ("round_robin", "random"):
+                raise ConfigError(f"num_frontends: {cfg.num_frontends} frontends are modelled each with its own "
+                                  f"round-robin counters (router round_robin, or random); {key} {value!r} would "
+                                  "need each frontend's own view of the load")
     if cfg.disaggregation is not None:
         if cfg.scheduler_recv_interval > 1:
             raise ConfigError(f"scheduler_recv_interval: {cfg.scheduler_recv_interval} is modelled for "

@@ -43,7 +43,7 @@ arguments, else the engine's default, as the engine ran. A recorded row whose
 harness entries (those with its worker counts) name one transcribed recipe file
 runs that file's engine arguments, its max batch over the recorded batch, which
 is the clients per worker rather than the engine's limit
-(:func:`recorded_row_engine_args`); the row's warning names both. The engine preset of
+(:func:`recorded_row_recipe`); the row's warning names both. The engine preset of
 ``backend``; quantization and KV dtype as the aggregated rows
 (:func:`sim.validate.rows.row_quantization`).
 
@@ -529,15 +529,16 @@ def entry_deployment_keys(r: dict, srt: dict | None = None, day: str | None = No
     return {"keys": keys, "recipe": [f["url"]]}
 
 
-def recorded_row_engine_args(row: dict, pools: dict[str, dict[str, Any]], recipes: list[dict] | None = None,
-                             srt: dict | None = None) -> dict[str, dict[str, Any]] | None:
-    """A row with its worker counts recorded: per pool, the engine arguments of the
+def recorded_row_recipe(row: dict, pools: dict[str, dict[str, Any]], recipes: list[dict] | None = None,
+                        srt: dict | None = None) -> tuple[dict[str, dict[str, Any]] | None, str | None]:
+    """A row with its worker counts recorded: the pair (per pool, the engine arguments of the
     srt-slurm recipe file of the harness entries it matches with its own worker
     counts (:func:`matching_recipes`), ``{"keys": ..., "batch": ..., "url": ...}``,
     when there is at least one such entry, every one names a transcribed file live
     on the row's day, they agree, and the file runs each pool in the row's recorded
-    layout (attention TP, DP, experts); else None (the recorded batch and the
-    engine's defaults are kept). The ``db-dump`` rows record ``*_batch_size`` as
+    layout (attention TP, DP, experts), else None: the recorded batch and the
+    engine's defaults are kept; why not, where such entries exist but give no one
+    deployment, for the row's warning, else None). The ``db-dump`` rows record ``*_batch_size`` as
     the clients per worker, not the engine's ``max_batch_size``
     (``dsr1_gb200_trtllm_fp8_disagg_1024x1024_c27_cfg386``: batch 9 recorded, 27
     clients on 3 decode workers; its file ``ctx1_gen3_tep8_batch8_eplb0_mtp0_27.yaml``
@@ -545,11 +546,15 @@ def recorded_row_engine_args(row: dict, pools: dict[str, dict[str, Any]], recipe
     law puts at 3 / (24 / 11 s decode) = 1.4 s of the 1.56 s measured TTFT)."""
     found = [r for r in matching_recipes(row, recipes)
              if all(int(r[p]["num-worker"]) == pools[p]["n"] for p in POOLS)]
+    if not found:
+        return None, None
+    why = (f"{len(found)} harness entr{'y' if len(found) == 1 else 'ies'} with the row's worker counts "
+           f"({', '.join(sorted({_config_file(r) or r['url'] for r in found}))})")
     got = []
     for r in found:
         f = _srt_file(_config_file(r), srt) if _config_file(r) is not None else None
         if f is None:
-            return None
+            return None, f"{why} name a recipe file not transcribed"
         per: dict[str, dict[str, Any]] = {}
         try:
             for p in POOLS:
@@ -559,14 +564,14 @@ def recorded_row_engine_args(row: dict, pools: dict[str, dict[str, Any]], recipe
                     return None
                 per[p] = {"keys": keys, "batch": keys.pop("max_num_seqs", None), "tp": tp // dp,
                           "layout": _layout_keys(tp // dp, dp, ep, tp // ep), "url": f["url"]}
-        except NotSimulable:  # not live on the row's day, or not what servesim models
-            return None
+        except NotSimulable as e:  # not live on the row's day, or not what servesim models
+            return None, f"{why}: {e}"
         got.append(per)
-    if not got or any(g != got[0] for g in got[1:]):
-        return None
+    if any(g != got[0] for g in got[1:]):
+        return None, f"{why} give different engine arguments"
     if any(got[0][p]["tp"] != pools[p]["tp"] or got[0][p]["layout"] != pools[p].get("layout", {}) for p in POOLS):
-        return None
-    return got[0]
+        return None, f"{why}: the recipe file's layout is not the row's"
+    return got[0], None
 
 
 def recorded_row_deployment_keys(row: dict, pools: dict[str, dict[str, Any]], recipes: list[dict] | None = None,
@@ -644,7 +649,10 @@ def disagg_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
         # recorded row, attention TP x DP ranks
         gpu_row = {**row, **{f"{p}_tp_size": pools[p]["tp"] * pools[p].get("layout", {}).get("data_parallel_size", 1)
                              for p in POOLS}}
-        args = recorded_row_engine_args(gpu_row, pools, recipes, srt)
+        args, why_not = recorded_row_recipe(gpu_row, pools, recipes, srt)
+        if why_not is not None:
+            pools["notes"] = [f"{why_not}: the row's recorded batch (the clients per worker) and the engine's "
+                              "defaults are simulated"]
         if args is not None:  # the recipe file's engine arguments (its batch over the recorded one)
             notes = []
             for p in POOLS:
