@@ -539,3 +539,29 @@ def test_a_recorded_row_whose_entries_give_no_one_recipe_says_so():
         "ctx1_gen4_tep8_batch8_eplb0_mtp3.yaml, recipes/trtllm/gb200-fp4/1k1k/stp/"
         "ctx1_gen4_tep8_batch32_eplb0_mtp0.yaml) name a recipe file not transcribed: the row's recorded batch "
         "(the clients per worker) and the engine's defaults are simulated"]
+
+
+def test_a_recorded_sglang_row_takes_its_files_reserved_decode_tokens_as_a_deployment_key():
+    """dsr1_gb200_sglang_fp4_disagg_1024x1024_c512_cfg483 (db-dump): 4 prefill workers of DP 4,
+    1 decode worker of DP 32 at 512 clients; its entry's file (gb200-fp4/1k1k/mid-curve.yaml)
+    sets the decode server's --num-reserved-decode-tokens 112, a disaggregation key, not a
+    pool's, and the deployment builds with it."""
+    from sim.config import build_config
+    from sim.engine.deployment import build_deployment
+    from sim.validate.rows import row_overrides
+    from sim.validate.run import ValidateOptions
+
+    row = {"id": "dsr1_gb200_sglang_fp4_disagg_1024x1024_c512_cfg483", "campaign": "db-dump/2026-04-27",
+           "measured": "2026-02-08", "concurrency": 512.0, "backend": "sglang", "backend_version": "0.5.8",
+           "model_path": "deepseek-ai/DeepSeek-V3", "system": "gb200", "precision": "fp4", "mode": "disagg",
+           "isl": 1024, "osl": 1024, "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4",
+           "prefill_batch_size": 1.0, "prefill_num_workers": 4.0, "prefill_tp_size": 1.0, "prefill_pp_size": 1.0,
+           "prefill_attention_dp_size": 4.0, "prefill_moe_tp_size": 1.0, "prefill_moe_ep_size": 4.0,
+           "decode_batch_size": 16.0, "decode_num_workers": 1.0, "decode_tp_size": 1.0, "decode_pp_size": 1.0,
+           "decode_attention_dp_size": 32.0, "decode_moe_tp_size": 1.0, "decode_moe_ep_size": 32.0,
+           "silicon_ttft_ms": 767.0, "silicon_tpot_ms": 15.0}
+    pools = disagg_pools(row)
+    assert pools["disaggregation"] == {"num_reserved_decode_tokens": 112}
+    assert "num_reserved_decode_tokens" not in pools["decode"]["keys"]
+    ov = disagg_row_overrides(row, row_overrides({**row, "tp_size": 1}, ValidateOptions()), pools)
+    assert build_deployment(build_config(overrides=ov)).cfg.disaggregation.num_reserved_decode_tokens == 112

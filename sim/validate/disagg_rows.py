@@ -290,6 +290,12 @@ def _settings(r: dict, pool: str) -> dict[str, Any]:
     return out
 
 
+def _disaggregation_keys(keys: dict[str, Any]) -> dict[str, Any]:
+    """The ``disaggregation`` keys among a pool's transcribed ones (SGLang's decode-server
+    ``--num-reserved-decode-tokens``), taken out of ``keys``."""
+    return {key: keys.pop(key) for key in SGLANG_DISAGG_FLAGS.values() if key in keys}
+
+
 def _config_file(r: dict) -> str | None:
     """The srt-slurm recipe file a harness entry names (``CONFIG_FILE``, under either
     pool: it holds both pools' engine arguments), or None."""
@@ -361,9 +367,9 @@ def recipe_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
         if tp % dp or tp % ep:
             raise NotSimulable(f"the recipe's {p} pool: tp {tp} is not a multiple of its attention DP {dp} and "
                                f"ep {ep}: {url}")
-        for key in SGLANG_DISAGG_FLAGS.values():  # the deployment's disaggregation keys
-            if key in keys:
-                pools.setdefault("disaggregation", {})[key] = keys.pop(key)
+        dis = _disaggregation_keys(keys)
+        if dis:
+            pools.setdefault("disaggregation", {}).update(dis)
         pools[p] = {"n": int(r[p]["num-worker"]), "tp": tp // dp, "batch": keys.pop("max_num_seqs", None),
                     "keys": keys, "recipe": urls}
         layout = _layout_keys(tp // dp, dp, ep, tp // ep)
@@ -562,7 +568,8 @@ def recorded_row_recipe(row: dict, pools: dict[str, dict[str, Any]], recipes: li
                 tp = int(_opt(f[p], SRT_FORMATS[f["format"]]["tp"]) or 1)
                 if tp % dp or tp % ep:
                     return None
-                per[p] = {"keys": keys, "batch": keys.pop("max_num_seqs", None), "tp": tp // dp,
+                per[p] = {"disaggregation": _disaggregation_keys(keys), "keys": keys,
+                          "batch": keys.pop("max_num_seqs", None), "tp": tp // dp,
                           "layout": _layout_keys(tp // dp, dp, ep, tp // ep), "url": f["url"]}
         except NotSimulable as e:  # not live on the row's day, or not what servesim models
             return None, f"{why}: {e}"
@@ -661,6 +668,8 @@ def disagg_pools(row: dict, recipes: list[dict] | None = None, srt: dict | None 
                     notes.append(f"the row records {p} batch {pools[p]['batch']}, its recipe file ({a['url']}) "
                                  f"runs max batch {a['batch']} per rank: the file's is simulated")
                 pools[p].update(keys=a["keys"], recipe=[a["url"]])
+                if a["disaggregation"]:
+                    pools.setdefault("disaggregation", {}).update(a["disaggregation"])
                 if a["batch"] is not None:
                     pools[p]["batch"] = a["batch"]
             if notes:
