@@ -278,27 +278,33 @@ def test_stream_interval_and_postprocess_workers_are_written_out():
         assert "stream_interval" not in (la.yaml or "") and "num_postprocess_workers" not in (la.yaml or "")
 
 
-def test_expert_and_attention_dp_layouts_are_written_in_each_engines_terms(tmp_path):
+@pytest.fixture
+def tiny_moe(tmp_path):
+    """A small Mixtral-style MoE config (8 experts, top-2, 2 layers)."""
+    import json
+
+    p = tmp_path / "moe.json"
+    p.write_text(json.dumps({
+        "architectures": ["MixtralForCausalLM"], "hidden_size": 1024, "intermediate_size": 2048,
+        "num_hidden_layers": 2, "num_attention_heads": 16, "num_key_value_heads": 8, "vocab_size": 32000,
+        "max_position_embeddings": 4096, "num_local_experts": 8, "num_experts_per_tok": 2,
+        "torch_dtype": "bfloat16"}))
+    return p
+
+
+def test_expert_and_attention_dp_layouts_are_written_in_each_engines_terms(tiny_moe):
     """DP 8 x TP 1 with expert parallelism: vLLM --data-parallel-size 8
     --enable-expert-parallel; SGLang --tp 8 --dp 8 --enable-dp-attention --ep-size 8
     (its --tp counts every GPU); TensorRT-LLM tp_size 8, ep_size 8 and
     enable_attention_dp with its balance settings; a TP > 1 attention rank is a
     problem for TensorRT-LLM's attention DP (ranks of attention TP 1)."""
-    import json
-
     from sim.config import build_config
     from sim.engine.deployment import build_deployment
     from sim.launch import launch_command
 
-    cfg_path = tmp_path / "moe.json"
-    cfg_path.write_text(json.dumps({
-        "architectures": ["MixtralForCausalLM"], "hidden_size": 1024, "intermediate_size": 2048,
-        "num_hidden_layers": 2, "num_attention_heads": 16, "num_key_value_heads": 8, "vocab_size": 32000,
-        "max_position_embeddings": 4096, "num_local_experts": 8, "num_experts_per_tok": 2,
-        "torch_dtype": "bfloat16"}))
 
     def argv(engine, **kw):
-        c = build_config(overrides={"engine": engine, "model": str(cfg_path), "hardware": "h100_sxm", **kw})
+        c = build_config(overrides={"engine": engine, "model": str(tiny_moe), "hardware": "h100_sxm", **kw})
         la = launch_command(build_deployment(c).cfg.model_dump(mode="json"))
         return la.argv, la.yaml, la.problems
 
@@ -316,7 +322,7 @@ def test_expert_and_attention_dp_layouts_are_written_in_each_engines_terms(tmp_p
     assert len(p) == 1 and p[0].startswith("data_parallel_size 4 x tensor_parallel_size 2")
 
 
-def test_redundant_expert_slots_and_a_kv_token_cap_in_each_engines_terms(tmp_path):
+def test_redundant_expert_slots_and_a_kv_token_cap_in_each_engines_terms(tiny_moe):
     """num_redundant_experts 2 over a 8-expert model at EP 10 (10 physical experts, one a
     GPU) and max_total_tokens 4096: vLLM --enable-eplb --eplb-config
     '{"num_redundant_experts": 2}' (no KV cap flag: said so); SGLang
@@ -324,15 +330,9 @@ def test_redundant_expert_slots_and_a_kv_token_cap_in_each_engines_terms(tmp_pat
     moe_config.load_balancer.num_slots 10 (E + R) and kv_cache_config.max_tokens 4096."""
     import json
 
-    cfg_path = tmp_path / "moe.json"
-    cfg_path.write_text(json.dumps({
-        "architectures": ["MixtralForCausalLM"], "hidden_size": 1024, "intermediate_size": 2048,
-        "num_hidden_layers": 2, "num_attention_heads": 16, "num_key_value_heads": 8, "vocab_size": 32000,
-        "max_position_embeddings": 4096, "num_local_experts": 8, "num_experts_per_tok": 2,
-        "torch_dtype": "bfloat16"}))
 
     def launch(engine):
-        c = build_config(overrides={"engine": engine, "model": str(cfg_path), "hardware": "gb200",
+        c = build_config(overrides={"engine": engine, "model": str(tiny_moe), "hardware": "gb200",
                                     "data_parallel_size": 10, "moe_ep_size": 10,
                                     "num_redundant_experts": 2, "max_total_tokens": 4096, "max_model_len": 2048})
         return launch_command(build_deployment(c).cfg.model_dump(mode="json"))
