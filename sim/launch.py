@@ -379,8 +379,11 @@ def _replicas_note(la: Launch, cfg: dict[str, Any]) -> None:
     """``num_replicas`` independent copies of the command (each its own GPUs) behind a load balancer."""
     n = cfg.get("num_replicas", 1)
     if n > 1:
+        fe = cfg.get("num_frontends", 1)
         la.notes.append(f"{n} replicas: run this command {n} times (each on its own GPUs) behind a load balancer "
-                        f"(simulated router {cfg.get('router')!r})")
+                        f"(simulated router {cfg.get('router')!r}"
+                        + (f", as {fe} router processes behind nginx, each with its own round-robin" if fe > 1
+                           else "") + ")")
 
 
 def _vllm(cfg: dict[str, Any]) -> Launch:

@@ -352,3 +352,11 @@ def test_redundant_expert_slots_and_a_kv_token_cap_in_each_engines_terms(tiny_mo
     la = launch("trtllm")
     assert "moe_config:\n  load_balancer:\n    num_slots: 10\n" in la.yaml
     assert "  max_tokens: 4096\n" in la.yaml and not la.problems
+
+
+def test_replicas_behind_frontends_are_said_so():
+    """num_frontends > 1: the replicas' note says the simulated router ran as that many
+    processes behind nginx."""
+    _, la = _launch("engine=trtllm", "num_replicas=2", "num_frontends=3")
+    assert ("2 replicas: run this command 2 times (each on its own GPUs) behind a load balancer (simulated "
+            "router 'round_robin', as 3 router processes behind nginx, each with its own round-robin)") in la.notes

@@ -59,6 +59,8 @@ def print_run_summary(s: dict, dep) -> None:
         where = (f"{p.cfg.num_replicas}P x {_pool_shape(p)} {p.cfg.hardware} ({p.cfg.scheduler}) + "
                  f"{d.cfg.num_replicas}D x {_pool_shape(d)} {d.cfg.hardware} ({d.cfg.scheduler}), "
                  f"KV over {pools.transfer.link}")
+    if cfg.num_frontends > 1:
+        where += f", {cfg.num_frontends} frontends"
     from sim.launch import hub_id_of_path
 
     model = hub_id_of_path(cfg.model) or (Path(cfg.model).name if cfg.model.endswith(".json") else cfg.model)
