@@ -366,13 +366,11 @@ def _is_moe(cfg: dict[str, Any]) -> bool:
 
 
 def _num_experts(cfg: dict[str, Any]) -> int | None:
-    """The config's model's routed experts (None for a dense model or one that cannot be read here)."""
-    from sim.model_spec import get_model  # noqa: PLC0415
+    """The config's model's routed experts (None for a dense model or one that cannot be read here:
+    the launch line is written whatever the model file says)."""
+    from sim.model_spec import routed_experts_of  # noqa: PLC0415
 
-    try:
-        return int(get_model(cfg["model"]).num_experts) or None
-    except (ServesimError, OSError, ValueError):  # (the launch line is written whatever the model file says)
-        return None
+    return routed_experts_of(cfg["model"])
 
 
 def _replicas_note(la: Launch, cfg: dict[str, Any]) -> None:

@@ -53,7 +53,7 @@ from typing import Annotated, Any, Literal, NamedTuple
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, ServesimError
 from sim.yaml_io import safe_load
 
 _PRESETS_FILE = Path(__file__).parent / "data" / "model_presets.yaml"
@@ -802,6 +802,15 @@ class HFConfig(BaseModel):
 
 _TYPE_TAGS = {"int", "str", "bool", "float", "none", "list", "dict"}
 
+
+
+def routed_experts_of(name_or_path: str | Path) -> int | None:
+    """The routed experts of a model (None for a dense model or one that does not
+    load: the caller's own path names the model's error)."""
+    try:
+        return int(get_model(name_or_path).num_experts) or None
+    except (ServesimError, OSError, ValueError):
+        return None
 
 def _is_union_tag(part: Any) -> bool:
     """A part of a pydantic error location that names a union member, not a field."""

@@ -396,7 +396,8 @@ def test_redundant_experts_need_ep_and_a_whole_split(moe_path, kw, msg):
         build_deployment(_cfg(moe_path, **kw))
 
 
-def test_redundant_experts_on_a_dense_model_are_refused():
-    with pytest.raises(ConfigError, match=r"^num_redundant_experts: 32 applies to MoE models; llama-3.1-8b has no "
+@pytest.mark.parametrize("r", [1, 32])
+def test_redundant_experts_on_a_dense_model_are_refused(r):
+    with pytest.raises(ConfigError, match=rf"^num_redundant_experts: {r} applies to MoE models; llama-3.1-8b has no "
                                           r"routed experts$"):
-        build_deployment(build_config(overrides={"model": "llama-3.1-8b", "num_redundant_experts": 32}))
+        build_deployment(build_config(overrides={"model": "llama-3.1-8b", "num_redundant_experts": r}))

@@ -152,9 +152,12 @@ def resolve_layout(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_siz
     hw.tensor_parallel_nodes(tp)  # beyond one NVLink domain only over the profile's NICs (else ConfigError)
     if not model.is_moe:
         for key, val in (("enable_expert_parallel", enable_expert_parallel), ("moe_ep_size", moe_ep_size),
-                         ("moe_tp_size", moe_tp_size), ("num_redundant_experts", num_redundant_experts or None)):
+                         ("moe_tp_size", moe_tp_size)):
             if val is True or (val is not None and val is not False and val != 1):
                 raise ConfigError(f"{key}: {val!r} applies to MoE models; {model.name} has no routed experts")
+        if num_redundant_experts:
+            raise ConfigError(f"num_redundant_experts: {num_redundant_experts!r} applies to MoE models; "
+                              f"{model.name} has no routed experts")
         return ParallelLayout(tp, dp, 1, tp, False)
     E = model.num_experts
     if moe_ep_size is not None or moe_tp_size is not None:

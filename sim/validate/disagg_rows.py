@@ -462,10 +462,13 @@ def _srt_pool_keys(row: dict, r: dict, p: str, f: dict) -> tuple[dict[str, Any],
                 keys[key] = max(1, int(keys[key]) // dp)
     slots = _opt(args, TRTLLM_NUM_SLOTS) if fmt == "trtllm" else None
     if slots is not None:  # TensorRT-LLM counts the experts' slots, E + the redundant ones
-        E = _row_num_experts(row)
+        from sim.model_spec import routed_experts_of
+
+        E = routed_experts_of(_str(row, "model_path"))
         if E is None or int(slots) < E:
+            has = f"{E} routed experts" if E is not None else "no routed experts it can read"
             raise NotSimulable(f"the recipe file's {p} pool sets {TRTLLM_NUM_SLOTS} {slots}, not E + redundant "
-                               f"slots of the row's model ({E} routed experts): {f['url']}")
+                               f"slots of the row's model ({has}): {f['url']}")
         if int(slots) > E:
             keys["num_redundant_experts"] = int(slots) - E
     if fmt == "sglang" and p == "decode":
@@ -477,16 +480,6 @@ def _srt_pool_keys(row: dict, r: dict, p: str, f: dict) -> tuple[dict[str, Any],
     if _opt(args, names["no_overlap"]) is not None:
         keys["overlap_scheduling"] = not bool(_opt(args, names["no_overlap"]))
     return keys, dp, ep, notes
-
-
-def _row_num_experts(row: dict) -> int | None:
-    """The routed experts of the row's model (None where it does not load)."""
-    from sim.model_spec import get_model
-
-    try:
-        return int(get_model(_str(row, "model_path")).num_experts)
-    except ConfigError:
-        return None
 
 
 #: srt-slurm's FrontendConfig defaults (src/srtctl/core/schema.py, unchanged on the branch from
@@ -535,6 +528,11 @@ def entry_deployment_keys(r: dict, srt: dict | None = None, day: str | None = No
     return {"keys": keys, "recipe": [f["url"]]}
 
 
+def _entries_with_workers(row: dict, pools: dict[str, dict[str, Any]], recipes: list[dict] | None) -> list[dict]:
+    """The harness entries a recorded row matches (:func:`matching_recipes`) with its own worker counts."""
+    return [r for r in matching_recipes(row, recipes) if all(int(r[p]["num-worker"]) == pools[p]["n"] for p in POOLS)]
+
+
 def recorded_row_recipe(row: dict, pools: dict[str, dict[str, Any]], recipes: list[dict] | None = None,
                         srt: dict | None = None) -> tuple[dict[str, dict[str, Any]] | None, str | None]:
     """A row with its worker counts recorded: the pair (per pool, the engine arguments of the
@@ -550,8 +548,7 @@ def recorded_row_recipe(row: dict, pools: dict[str, dict[str, Any]], recipes: li
     clients on 3 decode workers; its file ``ctx1_gen3_tep8_batch8_eplb0_mtp0_27.yaml``
     runs ``max_batch_size`` 8: 24 slots, 3 clients always waiting, which Little's
     law puts at 3 / (24 / 11 s decode) = 1.4 s of the 1.56 s measured TTFT)."""
-    found = [r for r in matching_recipes(row, recipes)
-             if all(int(r[p]["num-worker"]) == pools[p]["n"] for p in POOLS)]
+    found = _entries_with_workers(row, pools, recipes)
     if not found:
         return None, None
     why = (f"{len(found)} harness entr{'y' if len(found) == 1 else 'ies'} with the row's worker counts "
@@ -588,8 +585,7 @@ def recorded_row_deployment_keys(row: dict, pools: dict[str, dict[str, Any]], re
     worker counts are the row's, when there are some and every one of them is
     transcribed and gives the same keys; else None (the engine's defaults and one
     router are kept)."""
-    found = [r for r in matching_recipes(row, recipes)
-             if all(int(r[p]["num-worker"]) == pools[p]["n"] for p in POOLS)]
+    found = _entries_with_workers(row, pools, recipes)
     got = [entry_deployment_keys(r, srt, _str(row, "measured") or "") for r in found]
     if (not got or any(g is None for g in got) or len({tuple(sorted(g["keys"].items())) for g in got}) != 1
             or not got[0]["keys"]):
