@@ -175,6 +175,21 @@ def test_prefill_first_whole_never_cuts_prompts():
     assert [r[2] for r in rows] == [[], [], [B, C], [A]]
 
 
+def test_prefill_first_admission_takes_the_cached_prefix():
+    # SGLang's radix cache (on by default): B shares A's first 8 tokens (two blocks of 4, one
+    # key each); admitted after A's prefill, it matches them and prefills its other 2 tokens
+    # (req.extend_input_len), which is also what the budgets count. Cache off: all 10.
+    #  1 | A:12       | A1
+    #  2 | B:2 (8 hit) | B1      (A stalls: a prefill batch)
+    #  3 | A:1, B:1   | A2, B2  | A, B
+    for prefix, b_tokens, hit in ((True, 2, 8), (False, 10, 0)):
+        s = make("prefill_first_whole", max_num_batched_tokens=16, max_prefill_tokens=16, prefix=prefix)
+        b = req(B, 10, 2, prefix_keys=(7, 8), prefix_chunk_tokens=4)
+        rows = run_table(s, {1: [req(A, 12, 2, prefix_keys=(7, 8), prefix_chunk_tokens=4)], 2: [b]})
+        assert [r[0] for r in rows] == [{A: 12}, {B: b_tokens}, {A: 1, B: 1}]
+        assert b.num_cached_tokens == hit
+
+
 def test_prefill_first_mixed_decodes_running_requests_in_prefill_batches():
     # SGLang --enable-mixed-chunk: chunk budget 8, input budget 16, ample KV. A prefill batch
     # carries one decode token of every running request (the one mid-chunk excepted) and

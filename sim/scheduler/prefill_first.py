@@ -35,10 +35,18 @@ SGLang's scheduler (``python/sglang/srt/managers/scheduler.py``,
   ratio becomes min(1, (Σ generated + 20 × remaining) / Σ max_new_tokens) of
   the remaining requests.
 
-Simplifications: the radix (prefix) cache and its evictable tokens, LoRA and
-grammar queues, and the overlap schedule's one-step lag are not modelled;
-KV is counted in blocks of ``block_size`` tokens (SGLang's page size; 1 in
-the preset).
+- **Radix cache** (``enable_prefix_caching``; SGLang's default, off with
+  ``--disable-radix-cache``): an admission matches the longest cached prefix
+  (``RadixCache.match_prefix``) and the budgets count the rest
+  (``req.extend_input_len``: ``PrefillAdder.add_one_req``); the KV cache's
+  prefix cache stands in for the radix tree (hits on ``block_size``
+  boundaries, page size 1 in the preset: token-granular as the tree; cached
+  blocks are evicted least-recently-used first, as the tree's leaves).
+
+Simplifications: the radix tree's own eviction order and its in-batch
+prefix sharing (``--schedule-policy lpm`` reordering), LoRA and grammar queues,
+and the overlap schedule's one-step lag are not modelled; KV is counted in
+blocks of ``block_size`` tokens (SGLang's page size; 1 in the preset).
 """
 
 from __future__ import annotations
@@ -144,7 +152,10 @@ class PrefillFirstScheduler(Scheduler):
                     or (rem_chunk is not None and rem_chunk <= 0)):
                 break  # PrefillAdder.budget_state
             req = waiting.peek()
-            n = req.num_tokens  # prompt, plus outputs for a retracted request (recompute)
+            # the radix cache's longest cached prefix (match_prefix; ([], 0) with it off), then
+            # the extend tokens: prompt, plus outputs for a retracted request (recompute), less it
+            hit_blocks, num_hit = kv.get_computed_blocks(req)
+            n = req.num_tokens - num_hit  # req.extend_input_len
             clipped = min(req.max_tokens - req.num_output_tokens, CLIP_MAX_NEW_TOKENS)
             if n + clipped >= avail - offset:
                 break  # AddReqResult.NO_TOKEN
@@ -152,10 +163,13 @@ class PrefillFirstScheduler(Scheduler):
                 break  # AddReqResult.OTHER: input budget, unless the batch is empty
             whole = rem_chunk is None or n <= rem_chunk
             take = n if whole else rem_chunk
-            if kv.allocate_slots(req, take) is None:
+            if kv.allocate_slots(req, take, num_hit, hit_blocks) is None:
                 break
             waiting.pop()
-            req.num_computed_tokens = 0
+            if req.status != RequestStatus.PREEMPTED:  # hit statistics: first admissions
+                req.num_cached_tokens = num_hit
+            kv.record_prefix_cache_stats(req, num_hit)
+            req.num_computed_tokens = num_hit
             req.status = RequestStatus.RUNNING
             running.append(req)
             out.admitted.append(req)
