@@ -13,7 +13,9 @@ compares:
 - every per-request column, bit for bit (timestamps, token counts, cached
   tokens, preemptions, preempted time, replica, status) and the rejection reasons;
 - the ITL samples as a weighted distribution (gaps sorted, equal gaps merged,
-  weights summed), bit for bit;
+  weights summed), bit for bit, and the summary's ITL median and percentiles
+  from them as each mode recorded them, bit for bit (its mean and std: float
+  sums over samples pooled differently, to rounding, as below);
 - per-replica step totals (batched / prefill / decode tokens, preempted, steps)
   and the peak KV usage and queue, exactly;
 - the time-weighted step aggregates (mean KV usage, mean running sequences,
@@ -425,6 +427,21 @@ def compare(ref, fast) -> tuple[list[str], list[str], str]:
         else:
             semantic = True
         diffs.append(msg)
+    # the ITL statistics as the summary reports them: order statistics bit for bit; the mean
+    # and std are float sums over samples pooled differently (a merged span records a gap once
+    # with weight B where single steps record it B times): rounding only
+    rsum, fsum = _itl_summary(ref), _itl_summary(fast)
+    for k in rsum:
+        a, b = rsum[k], fsum[k]
+        if a == b or (math.isnan(a) and math.isnan(b)):
+            continue
+        rel = abs(a - b) / max(abs(a), abs(b))
+        line = f"summary {k}: ref {_fmt(a)} fast {_fmt(b)} (rel {rel:.3g})"
+        if k in ("mean_itl_ms", "std_itl_ms") and rel <= AGG_RTOL:
+            notes.append(line)
+        else:
+            diffs.append(line)
+            semantic = True
     # step totals per replica, peaks
     rs, fs = ref.steps, fast.steps
     reps = sorted(set(np.unique(rs["replica"]).tolist()) | set(np.unique(fs["replica"]).tolist()))
@@ -457,6 +474,14 @@ def compare(ref, fast) -> tuple[list[str], list[str], str]:
             diffs.append(line)
             semantic = True
     return diffs, notes, ("semantic" if semantic else "ulp") if diffs else "equal"
+
+
+def _itl_summary(res) -> dict[str, float]:
+    """``summary.json``'s ITL keys (mean, median, std, p90, p99 ms) of a RunResult."""
+    from sim.results.metrics import summarize
+
+    out = summarize(res.requests, res.steps, res.itl)
+    return {k: v for k, v in out.items() if k.endswith("_itl_ms")}
 
 
 def run_pair(overrides: dict[str, Any]) -> dict[str, Any]:

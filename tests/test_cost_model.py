@@ -299,6 +299,20 @@ def test_fitted_operator_tables_equal_the_scalar_formulas(name):
     assert cm._t_ops(1000.5) == cm._t_ops_scalar(1000.5)
 
 
+def test_linear_at_reads_the_same_floats_as_linear_s_at_integer_counts():
+    """A decode clock's integer-count read of the step's linear time
+    (``count_table.linear_at``) is ``_linear_s`` at those counts, exactly, in a
+    block not yet built (its first read builds it), in a built one, and past
+    the table (the scalar formulas)."""
+    cm = CostModel(get_model("llama-3.1-8b"), get_hardware("h100_sxm"))
+    big = (1 << 17) + 5
+    for T, ns in ((700, 3), (701, 3), (1, 1), (0, 0), (5000, 64), (20000, 5), (big, 2), (3, big)):
+        fresh = CostModel(get_model("llama-3.1-8b"), get_hardware("h100_sxm"))
+        assert fresh._linear_at(T, ns) == cm._linear_s(float(T), float(ns))
+        assert cm._linear_at(T, ns) == cm._linear_s(float(T), float(ns))
+    assert cm._linear_at(1000, 20) != cm._linear_at(1001, 20)  # (the counts are read, not one value)
+
+
 def test_count_table_builds_each_block_once_and_falls_back_to_the_scalar():
     from sim.cost_model.count_table import CountTable
 

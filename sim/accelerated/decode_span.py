@@ -111,8 +111,7 @@ class DecodeSpan:
         """Admit ``reqs`` (new requests the scheduler admits whole) at ``step``
         (1-based) if their blocks to completion fit in the slack, and return
         their last steps; else None (nothing changed)."""
-        sched = self.sched
-        bs = sched.limits.block_size
+        bs = self.sched.limits.block_size
         need = 0
         for r in reqs:  # prompt + every decode slot written up to the finish
             need += -(-(r.num_prompt_tokens + r.num_output_tokens_target - 1) // bs)
@@ -120,15 +119,17 @@ class DecodeSpan:
             return None
         self.slack -= need
         lasts = []
+        admit, joins, ne = self.runs.admit_to_span, self.joins, self._no_evict
         for r in reqs:
-            self.runs.admit_to_span(r, r.num_prompt_tokens)
+            p = r.num_prompt_tokens
+            admit(r, p)
             last = step + r.num_output_tokens_target - 1
-            self.joins.append([step, r, last, r.num_prompt_tokens, 0])
+            joins.append([step, r, last, p, 0])
             lasts.append(last)
-            if self._no_evict is not None:  # it holds its blocks to completion until its last step
+            if ne is not None:  # it holds its blocks to completion until its last step
                 t = self._blocks_to_completion(r)
-                self._no_evict[0] -= t
-                leave = self._no_evict[2]
+                ne[0] -= t
+                leave = ne[2]
                 leave[last] = leave.get(last, 0) + t
             if last > self.k:
                 self.k = last

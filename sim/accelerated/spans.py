@@ -238,6 +238,7 @@ class AcceleratedStepping:
         clock = self.cost.decode_clock(span.contexts, span.lasts, start, ov.cpu_s, ov.overlap, self._clock_terms)
         joins = joins and self.runs[rep.index].spans_admit()
         inline = joins and traffic.inline
+        send_at = traffic.send_times  # (open loop: send_at[num_sent] is next_send_s())
         ends = clock.ends
         clock.advance(span.k, traffic.next_send_s())
         if rep.num_recovering:  # back where they were when preempted, by step 1's end
@@ -247,13 +248,13 @@ class AcceleratedStepping:
             while True:
                 m = len(ends)
                 if (inline and m < span.k and traffic.num_arrived == traffic.num_sent
-                        and traffic.next_send_s() <= ends[-1]):
+                        and send_at[traffic.num_sent] <= ends[-1]):
                     # The sends landing in step m, taken without events: this replica is
                     # the only process acting before that step's end (the arrivals
                     # process's pending wake finds its request taken).
                     traffic.send_inline(rep, ends[-1])
                     if self._join_span(rep, span, clock, m):
-                        until = traffic.next_send_s()
+                        until = send_at[traffic.num_sent]
                         if clock.end < until and m + 1 < span.k:
                             clock.advance(span.k - m - 1, until)
                         continue
@@ -597,7 +598,7 @@ class AcceleratedStepping:
         if span.no_evict_h0 is not None:  # TensorRT-LLM's admission headroom at step m + 1
             headroom = span.no_evict_headroom(m + 1)
         got = runs.span_admissions(num_decoding, sched.limits.max_num_batched_tokens - num_decoding,
-                                   headroom=headroom)
+                                   None, headroom)  # (positional: once per request)
         if not got or not got[0]:
             return False
         return self._join_reqs(span, clock, m, num_decoding, got[0])

@@ -34,6 +34,50 @@ class CountTable:
         return self.scalar(x)
 
 
+def linear_at(t_sum: CountTable, lm_rows: CountTable, overhead: float):
+    """``CostModel._linear_s`` of the fitted form at integer counts (T tokens,
+    ns sampled rows >= 0), for a decode clock's steps (a join: once per
+    request): the same table values and the same adds in the same order, read
+    from flat lists indexed by the count (no float round trip, no block lookup,
+    no ``__call__`` dispatch). ``t_sum(T)`` gives (the operators before the lm
+    head summed, the all-reduce); the step's time is ``head + lm_rows(ns) + ar
+    + overhead``. The lists grow block by block, from the tables' own blocks,
+    up to ``FLAT`` counts; larger counts read the tables."""
+    heads: list[float] = []
+    ars: list[float] = []
+    lms: list[float] = []
+
+    def grow(n: int, table: CountTable, pick) -> None:
+        """Extend ``pick``'s lists with ``table``'s blocks up to the one holding n."""
+        while True:
+            have = len(lms) if table is lm_rows else len(heads)
+            if have > n:
+                return
+            table(float(have))  # builds block have >> BITS, once
+            pick(table.blocks[have >> _BITS])
+
+    def take_sums(values: list) -> None:
+        heads.extend([h for h, _ in values])
+        ars.extend([a for _, a in values])
+
+    def at(T: int, ns: int) -> float:
+        try:
+            return heads[T] + lms[ns] + ars[T] + overhead
+        except IndexError:
+            if T < FLAT and ns < FLAT:
+                grow(T, t_sum, take_sums)
+                grow(ns, lm_rows, lms.extend)
+                return heads[T] + lms[ns] + ars[T] + overhead
+            head, ar = t_sum(float(T))
+            return head + lm_rows(float(ns)) + ar + overhead
+    return at
+
+
+#: counts below which ``linear_at`` reads flat lists (16 blocks: a step's tokens are
+#: at most max_num_batched_tokens plus the decoding sequences)
+FLAT = 1 << 14
+
+
 # (module constants: a global read costs less than a class attribute's, once per lookup)
 _BITS, _BLOCK, _MAX = CountTable.BITS, CountTable.BLOCK, CountTable.MAX
 _MASK = _BLOCK - 1

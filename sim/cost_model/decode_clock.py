@@ -19,6 +19,7 @@ index ``j`` (0-based) is stored as ``x = c − j``, so step ``j`` reads ``x + j
 from __future__ import annotations
 
 import math
+from math import sqrt
 
 
 class DecodeClock:
@@ -27,22 +28,25 @@ class DecodeClock:
     ``contexts``: tokens in each sequence's KV cache before step 1 (its
     ``num_computed_tokens`` before the step); ``lasts``: optional, the last
     step (1-based) in which each takes part; ``start``: the run's start (s);
-    ``linear_s(T, ns)``: the step's time outside attention (s) for T tokens
-    and ns sampled rows (``CostModel._linear_s``; a step lasts attention + it);
+    ``linear_at(T, ns)``: the step's time outside attention (s) for T tokens
+    and ns sampled rows, integers (``CostModel._linear_s``'s value, read as
+    ``sim.cost_model.count_table.linear_at``; a step lasts attention + it);
     ``cpu_of(S)``: host time (s) of a decode step over S sequences, added to
     the GPU time, or its ``max`` with it when ``overlap``. ``ends`` holds the
     step end times (s) timed so far. ``terms``: optional, the per-batch-size
     terms (:meth:`_batch`) to share with the other clocks of the same
-    ``attn``, ``linear_s`` and ``cpu_of`` (pure functions of the size).
+    ``attn``, ``linear_at`` and ``cpu_of`` (pure functions of the size).
     """
 
-    def __init__(self, attn, linear_s, contexts: list[int], lasts: list[int] | None, start: float,
+    def __init__(self, attn, linear_at, contexts: list[int], lasts: list[int] | None, start: float,
                  cpu_of, overlap: bool, terms: dict[int, tuple] | None = None) -> None:
         t = attn.tile
-        self.attn, self.linear_s, self.cpu_of, self.overlap, self.tile = attn, linear_s, cpu_of, overlap, t
-        # the attention form's constants, read once per advance() call
-        self._consts = (attn.layers, attn.ga.launch_s, attn.c1, attn.c2, attn.ca_exp, attn.m1, attn.m2,
+        self.attn, self.linear_at, self.cpu_of, self.overlap, self.tile = attn, linear_at, cpu_of, overlap, t
+        # the attention form's constants, read once per advance() call (the layer count as
+        # a float: x * float(n) is x * n, and a float product takes the interpreter's fast path)
+        self._consts = (float(attn.layers), attn.ga.launch_s, attn.c1, attn.c2, attn.ca_exp, attn.m1, attn.m2,
                         attn.me_exp, attn.bk, attn.cta, attn.naive)
+        self._csq = attn.ca_sqrt  # tc's L^cexp as sqrt(L) (FittedAttention._gen)
         self.S = len(contexts)
         self.X = sum(contexts)
         self.tiles = sum([(x + t) // t for x in contexts])
@@ -73,7 +77,7 @@ class DecodeClock:
         over S sequences (b = S as a float), computed once per size (``_terms``)."""
         a = self.attn
         b = float(S)
-        terms = self._terms[S] = (self.linear_s(b, b), self.cpu_of(S), a.bq * b, b * a.seq_head,
+        terms = self._terms[S] = (self.linear_at(S, S), self.cpu_of(S), a.bq * b, b * a.seq_head,
                                   -(-(b * a.kvh) // a.sms) if a.cta else 0.0)
         return terms
 
@@ -131,6 +135,7 @@ class DecodeClock:
         bqb, bseq, ctas = self.bqb, self.bseq, self.ctas
         tiles_then = self.tiles_then
         tb2 = tp2 = 0.0
+        root, csq = sqrt, self._csq
         if tiles_then >= 0:
             tb2, tp2 = self._tb2, self._tp2
         ends = self.ends
@@ -143,16 +148,22 @@ class DecodeClock:
         Sf = float(S)
         if not j0:  # the batch as built: step 0's tiles, less the crossings the loop adds
             tiles -= cr[0]
-        # (tc² + tb² + tp²) ** 0.5 as FittedAttention._gen adds them (without CTAs tp2 is
-        # 0.0, and x + 0.0 is x: the add is left out); a step's end as the engine's t += dt
+        # sqrt(tc² + tb² + tp²) as FittedAttention._gen adds them (without CTAs tp2 is
+        # 0.0, and x + 0.0 is x: the add is left out); a step's end as the engine's t += dt.
+        # r: the residue -j % t whose sequences cross into a new tile at step j, counted
+        # down with j going up (cheaper than the negation and modulo)
+        r, t1 = -j0 % t + 1, t - 1
         for j in range(j0, j0 + k):
+            r -= 1
+            if r < 0:
+                r = t1
             if j in leave:  # finished after step j: out of the batch (``_enter``, in the locals)
                 gone = leave.pop(j)
                 for x in gone:
                     tiles -= (x + j - 1 + t) // t
                     cr[x % t] -= 1
                     X -= x
-                tiles += cr[-j % t]
+                tiles += cr[r]
                 if gone:
                     S -= len(gone)
                     terms = self._terms.get(S)
@@ -161,9 +172,9 @@ class DecodeClock:
                 L = float(X + S * (j + 1))
                 tiles_then = -1
             else:
-                tiles += cr[-j % t]
+                tiles += cr[r]
                 L += Sf
-            tc = c1 * L + c2 * L ** cexp
+            tc = c1 * L + c2 * (root(L) if csq else L ** cexp)
             if tiles != tiles_then:
                 tiles_then = tiles
                 tiled = float(tiles * t)
@@ -173,7 +184,7 @@ class DecodeClock:
                 if cta:
                     tp = ctas * (tiled / Sf) * cta
                     tp2 = tp * tp
-            g = (tc * tc + tb2 + tp2) ** 0.5 if cta else (tc * tc + tb2) ** 0.5
+            g = root(tc * tc + tb2 + tp2) if cta else root(tc * tc + tb2)
             dt = (launch + g) * layers + lin
             if overlap:
                 end += dt if dt > cpu else cpu
@@ -221,7 +232,7 @@ class DecodeClock:
                 else:
                     tiles += cr[-j % t]
                     L += Sf
-            tc = c1 * L + c2 * L ** cexp
+            tc = c1 * L + c2 * (sqrt(L) if self._csq else L ** cexp)
             if tiles != tiles_then:
                 tiles_then = tiles
                 tiled = float(tiles * t)
@@ -231,7 +242,7 @@ class DecodeClock:
                 if cta:
                     tp = ctas * (tiled / float(S)) * cta
                     tp2 = tp * tp
-            g = (tc * tc + tb2 + tp2) ** 0.5
+            g = sqrt(tc * tc + tb2 + tp2)
             if naive:
                 g += a._naive_extra(L)
             dt = (launch + g) * layers + lin
@@ -251,22 +262,22 @@ class DecodeClock:
         usual join, with the same float operations (``FittedAttention._mixed_s``:
         the generation core as ``_gen`` computes it, its memory terms as
         :meth:`advance` keeps them)."""
-        a = self.attn
         j = len(self.ends)
         leave = self.leave
         gone = leave.get(j)
-        if p < 2 or a.naive or self.S == (len(gone) if gone else 0):  # (nobody decodes: no generation core)
+        layers, _, c1, c2, cexp, m1, m2, mexp, bk, cta, naive = self._consts
+        if p < 2 or naive or self.S == (len(gone) if gone else 0):  # (nobody decodes: no generation core)
             self.mixed([(p, 0)], [(p, last)], cpu)
             return
+        a = self.attn
         t = self.tile
         if gone is not None:
             self._enter(j)
         elif j:  # (``_enter`` when nobody leaves)
             self.tiles += self.crossings[-j % t]
         S, X, tiles = self.S, self.X, self.tiles
-        _, _, c1, c2, cexp, m1, m2, mexp, bk, cta, _ = self._consts
         L = float(X + S * (j + 1))
-        tc = c1 * L + c2 * L ** cexp
+        tc = c1 * L + c2 * (sqrt(L) if self._csq else L ** cexp)
         if self.tiles_then == tiles:  # the memory terms as advance left them
             tb2, tp2 = self._tb2, self._tp2
         else:  # (tb², tp²) of the batch as it is (``FittedAttention._gen``), as advance computes them
@@ -278,11 +289,11 @@ class DecodeClock:
             if cta:
                 tp = self.ctas * (tiled / float(S)) * cta
                 tp2 = tp * tp
-        g = (tc * tc + tb2 + tp2) ** 0.5 if cta else (tc * tc + tb2) ** 0.5
+        g = sqrt(tc * tc + tb2 + tp2) if cta else sqrt(tc * tc + tb2)
         pc = a._prompt_memo.get(p)
         if pc is None:
             pc = a.prompt_context(p)
-        gpu = (a.mixed_launch + (g + pc)) * a.layers + self.linear_s(float(S + p), float(S + 1))
+        gpu = (a.mixed_launch + (g + pc)) * layers + self.linear_at(S + p, S + 1)
         end = self.end
         if self.overlap:
             end += gpu if gpu >= cpu else cpu
@@ -320,7 +331,7 @@ class DecodeClock:
         sums[0] += S  # the decoding sequences: S more decodes, their KV reads and tiles
         sums[1] += self.X + S * (j + 1)
         sums[2] += self.tiles
-        gpu = a._mixed_s(*sums) + self.linear_s(float(S + sum(new)), float(S + len(chunks)))
+        gpu = a._mixed_s(*sums) + self.linear_at(S + sum(new), S + len(chunks))
         self._mixed_done(j, gpu, cpu, joins)
 
     def pause(self, dt: float, joins) -> None:

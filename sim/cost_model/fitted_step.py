@@ -11,6 +11,7 @@ kernel, so it pays one launch (the larger) and both cores.
 
 from __future__ import annotations
 
+from math import sqrt
 
 import numpy as np
 
@@ -297,6 +298,10 @@ class FittedAttention:
         p = self.peak * ga.compute_efficiency_max
         a = ga.compute_exponent
         self.c1, self.c2, self.ca_exp = f / p, ga.compute_half_flops ** a * f ** (1.0 - a) / p, 1.0 - a
+        # L^(1-a) as a square root where a = 0.5 (the decode attention's compute exponent is not
+        # fitted: calibration.fit FIXED_DEFAULTS): sqrt is exact-rounded and several times cheaper
+        # than pow; every mode computes tc this way (decode clocks: ``csq``)
+        self.ca_sqrt = self.ca_exp == 0.5
         w = self.bw * ga.memory_efficiency_max
         e = ga.memory_exponent
         self.m1, self.m2, self.me_exp = 1.0 / w, ga.memory_half_bytes ** e / w, 1.0 - e
@@ -307,15 +312,15 @@ class FittedAttention:
         unsplit = self.h / self.kvh < ga.split_kv_min_group
         self.cta = ga.cta_token_s if unsplit else 0.0
 
-    def _gen(self, b: float, sum_len, tiled):
-        """Generation core (s, one layer); ``sum_len``/``tiled`` floats or arrays."""
-        tc = self.c1 * sum_len + self.c2 * sum_len ** self.ca_exp
+    def _gen(self, b: float, sum_len: float, tiled: float) -> float:
+        """Generation core (s, one layer), from Python floats."""
+        tc = self.c1 * sum_len + self.c2 * (sqrt(sum_len) if self.ca_sqrt else sum_len ** self.ca_exp)
         nbytes = self.bq * b + self.bk * tiled
         tb = self.m1 * nbytes + self.m2 * nbytes ** self.me_exp + b * self.seq_head
         if self.cta:
             tp = -(-(b * self.kvh) // self.sms) * (tiled / b) * self.cta
-            return (tc * tc + tb * tb + tp * tp) ** 0.5
-        return (tc * tc + tb * tb) ** 0.5
+            return sqrt(tc * tc + tb * tb + tp * tp)
+        return sqrt(tc * tc + tb * tb)
 
     def _naive_extra(self, score_elems):
         """Unfused attention: 4 passes over the score matrix (bf16), per head."""
@@ -426,7 +431,7 @@ class FittedAttention:
         tc = (self.k1 * scores + self.k2 * scores ** self.kexp) / util
         nbytes = self.bq * sn + self.bk * (sc + sn)
         tb = self.n1 * nbytes + self.n2 * nbytes ** self.nexp + npre * self.ctx_seq_head
-        return (tc * tc + tb * tb) ** 0.5
+        return sqrt(tc * tc + tb * tb)
 
     def prompt_context(self, p: int) -> float:
         """:meth:`_context` of one whole ``p``-token prompt (p > 1, nothing

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.cost_model.count_table import CountTable
+from sim.cost_model.count_table import CountTable, linear_at
 from sim.cost_model.decode_clock import DecodeClock
 from sim.cost_model.operators import (ATTENTION_IMPLS, ATTENTION_KERNELS, attention_cost,
                                       attention_peak_flops, gemm_cost)
@@ -271,6 +271,8 @@ class CostModel:
                                           - inter_node_all_reduce_s(hw, tp, 0.0))
                 self._ar_lat += float(inter_node_all_reduce_s(hw, tp, 0.0))
         self._overhead = eff.step_overhead_s
+        if self.fitted:  # (a decode clock's reads of _linear_s at integer counts)
+            self._linear_at = linear_at(self._t_sum, self._lm_rows, self._overhead)
         self.op_names = OP_NAMES_MOE if model.is_moe else OP_NAMES_DENSE
 
     # -- operators -------------------------------------------------------------
@@ -561,7 +563,7 @@ class CostModel:
         clocks of the same ``cpu_s`` function (``DecodeClock``)."""
         cpu_of = cpu_s if callable(cpu_s) else (lambda _s: cpu_s)
         if self.fitted and not self._extras:
-            return DecodeClock(self._attn_fitted, self._linear_s, num_context_tokens, lasts, start, cpu_of,
+            return DecodeClock(self._attn_fitted, self._linear_at, num_context_tokens, lasts, start, cpu_of,
                                overlap, terms)
         return _RunClock(self, num_context_tokens, lasts, start, cpu_of, overlap)
 

@@ -190,6 +190,14 @@ class Traffic:
         i = max(range(len(reps)), key=lambda i: (hits[i], -reps[i].outstanding, -reps[i].index))
         return reps[i] if hits[i] > _CACHE_THRESHOLD * req.num_prompt_tokens else least_loaded
 
+    @property
+    def send_times(self) -> array:
+        """When each open-loop request reaches the router (s; ``arrival_time_s`` +
+        ``frontend_latency_s``), then inf: ``send_times[num_sent]`` is
+        :meth:`next_send_s` in open loop, read without a call (a decode span
+        sending inline reads it once per request)."""
+        return self._send_at
+
     def next_send_s(self) -> float:
         """When the next open-loop request reaches the router (s; inf when
         every request was sent, or gated). In closed loop: the earliest time
@@ -238,17 +246,18 @@ class Traffic:
         with ``hold``, appended there instead as (send time, request), for the
         span to queue later (an overlap-scheduled replica sees it a step later)."""
         times, send_at = self._cols[0], self._send_at
-        sched = rep.scheduler
-        while send_at[self.num_sent] <= end:
-            i = self.num_sent
+        add = rep.scheduler.add_request
+        i = self.num_sent
+        while send_at[i] <= end:
             self.num_sent = self.num_arrived = i + 1
             req = self._make_request(i, times[i])
             req.replica = rep.index
             rep.outstanding += 1
             if hold is not None:
                 hold.append((send_at[i], req))
-            elif not sched.add_request(req):
+            elif not add(req):
                 self.recorder.rejected(rep, req)
+            i += 1
 
     def _client_next(self, client_id: int) -> None:
         if self._next_index < len(self.specs):
