@@ -354,3 +354,16 @@ def test_summary_keeps_the_workload_name_through_run_and_compare_copies():
     assert run_simulation(build()).summary["config"]["workload"]["name"] == "default"  # nothing named
     explicit = build(set_args=["workload.input_len=32", "workload.output_len=4"])  # no name: no built-in used
     assert run_simulation(explicit).summary["config"]["workload"]["name"] is None
+
+
+def test_exact_steps_flag_overrides_the_config_file_either_way(tmp_path):
+    """``--exact-steps`` / ``--no-exact-steps`` override the file's ``exact_steps``;
+    neither given, the file's value runs."""
+    cfg = tmp_path / "c.yaml"
+    for in_file, flag, want in ((True, "--no-exact-steps", False), (False, "--exact-steps", True),
+                                (True, None, True)):
+        cfg.write_text(f"exact_steps: {str(in_file).lower()}\nworkload.num_requests: 20\n")
+        out = tmp_path / f"o{in_file}{flag}"
+        r = cli("run", str(cfg), "--quiet", "--out", str(out), *([flag] if flag else []))
+        assert r.returncode == 0, r.stderr
+        assert json.loads((out / "summary.json").read_text())["config"]["exact_steps"] is want

@@ -79,7 +79,9 @@ def run(
     seed: Optional[int] = typer.Option(None, help="Seed of the run: arrivals, lengths, router (default: the config file's, else 0)."),
     goodput: Optional[List[str]] = typer.Option(None, help="SLOs for goodput, as vllm bench serve: 'ttft:MS tpot:MS e2el:MS' (quoted, or repeat --goodput)."),
     out: Path = typer.Option(Path("runs/latest"), help="Output folder for summary.json, requests.csv, steps.csv."),
-    exact_steps: bool = typer.Option(False, "--exact-steps", help="Reference mode: one event per engine step."),
+    exact_steps: Optional[bool] = typer.Option(
+        None, "--exact-steps/--no-exact-steps",
+        help="Reference mode: one event per engine step (default: the config's exact_steps, else off)."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="Also write the engine steps as a Chrome / Perfetto "
                                          "trace (JSON) to this file: open it in https://ui.perfetto.dev."),
     quiet: bool = typer.Option(False, help="No progress bar."),
@@ -119,7 +121,7 @@ def run(
     if result_filename is not None and (not result_filename.strip() or "/" in result_filename):
         raise ServesimError(f"--result-filename {result_filename!r}: give a file name (the folder is --result-dir)")
     cfg = build_config(config, _overrides(model=model, hardware=hardware, scheduler=scheduler, seed=seed,
-                                          exact_steps=exact_steps or None), set_, workload)
+                                          exact_steps=exact_steps), set_, workload)
     ensure_out_dir(out)
     _check_trace_path(trace)
     if result_dir is not None:
