@@ -15,6 +15,7 @@ from math import sqrt
 
 import numpy as np
 
+from sim.cost_model.count_table import CountTable
 from sim.cost_model.fitted import bus_efficiency, gemm_family, moe_fitted_s, moe_touched_rows
 from sim.cost_model.roofline import ACT_BYTES, GemmPrecision
 from sim.hardware.efficiency import FittedEfficiency
@@ -287,6 +288,7 @@ class FittedAttention:
         self.ctx_seq_head = self.kvh * ca.seq_head_s
         self.mixed_launch = max(self.ga.launch_s, ca.launch_s)  # a step with decodes and prefill chunks
         self._prompt_memo: dict[int, float] = {}
+        self._prompt_table = CountTable(self._prompt_block, self._prompt_scalar)
 
     def _gen_setup(self) -> None:
         """Constants of the generation core as functions of L = sum of KV
@@ -418,7 +420,10 @@ class FittedAttention:
                 total += self._naive_extra(float(sum_len))
         if not npre:  # no prefill chunk (the other sequences have no new token): no context core
             return (launch + total) * self.layers
-        total += self._context(npre, sn, sc, snc, snn, qtiles)
+        if npre == 1 and not sc and not snc and snn == sn * sn:  # one chunk, nothing cached
+            total += self.prompt_context(sn)
+        else:
+            total += self._context(npre, sn, sc, snc, snn, qtiles)
         if self.naive:
             total += self._naive_extra(float(snc + snn))
         return (max(launch, self.ca.launch_s) + total) * self.layers
@@ -434,12 +439,33 @@ class FittedAttention:
         return sqrt(tc * tc + tb * tb)
 
     def prompt_context(self, p: int) -> float:
-        """:meth:`_context` of one whole ``p``-token prompt (p > 1, nothing
-        cached), memoised: the usual mixed step of a decode span."""
+        """:meth:`_context` of one chunk of ``p`` > 1 tokens with nothing cached
+        (a whole prompt, or its first chunk): the usual mixed step of a decode
+        span, and every mode's (:meth:`_mixed_s`). Read from a table of the
+        counts (``CountTable``: a block of 1,024 prompt lengths computed at
+        once with numpy, a few per run instead of a Python evaluation per
+        distinct length), memoised."""
         v = self._prompt_memo.get(p)
         if v is None:
-            v = self._prompt_memo[p] = self._context(1, p, 0, 0, p * p, -(-p // self.ca.tile_q))
+            v = self._prompt_memo[p] = self._prompt_table(p)
         return v
+
+    def _prompt_scalar(self, p: float) -> float:
+        """:meth:`prompt_context` beyond the table (p >= ``CountTable.MAX``)."""
+        n = int(p)
+        return self._context(1, n, 0, 0, n * n, -(-n // self.ca.tile_q))
+
+    def _prompt_block(self, P: np.ndarray) -> list[float]:
+        """:meth:`_context` of one chunk of each of ``P`` tokens (float64 counts),
+        nothing cached: its operations on arrays (values at P < 2 are unused)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scores = (P * P + P) / 2.0
+            ctas = self.h * np.ceil(P / self.ca.tile_q)
+            util = ctas / (np.ceil(ctas / self.sms) * self.sms)
+            tc = (self.k1 * scores + self.k2 * scores ** self.kexp) / util
+            nbytes = self.bq * P + self.bk * P
+            tb = self.n1 * nbytes + self.n2 * nbytes ** self.nexp + self.ctx_seq_head
+            return np.sqrt(tc * tc + tb * tb).tolist()
 
     def decode_run_s(self, c: np.ndarray, k: int, g: int) -> np.ndarray:
         """Times (s, shape (k,)) of k decode steps: the first ``g`` sequences'
