@@ -783,8 +783,9 @@ def build_config(
             raise ConfigError(f"{_spelled(spelled, v)} conflicts with --workload {workload}; give one of them")
         given = (overrides or {}).get(key)
         if given is not None and given != value:  # e.g. --scheduler continuous --set scheduler=mixed
-            raise ConfigError(f"{_spelled(spelled, v)} conflicts with --{key.replace('_', '-')} {given}; "
-                              "give one of them")
+            flag = "--" + key.replace("_", "-")
+            opt = (flag if given else "--no-" + flag[2:]) if isinstance(given, bool) else f"{flag} {given}"
+            raise ConfigError(f"{_spelled(spelled, v)} conflicts with {opt}; give one of them")
         set_dotted(flat, key, value)
     check_known_keys(flat, set_src)
     set_wl = _workload_mapping(flat.pop("workload", None), set_src)

@@ -295,6 +295,16 @@ def flag_args_to_set(args: list[str], native: dict[str, bool], keys: dict[str, b
             out.append(a)
             i += 1
             continue
+        if name in native and eq and not native[name]:  # an on/off option given a value: --exact-steps=false
+            word = inline.strip().lower()
+            pair = "--no-" + name[2:] if not name.startswith("--no-") else "--" + name[5:]
+            if word not in BOOL_WORDS or pair not in native:
+                raise ConfigError(f"{a}: {name} is a flag and takes no value; write {name}"
+                                  + (f" or {pair}" if pair in native else ""))
+            on = word in ("true", "yes", "on", "1")
+            out.append(name if on else pair)
+            i += 1
+            continue
         if name in native:
             out.append(a)
             i += 1

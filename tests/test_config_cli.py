@@ -361,9 +361,15 @@ def test_exact_steps_flag_overrides_the_config_file_either_way(tmp_path):
     neither given, the file's value runs."""
     cfg = tmp_path / "c.yaml"
     for in_file, flag, want in ((True, "--no-exact-steps", False), (False, "--exact-steps", True),
-                                (True, None, True)):
+                                (True, None, True), (True, "--exact-steps=false", False),
+                                (False, "--exact-steps=1", True)):
         cfg.write_text(f"exact_steps: {str(in_file).lower()}\nworkload.num_requests: 20\n")
         out = tmp_path / f"o{in_file}{flag}"
         r = cli("run", str(cfg), "--quiet", "--out", str(out), *([flag] if flag else []))
         assert r.returncode == 0, r.stderr
         assert json.loads((out / "summary.json").read_text())["config"]["exact_steps"] is want
+
+    r = cli("run", "--quiet", "--set", "exact_steps=true", "--no-exact-steps")
+    assert r.returncode == 2 and "--set exact_steps=true conflicts with --no-exact-steps" in r.stderr
+    r = cli("run", "--quiet", "--exact-steps=maybe")
+    assert r.returncode == 2 and "--exact-steps is a flag and takes no value" in r.stderr
