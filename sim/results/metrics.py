@@ -220,7 +220,7 @@ def _stats(prefix: str, values_s: np.ndarray) -> dict[str, float]:
     out[f"mean_{prefix}_ms"] = float(np.mean(ms))
     out[f"median_{prefix}_ms"] = float(np.median(ms))
     out[f"std_{prefix}_ms"] = float(np.std(ms))
-    p90, p99 = np.percentile(ms, (90, 99))  # (one partition; each value as its own call gives)
+    p90, p99 = np.percentile(ms, (90, 99))  # (one partition; the same values as one call each)
     out[f"p90_{prefix}_ms"] = float(p90)
     out[f"p99_{prefix}_ms"] = float(p99)
     return out
