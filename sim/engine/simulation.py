@@ -381,7 +381,7 @@ class Simulation:
                 "thousands of times too slow, or a backlog that never drains)")
         rec = self.recorder
         total = sum(r.unused_integral for r in self.replicas)
-        req = rec.req_cols.to_numpy()
+        req = rec.req_cols.to_numpy(copy=False)  # (views: the fancy index below copies each column)
         order = np.argsort(req["request_id"], kind="stable")
         req = {k: v[order] for k, v in req.items()}
         steps = _in_time_order(rec.step_cols.to_numpy(copy=False))
