@@ -74,6 +74,9 @@ class Recorder:
         self.frontend_tok_s = frontend_token_s
         self.track_unused = track_unused
         self.on_done: Callable[..., None] = lambda req, delay=0.0: None
+        #: where the traffic side needs only the number of finishes (open loop, no
+        #: gate, no progress): told once per merged stretch's step (``finish_steps``)
+        self.count_done: Callable[[int], None] | None = None
 
     def deliver(self, rep, now: float, num_tokens: int) -> float:
         """When the tokens a step emitted at ``now`` reach the clients: the
@@ -200,7 +203,8 @@ class Recorder:
         ``ends[s - 1]`` and its tokens reach the clients at ``seen[s - 1]``.
         ``notified``: ``on_done`` was called for each at its step's end already
         (closed-loop clients inside a span)."""
-        on_done = self.on_done
+        on_done, count = self.on_done, self.count_done
+        each = not notified and count is None
         add, pack_row = self.req_cols.flat.frombytes, self.req_cols.pack_row
         for step, reqs in finished:  # (finished requests: ``record``'s rows, status finished)
             now, at = ends[step - 1], seen[step - 1]
@@ -208,8 +212,10 @@ class Recorder:
                 req.finish_time = at
                 rep.outstanding -= 1
                 add(pack_row(*_request_row(req), STATUS_FINISHED))
-                if not notified:
+                if each:
                     on_done(req, at - now)
+            if not notified and count is not None:
+                count(len(reqs))
         if finished:
             rep.scheduler.finished.clear()
 

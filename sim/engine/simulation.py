@@ -190,6 +190,8 @@ class Simulation:
         self.traffic = Traffic(self.env, specs, routed, cfg, seed, send, self.recorder,
                                progress=progress, progress_every=progress_every)
         self.recorder.on_done = self.traffic.on_done
+        if self.traffic.counts_done_only:
+            self.recorder.count_done = self.traffic.count_done
         self.num_events = 0
         self.num_steps = 0
         if stepping is not None and not getattr(self.replicas[0].kv, "supports_accelerated_stepping", True):

@@ -277,6 +277,18 @@ class Traffic:
             heappush(self._closed_sends, self.env.now + self.frontend_s)  # (the event's time)
         ev.callbacks.append(lambda _ev, r=req: self.send(r))
 
+    @property
+    def counts_done_only(self) -> bool:
+        """Whether a finish matters here only as a count (open loop, no rate and
+        concurrency gate, no progress callback): a merged stretch's finishes
+        are then told at once (:meth:`count_done`)."""
+        return self.progress is None and self.max_concurrency is None
+
+    def count_done(self, n: int) -> None:
+        """:meth:`on_done` for ``n`` finished requests where only their count
+        matters (:attr:`counts_done_only`)."""
+        self.num_done += n
+
     def on_done(self, req: Request, delay: float = 0.0) -> None:
         """``req`` is done (finished, or rejected); its client sees the last
         token ``delay`` from now."""
