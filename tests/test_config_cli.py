@@ -373,3 +373,13 @@ def test_exact_steps_flag_overrides_the_config_file_either_way(tmp_path):
     assert r.returncode == 2 and "--set exact_steps=true conflicts with --no-exact-steps" in r.stderr
     r = cli("run", "--quiet", "--exact-steps=maybe")
     assert r.returncode == 2 and "--exact-steps is a flag and takes no value" in r.stderr
+
+
+def test_an_empty_config_file_runs_the_defaults_with_a_warning(tmp_path):
+    cfg = tmp_path / "empty.yaml"
+    cfg.write_text("# nothing set yet\n")
+    r = cli("run", str(cfg), "--quiet", "--set", "workload.num_requests=5", "--out", str(tmp_path / "o"))
+    assert r.returncode == 0, r.stderr
+    assert f"warning: {cfg} sets no keys" in r.stderr
+    r = cli("run", "--quiet", "--set", "workload.num_requests=5", "--out", str(tmp_path / "p"))
+    assert "sets no keys" not in r.stderr

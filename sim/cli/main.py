@@ -101,7 +101,7 @@ def run(
                                                      "ttft,tpot,itl,e2el (default: all four)."),
 ) -> None:
     """Simulate one deployment and workload; print the vllm-bench-style summary and write results."""
-    from sim.config import build_config
+    from sim.config import build_config, read_yaml
     from sim.results.metrics import parse_goodput
     from sim.results.output import write_results
     from sim.cli.tables import print_run_summary
@@ -122,6 +122,8 @@ def run(
         raise ServesimError(f"--result-filename {result_filename!r}: give a file name (the folder is --result-dir)")
     cfg = build_config(config, _overrides(model=model, hardware=hardware, scheduler=scheduler, seed=seed,
                                           exact_steps=exact_steps), set_, workload)
+    if config is not None and not read_yaml(config):  # (empty, or comments only: maybe the wrong file)
+        typer.echo(f"warning: {config} sets no keys: the defaults and the command line's run", err=True)
     ensure_out_dir(out)
     _check_trace_path(trace)
     if result_dir is not None:
