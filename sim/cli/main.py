@@ -123,7 +123,7 @@ def run(
     cfg = build_config(config, _overrides(model=model, hardware=hardware, scheduler=scheduler, seed=seed,
                                           exact_steps=exact_steps), set_, workload)
     if config is not None and not read_yaml(config):  # (empty, or comments only: maybe the wrong file)
-        typer.echo(f"warning: {config} sets no keys: the defaults and the command line's run", err=True)
+        typer.echo(f"warning: {config} sets no keys: running the defaults (and the command line's keys)", err=True)
     ensure_out_dir(out)
     _check_trace_path(trace)
     if result_dir is not None:
