@@ -803,7 +803,6 @@ class HFConfig(BaseModel):
 _TYPE_TAGS = {"int", "str", "bool", "float", "none", "list", "dict"}
 
 
-
 def routed_experts_of(name_or_path: str | Path) -> int | None:
     """The routed experts of a model (None for a dense model or one that does not
     load: the caller's own path names the model's error)."""
@@ -811,6 +810,7 @@ def routed_experts_of(name_or_path: str | Path) -> int | None:
         return int(get_model(name_or_path).num_experts) or None
     except (ServesimError, OSError, ValueError):
         return None
+
 
 def _is_union_tag(part: Any) -> bool:
     """A part of a pydantic error location that names a union member, not a field."""

@@ -306,10 +306,7 @@ class DisaggregatedServing:
         if len(reps) == 1:
             return reps[0]
         if self.router == "round_robin":
-            c = frontends.counter("decode", f)
-            rep = reps[c[0] % len(reps)]
-            c[0] += 1
-            return rep
+            return reps[frontends.next_turn("decode", f, len(reps))]
         if self.router == "random":
             return reps[int(self.rng.integers(len(reps)))]
         return min(reps, key=lambda r: (r.outstanding, r.index))

@@ -63,6 +63,14 @@ class Frontends:
             c = self._counters[(pool, frontend)] = [0]
         return c
 
+    def next_turn(self, pool: str, frontend: int, n: int) -> int:
+        """The index, among ``n`` workers of ``pool``, that ``frontend``'s
+        round-robin picks next (and the counter moves on)."""
+        c = self.counter(pool, frontend)
+        i = c[0] % n
+        c[0] += 1
+        return i
+
 
 class Traffic:
     """Request creation, arrival processes, client turns and routing for one
@@ -161,10 +169,7 @@ class Traffic:
             return reps[0]
         mode = self.router
         if mode == "round_robin":
-            c = self.frontends.counter("replicas", frontend)
-            rep = reps[c[0] % len(reps)]
-            c[0] += 1
-            return rep
+            return reps[self.frontends.next_turn("replicas", frontend, len(reps))]
         if mode == "random":
             return reps[int(self.router_rng.integers(len(reps)))]
         least_loaded = min(reps, key=lambda r: (r.outstanding, r.index))

@@ -179,6 +179,15 @@ def _cell(row: dict, key: str) -> str:
     return str(v).strip()
 
 
+def _float_cell(row: dict, key: str) -> float:
+    """A cell as a float; NaN where empty or not a number (bad cells are refused,
+    named, by :func:`row_overrides`)."""
+    try:
+        return float(_cell(row, key) or "nan")
+    except ValueError:
+        return math.nan
+
+
 def row_engine_version(row: dict) -> str:
     """The engine release a row ran: its ``backend_version``, except where that
     cell holds the NVIDIA Dynamo release of a Dynamo runtime container (the
@@ -402,10 +411,7 @@ def row_overrides(row: dict, opts: ValidateOptions) -> dict[str, Any]:
         # the generator's max_batch_size, per rank: the concurrency, except on a row whose clients are
         # its attention ranks' batches (implied_attention_dp: batch_size x DP = concurrency)
         per_rank, dp = conc, ov.get("data_parallel_size", 1)
-        try:
-            bs = float(_cell(row, "batch_size") or "nan")
-        except ValueError:
-            bs = math.nan
+        bs = _float_cell(row, "batch_size")
         if dp > 1 and math.isfinite(bs) and bs >= 1 and bs * dp == conc:
             per_rank = int(bs)
         ov.update(aic_deploy_overrides(engine, isl, per_rank, row_engine_version(row) or None))
@@ -516,10 +522,7 @@ def implied_attention_dp(row: dict) -> dict:
         return row
     if not (_cell(row, "moe_ep_size") or _cell(row, "moe_tp_size")):
         return row  # a dense row: no attention DP to read
-    try:
-        tp, bs, conc = (float(_cell(row, c) or "nan") for c in ("tp_size", "batch_size", "concurrency"))
-    except ValueError:
-        return row  # bad cells are refused, named, by row_overrides
+    tp, bs, conc = (_float_cell(row, c) for c in ("tp_size", "batch_size", "concurrency"))
     if not (math.isfinite(tp) and math.isfinite(bs) and tp > 1 and bs >= 1 and conc == tp * bs):
         return row
     return {**row, "attention_dp_size": tp}
