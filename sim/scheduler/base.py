@@ -58,6 +58,9 @@ class Scheduler:
         # queue this step (TensorRT-LLM's attention-DP balancing holds context requests,
         # sim/engine/dp_group.py); honoured by the chunked family's admission pass.
         self.hold_waiting = False
+        # rejection()'s fast path: prompt + max_tokens up to this passes every base rule
+        # (None until first asked; the limits and the KV cache's size never change)
+        self._always_fits: int | None = None
 
     # ------------------------------------------------------------------ intake
     def add_request(self, req: Request) -> bool:
@@ -80,8 +83,13 @@ class Scheduler:
         """Why ``req`` could never run here, or None: ``num_prompt_tokens +
         max_tokens > max_model_len`` (vLLM answers 400) or more blocks than the
         whole KV cache. Schedulers with stricter admission add their reasons."""
-        lim = self.limits
         need = req.num_prompt_tokens + req.max_tokens
+        bound = self._always_fits
+        if bound is None:
+            bound = self._always_fits = self._always_fitting_len()
+        if need <= bound:
+            return None
+        lim = self.limits
         if need > lim.max_model_len:
             return (f"prompt ({req.num_prompt_tokens}) + max_tokens ({req.max_tokens}) = {need} "
                     f"> max_model_len ({lim.max_model_len})")
@@ -94,6 +102,17 @@ class Scheduler:
         if not self.kv.can_ever_fit(n):
             return self.kv.never_fits(n)
         return None
+
+    def _always_fitting_len(self) -> int:
+        """The prompt + ``max_tokens`` up to which :meth:`rejection`'s base rules all
+        pass: ``max_model_len`` when nothing caps a request (``max_req_len``) and
+        one ``max_model_len`` sequence fits the whole KV cache (the tokens a
+        request must hold at once never exceed either), else 0 (every request
+        is checked rule by rule)."""
+        lim = self.limits
+        if lim.max_req_len is None and self.kv.can_ever_fit(lim.max_model_len):
+            return lim.max_model_len
+        return 0
 
     def capped_max_tokens(self, req: Request) -> int:
         """``max_tokens`` as the engine runs it: where its KV pool caps a request
