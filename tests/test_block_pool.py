@@ -100,8 +100,13 @@ def test_duplicate_hashes_first_wins_then_second():
     pool.cache_full_blocks([y], [7])
     assert pool.get_cached_block(7) == x
     pool.free_blocks([x])  # free queue: [3, 1]
+    assert pool.num_cached_blocks == 2
     pool.get_new_blocks(2)  # pops 3 then 1: evicts x's hash only
-    assert pool.get_cached_block(7) == y
+    assert pool.get_cached_block(7) == y and pool.num_cached_blocks == 1
+    pool.check_invariants()
+    pool.free_blocks([y])
+    pool.get_new_blocks(1)  # y's block: its hash goes, no block holds 7 any more
+    assert pool.get_cached_block(7) is None and pool.num_cached_blocks == 0
     pool.check_invariants()
 
 

@@ -37,7 +37,7 @@ def decode(kv, r, steps):
 def snapshot(kv):
     pool = kv.pool
     return (pool.free_block_ids(), list(pool.ref_cnt), list(pool.block_hash),
-            {k: dict(v) for k, v in pool._hash_to_blocks.items()},
+            {k: v if isinstance(v, int) else dict(v) for k, v in pool._hash_to_blocks.items()},
             {rid: list(st.blocks) for rid, st in kv._states.items()})
 
 

@@ -74,7 +74,10 @@ class BlockPool(FreeBlockAccounting):
         self.enable_caching = bool(enable_prefix_caching)
         self.num_free_blocks = n - 1
         self.block_hash: list[int | None] = [None] * n
-        self._hash_to_blocks: dict[int, dict[int, None]] = {}
+        # hash -> the block holding it, or a dict of the blocks holding it (insertion order) when
+        # several do: vLLM ``BlockHashToBlockMap`` (vllm/v1/core/block_pool.py), whose union type
+        # spares an inner dict per cached block (a block per token at page size 1)
+        self._hash_to_blocks: dict[int, int | dict[int, None]] = {}
         self._per_block_owners: set[int] = set()
         if self.enable_caching:
             # Ref counts and queue positions, meaningful for blocks with a hash only.
@@ -147,23 +150,31 @@ class BlockPool(FreeBlockAccounting):
         out = self._queue.popleft_n(num_blocks)
         self.num_free_blocks -= num_blocks
         if self._num_hashed_free:
-            hashes = self.block_hash
-            for b in [b for b in out if hashes[b] is not None]:
-                self._evict(b)
+            self._evict(out)
         if self.own_runs.fifo:
             self.own_runs.prune()
         return out
 
-    def _evict(self, b: int) -> None:
-        """Drop the hash of block ``b``, popped from the free queue."""
-        h = self.block_hash[b]
-        self.block_hash[b] = None
-        self._num_hashed_free -= 1
-        blocks = self._hash_to_blocks.get(h)
-        if blocks is not None:
-            blocks.pop(b, None)
-            if not blocks:
-                del self._hash_to_blocks[h]
+    def _evict(self, popped: list[int]) -> None:
+        """Drop the hashes of the blocks among ``popped`` (just taken from the
+        free queue) that carry one."""
+        bh, table = self.block_hash, self._hash_to_blocks
+        n = 0
+        for b in popped:
+            h = bh[b]
+            if h is None:
+                continue
+            bh[b] = None
+            n += 1
+            blocks = table.pop(h, None)  # (one lookup: the entry is put back when others hold h)
+            if blocks is None or blocks.__class__ is int:
+                if blocks is not None and blocks != b:
+                    table[h] = blocks
+            else:
+                blocks.pop(b, None)
+                if blocks:
+                    table[h] = blocks
+        self._num_hashed_free -= n
 
     def touch(self, block_ids: Iterable[int]) -> None:
         """Prefix hits on blocks with a hash: ref += 1, taking blocks with ref 0
@@ -190,16 +201,26 @@ class BlockPool(FreeBlockAccounting):
         if taken != block_ids:
             raise ValueError(f"request {owner}: stale prefix hits {block_ids[:8]}, runs hold {taken[:8]}")
 
-    def _release_hashed(self, b: int) -> None:
-        """ref -= 1 of a block with a hash; at 0 it goes to the tail."""
-        r = self._ref[b] - 1
-        if r < 0:
-            raise ValueError(f"block {b} freed more often than allocated")
-        self._ref[b] = r
-        if r == 0:
-            self._pos[b] = self._queue.append(b)
-            self.num_free_blocks += 1
-            self._num_hashed_free += 1
+    def _release_hashed(self, blocks: Iterable[int]) -> None:
+        """ref -= 1 of each block (each with a hash), in order; those reaching 0
+        go to the tail in that order."""
+        ref = self._ref
+        zero = []
+        for b in blocks:
+            r = ref[b] - 1
+            if r < 0:
+                raise ValueError(f"block {b} freed more often than allocated")
+            ref[b] = r
+            if not r:
+                zero.append(b)
+        if zero:
+            p = self._queue.append_n(zero)
+            pos = self._pos
+            for b in zero:
+                pos[b] = p
+                p += 1
+            self.num_free_blocks += len(zero)
+            self._num_hashed_free += len(zero)
 
     def free_blocks(self, ordered_block_ids: Iterable[int]) -> None:
         """ref -= 1 for each block, given in eviction priority order (first is
@@ -217,12 +238,10 @@ class BlockPool(FreeBlockAccounting):
             self.num_free_blocks += len(blocks)
             return
         hashes = self.block_hash
-        unhashed = []
+        unhashed, hashed = [], []
         for b in ordered_block_ids:
-            if hashes[b] is None:
-                unhashed.append(b)
-            else:
-                self._release_hashed(b)
+            (unhashed if hashes[b] is None else hashed).append(b)
+        self._release_hashed(hashed)
         self._queue.prepend_n(unhashed)
         self.num_free_blocks += len(unhashed)
 
@@ -244,15 +263,15 @@ class BlockPool(FreeBlockAccounting):
             self.own_runs.add(owner, blocks[num_cached - 1:run_start - 1 if run_start else None:-1],
                               num_cached - 1)
             self.num_free_blocks += num_cached - run_start
-        for i in range(run_start - 1, -1, -1):
-            self._release_hashed(blocks[i])
+        if run_start:
+            self._release_hashed(blocks[run_start - 1::-1])
 
     # ---- prefix cache -------------------------------------------------------
     def get_cached_block(self, block_hash: int) -> int | None:
         """The first block cached under ``block_hash``, or None on a miss."""
         blocks = self._hash_to_blocks.get(block_hash)
-        if not blocks:
-            return None
+        if blocks is None or blocks.__class__ is int:
+            return blocks
         return next(iter(blocks))
 
     def cache_full_blocks(self, block_ids: list[int], hashes: list[int]) -> None:
@@ -265,11 +284,12 @@ class BlockPool(FreeBlockAccounting):
                 raise ValueError(f"block {b} is already cached")
             bh[b] = h
             ref[b] = 1  # held by the one request that filled it
-            entry = table.get(h)
-            if entry is None:
-                table[h] = {b: None}
-            else:
-                entry[b] = None
+            entry = table.setdefault(h, b)  # (one lookup where no other block holds h)
+            if entry != b:
+                if entry.__class__ is int:
+                    table[h] = {entry: None, b: None}
+                else:
+                    entry[b] = None
 
     def hashes_own_blocks(self, owner: int) -> bool:
         """Whether ``owner``'s own cached blocks are hashed block by block
@@ -293,7 +313,13 @@ class BlockPool(FreeBlockAccounting):
             ref[b] = 0
             pos[b] = p
             self._num_hashed_free += 1
-            table.setdefault(h, {})[b] = None
+            entry = table.get(h)
+            if entry is None:
+                table[h] = b
+            elif entry.__class__ is int:
+                table[h] = {entry: None, b: None}
+            else:
+                entry[b] = None
 
     def num_free_among(self, hashed_block_ids: list[int]) -> int:
         """How many of these blocks (with a hash) are in the free queue (ref 0):
@@ -306,7 +332,7 @@ class BlockPool(FreeBlockAccounting):
         """Blocks currently findable in the prefix cache: those with a hash
         (held or free) and the free blocks of the requests' own runs (a
         request's own blocks count once freed)."""
-        n = sum(len(v) for v in self._hash_to_blocks.values())
+        n = sum(1 if v.__class__ is int else len(v) for v in self._hash_to_blocks.values())
         return n + (self.own_runs.num_cached_blocks() if self.own_runs is not None else 0)
 
     def reset_prefix_cache(self) -> bool:
@@ -337,6 +363,8 @@ class BlockPool(FreeBlockAccounting):
             assert (ref[b] == 0) == (b in free_set), f"block {b}: ref {ref[b]} vs free"
             assert ref[b] >= 0
         for h, blocks in self._hash_to_blocks.items():
+            if blocks.__class__ is int:
+                blocks = (blocks,)
             assert blocks, f"empty entry for hash {h}"
             for b in blocks:
                 assert self.block_hash[b] == h, f"block {b} hash mismatch"
@@ -350,4 +378,5 @@ class BlockPool(FreeBlockAccounting):
                 assert 0 not in run, f"hole in a run of request {owner}"
                 assert all(self.block_hash[b] is None for b in run), f"hashed block in a run of {owner}"
                 assert owner not in self._per_block_owners, f"request {owner}: runs and per-block hashes"
-        assert sum(len(v) for v in self._hash_to_blocks.values()) == sum(h is not None for h in self.block_hash)
+        assert (sum(1 if v.__class__ is int else len(v) for v in self._hash_to_blocks.values())
+                == sum(h is not None for h in self.block_hash))

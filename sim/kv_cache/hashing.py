@@ -120,14 +120,22 @@ def ensure_block_hashes(request, block_size: int, num_blocks: int) -> list[int]:
         start = i * block_size
         end = start + block_size
         if end <= keyed_end and start // chunk == (end - 1) // chunk:
-            # Common case: the block lies inside one keyed chunk.
+            # Common case: the block lies inside one keyed chunk, and so do the blocks
+            # after it up to the chunk's end: hashed in one loop.
             c = start // chunk
             base = c * chunk
-            parent = hash((parent, _TAG_CHUNK, 2 * keys[c], start - base, end - base))
+            k2 = 2 * keys[c]
+            stop = min(num_blocks, (base + chunk) // block_size)
+            off = start - base
+            for _ in range(i, stop):
+                parent = hash((parent, _TAG_CHUNK, k2, off, off + block_size))
+                append(parent)
+                off += block_size
+            i = stop
         else:
             parent = _piece_hashes(parent, keys, chunk, rid, start, end)
-        append(parent)
-        i += 1
+            append(parent)
+            i += 1
     return hashes
 
 

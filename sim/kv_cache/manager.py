@@ -190,12 +190,13 @@ class KVCacheManager(PoolQueries, PrefixCacheStats):
         bs = self.block_size
         max_blocks = (request.num_tokens - 1) // bs
         limit = self._num_hashed_limit(request)
-        hashes = request.block_hashes or []
+        n = min(max_blocks, limit)
+        # the blocks' hashes at once (memoised; the same ones its prefill caches, a
+        # hash per block either way)
+        hashes = ensure_block_hashes(request, bs, n) if n > 0 else []
         get = self.pool.get_cached_block
         hits: list[int] = []
-        for i in range(min(max_blocks, limit)):
-            if i >= len(hashes):
-                hashes = ensure_block_hashes(request, bs, i + 1)  # lazily, up to the first miss
+        for i in range(n):
             b = get(hashes[i])
             if b is None:
                 break
