@@ -139,6 +139,17 @@ def test_sglang_decode_prealloc_on_an_empty_rank_takes_a_prompt_that_fits():
     assert r["decode_kv_wait_ms"][0] == 0.0 and (r["status"] == "finished").all()
 
 
+def test_sglang_decode_server_cuts_max_tokens_to_its_own_pools_cap():
+    # The decode pool of 3,000 tokens caps a request at max_req_len 2,999 (SGLang's pool size - 1):
+    # a 2,900-token prompt keeps 2,999 - 2,900 - 1 = 98 of its 300 max_tokens, as SGLang's
+    # init_req_max_new_tokens does on the decode server (the run used to fail on the decode
+    # worker's allocation instead)
+    cfg = _cfg({"decode": {"max_total_tokens": 3000}}, engine="sglang")
+    o, r = _run(cfg, _specs([2900], [300]))
+    assert r["status"][0] == "finished" and r["max_tokens"][0] == 98 and r["num_output_tokens"][0] == 98
+    assert o.summary["completed"] == 1
+
+
 def test_num_reserved_decode_tokens_defaults_to_sglangs_512_only_for_sglang():
     from sim.engine.disagg import reserved_decode_tokens
 

@@ -273,10 +273,13 @@ class DisaggregatedServing:
         req.replica = prep.index
         handle = Request(req.request_id, req.arrival_time, req.num_prompt_tokens, 1, 1, req.priority,
                          req.prefix_keys, req.prefix_chunk_tokens, req.client_id, req.is_warmup)
-        reason = self.decode_replicas[0].scheduler.decode_rejection(req)
+        dsched = self.decode_replicas[0].scheduler
+        reason = dsched.decode_rejection(req)
         if reason is not None:
             reason = f"decode pool: {reason}"
         else:
+            if dsched.limits.max_req_len is not None:  # (SGLang: the decode server's own cap)
+                dsched.cap_max_tokens(req)
             reason = prep.scheduler.rejection(handle)
             if reason is not None:
                 reason = f"prefill pool: {reason}"

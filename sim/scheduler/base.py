@@ -69,12 +69,8 @@ class Scheduler:
         reason = self.rejection(req)
         if reason is not None:
             return self._reject(req, reason)
-        if self.limits.max_req_len is not None:  # SGLang cuts max_new_tokens to its cap (capped_max_tokens)
-            n = self.capped_max_tokens(req)
-            if n < req.max_tokens:
-                req.max_tokens = n
-                if req.num_output_tokens_target > n:
-                    req.num_output_tokens_target = n
+        if self.limits.max_req_len is not None:
+            self.cap_max_tokens(req)
         req.status = WAITING
         self.waiting.add(req)
         return True
@@ -123,6 +119,17 @@ class Scheduler:
             return req.max_tokens
         room = cap - req.num_prompt_tokens - 1
         return req.max_tokens if req.max_tokens <= room else room
+
+    def cap_max_tokens(self, req: Request) -> None:
+        """Cut ``req.max_tokens`` (and the outputs it will emit) to
+        :meth:`capped_max_tokens`, as SGLang does with ``max_new_tokens`` when
+        a request reaches its scheduler (``init_req_max_new_tokens``; a
+        disaggregated decode server too, with its own pool's cap)."""
+        n = self.capped_max_tokens(req)
+        if n < req.max_tokens:
+            req.max_tokens = n
+            if req.num_output_tokens_target > n:
+                req.num_output_tokens_target = n
 
     def decode_rejection(self, req: Request) -> str | None:
         """Why ``req`` could never run here when its prompt arrives computed (a
