@@ -220,6 +220,11 @@ def test_save_detailed_and_result_file_options(tmp_path):
     (["--metric-percentiles", "101"], "not a percentile in [0, 100]"),
     (["--percentile-metrics", "ttft,queue"], "--percentile-metrics: 'queue' is not one of ttft, tpot, itl, e2el"),
     (["--metadata", "backend=x"], "--metadata backend=x: backend is a key vllm bench serve writes itself"),
+    # results are never replaced by metadata (they were, or the run failed with a traceback)
+    (["--metadata", "mean_ttft_ms=5"], "--metadata mean_ttft_ms=5: mean_ttft_ms is a key the run writes itself"),
+    (["--metadata", "completed=5"], "--metadata completed=5: completed is a key the run writes itself"),
+    (["--metadata", "config=5"], "--metadata config=5: config is a key the run writes itself"),
+    (["--metadata", "num_rejected=5"], "--metadata num_rejected=5: num_rejected is a key the run writes itself"),
 ])
 def test_client_option_errors_are_one_line(tmp_path, args, needle):
     import subprocess

@@ -131,6 +131,10 @@ def run(
     with _progress_bar(quiet) as progress:
         res = run_simulation(cfg, goodput=slos, progress=progress, percentiles=pcts, percentile_metrics=pct_metrics)
     if label is not None or meta:  # the header again, with the label and metadata (same date)
+        clash = sorted(k for k in meta if k in res.summary)  # (a result key parse_metadata does not know)
+        if clash:
+            raise ServesimError(f"--metadata {clash[0]}={meta[clash[0]]}: {clash[0]} is a key the run writes "
+                                f"itself; use another name")
         head = bench_header(res.summary["config"], res.summary["num_prompts"], label=label, metadata=meta,
                             date=res.summary["date"])
         res.summary = {**head, **{k: v for k, v in res.summary.items() if k not in head}}

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -42,16 +43,39 @@ def now_date() -> str:
     return _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
+#: the header keys ``vllm bench serve`` writes itself (:func:`bench_header`)
+HEADER_KEYS = ("date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts",
+               "request_rate", "burstiness", "max_concurrency")
+#: result keys of a run's summary a ``--metadata`` key may not replace (``vllm bench serve``'s
+#: result, then servesim's own top-level keys); statistics, counts and a disaggregated run's
+#: pool keys are ``STAT_KEY``
+RESULT_KEYS = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
+               "request_throughput", "request_goodput", "output_throughput", "total_token_throughput",
+               "max_output_tokens_per_s", "max_concurrent_requests", "rtfx", "config", "warnings",
+               "servesim_version", "engine_release", "parallel_layout", "weight_precision", "workload_source",
+               "simulated_time_s", "wall_time_s", "sim_requests_per_wall_s", "prefix_cache_hit_rate",
+               "kv_reserved_unused_fraction", "input_lens", "output_lens", "ttfts", "itls", "latencies",
+               "start_times", "generated_texts", "errors")
+STAT_KEY = re.compile(r"^(mean|median|std|max|min|p\d+(\.\d+)?|num|prefill|decode|kv_transfer)_\w+$")
+
+
 def parse_metadata(items: list[str] | None) -> dict[str, str]:
     """``--metadata version=0.3.3 tp=1`` → {"version": "0.3.3", "tp": "1"} (values
-    stay strings, as vLLM writes them); ConfigError for an item without '='."""
+    stay strings, as vLLM writes them); ConfigError for an item without '=' or
+    a key the run writes itself (a header key, a result or a statistic: the
+    results are never replaced by metadata, as in ``vllm bench serve``)."""
     out: dict[str, str] = {}
     for item in items or []:
         for part in item.split():
             k, sep, v = part.partition("=")
-            if not sep or not k.strip():
+            k = k.strip()
+            if not sep or not k:
                 raise ConfigError(f"--metadata {part!r}: expected KEY=VALUE (e.g. --metadata version=0.3.3 tp=1)")
-            out[k.strip()] = v.strip()
+            if k in HEADER_KEYS:
+                raise ConfigError(f"--metadata {part}: {k} is a key vllm bench serve writes itself; use another name")
+            if k in RESULT_KEYS or STAT_KEY.match(k):
+                raise ConfigError(f"--metadata {part}: {k} is a key the run writes itself; use another name")
+            out[k] = v.strip()
     return out
 
 
@@ -76,7 +100,7 @@ def bench_header(config: dict[str, Any], num_prompts: int | None, *, label: str 
         "num_prompts": num_prompts,
     }
     for k, v in (metadata or {}).items():
-        if k in head or k in ("request_rate", "burstiness", "max_concurrency"):
+        if k in HEADER_KEYS:
             raise ConfigError(f"--metadata {k}={v}: {k} is a key vllm bench serve writes itself; use another name")
         head[k] = v
     head["request_rate"] = "inf" if rate is None or (isinstance(rate, float) and math.isinf(rate)) else rate
