@@ -228,6 +228,10 @@ def test_clip_synthetic():
     ({"priority_classes": [{"fraction": 0.5, "priority": 1}]}, ["sum to 1"]),
     ({"window_s": [0, 10]}, ["window_s", "trace"]),
     ({"max_tokens": "all"}, ["max_tokens"]),
+    # a duration keeps every request when all are sent at t = 0 (it used to be ignored silently)
+    ({"duration_s": 5, "request_rate": None, "max_concurrency": 8}, ["duration_s = 5", "closed-loop clients"]),
+    ({"duration_s": 5, "request_rate": None}, ["duration_s = 5 needs a finite request_rate"]),
+    ({"duration_s": 5, "request_rate": None, "num_requests": None}, ["duration_s = 5 needs a finite request_rate"]),
 ])
 def test_validation_messages(bad, words):
     with pytest.raises(ConfigError) as exc:

@@ -270,8 +270,16 @@ class WorkloadConfig(BaseModel):
             raise ValueError("a synthetic workload needs num_requests or duration_s (lengths given without a "
                              "workload name replace the built-in default; to change one key of it, name it: "
                              "--workload default --set workload.KEY=VALUE)")
-        if self.num_requests is None and self.is_infinite_rate():
-            raise ValueError("duration_s alone needs a finite request_rate (all-at-once arrivals never end)")
+        if self.duration_s is not None and self.is_infinite_rate():
+            # every request is sent at t = 0 (or as a client frees up): a duration keeps them all
+            if self.max_concurrency is not None:
+                raise ValueError(f"duration_s = {self.duration_s:g} applies to arrivals at a request_rate; closed-loop "
+                                 "clients (max_concurrency without a request rate) send num_requests back to back, "
+                                 "where it has no effect: set num_requests and drop duration_s, or give a "
+                                 "request_rate")
+            raise ValueError(f"duration_s = {self.duration_s:g} needs a finite request_rate: with an infinite rate "
+                             "every request arrives at t = 0 (set num_requests and drop duration_s, or give a "
+                             "request_rate)")
         if self.num_requests is None and self.duration_s * self.request_rate > MAX_NUM_REQUESTS:
             raise ValueError(f"duration_s ({self.duration_s:g}) x request_rate ({self.request_rate:g}) is "
                              f"{self.duration_s * self.request_rate:,.0f} requests, over the {MAX_NUM_REQUESTS:,} "
