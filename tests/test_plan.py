@@ -338,6 +338,11 @@ def test_cli_plan_mistyped_hardware_is_an_error(tmp_path):
     (["--tp", "1,3"], "--tp: 3 is not a power of two"),
     (["--start-rate", "0"], "--start-rate: must be a finite rate > 0 req/s"),
     (["--vary", "foo=1,2"], "--vary: unknown config key 'foo'"),
+    # a key with its own option: --tp 1 --vary tensor_parallel_size=2 ran TP 2 only, and
+    # --scheduler chunked --vary scheduler=chunked,mixed added mixed
+    (["--tp", "1", "--vary", "tensor_parallel_size=1,2"], "--vary tensor_parallel_size: plan has its own option"),
+    (["--vary", "scheduler=chunked,mixed"], "give the candidates as --scheduler chunked,mixed"),
+    (["--vary", "hardware=h100_sxm"], "give the candidates as --hardware"),
     (["--slo", "p99_ttft_ms=-1"], "the limit must be a finite number >= 0"),
     (["--max-replicas", "0"], "--max-replicas: must be >= 1"),
     (["--workers", "0"], "--workers: must be >= 1, got 0"),

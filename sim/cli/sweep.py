@@ -64,6 +64,11 @@ def sweep(
             typer.echo(f"figure: {path}")
 
 
+#: config keys ``plan`` takes candidates of through its own option, not ``--vary``
+_OWN_OPTIONS = {"hardware": ("--hardware", "h100_sxm,h200_sxm"), "tensor_parallel_size": ("--tp", "1,2,4"),
+                "scheduler": ("--scheduler", "chunked,mixed")}
+
+
 def _split(text: str | None, what: str, conv=str, minimum: int | None = None) -> list:
     """Comma-separated values of option ``--what`` (repeats dropped, order
     kept); ConfigError for a value ``conv`` rejects or below ``minimum``."""
@@ -183,7 +188,11 @@ def plan(
             raise ConfigError(f"--vary {k.strip()}: plan varies the deployment; the workload is fixed for all "
                               "candidates (its request rate is what plan searches). Set it with --workload / "
                               "--set, and run plan once per workload to compare workloads")
-        extra[k.strip()] = list(dict.fromkeys(parse_value(v) for v in vals.split(",") if v))
+        key = k.strip()
+        if key in _OWN_OPTIONS:  # (two lists of one key: one would silently win or add to the other)
+            opt, eg = _OWN_OPTIONS[key]
+            raise ConfigError(f"--vary {key}: plan has its own option for it; give the candidates as {opt} {eg}")
+        extra[key] = list(dict.fromkeys(parse_value(v) for v in vals.split(",") if v))
     hw_list, sched_list = _split(hardware, "hardware"), _split(scheduler, "scheduler")
     tp_list = _split(tp, "tp", int, minimum=1)
     check_names({"hardware": hw_list or [], "scheduler": sched_list or []}, "--")
