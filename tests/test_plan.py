@@ -343,6 +343,9 @@ def test_cli_plan_mistyped_hardware_is_an_error(tmp_path):
     (["--tp", "1", "--vary", "tensor_parallel_size=1,2"], "--vary tensor_parallel_size: plan has its own option"),
     (["--vary", "scheduler=chunked,mixed"], "give the candidates as --scheduler chunked,mixed"),
     (["--vary", "hardware=h100_sxm"], "give the candidates as --hardware"),
+    # it ran on the local pool without a word
+    (["--ray-address", "ray://nohost.invalid:1"], "--ray-address ray://nohost.invalid:1: joins a Ray cluster "
+                                                  "with --executor ray"),
     (["--slo", "p99_ttft_ms=-1"], "the limit must be a finite number >= 0"),
     (["--max-replicas", "0"], "--max-replicas: must be >= 1"),
     (["--workers", "0"], "--workers: must be >= 1, got 0"),

@@ -60,6 +60,15 @@ def test_zip_errors():
         parse_sweep({"axes": {"hardware": ["a", "b"]}, "zip": [["hardware", "seed"]]}, "s.yaml")
 
 
+def test_ray_address_without_the_ray_executor_is_refused(tmp_path):
+    from sim.sweep.spec import run_sweep
+
+    spec = parse_sweep({"axes": {"max_num_seqs": [8]}}, "s.yaml")
+    with pytest.raises(ConfigError, match=r"--ray-address auto: joins a Ray cluster with --executor ray"):
+        run_sweep(spec, tmp_path / "o", ray_address="auto", quiet=True)  # (it ran locally without a word)
+    assert not (tmp_path / "o").exists()
+
+
 def test_ranges():
     assert expand_axis("k", {"start": 2, "stop": 8, "step": 2}, "f") == [2, 4, 6, 8]
     assert all(isinstance(v, int) for v in expand_axis("k", {"start": 2, "stop": 8, "step": 2}, "f"))

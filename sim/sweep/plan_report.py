@@ -276,6 +276,9 @@ def run_plan(base: SimConfig, candidates: list[Candidate], settings: PlanSetting
 
     if executor not in ("local", "ray"):
         raise ConfigError(f"--executor: unknown executor {executor!r}; valid: local, ray")
+    if ray_address is not None and executor != "ray":
+        raise ConfigError(f"--ray-address {ray_address}: joins a Ray cluster with --executor ray; add it "
+                          f"(this run's executor is {executor})")
     check_models_and_hardware(base, candidates)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

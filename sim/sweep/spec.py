@@ -432,6 +432,9 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
 
     if executor not in ("local", "ray"):
         raise ConfigError(f"--executor: unknown executor {executor!r}; valid: local, ray")
+    if ray_address is not None and executor != "ray":
+        raise ConfigError(f"--ray-address {ray_address}: joins a Ray cluster with --executor ray; add it "
+                          f"(this run's executor is {executor})")
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers: must be >= 1, got {workers}")
     goodput = parse_goodput(spec.goodput) or None
