@@ -4,7 +4,7 @@ silently and a user almost certainly did not mean."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args, get_origin
 
 
 def reject_bool_numbers(model_cls, data: Any, expected: str = "a number") -> Any:
@@ -16,8 +16,19 @@ def reject_bool_numbers(model_cls, data: Any, expected: str = "a number") -> Any
         for k, v in data.items():
             f = fields.get(k)
             if isinstance(v, bool) and f is not None and "bool" not in str(f.annotation):
-                raise ValueError(f"{k}: expected {expected}, got {v!r}")
+                raise ValueError(f"{k}: expected {_mapping_or(f.annotation, expected)}, got {v!r}")
     return data
+
+
+def _mapping_or(annotation: Any, expected: str) -> str:
+    """What a field takes, for an error: "a mapping of keys" for a section (a
+    pydantic model or a dict, e.g. ``disaggregation: {}``), else ``expected``."""
+    from pydantic import BaseModel
+
+    kinds = get_args(annotation) or (annotation,)
+    if any((isinstance(a, type) and issubclass(a, BaseModel)) or get_origin(a) is dict or a is dict for a in kinds):
+        return "a mapping of keys (e.g. {} for every default)"
+    return expected
 
 
 #: the one rule for a boolean key, in every channel (YAML file, ``--set key=value``,

@@ -225,6 +225,7 @@ def test_save_detailed_and_result_file_options(tmp_path):
     (["--metadata", "completed=5"], "--metadata completed=5: completed is a key the run writes itself"),
     (["--metadata", "config=5"], "--metadata config=5: config is a key the run writes itself"),
     (["--metadata", "num_rejected=5"], "--metadata num_rejected=5: num_rejected is a key the run writes itself"),
+    (["--label", "a/b", "--save-result"], "--label 'a/b': the label starts the --save-result file's name"),
 ])
 def test_client_option_errors_are_one_line(tmp_path, args, needle):
     import subprocess

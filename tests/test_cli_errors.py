@@ -79,6 +79,8 @@ def test_config_values_vllm_would_reject(tmp_path):
 
     with pytest.raises(ConfigError, match="max_num_seqs: expected a number or name, got True"):
         build_config(set_args=["max_num_seqs=true"])
+    with pytest.raises(ConfigError, match=r"disaggregation: expected a mapping of keys \(e.g. \{\} for every default\)"):
+        build_config(set_args=["disaggregation=true"])  # (it said "a number or name")
     with pytest.raises(ConfigError, match="block_size must be a power of two .* got 7"):
         build_config(set_args=["block_size=7"])
     with pytest.raises(ConfigError, match=r"max_num_batched_tokens \(512\) is smaller than max_model_len"):

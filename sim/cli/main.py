@@ -120,6 +120,9 @@ def run(
         raise ServesimError(f"{opt} applies to the --save-result file; add --save-result")
     if result_filename is not None and (not result_filename.strip() or "/" in result_filename):
         raise ServesimError(f"--result-filename {result_filename!r}: give a file name (the folder is --result-dir)")
+    if save_result and result_filename is None and label is not None and "/" in label:
+        raise ServesimError(f"--label {label!r}: the label starts the --save-result file's name; give one without "
+                            "'/' (the folder is --result-dir), or a --result-filename")
     cfg = build_config(config, _overrides(model=model, hardware=hardware, scheduler=scheduler, seed=seed,
                                           exact_steps=exact_steps), set_, workload)
     if config is not None and not read_yaml(config):  # (empty, or comments only: maybe the wrong file)
