@@ -117,6 +117,22 @@ def test_cli_run_writes_outputs(tmp_path):
     assert s["num_rejected"] == 1 and "warning: 1 request was rejected, e.g. request 23: prompt (4196)" in r.stderr
 
 
+def test_cli_run_rejection_warning_says_how_many_were_warm_up(tmp_path):
+    # the results count measured requests only: the warning said 58 where the table said 56
+    r = cli("run", "--quiet", "--out", str(tmp_path / "r"), "--workload", "default", "--set", "max_model_len=2048",
+            "--set", "workload.num_warmup_requests=20", "--set", "workload.num_requests=200")
+    assert r.returncode == 0, r.stderr
+    s = json.loads((tmp_path / "r" / "summary.json").read_text())
+    import csv
+
+    with open(tmp_path / "r" / "requests.csv", newline="") as f:
+        cells = list(csv.DictReader(f))
+    warm = sum(1 for c in cells if c["status"] == "rejected" and c["is_warmup"] == "True")
+    assert warm > 0 and s["num_rejected"] + warm == sum(1 for c in cells if c["status"] == "rejected")
+    assert (f"warning: {s['num_rejected'] + warm} requests were rejected ({warm} of them warm-up requests, "
+            "outside the results), e.g. request") in r.stderr
+
+
 def test_cli_run_fails_when_every_request_is_rejected(tmp_path):
     r = cli("run", "--quiet", "--out", str(tmp_path / "r"), "--set", "max_model_len=100",
             "--set", "workload.num_requests=5")

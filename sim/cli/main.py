@@ -169,7 +169,11 @@ def run(
         every = ("every request was" if not res.summary["completed"] else
                  f"{n:,} request was" if n == 1 else f"{n:,} requests were")
         level = "error" if not res.summary["completed"] else "warning"
-        typer.echo(f"{level}: {every} rejected, e.g. request {rid}: {reasons[rid]} "
+        req = res.result.requests
+        warm = req["request_id"][req["is_warmup"] > 0].astype(int).tolist() if "is_warmup" in req else []
+        nw = sum(1 for i in warm if i in reasons)  # (the results' failed / num_rejected count measured ones)
+        of = f" ({nw:,} of them warm-up requests, outside the results)" if nw else ""
+        typer.echo(f"{level}: {every} rejected{of}, e.g. request {rid}: {reasons[rid]} "
                    "(requests.csv: status, reason)", err=True)
     for w in workload_warnings(res.summary):
         typer.echo(f"warning: {w}", err=True)
