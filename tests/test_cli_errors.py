@@ -221,6 +221,24 @@ def test_a_lengths_only_trace_sent_all_at_once_is_warned_about():
     assert workload_warnings(s) == []
 
 
+def test_a_timestamped_trace_under_a_closed_loop_is_warned_about(tmp_path):
+    # max_concurrency without a request rate is vllm bench serve's closed loop: the trace's
+    # timestamps were dropped without a word
+    from sim.config import build_config
+    from sim.results.warnings import workload_warnings
+    from sim.runner import run_simulation
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                     + "".join(f"2023-11-16 18:15:{10 + i:02d}.0,{100 + i},{20 + i}\n" for i in range(6)))
+    keys = {"workload.trace": str(trace), "workload.trace_format": "azure"}
+    s = run_simulation(build_config(overrides={**keys, "workload.max_concurrency": 2})).summary
+    assert any("the trace's timestamps are not used: with workload.max_concurrency 2" in w
+               for w in workload_warnings(s))
+    s = run_simulation(build_config(overrides=keys)).summary  # replayed at its timestamps
+    assert not any("timestamps are not used" in w for w in workload_warnings(s))
+
+
 @pytest.mark.parametrize("args, expect", [
     (("kv", "--length", "0"), "error: --length: must be a number of tokens >= 1, got 0"),
     (("plan", "--slo", "p99_ttft_ms=1000", "--rel-tol", "0"), "error: --rel-tol: must be a fraction in (0, 1), got 0.0"),

@@ -38,6 +38,12 @@ def workload_warnings(s: dict) -> list[str]:
             and wl.get("max_concurrency") is None and str(s.get("workload_source", "")).endswith("arrivals inf")):
         out.append("the trace has no timestamps and no workload.request_rate was given: every request was sent "
                    "at t = 0 (arrival inf); set workload.request_rate or workload.max_concurrency to pace them")
+    if (wl.get("trace") and wl.get("max_concurrency") is not None and wl.get("request_rate") is None
+            and wl.get("arrival") in (None, "trace") and str(s.get("workload_source", "")).endswith("arrivals trace")):
+        out.append(f"the trace's timestamps are not used: with workload.max_concurrency "
+                   f"{wl['max_concurrency']} and no request_rate the clients send back to back (a closed loop, as "
+                   "vllm bench serve --max-concurrency at --request-rate inf); drop max_concurrency to replay "
+                   "the timestamps")
     out += run_warning_list(s)
     return out
 
