@@ -217,6 +217,40 @@ def test_cli_skips_and_names_rows_with_a_non_numeric_cell(tmp_path):
     assert "| 3 | isl | 12x8 |" in (out / "summary.md").read_text()
 
 
+def test_cli_where_and_limit_select_the_rows_simulated(tmp_path):
+    import pandas as pd
+    import typer
+    from typer.testing import CliRunner
+
+    from sim.cli.validate import validate
+
+    rows = [dict(ROW, id="a", concurrency=2), dict(ROW, id="b", concurrency=4), dict(ROW, id="c", concurrency=8),
+            dict(ROW, id="d", concurrency=4, backend="sglang")]
+    csv = tmp_path / "rows.csv"
+    pd.DataFrame(rows).to_csv(csv, index=False)
+    app = typer.Typer()
+    app.command()(validate)
+    app.command()(lambda: None)
+
+    def run(*args):
+        out = tmp_path / "out"
+        r = CliRunner().invoke(app, ["validate", str(csv), "--out", str(out), "--quiet", "--workers", "1",
+                                     "--requests-per-client", "2", *args])
+        return r, out
+
+    r, out = run("--where", f"backend={ROW['backend']}", "--where", "concurrency=4,8")  # a number cell: as numbers
+    assert r.exit_code == 0, r.output
+    assert list(pd.read_csv(out / "predictions.csv")["id"]) == ["b", "c"]
+    assert f"2 of 2 rows selected by --where backend={ROW['backend']} --where concurrency=4,8 simulated" in r.output
+    r, out = run("--limit", "1")
+    assert r.exit_code == 0 and list(pd.read_csv(out / "predictions.csv")["id"]) == ["a"]
+    assert json.loads((out / "summary.json").read_text())["options"]["limit"] == 1
+    for args, msg in ((("--where", "nope=1"), "--where nope: "), (("--where", "backend=xx"), "no row matches"),
+                      (("--where", "backend"), "expected COLUMN=VALUE"), (("--limit", "0"), "--limit must be >= 1")):
+        r, _ = run(*args)
+        assert r.exit_code != 0 and msg in str(r.exception), (args, r.exception)
+
+
 def test_cli_fails_when_no_row_can_be_simulated(tmp_path):
     import typer
     from typer.testing import CliRunner

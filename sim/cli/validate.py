@@ -27,6 +27,11 @@ def validate(
     warmup_per_client: Optional[int] = typer.Option(None, help="Warm-up requests per client, excluded from the "
                                                     "scores, taken from the start of the stream (default: the harness's: aic 0; inferencemax drains its 2·C before the measured run, simulated as 0)."),
     think_time_ms: Optional[float] = typer.Option(None, help="Mean client think time between a response and the next send, ms (default: the harness's, 2)."),
+    where: Optional[list[str]] = typer.Option(None, help="Simulate only the rows whose COLUMN cell is one of the "
+                                              "values: COLUMN=V1[,V2...] (repeatable; every one must match), e.g. "
+                                              "--where backend=sglang --where model_path=Qwen/Qwen3-32B."),
+    limit: Optional[int] = typer.Option(None, help="Simulate only the first N rows (after --where): a quick look "
+                                        "at a large table (its scores are of those rows only)."),
     workers: Optional[int] = typer.Option(None, help="Parallel processes (default: one per CPU)."),
     seed: int = typer.Option(0, help="Seed of every row's simulation."),
     quiet: bool = typer.Option(False, help="No progress bar."),
@@ -47,7 +52,8 @@ def validate(
     from sim.config import MAX_TIME_KEY_S
     from sim.errors import ConfigError
     from sim.validate.harness import load_campaign_map, load_harness
-    from sim.validate.rows import ValidateOptions, check_protocol, read_rows, skipped_row_warnings
+    from sim.validate.rows import (ValidateOptions, check_protocol, parse_where, read_rows, select_rows,
+                                   skipped_row_warnings)
     from sim.validate.report import rows_line
     from sim.validate.run import run_validation
 
@@ -63,6 +69,9 @@ def validate(
         raise ConfigError(f"--workers must be >= 1, got {workers}")
     if seed < 0:
         raise ConfigError(f"--seed must be >= 0, got {seed}")
+    if limit is not None and limit < 1:
+        raise ConfigError(f"--limit must be >= 1, got {limit}")
+    where_map = parse_where(where)
     if protocol is not None and harness is not None:
         typer.echo(f"warning: --harness {harness} sets how every row's benchmark ran; --protocol {protocol} is "
                    "not used", err=True)
@@ -71,8 +80,9 @@ def validate(
         raise ConfigError(f"--think-time-ms must be a number from 0 to {MAX_TIME_KEY_S * 1e3:,.0f} (an hour), "
                           f"got {think_time_ms}")
     opts = ValidateOptions(protocol=protocol, harness=h, campaign_harness=cmap, requests_per_client=requests_per_client,
-                           warmup_per_client=warmup_per_client, think_time_s=think, seed=seed, workers=workers)
-    n = len(read_rows(csv)[0])
+                           warmup_per_client=warmup_per_client, think_time_s=think, seed=seed, workers=workers,
+                           where=where_map, limit=limit)
+    n = len(select_rows(read_rows(csv)[0], where_map, limit, str(csv)))  # (the selection's errors before the run)
     from sim.cli.common import ensure_out_dir
 
     ensure_out_dir(out)

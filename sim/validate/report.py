@@ -57,12 +57,17 @@ def summarize_predictions(df) -> dict[str, Any]:
 
 def rows_line(summary: dict[str, Any]) -> str:
     """"N of M rows simulated (k skipped, j not simulated)": M counts every data
-    row of the CSV, the skipped ones (a cell not a number) included."""
+    row of the CSV, the skipped ones (a cell not a number) included; with a
+    selection (``--where`` / ``--limit``) the selected rows, named so."""
+    opts = summary.get("options") or {}
+    sel = [f"--where {c}={','.join(v)}" for c, v in (opts.get("where") or {}).items()]
+    sel += [f"--limit {opts['limit']}"] if opts.get("limit") is not None else []
+    rows = f"rows selected by {' '.join(sel)}" if sel else "rows"
     skipped = summary.get("num_skipped_rows", 0)
-    total = summary["num_rows"] + skipped
-    parts = ([f"{skipped} skipped"] if skipped else []) + (
+    total = summary["num_rows"] + (0 if sel else skipped)  # (a skipped row cannot be told selected or not)
+    parts = ([f"{skipped} of the file's rows skipped" if sel else f"{skipped} skipped"] if skipped else []) + (
         [f"{len(summary['not_simulated'])} not simulated"] if summary.get("not_simulated") else [])
-    return f"{summary['num_ok']} of {total} rows simulated" + (f" ({', '.join(parts)})" if parts else "")
+    return f"{summary['num_ok']} of {total} {rows} simulated" + (f" ({', '.join(parts)})" if parts else "")
 
 
 def _fmt(v: float) -> str:

@@ -170,6 +170,58 @@ class ValidateOptions:
     workers: int | None = None
     engine_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     exact_steps: bool = False
+    #: the rows to simulate (:func:`select_rows`): column -> the cell values kept (any of
+    #: them; every column must match), then the first ``limit`` of those; None = all
+    where: dict[str, list[str]] | None = None
+    limit: int | None = None
+
+
+def parse_where(items: list[str] | None) -> dict[str, list[str]] | None:
+    """``--where backend=sglang --where system=b200_sxm,h200_sxm`` → {column:
+    values}; ConfigError for an item without '=' or a column given twice."""
+    out: dict[str, list[str]] = {}
+    for item in items or []:
+        col, sep, vals = item.partition("=")
+        col = col.strip()
+        values = [v.strip() for v in vals.split(",") if v.strip()]
+        if not sep or not col or not values:
+            raise ConfigError(f"--where {item!r}: expected COLUMN=VALUE[,VALUE...] (e.g. --where backend=sglang)")
+        if col in out:
+            raise ConfigError(f"--where {col}: given twice; list its values once, comma-separated")
+        out[col] = values
+    return out or None
+
+
+def select_rows(df, where: dict[str, list[str]] | None, limit: int | None, source: str):
+    """The rows of ``df`` whose cell in each ``where`` column is one of its values
+    (compared as text, stripped; a number cell also as the number, so 1024
+    matches 1024.0), then the first ``limit``. ConfigError naming an unknown
+    column, or when no row is left."""
+    import pandas as pd
+
+    keep = pd.Series(True, index=df.index)
+    for col, values in (where or {}).items():
+        if col not in df.columns:
+            raise ConfigError(f"--where {col}: {source} has no column {col!r}; columns: {', '.join(df.columns)}")
+        nums = set()
+        for v in values:
+            try:
+                nums.add(float(v))
+            except ValueError:
+                pass
+        cells = df[col]
+        text = cells.map(lambda c: "" if pd.isna(c) else str(c).strip())
+        hit = text.isin(values)
+        if nums:
+            hit |= pd.to_numeric(cells, errors="coerce").isin(nums)
+        keep &= hit
+    out = df[keep]
+    if limit is not None:
+        out = out.head(limit)
+    if out.empty:
+        raise ConfigError(f"{source}: no row matches --where "
+                          + " ".join(f"{c}={','.join(v)}" for c, v in (where or {}).items()))
+    return out
 
 
 def _cell(row: dict, key: str) -> str:

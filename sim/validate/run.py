@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sim.errors import ConfigError
 from sim.validate.report import summarize_predictions, write_validation
-from sim.validate.rows import WARNING_SEP, ValidateOptions, predict_rows, read_rows, row_harness
+from sim.validate.rows import WARNING_SEP, ValidateOptions, predict_rows, read_rows, row_harness, select_rows
 
 
 def run_validation(csv_path: str | Path, out_dir: str | Path | None = None, opts: ValidateOptions | None = None,
@@ -22,6 +22,8 @@ def run_validation(csv_path: str | Path, out_dir: str | Path | None = None, opts
 
     opts = opts or ValidateOptions()
     df, skipped = read_rows(csv_path)
+    if opts.where or opts.limit is not None:
+        df = select_rows(df, opts.where, opts.limit, str(csv_path))  # (skipped rows: the file's, all listed)
     t0 = time.perf_counter()
     preds = predict_rows(df.to_dict("records"), opts, progress)
     wall = time.perf_counter() - t0
@@ -50,7 +52,8 @@ def run_validation(csv_path: str | Path, out_dir: str | Path | None = None, opts
                           "warmup_per_client": opts.warmup_per_client,
                           "client_think_time_s": opts.think_time_s, "seed": opts.seed,
                           "workers": opts.workers or os.cpu_count(),
-                          "engine_overrides": opts.engine_overrides}
+                          "engine_overrides": opts.engine_overrides,
+                          "where": opts.where, "limit": opts.limit}
     if out_dir is not None:
         write_validation(full, summary, out_dir, plots=plots)
     return full, summary
