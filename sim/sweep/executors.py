@@ -324,6 +324,16 @@ def run_local(tasks: list[PointTask], on_row: Callable[[dict], None], workers: i
 RAY_EXTRA = "pip install 'servesim[ray]' (or pip install 'ray[client]>=2.9')"
 
 
+def check_executor(executor: str, ray_address: str | None) -> None:
+    """ConfigError for an ``--executor`` that is not ``local`` or ``ray``, or a
+    ``--ray-address`` without ``--executor ray`` (it would run on the local pool)."""
+    if executor not in ("local", "ray"):
+        raise ConfigError(f"--executor: unknown executor {executor!r}; valid: local, ray")
+    if ray_address is not None and executor != "ray":
+        raise ConfigError(f"--ray-address {ray_address}: joins a Ray cluster with --executor ray; add it "
+                          f"(this run's executor is {executor})")
+
+
 def _check_ray_address(address: str) -> None:
     """A ``ray://`` address needs Ray Client (grpcio, in ``ray[client]``): say so in
     one line rather than let ``ray.init`` fail deep inside."""

@@ -270,15 +270,10 @@ def run_plan(base: SimConfig, candidates: list[Candidate], settings: PlanSetting
     """Plan every candidate and write the outputs; returns (table DataFrame, plans)."""
     import pandas as pd
 
-    from sim.errors import ConfigError
     from sim.sweep.plan_plots import plot_latency_vs_load, plot_pareto, slug
-    from sim.sweep.executors import parquet_safe, progress_bar, run_local, run_ray, write_parquet
+    from sim.sweep.executors import check_executor, parquet_safe, progress_bar, run_local, run_ray, write_parquet
 
-    if executor not in ("local", "ray"):
-        raise ConfigError(f"--executor: unknown executor {executor!r}; valid: local, ray")
-    if ray_address is not None and executor != "ray":
-        raise ConfigError(f"--ray-address {ray_address}: joins a Ray cluster with --executor ray; add it "
-                          f"(this run's executor is {executor})")
+    check_executor(executor, ray_address)
     check_models_and_hardware(base, candidates)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -428,13 +428,10 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: str = "local", 
     (a pandas DataFrame in grid order; see :mod:`sim.sweep.executors` for the columns and
     files). ``executor``: ``local`` (process pool of ``workers``) or ``ray``."""
     from sim.results.metrics import parse_goodput
-    from sim.sweep.executors import PointTask, ResultStore, evaluate_task, progress_bar, run_local, run_ray
+    from sim.sweep.executors import (PointTask, ResultStore, check_executor, evaluate_task, progress_bar,
+                                     run_local, run_ray)
 
-    if executor not in ("local", "ray"):
-        raise ConfigError(f"--executor: unknown executor {executor!r}; valid: local, ray")
-    if ray_address is not None and executor != "ray":
-        raise ConfigError(f"--ray-address {ray_address}: joins a Ray cluster with --executor ray; add it "
-                          f"(this run's executor is {executor})")
+    check_executor(executor, ray_address)
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers: must be >= 1, got {workers}")
     goodput = parse_goodput(spec.goodput) or None
