@@ -314,7 +314,7 @@ def test_compare_winners_names_winner_and_factor():
     assert "p99 TTFT: a wins with 100 ms, 4.0× lower than b (400 ms)." in lines
     assert "p99 ITL: a leads with 50.0 ms, about the same as b (50.5 ms)." in lines  # within 2 %
     assert "Goodput" not in text
-    assert lines[-1] == "Overall: a wins 2 of 3 metrics."
+    assert lines[-1] == "Overall, metrics led (first, or within 2 % of the first): a 3 of 3 (2 outright), b 1 of 3."
 
 
 def test_compare_winners_per_gpu_when_gpu_counts_differ():
@@ -355,22 +355,40 @@ def test_latencies_rank_when_every_variant_rejected_the_same_requests():
 def test_launch_choice_says_why_on_a_tie_or_an_undeployable_leader():
     from sim.compare.winners import launch_choice
 
+    # (variant, metrics won outright, metrics led), as ranked_by_wins ranks them: most led first
     static = ["scheduler 'static' is not offered by vLLM"]
     assert launch_choice([("a", 3, 4), ("b", 1, 2)], {}) == ("a", None)
-    w, note = launch_choice([("static", 3, 3), ("chunked", 2, 4)], {"static": static})
+    w, note = launch_choice([("static", 3, 4), ("chunked", 2, 3)], {"static": static})
     assert w == "chunked" and note.endswith("static ranked higher but scheduler 'static' is not offered by vLLM")
     w, note = launch_choice([("static", 2, 3), ("chunked", 2, 3)], {"static": static})
-    assert w == "chunked" and note == ("a tie: chunked and static each win 2 metric(s) and lead as many (report.md, "
-                                       "What wins); static ranks as high but scheduler 'static' is not offered by vLLM")
+    assert w == "chunked" and note == ("a tie: chunked and static each lead 3 metric(s) (first or within 2 % of the "
+                                       "first) and win as many outright (report.md, What wins); static ranks as high "
+                                       "but scheduler 'static' is not offered by vLLM")
     w, note = launch_choice([("chunked", 2, 3), ("mixed", 2, 3)], {})
     assert w == "chunked" and note.endswith("chunked comes first in the comparison's order")
-    # no outright win (the leaders within 2 %): the one leading more metrics, said so
-    w, note = launch_choice([("new", 0, 8), ("old", 0, 8), ("ancient", 0, 2)], {})
-    assert w == "new" and note.startswith("a tie: new and old win no metric outright and lead as many")
-    w, note = launch_choice([("new", 0, 8), ("ancient", 0, 2)], {})
-    assert w == "new" and note == ("new and ancient win no metric outright; new leads more metrics (first or "
-                                   "within 2 % of the first: 8, against ancient 2; report.md, What wins)")
+    # the leaders within 2 % (no outright win) against a variant winning fewer metrics outright
+    w, note = launch_choice([("new", 0, 8), ("old", 0, 8), ("ancient", 2, 2)], {})
+    assert w == "new" and note.startswith("a tie: new and old each lead 8 metric(s)")
+    w, note = launch_choice([("new", 3, 8), ("old", 1, 8)], {})
+    assert w == "new" and note == ("new and old each lead 8 metric(s) (first or within 2 % of the first); new wins "
+                                   "more of them outright (3, against old 1; report.md, What wins)")
     assert launch_choice([], {}) == (None, None)
+
+
+def test_near_equal_leaders_share_their_metrics_in_the_ranking():
+    # two variants within 2 % of each other on every metric win nothing outright; a third
+    # winning two metrics outright but trailing far on the rest used to rank first
+    from sim.compare.winners import ranked_by_wins
+
+    keys = dict(request_goodput=None, median_ttft_ms=None, p99_e2el_ms=None)
+    a = _summ("a", **{**keys, "request_throughput": 10.0, "p99_ttft_ms": 100.0, "median_ttft_ms": 50.0,
+                      "p99_itl_ms": 50.0, "p99_tpot_ms": 20.0})
+    b = _summ("b", **{**keys, "request_throughput": 10.1, "p99_ttft_ms": 101.0, "median_ttft_ms": 50.5,
+                      "p99_itl_ms": 50.5, "p99_tpot_ms": 20.2})
+    c = _summ("c", **{**keys, "request_throughput": 4.0, "p99_ttft_ms": 900.0, "median_ttft_ms": 400.0,
+                      "p99_itl_ms": 30.0, "p99_tpot_ms": 12.0})
+    ranked = ranked_by_wins({"a": a, "b": b, "c": c})
+    assert ranked == [("a", 0, 3), ("b", 0, 3), ("c", 2, 2)]  # (won outright, led): a and b first
 
 
 def test_compare_winners_single_variant_is_empty():
@@ -400,4 +418,4 @@ def test_a_variant_that_rejects_most_requests_is_not_ranked_on_latency():
         in lines
     assert lines[0].startswith("Request throughput: good wins with 2")
     assert not any("TTFT" in line for line in lines)  # one ranked variant: no latency comparison
-    assert lines[-1] == "Overall: good wins 1 of 1 metrics."
+    assert lines[-1] == "Overall, metrics led (first, or within 2 % of the first): good 1 of 1 (1 outright)."

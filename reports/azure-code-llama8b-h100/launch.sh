@@ -1,5 +1,4 @@
 #!/usr/bin/env bash
-# chunked is the variant ranked first (report.md, What wins) that its engine can run as simulated; static ranked higher but scheduler 'static' (request-level batching) is not offered by vLLM, SGLang or TensorRT-LLM
 vllm serve meta-llama/Llama-3.1-8B-Instruct \
     --tensor-parallel-size 1 \
     --max-num-seqs 1024 \

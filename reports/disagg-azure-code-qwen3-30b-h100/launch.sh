@@ -1,5 +1,4 @@
 #!/usr/bin/env bash
-# agg-3x and 1P2D each win 2 metric(s); agg-3x leads more metrics (first or within 2 % of the first: 5, against 1P2D 4; report.md, What wins)
 # 3 replicas: run this command 3 times (each on its own GPUs) behind a load balancer (simulated router 'round_robin')
 vllm serve Qwen/Qwen3-30B-A3B \
     --tensor-parallel-size 2 \

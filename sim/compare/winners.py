@@ -37,29 +37,31 @@ def compare_winners(variants: dict[str, VariantData]) -> list[str]:
 
 def ranked_by_wins(variants: dict[str, VariantData]) -> list[tuple[str, int, int]]:
     """(variant, metrics won outright by :func:`compare_winners`, metrics led: first or
-    within 2 % of the first), most wins first, then most leads; equals keep the
-    comparison's order."""
+    within 2 % of the first), most leads first, then most outright wins; equals keep
+    the comparison's order. Leads rank first: a variant within 2 % of the best is as
+    good as it there, so two near-equal leaders share their metrics rather than
+    hand the ranking to a variant that wins fewer ones outright."""
     _, wins, leads = _ranking(variants)
-    return sorted(((n, wins[n], leads[n]) for n in wins), key=lambda t: (-t[1], -t[2]))
+    return sorted(((n, wins[n], leads[n]) for n in wins), key=lambda t: (-t[2], -t[1]))
 
 
 def launch_choice(ranked: list[tuple[str, int, int]], problems: dict[str, list[str]]
                   ) -> tuple[str | None, str | None]:
     """The variant whose launch command the comparison writes, and why when that is not
-    plain: the first of ``ranked`` (:func:`ranked_by_wins`: most metrics won, then led)
+    plain: the first of ``ranked`` (:func:`ranked_by_wins`: most metrics led, then won)
     that its engine can run as simulated (no launch ``problems``), else the top one. The
     note names the variants ranked above it that cannot run as simulated, a tie on wins
     that leads broke, or a tie."""
     if not ranked:
         return None, None
-    score = {n: (w, ld) for n, w, ld in ranked}
+    score = {n: (ld, w) for n, w, ld in ranked}  # (leads, outright wins): the ranking's order
     order = [n for n, _, _ in ranked]
     winner = next((n for n in order if not problems.get(n)), order[0])
     more = [n for n in order if score[n] > score[winner]]
     level = [n for n in order if score[n] == score[winner] and n != winner]
     fewer = [n for n in order if score[n][0] == score[winner][0] and score[n][1] < score[winner][1]]
-    w = score[winner][0]
-    won = f"each win {w} metric(s)" if w else "win no metric outright"
+    ld, w = score[winner]
+    led = f"each lead {ld} metric(s) (first or within 2 % of the first)"
     if more:
         return winner, (f"{winner} is the variant ranked first (report.md, What wins) that its engine can run as "
                         f"simulated; {', '.join(more)} ranked higher but {problems[more[0]][0]}")
@@ -67,24 +69,12 @@ def launch_choice(ranked: list[tuple[str, int, int]], problems: dict[str, list[s
         first = level[0]
         why = (f"{first} ranks as high but {problems[first][0]}" if order.index(first) < order.index(winner)
                and problems.get(first) else f"{winner} comes first in the comparison's order")
-        return winner, (f"a tie: {winner} and {', '.join(level)} {won} and lead as many (report.md, What wins); "
-                        f"{why}")
+        return winner, (f"a tie: {winner} and {', '.join(level)} {led} and win as many outright (report.md, "
+                        f"What wins); {why}")
     if fewer:
-        return winner, (f"{winner} and {', '.join(fewer)} {won}; {winner} leads more metrics (first or within "
-                        f"2 % of the first: {score[winner][1]}, against "
-                        + ", ".join(f"{n} {score[n][1]}" for n in fewer) + "; report.md, What wins)")
+        return winner, (f"{winner} and {', '.join(fewer)} {led}; {winner} wins more of them outright ({w}, "
+                        "against " + ", ".join(f"{n} {score[n][1]}" for n in fewer) + "; report.md, What wins)")
     return winner, None
-
-
-def overall_winner(variants: dict[str, VariantData]) -> str | None:
-    """The variant that wins the most metrics of :func:`compare_winners` (the first
-    in the comparison's order among equals); the only variant of a one-variant
-    comparison; None when no variant wins a metric outright."""
-    if len(variants) == 1:
-        return next(iter(variants))
-    wins = _ranking(variants)[1]
-    best = max(wins.values(), default=0)
-    return next((n for n, c in wins.items() if c == best), None) if best > 0 else None
 
 
 def _ranking(variants: dict[str, VariantData]) -> tuple[list[str], dict[str, int], dict[str, int]]:
@@ -138,9 +128,10 @@ def _ranking(variants: dict[str, VariantData]) -> tuple[list[str], dict[str, int
         rest = "so its latencies cover only the rest" if rej < total else "so it has no latencies"
         others = f" ({rej - len(common):,} that another variant served)" if common else ""
         lines.append(f"{n} is not ranked on latency: it rejected {rej:,} of {total:,} requests{others}, {rest}.")
-    tally = sorted(((c, n) for n, c in wins.items() if c), reverse=True)
-    if tally:
-        lines.append("Overall: " + ", ".join(f"{n} wins {c} of {num_metrics} metrics" for c, n in tally) + ".")
+    tally = sorted((n for n in leads if leads[n]), key=lambda n: (-leads[n], -wins[n]))
+    if tally:  # (leads: first or within 2 % of the first, as ranked_by_wins ranks them)
+        lines.append("Overall, metrics led (first, or within 2 % of the first): " + ", ".join(
+            f"{n} {leads[n]} of {num_metrics}" + (f" ({wins[n]} outright)" if wins[n] else "") for n in tally) + ".")
     per_gpu = _per_gpu_line(variants)
     if per_gpu:
         lines.append(per_gpu)
