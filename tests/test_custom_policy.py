@@ -3,6 +3,8 @@ name, given the limits of the batching mode it implements (its class's
 ``chunked_prefill``, not its name), and run in the reference mode unless it
 declares ``accelerate_like``."""
 
+import pytest
+
 from sim.config import build_config
 from sim.engine.deployment import build_deployment
 from sim.runner import run_simulation
@@ -44,3 +46,17 @@ def test_a_subclass_runs_in_the_reference_mode_unless_declared_with_the_same_res
         assert out.result.num_steps == ref.result.num_steps
         for k, v in ref.result.requests.items():
             assert (out.result.requests[k] == v).all(), k
+
+
+def test_a_built_in_batching_mode_is_not_replaced_by_a_registration():
+    # register_scheduler("chunked", ...) made every chunked run, engine presets included,
+    # run the custom policy without a word
+    from sim.scheduler.registry import get_scheduler_class
+
+    with pytest.raises(ValueError, match=r"'chunked' is a built-in batching mode .* e.g. 'sameaschunked'"):
+        register_scheduler("chunked", SameAsChunked)
+    assert get_scheduler_class("chunked") is ChunkedPrefillScheduler
+    register_scheduler("chunked", ChunkedPrefillScheduler)  # (itself: nothing changes)
+    register_scheduler("test_same_as_chunked", DeclaredSameAsChunked)  # one's own name: again, replaced
+    assert get_scheduler_class("test_same_as_chunked") is DeclaredSameAsChunked
+    register_scheduler("test_same_as_chunked", SameAsChunked)

@@ -34,13 +34,21 @@ _REGISTRY: dict[str, type[Scheduler]] = {
     "prefill_first_whole": WholePrefillFirstScheduler,
     "prefill_first_mixed": MixedChunkPrefillFirstScheduler,
 }
+#: the built-in batching modes (the engine presets run them): not replaced by a registration
+_BUILTIN = frozenset(_REGISTRY)
 _entry_points_loaded = False
 
 
 def register_scheduler(name: str, cls: type[Scheduler]) -> None:
-    """Register ``cls`` (a :class:`Scheduler` subclass) under ``name``."""
+    """Register ``cls`` (a :class:`Scheduler` subclass) under ``name``; a name of
+    one's own may be registered again (a notebook cell run twice), a built-in
+    one not: ValueError (every run of it, presets included, would run the policy)."""
     if not (isinstance(cls, type) and issubclass(cls, Scheduler)):
         raise TypeError(f"register_scheduler({name!r}, ...): {cls!r} is not a Scheduler subclass")
+    if name in _BUILTIN and _REGISTRY[name] is not cls:
+        raise ValueError(f"register_scheduler({name!r}, {cls.__name__}): {name!r} is a built-in batching mode (the "
+                         f"engine presets run it); register the policy under a name of its own, e.g. "
+                         f"{cls.__name__.lower()!r}")
     _REGISTRY[name] = cls
 
 
