@@ -115,10 +115,11 @@ class Result:
 
 def simulate(model: str | None = None, hardware: str | None = None, engine: str | None = None,
              workload: str | Mapping[str, Any] | None = None, *, config: str | Path | None = None,
-             goodput: Mapping[str, float] | str | None = None, **keys: Any) -> Result:
+             goodput: Mapping[str, float] | str | list[str] | None = None, **keys: Any) -> Result:
     """Simulate one deployment on one workload (as ``servesim run``).
 
-    ``goodput``: SLOs in ms, ``{"ttft": 500, "tpot": 50}`` or ``"ttft:500 tpot:50"``.
+    ``goodput``: SLOs in ms, ``{"ttft": 500, "tpot": 50}``, ``"ttft:500 tpot:50"`` or
+    ``["ttft:500", "tpot:50"]``.
     Raises :class:`ConfigError` / :class:`InfeasibleError` before simulating when the
     config is bad or cannot run (e.g. the model does not fit)."""
     from sim.runner import run_simulation
@@ -168,7 +169,7 @@ class Comparison:
 def compare(variants: Iterable[str] | Mapping[str, Mapping[str, Any]] | None = None, *,
             model: str | None = None, hardware: str | None = None, engine: str | None = None,
             workload: str | Mapping[str, Any] | None = None, config: str | Path | None = None,
-            goodput: Mapping[str, float] | str | None = None, workers: int | None = 1,
+            goodput: Mapping[str, float] | str | list[str] | None = None, workers: int | None = 1,
             **keys: Any) -> Comparison:
     """Run variants of one base config on the identical request stream (as
     ``servesim compare``). ``variants``: batching modes (``["static", "chunked"]``)
@@ -211,8 +212,15 @@ def _goodput(goodput, api: str) -> dict[str, float] | None:
     try:
         if goodput is None or isinstance(goodput, str):
             return parse_goodput([goodput] if goodput else None)
+        if isinstance(goodput, (list, tuple)) and all(isinstance(g, str) for g in goodput):
+            return parse_goodput(list(goodput))  # (as the command's --goodput, repeated)
+        if not isinstance(goodput, Mapping):
+            raise ConfigError(f"{api}: goodput: expected {{metric: ms}} (e.g. {{'ttft': 500}}), a string "
+                              f"'ttft:500 tpot:50' or a list of such strings, got {goodput!r}")
         return parse_goodput([" ".join(f"{k}:{v}" for k, v in goodput.items())])
     except ConfigError as e:
+        if str(e).startswith(api):
+            raise
         raise ConfigError(f"{api}: goodput: " + str(e).removeprefix("--goodput ")) from None
 
 

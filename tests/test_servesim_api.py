@@ -54,6 +54,15 @@ def test_bad_input_raises_config_error_naming_it():
         servesim.simulate(hardware="h900")
     with pytest.raises(servesim.ConfigError, match="ttft:abc"):
         servesim.simulate(goodput="ttft:abc")
+    # a number or a list of numbers: a ConfigError naming the argument (it was an AttributeError)
+    with pytest.raises(servesim.ConfigError, match=r"servesim.simulate\(\): goodput: expected \{metric: ms\}"):
+        servesim.simulate(goodput=5)
+
+
+def test_goodput_takes_a_list_of_slo_strings_as_the_repeated_option():
+    wl = {"name": "chat", "num_requests": 20}
+    a = servesim.simulate(workload=wl, goodput=["ttft:500", "tpot:50"]).summary["request_goodput"]
+    assert a == servesim.simulate(workload=wl, goodput={"ttft": 500, "tpot": 50}).summary["request_goodput"]
 
 
 def test_compare_runs_the_variants_on_one_request_stream():
