@@ -284,6 +284,17 @@ def format_results(results: list[TableResult]) -> str:
     return "\n".join(lines)
 
 
+def _positive_int(text: str) -> int:
+    """``--max-rows``: a whole number >= 1 (argparse's one-line error otherwise)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {n}")
+    return n
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m calibration.check_tables", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -291,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", required=True, help="hardware profile name or YAML path")
     ap.add_argument("--model-free", action="store_true",
                     help="do not consult model presets (no 'preset-model shapes' band)")
-    ap.add_argument("--max-rows", type=int, default=None, help="sample at most N rows per table")
+    ap.add_argument("--max-rows", type=_positive_int, default=None, help="sample at most N rows per table")
     ap.add_argument("--seed", type=int, default=0, help="seed of the row sample")
     ap.add_argument("--engine", default=None,
                     help="of a folder holding several engines' kernel tables (vllm-*, sglang-*, "

@@ -203,3 +203,13 @@ def test_check_tables_lists_an_unreadable_table_and_the_unscored_ones(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main([str(empty), "--profile", "h100_sxm"]) == 2
+
+
+@pytest.mark.parametrize("value", ["-5", "0", "ten"])
+def test_check_tables_max_rows_must_be_a_whole_number_of_one_or_more(tmp_path, value, capsys):
+    from calibration.check_tables import main
+
+    with pytest.raises(SystemExit) as e:  # argparse's one-line usage error (it was a pandas traceback)
+        main([str(tmp_path), "--profile", "h100_sxm", "--max-rows", value])
+    assert e.value.code == 2
+    assert f"argument --max-rows: expected a whole number >= 1, got " in capsys.readouterr().err
