@@ -212,4 +212,4 @@ def test_check_tables_max_rows_must_be_a_whole_number_of_one_or_more(tmp_path, v
     with pytest.raises(SystemExit) as e:  # argparse's one-line usage error (it was a pandas traceback)
         main([str(tmp_path), "--profile", "h100_sxm", "--max-rows", value])
     assert e.value.code == 2
-    assert f"argument --max-rows: expected a whole number >= 1, got " in capsys.readouterr().err
+    assert "argument --max-rows: expected a whole number >= 1, got " in capsys.readouterr().err
