@@ -209,18 +209,17 @@ def _goodput(goodput, api: str) -> dict[str, float] | None:
     ``api``'s goodput argument, not the command's ``--goodput``."""
     from sim.results.metrics import parse_goodput
 
+    listed = isinstance(goodput, (list, tuple)) and all(isinstance(g, str) for g in goodput)
+    if not (goodput is None or isinstance(goodput, (str, Mapping)) or listed):
+        raise ConfigError(f"{api}: goodput: expected {{metric: ms}} (e.g. {{'ttft': 500}}), a string "
+                          f"'ttft:500 tpot:50' or a list of such strings, got {goodput!r}")
     try:
         if goodput is None or isinstance(goodput, str):
             return parse_goodput([goodput] if goodput else None)
-        if isinstance(goodput, (list, tuple)) and all(isinstance(g, str) for g in goodput):
+        if listed:
             return parse_goodput(list(goodput))  # (as the command's --goodput, repeated)
-        if not isinstance(goodput, Mapping):
-            raise ConfigError(f"{api}: goodput: expected {{metric: ms}} (e.g. {{'ttft': 500}}), a string "
-                              f"'ttft:500 tpot:50' or a list of such strings, got {goodput!r}")
         return parse_goodput([" ".join(f"{k}:{v}" for k, v in goodput.items())])
     except ConfigError as e:
-        if str(e).startswith(api):
-            raise
         raise ConfigError(f"{api}: goodput: " + str(e).removeprefix("--goodput ")) from None
 
 
