@@ -399,3 +399,24 @@ def test_an_empty_config_file_runs_the_defaults_with_a_warning(tmp_path):
     assert f"warning: {cfg} sets no keys" in r.stderr
     r = cli("run", "--quiet", "--set", "workload.num_requests=5", "--out", str(tmp_path / "p"))
     assert "sets no keys" not in r.stderr
+
+
+def test_requests_csv_has_each_requests_priority(tmp_path):
+    # latency per priority class needs it (it was only in the request specs)
+    import csv
+
+    from sim.config import build_config
+    from sim.runner import prepare
+
+    r = cli("run", "--quiet", "--out", str(tmp_path / "r"), "--set", "policy=priority",
+            "--set", "workload.num_requests=60",
+            "--set", 'workload.priority_classes=[{fraction: 0.5, priority: 0}, {fraction: 0.5, priority: 3}]')
+    assert r.returncode == 0, r.stderr
+    with open(tmp_path / "r" / "requests.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    got = {int(x["request_id"]): int(x["priority"]) for x in rows}
+    assert set(got.values()) == {0, 3}
+    cfg = build_config(overrides={"policy": "priority", "workload.num_requests": 60, "workload.priority_classes": [
+        {"fraction": 0.5, "priority": 0}, {"fraction": 0.5, "priority": 3}]})
+    specs = prepare(cfg)[1]
+    assert got == {i: int(p) for i, p in enumerate(specs.priority)}

@@ -21,7 +21,7 @@ from sim.results.metrics import (REQUEST_COLUMNS, STATUS_FINISHED, STATUS_REJECT
 #: (``status``: finished or rejected), read in one C-level call per request.
 _REQUEST_FIELDS = ("request_id", "replica", "arrival_time", "first_scheduled_time", "first_token_time",
                    "finish_time", "num_prompt_tokens", "num_output_tokens", "max_tokens", "num_cached_tokens",
-                   "num_preemptions", "preempted_s", "is_warmup")
+                   "num_preemptions", "preempted_s", "is_warmup", "priority")
 if len(_REQUEST_FIELDS) + 1 != len(REQUEST_COLUMNS) or REQUEST_COLUMNS[-1] != "status":
     raise RuntimeError("recording: _REQUEST_FIELDS must name every REQUEST_COLUMNS entry but status, in order")
 _request_row = attrgetter(*_REQUEST_FIELDS)

@@ -27,7 +27,7 @@ import numpy.ma  # noqa: F401  (np.median/np.percentile import it on first call:
 REQUEST_COLUMNS = (
     "request_id", "replica", "arrival_time_s", "first_scheduled_time_s", "first_token_time_s",
     "finish_time_s", "num_prompt_tokens", "num_output_tokens", "max_tokens", "num_cached_tokens",
-    "num_preemptions", "preempted_s", "is_warmup", "status",
+    "num_preemptions", "preempted_s", "is_warmup", "priority", "status",
 )
 STEP_COLUMNS = (
     "replica", "start_time_s", "num_steps", "step_time_s", "num_running_seqs", "num_waiting_reqs",

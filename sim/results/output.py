@@ -28,7 +28,7 @@ _STEP_INT_COLS = ("replica", "num_steps", "num_running_seqs", "num_waiting_reqs"
 
 
 def request_columns(result: RunResult) -> dict[str, np.ndarray]:
-    """requests.csv's columns (``REQUEST_CSV_COLUMNS`` + ``is_warmup``) as
+    """requests.csv's columns (``REQUEST_CSV_COLUMNS`` + ``is_warmup``, ``priority``) as
     arrays: times in s and latencies in ms, NaN where a request never got
     there (rejected, or no token yet)."""
     r = result.requests
@@ -48,6 +48,7 @@ def request_columns(result: RunResult) -> dict[str, np.ndarray]:
     cols["status"] = np.where(done, "finished", "rejected")
     cols["reason"] = np.array([result.rejected_reasons.get(i, "") for i in r["request_id"].tolist()], dtype=object)
     cols["is_warmup"] = r["is_warmup"].astype(bool)
+    cols["priority"] = r["priority"].astype(np.int64)  # (policy: priority serves lower values first)
     for c in r:  # a disaggregated run's own columns (sim/engine/disagg.py), after the standard ones
         if c not in REQUEST_COLUMNS and c not in cols:
             v = r[c]
