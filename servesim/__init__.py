@@ -199,7 +199,12 @@ def compare(variants: Iterable[str] | Mapping[str, Mapping[str, Any]] | None = N
         if not names:
             raise ConfigError("servesim.compare(variants=[]): no variant given; name batching modes "
                               "(e.g. ['chunked', 'mixed']) or leave variants out for the defaults")
-        vs = variants_from_args(",".join(names), None, None, schedulers_source="servesim.compare(variants=...)")
+        try:
+            vs = variants_from_args(",".join(names), None, None, schedulers_source="servesim.compare(variants=...)")
+        except ConfigError as e:  # (e.g. a name twice: the error names the argument, as the others do)
+            if str(e).startswith("servesim."):
+                raise
+            raise ConfigError(f"servesim.compare(variants=...): {e}") from None
     runs = run_variants(base, vs, goodput=_goodput(goodput, "servesim.compare()"), workers=workers)
     return Comparison({name: Result(summary, result) for name, (summary, result) in runs.items()})
 

@@ -128,3 +128,9 @@ def test_api_errors_and_repr_name_what_the_user_gave(tmp_path):
     c = servesim.compare(["chunked", "mixed"], workload=small)
     with pytest.raises(KeyError, match="no variant 'nope'; the variants: 'chunked', 'mixed'"):
         c["nope"]
+
+
+def test_compare_names_its_argument_for_a_repeated_variant():
+    with pytest.raises(servesim.ConfigError, match=r"^servesim.compare\(variants=...\): variant names must be unique; "
+                                                   r"repeated: chunked"):
+        servesim.compare(["chunked", "chunked"])

@@ -58,6 +58,8 @@ def test_zip_errors():
                      "zip": [["hardware", "max_num_seqs"]]}, "s.yaml")
     with pytest.raises(ConfigError, match="'seed' is not an axis"):
         parse_sweep({"axes": {"hardware": ["a", "b"]}, "zip": [["hardware", "seed"]]}, "s.yaml")
+    with pytest.raises(ConfigError, match=r"s.yaml: zip: the group \['hardware'\] has 1 key\(s\); a group zips two"):
+        parse_sweep({"axes": {"hardware": ["a", "b"]}, "zip": [["hardware"]]}, "s.yaml")
 
 
 def test_ray_address_without_the_ray_executor_is_refused(tmp_path):

@@ -244,8 +244,12 @@ def parse_sweep(data: dict, source: str) -> SweepSpec:
                 axes[key] = [file_relative_paths({key: v}, Path(source).parent, f"{source}: axes")[key]
                              for v in axes[key]]
     zips = data.get("zip") or []
-    if not isinstance(zips, list) or not all(isinstance(g, list) and len(g) >= 2 for g in zips):
+    if not isinstance(zips, list) or not all(isinstance(g, list) for g in zips):
         raise ConfigError(f"{source}: zip: expected a list of key groups, e.g. [[hardware, tensor_parallel_size]]")
+    short = next((g for g in zips if len(g) < 2), None)
+    if short is not None:
+        raise ConfigError(f"{source}: zip: the group {short} has {len(short)} key(s); a group zips two or more "
+                          "axes together (an axis alone is a plain axis)")
     seen: set[str] = set()
     for g in zips:
         for key in g:
