@@ -42,7 +42,12 @@ def ranked_by_wins(variants: dict[str, VariantData]) -> list[tuple[str, int, int
     good as it there, so two near-equal leaders share their metrics rather than
     hand the ranking to a variant that wins fewer ones outright."""
     _, wins, leads = _ranking(variants)
-    return sorted(((n, wins[n], leads[n]) for n in wins), key=lambda t: (-t[2], -t[1]))
+    return [(n, wins[n], leads[n]) for n in _by_leads(wins, leads)]
+
+
+def _by_leads(wins: dict[str, int], leads: dict[str, int]) -> list[str]:
+    """The variants by metrics led, then won outright (equals: the comparison's order)."""
+    return sorted(wins, key=lambda n: (-leads[n], -wins[n]))
 
 
 def launch_choice(ranked: list[tuple[str, int, int]], problems: dict[str, list[str]]
@@ -128,7 +133,7 @@ def _ranking(variants: dict[str, VariantData]) -> tuple[list[str], dict[str, int
         rest = "so its latencies cover only the rest" if rej < total else "so it has no latencies"
         others = f" ({rej - len(common):,} that another variant served)" if common else ""
         lines.append(f"{n} is not ranked on latency: it rejected {rej:,} of {total:,} requests{others}, {rest}.")
-    tally = sorted((n for n in leads if leads[n]), key=lambda n: (-leads[n], -wins[n]))
+    tally = [n for n in _by_leads(wins, leads) if leads[n]]
     if tally:  # (leads: first or within 2 % of the first, as ranked_by_wins ranks them)
         lines.append("Overall, metrics led (first, or within 2 % of the first): " + ", ".join(
             f"{n} {leads[n]} of {num_metrics}" + (f" ({wins[n]} outright)" if wins[n] else "") for n in tally) + ".")

@@ -47,14 +47,12 @@ def linear_at(t_sum: CountTable, lm_rows: CountTable, overhead: float):
     ars: list[float] = []
     lms: list[float] = []
 
-    def grow(n: int, table: CountTable, pick) -> None:
-        """Extend ``pick``'s lists with ``table``'s blocks up to the one holding n."""
-        while True:
-            have = len(lms) if table is lm_rows else len(heads)
-            if have > n:
-                return
+    def grow(n: int, table: CountTable, filled: list, take) -> None:
+        """``take`` ``table``'s blocks, from the first ``filled`` lacks, up to the one holding n."""
+        while len(filled) <= n:
+            have = len(filled)
             table(float(have))  # builds block have >> BITS, once
-            pick(table.blocks[have >> _BITS])
+            take(table.blocks[have >> _BITS])
 
     def take_sums(values: list) -> None:
         heads.extend([h for h, _ in values])
@@ -65,8 +63,8 @@ def linear_at(t_sum: CountTable, lm_rows: CountTable, overhead: float):
             return heads[T] + lms[ns] + ars[T] + overhead
         except IndexError:
             if T < FLAT and ns < FLAT:
-                grow(T, t_sum, take_sums)
-                grow(ns, lm_rows, lms.extend)
+                grow(T, t_sum, heads, take_sums)
+                grow(ns, lm_rows, lms, lms.extend)
                 return heads[T] + lms[ns] + ars[T] + overhead
             head, ar = t_sum(float(T))
             return head + lm_rows(float(ns)) + ar + overhead

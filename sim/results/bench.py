@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import ConfigError
-from sim.results.metrics import STATUS_FINISHED, request_latencies
+from sim.results.metrics import BENCH_RESULT_KEYS, STATUS_FINISHED, request_latencies
 
 BACKEND = "servesim"
 
@@ -49,13 +49,14 @@ HEADER_KEYS = ("date", "endpoint_type", "backend", "label", "model_id", "tokeniz
 #: result keys of a run's summary a ``--metadata`` key may not replace (``vllm bench serve``'s
 #: result, then servesim's own top-level keys); statistics, counts and a disaggregated run's
 #: pool keys are ``STAT_KEY``
-RESULT_KEYS = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
-               "request_throughput", "request_goodput", "output_throughput", "total_token_throughput",
-               "max_output_tokens_per_s", "max_concurrent_requests", "rtfx", "config", "warnings",
-               "servesim_version", "engine_release", "parallel_layout", "weight_precision", "workload_source",
-               "simulated_time_s", "wall_time_s", "sim_requests_per_wall_s", "prefix_cache_hit_rate",
-               "kv_reserved_unused_fraction", "input_lens", "output_lens", "ttfts", "itls", "latencies",
-               "start_times", "generated_texts", "errors")
+#: ``--save-detailed``'s per-request lists as ``vllm bench serve`` names them (:func:`detailed_lists`
+#: writes all but ``itls``)
+DETAILED_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "generated_texts",
+                 "errors")
+RESULT_KEYS = BENCH_RESULT_KEYS + (
+    "config", "warnings", "servesim_version", "engine_release", "parallel_layout", "weight_precision",
+    "workload_source", "simulated_time_s", "wall_time_s", "sim_requests_per_wall_s", "prefix_cache_hit_rate",
+    "kv_reserved_unused_fraction") + DETAILED_KEYS
 STAT_KEY = re.compile(r"^(mean|median|std|max|min|p\d+(\.\d+)?|num|prefill|decode|kv_transfer)_\w+$")
 
 

@@ -482,7 +482,7 @@ def summarize(req: dict[str, np.ndarray], steps: dict[str, np.ndarray], itl: tup
 
 
 #: ``vllm bench serve``'s result keys in its order (``vllm/benchmarks/serve.py`` ``result``)
-_BENCH_HEAD = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
+BENCH_RESULT_KEYS = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
                "request_throughput", "request_goodput", "output_throughput", "total_token_throughput",
                "max_output_tokens_per_s", "max_concurrent_requests", "rtfx")
 
@@ -490,7 +490,7 @@ _BENCH_HEAD = ("duration", "completed", "failed", "total_input_tokens", "total_o
 def _bench_serve_order(out: dict) -> dict:
     """``out`` with ``vllm bench serve``'s keys first, in its order, then each
     metric's statistics (TTFT, TPOT, ITL, E2EL, as it prints them), then servesim's."""
-    keys = [k for k in _BENCH_HEAD if k in out]
+    keys = [k for k in BENCH_RESULT_KEYS if k in out]
     for m in PERCENTILE_METRICS:
         keys += [k for k in out if k.endswith(f"_{m}_ms") and k not in keys]
     keys += [k for k in out if k not in keys]
