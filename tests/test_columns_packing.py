@@ -23,6 +23,13 @@ def test_columns_rows_and_weighted_samples_as_array_extend_stores_them():
     cols.flat.frombytes(cols.pack_row(*(2, 1.5), False))
     assert cols.flat.tolist() == [1.0, 0.5, 1.0, 2.0, 1.5, 0.0] and len(cols) == 2
     assert cols.column("b").tolist() == [0.5, 1.5]
+    # rows given column by column (an int64 array, a list, one number for every row)
+    # store what appending them row by row stores
+    cols.extend_columns(2, (int64_array([3, 2 ** 53 + 1]), [0.1 + 0.2, -1e-300], 7))
+    rows = Columns(("a", "b", "c"))
+    for row in ((1, 0.5, True), (2, 1.5, False), (3, 0.1 + 0.2, 7), (2 ** 53 + 1, -1e-300, 7)):
+        rows.append(row)
+    assert cols.flat.tobytes() == rows.flat.tobytes() and len(cols) == 4
     w = WeightedSamples()
     w.add(0.25, 3)
     w.extend([0.5, 0.75], 2)

@@ -84,6 +84,7 @@ class DecodeSpan:
         self.wait_marks: list[tuple[int, int]] = []  # (step, requests waiting from its row on): lag spans
         self.no_evict_h0: int | None = None  # TensorRT-LLM's admission headroom after step 1
         self._no_evict: list | None = None  # (no_evict_headroom's running count)
+        self._join_cols: tuple | None = None  # (_join_columns, for that many joins)
 
     def no_evict_headroom(self, step: int) -> int:
         """``guaranteed_no_evict`` headroom (free blocks − every running
@@ -183,9 +184,16 @@ class DecodeSpan:
         return self.sched.kv.usage_at(free)
 
     def _join_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(step, last step, tokens prefilled) of each join, as int64 arrays."""
+        """(step, last step, tokens prefilled) of each join, as int64 arrays
+        (kept for :meth:`apply` after :meth:`usages`: a free-running span's join
+        entries never change, they are only appended)."""
+        n = len(self.joins)
+        if self._join_cols is not None and self._join_cols[0] == n:
+            return self._join_cols[1]
         steps, _, lasts, prompts, _ = zip(*self.joins)
-        return int64_array(steps), int64_array(lasts), int64_array(prompts)
+        cols = int64_array(steps), int64_array(lasts), int64_array(prompts)
+        self._join_cols = (n, cols)
+        return cols
 
     def _advance(self, j: int, gone: set[int]):
         """Bring every member (but the ``gone`` ids, settled when preempted)

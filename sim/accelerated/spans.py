@@ -512,10 +512,9 @@ class AcceleratedStepping:
         first_w, last_w = waits[lo], waits[steps - 1]
         mean_w = np.where(first_w == last_w, first_w, np.add.reduceat(waits * dts, lo) / span_t)
         decode = np.array(parts.decode, dtype=np.float64)
-        rows = np.column_stack((np.full(len(steps), float(rep.index)), start_t, counts, span_t,
-                                parts.batch, last_w, decode * counts, np.zeros(len(steps)), decode * counts,
-                                last_u, np.zeros(len(steps)), mean_u, mean_w))
-        rec.step_cols.extend_rows(rows)
+        rec.step_cols.extend_columns(len(steps), (rep.index, start_t, counts, span_t, parts.batch, last_w,
+                                                  decode * counts, 0.0, decode * counts, last_u, 0.0, mean_u,
+                                                  mean_w))
         for d, p_start, p_end, reqs, n, running, waiting, u in pauses:
             rec.step_cols.append((rep.index, p_start, 1, p_end - p_start, running, waiting, n, n, 0, u, 0,
                                   u, waiting))
@@ -712,10 +711,9 @@ class AcceleratedStepping:
             last_w = mean_w = np.zeros(len(steps))
         decode = float64_array(parts.decode)
         prefill = float64_array(parts.prefill)
-        rows = np.column_stack((np.full(len(steps), float(rep.index)), start_t, counts, span_t,
-                                float64_array(parts.batch), last_w, decode * counts + prefill, prefill,
-                                decode * counts, last_u, float64_array(parts.preempted), mean_u, mean_w))
-        self.rec.step_cols.extend_rows(rows)
+        self.rec.step_cols.extend_columns(len(steps), (rep.index, start_t, counts, span_t, float64_array(parts.batch),
+                                                       last_w, decode * counts + prefill, prefill, decode * counts,
+                                                       last_u, float64_array(parts.preempted), mean_u, mean_w))
         self.rec.finish_steps(rep, parts.finished, ends, seen, self.closed)
 
 class _ClientTurns:
