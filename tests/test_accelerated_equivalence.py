@@ -126,6 +126,16 @@ def test_accelerated_is_bit_identical_to_the_reference(cfg):
     _check(cfg, bitwise=True)
 
 
+@settings(SETTINGS, max_examples=20, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          report_multiple_bugs=False)
+@given(cfg=st.randoms(use_true_random=False).map(
+    lambda r: fuzz.draw_config(r, max_requests=MAX_REQUESTS, traces=False, focus="chunked-spans")))
+def test_chunked_prompts_joining_spans_are_bit_identical(cfg):
+    """The same contract where free-running spans take prompts over the step's
+    token budget (one replica, open loop, small budgets: rare in the draws above)."""
+    _check(cfg, bitwise=True)
+
+
 #: Found by the fuzzer after prefix caching entered the spans: requests sharing a
 #: system prompt hold the same hashed blocks; a finish inside a span returned all
 #: of them to the free count (the span's usage arithmetic), where the reference
@@ -158,6 +168,7 @@ def test_draw_config_is_deterministic_and_valid():
     from sim.errors import ConfigError
 
     assert fuzz.config_for(5, 7) == fuzz.config_for(5, 7)
+    assert fuzz.config_for(5, 7, focus="chunked-spans") == fuzz.config_for(5, 7, focus="chunked-spans")
     refused = 0
     for i in range(40):
         try:

@@ -10,9 +10,10 @@ import pytest
 from test_engine import simulate
 
 # Spans that take in arrivals run on the fitted cost form (h100_sxm's profile):
-# whole-prompt arrivals join a running span as a mixed step; 1-token prompts,
-# prompts over the budget (chunked), a full KV cache (refused joins, preemption)
-# and max_num_seqs end spans instead. Every case must equal the reference mode.
+# whole-prompt arrivals join a running span as a mixed step, a prompt over the
+# budget as its chunks' steps (where the span sends the arrivals itself); 1-token
+# prompts, a full KV cache (refused joins, preemption), max_num_seqs and chunked
+# prompts elsewhere end spans instead. Every case must equal the reference mode.
 JOIN_SCENARIOS = {
     "sparse": {"workload.request_rate": 6.0, "workload.num_requests": 120,
                "workload.input_len": {"dist": "lognormal", "mean": 400, "sigma": 1.0, "min": 1, "max": 3000},
@@ -58,6 +59,29 @@ JOIN_SCENARIOS = {
                            "workload.output_len": {"dist": "uniform", "low": 1, "high": 300}},
     # One replica: spans send the arrivals themselves (no events), a few rejected on
     # the spot (prompt + max_tokens > max_model_len), the frontend's latency before each.
+    # One replica, a budget most prompts exceed: chunked prompts join spans (alone, with
+    # arrivals joining at their last chunk's step, or the span ends mid-prompt).
+    "inline_chunked_prompts": {"workload.request_rate": 15.0, "workload.num_requests": 400, "seed": 5,
+                               "max_num_batched_tokens": 384, "max_num_seqs": 32,
+                               "workload.input_len": {"dist": "uniform", "low": 2, "high": 500},
+                               "workload.output_len": {"dist": "uniform", "low": 1, "high": 300}},
+    # ... with a KV cache that refuses some (blocks to completion beyond the span's slack),
+    # and with prefix caching on (prompts without shared prefixes: nothing to hit)
+    "inline_chunked_tight_kv": {"workload.request_rate": 6.0, "workload.num_requests": 300, "seed": 6,
+                                "max_num_batched_tokens": 384, "num_gpu_blocks_override": 700,
+                                "max_model_len": 1024,
+                                "workload.input_len": {"dist": "uniform", "low": 2, "high": 500},
+                                "workload.output_len": {"dist": "uniform", "low": 1, "high": 300}},
+    "inline_chunked_prefix_caching": {"workload.request_rate": 15.0, "workload.num_requests": 300, "seed": 7,
+                                      "max_num_batched_tokens": 384, "enable_prefix_caching": True,
+                                      "workload.input_len": {"dist": "uniform", "low": 2, "high": 500},
+                                      "workload.output_len": {"dist": "uniform", "low": 1, "high": 300}},
+    # ... and with the frontend streaming each step's tokens (a chunk's step emits none for it)
+    "inline_chunked_frontend": {"workload.request_rate": 15.0, "workload.num_requests": 300, "seed": 8,
+                                "max_num_batched_tokens": 384, "frontend_token_s": 1e-4,
+                                "frontend_latency_s": 5e-3,
+                                "workload.input_len": {"dist": "uniform", "low": 2, "high": 500},
+                                "workload.output_len": {"dist": "uniform", "low": 1, "high": 300}},
     "inline_rejects_frontend": {"workload.request_rate": 8.0, "workload.num_requests": 200, "seed": 4,
                                 "max_model_len": 1024, "frontend_latency_s": 0.03,
                                 "workload.input_len": {"dist": "uniform", "low": 1, "high": 1000},
@@ -96,9 +120,15 @@ def test_arrivals_join_spans_as_the_reference_schedules_them(scenario, monkeypat
     _, ref, _ = simulate(_fitted_cfg(exact_steps=True, **JOIN_SCENARIOS[scenario]))
     _, fast, _ = simulate(_fitted_cfg(exact_steps=False, **JOIN_SCENARIOS[scenario]))
     assert sum(joined) >= 20  # requests really joined spans
-    if scenario in ("busy_small_budget", "tight_kv", "overload_queue", "small_budget_tight_kv"):
+    if scenario in ("busy_small_budget", "tight_kv", "overload_queue", "small_budget_tight_kv",
+                    "inline_chunked_tight_kv"):
         # ... and some steps could not be taken (chunked prompts, KV, 1-token prompts, preemption)
         assert refused
+    _assert_same_run(fast, ref)
+
+
+def _assert_same_run(fast, ref) -> None:
+    """The accelerated run ``fast`` gives the reference run ``ref``'s results."""
     assert fast.num_steps == ref.num_steps
     for key in ("num_output_tokens", "num_prompt_tokens", "num_preemptions", "status", "replica"):
         assert np.array_equal(fast.requests[key], ref.requests[key]), key
@@ -117,6 +147,37 @@ def test_arrivals_join_spans_as_the_reference_schedules_them(scenario, monkeypat
     assert sf["max_kv_cache_usage"] == sr["max_kv_cache_usage"]
     for key in ("mean_kv_cache_usage", "mean_num_running_seqs", "p99_itl_ms", "median_tpot_ms"):
         assert sf[key] == pytest.approx(sr[key], rel=1e-9), key
+
+
+def test_chunked_prompts_join_spans_as_the_reference_schedules_them(monkeypatch):
+    """A prompt over the step's token budget joins a free-running span (one
+    replica: the span sends the arrivals itself) as the running passes chunk
+    it: alone, with arrivals admitted whole at its last chunk's step, or the
+    span ends mid-prompt where an arrival must wait (the chunk takes the
+    whole budget) and the engine loop goes on from its computed tokens. Each
+    outcome is seen; results equal the reference mode's."""
+    from collections import Counter
+
+    from sim.accelerated.spans import AcceleratedStepping as Sim
+
+    outcomes: Counter = Counter()
+    chunk_join = Sim._chunk_join
+
+    def spy(self, rep, span, clock, m):
+        joins = len(span.joins)
+        got = chunk_join(self, rep, span, clock, m)
+        if got:
+            outcomes["with arrivals" if len(span.joins) > joins + 1 else "alone"] += 1
+        elif span.prefilling is not None:
+            outcomes["mid-prompt"] += 1
+        return got
+
+    monkeypatch.setattr(Sim, "_chunk_join", spy)
+    cfg = JOIN_SCENARIOS["inline_chunked_prompts"]
+    _, ref, _ = simulate(_fitted_cfg(exact_steps=True, **cfg))
+    _, fast, _ = simulate(_fitted_cfg(exact_steps=False, **cfg))
+    assert outcomes["alone"] >= 20 and outcomes["with arrivals"] >= 4 and outcomes["mid-prompt"] >= 4, outcomes
+    _assert_same_run(fast, ref)
 
 
 def test_sparse_arrivals_take_few_engine_events():

@@ -207,6 +207,13 @@ class DecodeRuns:
         None (a span cannot represent it)."""
         return None
 
+    def span_chunk_admission(self, num_running: int, budget: int) -> tuple[Request, int] | None:
+        """The one waiting request a decode span's next step admits with a
+        first prefill chunk cut by the token ``budget``, and that chunk's
+        tokens (``ChunkedRuns.span_chunk_admission``). The base class answers
+        None (a span cannot represent it)."""
+        return None
+
     def decode_run_usages(self, out: SchedulerOutput, j: int) -> list[float]:
         """KV-cache usage during each of a merged run's first ``j`` steps
         (index 0 = step 1; :meth:`DecodeSpan.usages` of a span nobody leaves

@@ -17,7 +17,10 @@ Two kinds, by how KV blocks are checked:
   takes its prompt blocks and its growth to its finish out of the slack; a
   join that would overdraw it is refused (the engine ends the span there). No
   step can run short of blocks, so steps are timed many at a time between
-  arrivals.
+  arrivals. A prompt over the step's token budget joins the same way through
+  its chunks' steps (``join_chunked``, ``chunk_more``: vLLM's running pass
+  gives a prefilling request the budget its decodes leave), nobody else
+  joining before its last chunk; the span may end mid-prompt.
 - :class:`~sim.accelerated.queued_span.QueuedSpan` (requests wait, or the slack
   is short): every step is gated with the reference mode's exact free-block
   count, preemptions and chunked prefills included.
@@ -46,7 +49,9 @@ class SpanParts(NamedTuple):
     preempted at its first step; ``finished``: (step, requests finishing
     there), in step order; ``running``: the members still running after the
     span; ``pooled``: the tokens per step whose ITL gap is the step (decodes
-    that emitted the token before at the step's start)."""
+    that emitted the token before at the step's start); ``emitted``: the
+    tokens each step emits, where not ``batch`` (a request mid-prompt runs
+    without emitting)."""
 
     steps: list[int]
     batch: list[int]
@@ -56,6 +61,7 @@ class SpanParts(NamedTuple):
     preempted: list[int]
     running: list[Request]
     pooled: list[int]
+    emitted: list[int] | None = None
 
 
 class DecodeSpan:
@@ -85,6 +91,13 @@ class DecodeSpan:
         self.no_evict_h0: int | None = None  # TensorRT-LLM's admission headroom after step 1
         self._no_evict: list | None = None  # (no_evict_headroom's running count)
         self._join_cols: tuple | None = None  # (_join_columns, for that many joins)
+        # Chunked joins (``join_chunked``): the steps that prefilled a chunk without
+        # completing its prompt, (step, tokens, blocks the chunk took); per completed
+        # chunked join, (its completion step, tokens prefilled before it, blocks taken
+        # before it); the one still prefilling, [request, tokens computed], or None
+        self.chunks: list[tuple[int, int, int]] = []
+        self.chunked_done: list[tuple[int, int, int]] = []
+        self.prefilling: list | None = None
 
     def no_evict_headroom(self, step: int) -> int:
         """``guaranteed_no_evict`` headroom (free blocks − every running
@@ -136,6 +149,46 @@ class DecodeSpan:
                 self.k = last
         return lasts
 
+    def join_chunked(self, step: int, req: Request, n: int) -> bool:
+        """Admit ``req`` (the waiting pass cuts its prompt at the budget:
+        ``ChunkedRuns.span_chunk_admission``) at ``step`` with a first chunk of
+        ``n`` tokens, if its blocks to completion fit in the slack (else False,
+        nothing changed). Its later chunks come in the next steps' running
+        passes (:meth:`chunk_more`); it decodes after the step that completes
+        its prompt, where it becomes a join. Nobody else joins meanwhile."""
+        if self.prefilling is not None or self._no_evict is not None:
+            raise RuntimeError("a chunked join while another is prefilling, or with a no-evict headroom")
+        bs = self.sched.limits.block_size
+        need = -(-(req.num_prompt_tokens + req.num_output_tokens_target - 1) // bs)
+        if need > self.slack:
+            return False
+        self.slack -= need
+        self.runs.admit_to_span(req, n)
+        self.prefilling = [req, n]
+        self.chunks.append((step, n, -(-n // bs)))
+        return True
+
+    def chunk_more(self, step: int, n: int) -> int | None:
+        """The prefilling request's next chunk, of ``n`` tokens, at ``step``:
+        None while its prompt is not complete; else it joins (its first token
+        comes at this step's end) and its last step is returned."""
+        r, c = self.prefilling
+        p = r.num_prompt_tokens
+        bs = self.sched.limits.block_size
+        if c + n < p:
+            self.chunks.append((step, n, -(-(c + n) // bs) - -(-c // bs)))
+            self.prefilling[1] = c + n
+            return None
+        if c + n != p:
+            raise RuntimeError(f"request {r.request_id}: a chunk past its prompt")
+        self.prefilling = None
+        self.chunked_done.append((step, c, -(-c // bs)))
+        last = step + r.num_output_tokens_target - 1
+        self.joins.append([step, r, last, p, 0])
+        if last > self.k:
+            self.k = last
+        return last
+
     def usages(self, j: int) -> np.ndarray:
         """KV-cache usage during each of the span's first ``j`` steps (index 0 =
         step 1; float64, shape (j,)), as the reference mode's step rows record
@@ -156,6 +209,8 @@ class DecodeSpan:
         last_a = int64_array(self.lasts)
         held_a = int64_array([r.kv_capacity // bs for r in self.scheduled])
         once_at = once_n = int64_array([])
+        if self.chunks and not self.joins:  # (one prefilling, none completed)
+            once_at, once_n = self._chunk_takes(j)
         if self.joins:
             steps, lasts, prompts = self._join_columns()
             after = self.prompt_blocks_after
@@ -163,6 +218,9 @@ class DecodeSpan:
             steps, lasts, prompts = steps[ready], lasts[ready], prompts[ready]
             h = -(-prompts // bs)  # its prompt's blocks, taken at ``step`` (after it: the next step's row)
             once_at, once_n = steps + after, h
+            if self.chunks:  # chunked prompts: blocks taken at each chunk's step (less at the completion)
+                c_at, c_n = self._chunk_takes(j)
+                once_at, once_n = np.concatenate((once_at, c_at)), np.concatenate((once_n, c_n))
             # after its prefill at ``step``: step i writes slot p + i − step − 1
             first_a = np.concatenate((first_a, h * bs - prompts + steps + 1))
             last_a = np.concatenate((last_a, lasts))
@@ -182,6 +240,16 @@ class DecodeSpan:
         delta[:2] = 0  # step 1 is as the plan found it
         free = self.free0 + np.cumsum(delta[1:])
         return self.sched.kv.usage_at(free)
+
+    def _chunk_takes(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """(step, blocks) taken by chunked prompts up to step ``j``: each
+        chunk's new blocks at its step, and at a completion step minus the
+        blocks taken before it (the join there counts the whole prompt's)."""
+        at = [c for c, _, _ in self.chunks] + [c for c, _, _ in self.chunked_done]
+        n = [b for _, _, b in self.chunks] + [-b for _, _, b in self.chunked_done]
+        at_a, n_a = int64_array(at), int64_array(n)
+        ready = at_a <= j
+        return at_a[ready], n_a[ready]
 
     def _join_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(step, last step, tokens prefilled) of each join, as int64 arrays
@@ -256,6 +324,10 @@ class DecodeSpan:
         whose last step came and give the others their blocks (``_commit``).
         Returns the span's parts; a join step is a part of its own."""
         finishing, alive, grow, grow_slots, fresh = self._advance(j, set())
+        if self.prefilling is not None:  # still prefilling: it holds the chunks' tokens
+            r, c = self.prefilling
+            r.num_computed_tokens = c
+            fresh.append((r, c))
         fsteps_l = sorted(finishing)
         fsteps = int64_array(fsteps_l)
         fcum = int64_array([0] + [len(finishing[f]) for f in fsteps_l]).cumsum()  # finishes up to each
@@ -266,7 +338,11 @@ class DecodeSpan:
         first = np.flatnonzero(diff_from(js, -1))
         cuts = np.concatenate((first, [js.size]))
         jsteps, jcount = js[first], cuts[1:] - cuts[:-1]
-        bounds = np.sort(np.concatenate((fsteps, jsteps, jsteps - 1)))
+        # a chunk that does not complete its prompt: a part of its own too
+        cs = int64_array([c for c, _, _ in self.chunks])
+        if cs.size and cs[-1] > j:
+            raise RuntimeError("a decode span applied before its last prefill chunk")
+        bounds = np.sort(np.concatenate((fsteps, jsteps, jsteps - 1, cs, cs - 1)))
         bounds = bounds[(diff_from(bounds, -1) != 0) & (bounds < j)]
         bounds = np.concatenate((bounds, [j]))  # each part's last step
         prev = np.concatenate(([0], bounds[:-1]))
@@ -282,9 +358,18 @@ class DecodeSpan:
             new = np.where(is_join, jcount[at], 0)
             prefill = np.where(is_join, jpre[at], 0)
         decode = batch - new
+        if cs.size:  # the prefilling request runs without decoding; its chunk is the step's prefill
+            at = np.searchsorted(bounds, cs)
+            batch[at] += 1
+            prefill = prefill + np.bincount(at, int64_array([n for _, n, _ in self.chunks]),
+                                            minlength=len(bounds)).astype(np.int64)
+        if self.chunked_done:  # a completing chunk prefills the prompt less what came before it
+            at = np.searchsorted(bounds, int64_array([c for c, _, _ in self.chunked_done]))
+            prefill = prefill - np.bincount(at, int64_array([n for _, n, _ in self.chunked_done]),
+                                            minlength=len(bounds)).astype(np.int64)
         parts = SpanParts(bounds.tolist(), batch.tolist(), decode.tolist(), prefill.tolist(),
                           [(f, finishing[f]) for f in fsteps.tolist()], [0] * len(bounds), alive,
-                          decode.tolist())
+                          decode.tolist(), (decode + new).tolist() if cs.size else None)
         self._commit(finishing, grow, grow_slots, fresh)
         self.runs.steps_applied(j)
         return parts

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from sim.accelerated.decode_runs import DecodeRuns
 from sim.errors import ConfigError
-from sim.request import PREEMPTED, RUNNING, Request
+from sim.request import PREEMPTED, RUNNING, WAITING, Request
 from sim.scheduler.chunked import ChunkedPrefillScheduler
 from sim.scheduler.continuous import ContinuousBatchingScheduler
 from sim.scheduler.mixed import MixedBatchingScheduler
@@ -144,6 +144,27 @@ class ChunkedRuns(DecodeRuns):
                 kv.hashes_when_grown(r, r.num_tokens + r.num_output_tokens_target) for r in out):
             return None
         return out, last
+
+    def span_chunk_admission(self, num_running: int, budget: int) -> tuple[Request, int] | None:
+        """The WAITING pass inside a free-running decode span (:meth:`spans_admit`)
+        when it cuts its only request's prompt at the token ``budget``
+        (chunked prefill: ``_cap_tokens``): ``(request, first chunk's tokens)``,
+        for a new request (no outputs yet) with a seat under ``max_num_seqs``
+        and, with prefix caching, one whose blocks get no hash (as
+        :meth:`span_admissions`'s whole admissions); else None. Its blocks to
+        completion are the span's to check (``DecodeSpan.join_chunked``)."""
+        sched = self.sched
+        lim = sched.limits
+        if len(sched.waiting) != 1 or budget <= 0 or num_running >= lim.max_num_seqs:
+            return None
+        req = sched.waiting.peek()
+        total = req.num_prompt_tokens
+        if req.num_output_tokens or req.status != WAITING or total <= budget or total > lim.max_model_len - 1:
+            return None
+        kv = sched.kv
+        if kv.enable_prefix_caching and kv.hashes_when_grown(req, total + req.num_output_tokens_target):
+            return None
+        return req, budget
 
     def span_admissions_blocked(self, num_running: int, budget: int, slack: int,
                                 headroom: int | None = None) -> list[Request] | None:

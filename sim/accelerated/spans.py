@@ -253,11 +253,13 @@ class AcceleratedStepping:
                     # the only process acting before that step's end (the arrivals
                     # process's pending wake finds its request taken).
                     traffic.send_inline(rep, ends[-1])
-                    if self._join_span(rep, span, clock, m):
+                    if self._join_span(rep, span, clock, m) or self._chunk_join(rep, span, clock, m):
                         until = send_at[traffic.num_sent]
-                        if clock.end < until and m + 1 < span.k:
-                            clock.advance(span.k - m - 1, until)
+                        m = len(ends)
+                        if clock.end < until and m < span.k:
+                            clock.advance(span.k - m, until)
                         continue
+                    m = len(ends)  # (a chunked prefill cut short by a send: the span ends mid-prompt)
                     yield env.step_end(ends[-1], rep.index)  # they wait: the span ends with step m
                     break
                 yield env.step_end(ends[-1], rep.index)
@@ -467,7 +469,8 @@ class AcceleratedStepping:
             pi, np_ = 0, len(pauses)
             nxt = pauses[0][0] if pauses else 0
             i = 0
-            for e, b in zip(ends, np.repeat(parts.batch, counts).tolist()):
+            emitted = parts.batch if parts.emitted is None else parts.emitted
+            for e, b in zip(ends, np.repeat(emitted, counts).tolist()):
                 f = (e if e > f else f) + tok * b
                 seen.append(f)
                 i += 1
@@ -602,6 +605,65 @@ class AcceleratedStepping:
             return False
         return self._join_reqs(span, clock, m, num_decoding, got[0])
 
+    def _chunk_join(self, rep, span, clock, m: int) -> bool:
+        """Admit the only waiting arrival at step m + 1 with a first prefill
+        chunk cut by the token budget (``span_chunk_admission``), if its blocks
+        to completion fit (``DecodeSpan.join_chunked``), and time its chunk
+        steps as mixed ones (``DecodeClock.mixed``) until its prompt is
+        complete: True. Each next chunk is what the running pass gives it (the
+        budget less the decodes before it, here every decode); arrivals landing
+        in a chunk's step go to the next step's waiting pass, which the span
+        takes only where that step completes the prompt and admits them all
+        whole (``span_admissions``, as ``_join_span``): they join with it.
+        Else False: nothing changed, or the span ends after the last chunk
+        timed, the request mid-prompt and the arrivals waiting, where the
+        engine loop goes on as the reference mode would. Only where the span
+        sends the arrivals itself (``Traffic.send_inline``): no step is timed
+        past the next send."""
+        runs = self.runs[rep.index]
+        sched = rep.scheduler
+        budget = sched.limits.max_num_batched_tokens
+        num_decoding = clock.batch_at_next()
+        got = runs.span_chunk_admission(num_decoding, budget - num_decoding)
+        if got is None or span.no_evict_h0 is not None:
+            return False
+        req, n = got
+        if not span.join_chunked(m + 1, req, n):
+            return False
+        req.first_scheduled_time = clock.ends[m - 1]
+        ov, traffic = self.overheads, self.traffic
+        send_at = traffic.send_times
+        clock.mixed([(n, 0)], [], ov.cpu_s(num_decoding + 1, True))
+        done, p = n, req.num_prompt_tokens
+        while True:
+            s = len(clock.ends) + 1  # the next step: the decodes, the next chunk, the waiting pass
+            if send_at[traffic.num_sent] <= clock.ends[-1]:  # sends landing in the chunk's step
+                traffic.send_inline(rep, clock.ends[-1])
+            num_decoding = clock.batch_at_next()
+            n = min(p - done, budget - num_decoding)
+            reqs: list = []
+            lasts: list[int] = []
+            if sched.waiting:
+                if done + n < p:  # the chunk takes the whole budget: they wait
+                    return False
+                got = runs.span_admissions(num_decoding + 1, budget - num_decoding - n, None, None)
+                if not got or not got[0]:
+                    return False
+                reqs = got[0]
+                lasts = span.join(s, reqs)
+                if lasts is None:
+                    return False
+                for r in reqs:
+                    r.first_scheduled_time = clock.ends[-1]
+            last = span.chunk_more(s, n)
+            prompts = [r.num_prompt_tokens for r in reqs]
+            clock.mixed([(n, done)] + [(q, 0) for q in prompts],
+                        ([] if last is None else [(p, last)]) + list(zip(prompts, lasts)),
+                        ov.cpu_s(num_decoding + 1 + len(reqs), True))
+            if last is not None:
+                return True
+            done += n
+
     def _join_reqs(self, span, clock, m: int, num_decoding: int, reqs: list) -> bool:
         lasts = span.join(m + 1, reqs)
         if lasts is None:
@@ -671,7 +733,8 @@ class AcceleratedStepping:
             f = rep.frontend_done
             seen = []
             append = seen.append
-            for e, b in zip(ends, np.repeat(parts.batch, counts).tolist()):
+            emitted = parts.batch if parts.emitted is None else parts.emitted
+            for e, b in zip(ends, np.repeat(emitted, counts).tolist()):
                 f = (e if e > f else f) + tok * b
                 append(f)
             rep.frontend_done = f
