@@ -180,6 +180,31 @@ def test_chunked_prompts_join_spans_as_the_reference_schedules_them(monkeypatch)
     _assert_same_run(fast, ref)
 
 
+def test_finished_requests_blocks_make_room_for_joins(monkeypatch):
+    """A span's slack counts every member's growth to its finish as taken; the
+    blocks a finished request returns are room for later joins
+    (``DecodeSpan.room``): joins beyond the slack are taken where finishes
+    made room, and no allocation fails (results equal the reference mode's)."""
+    from sim.accelerated.decode_span import DecodeSpan
+
+    beyond = []
+    join = DecodeSpan.join
+
+    def spy(self, step, reqs):
+        slack = self.slack
+        lasts = join(self, step, reqs)
+        if lasts is not None and self.slack < 0:
+            beyond.append(slack)
+        return lasts
+
+    monkeypatch.setattr(DecodeSpan, "join", spy)
+    cfg = JOIN_SCENARIOS["tight_kv"]
+    _, ref, _ = simulate(_fitted_cfg(exact_steps=True, **cfg))
+    _, fast, _ = simulate(_fitted_cfg(exact_steps=False, **cfg))
+    assert len(beyond) >= 5
+    _assert_same_run(fast, ref)
+
+
 def test_sparse_arrivals_take_few_engine_events():
     """At 6 req/s nearly every arrival joins the span in progress, which sends
     it itself (one replica, open loop): events only where a span ends (an idle

@@ -169,4 +169,7 @@ def test_headroom_matches_the_rule_in_whole_runs(monkeypatch, extra):
     monkeypatch.setattr(Scheduler, "_no_evict_available_blocks", checked)
     res = run_simulation(build_config(overrides={**_SMALL, **extra}))
     assert res.summary["completed"] == 150 and res.summary["num_preemptions"] == 0
-    assert len(calls) > 150
+    # one check per admission pass in the reference mode; the accelerated stepping's spans take
+    # most arrivals in with their own count (DecodeSpan.no_evict_headroom) and the scheduler
+    # checks again where they end (a TensorRT-LLM preset run here is a span or two)
+    assert len(calls) > (150 if extra.get("exact_steps") else 0)

@@ -14,8 +14,9 @@ Two kinds, by how KV blocks are checked:
 - :class:`DecodeSpan`, *free-running* (nobody waits at step 1): the plan
   holds a *slack*, the free blocks left when every member has grown to its
   finish (finishes returning nothing meanwhile). An arrival admitted whole
-  takes its prompt blocks and its growth to its finish out of the slack; a
-  join that would overdraw it is refused (the engine ends the span there). No
+  takes its prompt blocks and its growth to its finish out of the slack and
+  what the requests finished before its step returned (``room``); a join
+  that would overdraw that is refused (the engine ends the span there). No
   step can run short of blocks, so steps are timed many at a time between
   arrivals. A prompt over the step's token budget joins the same way through
   its chunks' steps (``join_chunked``, ``chunk_more``: vLLM's running pass
@@ -32,6 +33,7 @@ they hold (block ids may differ from the reference mode's; counts do not).
 
 from __future__ import annotations
 
+import heapq
 from typing import NamedTuple
 
 import numpy as np
@@ -98,6 +100,11 @@ class DecodeSpan:
         self.chunks: list[tuple[int, int, int]] = []
         self.chunked_done: list[tuple[int, int, int]] = []
         self.prefilling: list | None = None
+        # room(): blocks returned by the requests finished before the step last asked
+        # about, and (a heap) each other's (last step, blocks held at its finish)
+        self._credit = 0
+        self._credit_step = 0
+        self._returns: list[tuple[int, int]] | None = None
 
     def no_evict_headroom(self, step: int) -> int:
         """``guaranteed_no_evict`` headroom (free blocks − every running
@@ -121,15 +128,34 @@ class DecodeSpan:
         lim = self.sched.limits
         return -(-min(r.num_prompt_tokens + r.max_tokens, lim.max_model_len) // lim.block_size)
 
+    def room(self, step: int) -> int:
+        """Blocks a join at ``step`` (1-based; never decreasing from call to
+        call) may take to its finish: the slack, plus what the members and
+        joins whose last step came before ``step`` returned. Every later step
+        keeps at least this many free blocks (a finish returns what it holds,
+        the slack counted it as taken), so no allocation inside the span fails."""
+        if step < self._credit_step:
+            raise RuntimeError(f"DecodeSpan.room: step {step} after step {self._credit_step}")
+        self._credit_step = step
+        h = self._returns
+        if h is None:  # step 1's members: after step 1, step i writes slot c + i − 2
+            bs = self.sched.limits.block_size
+            h = self._returns = [(f, max(r.kv_capacity // bs, -(-(r.num_computed_tokens + f - 1) // bs)))
+                                 for r, f in zip(self.scheduled, self.lasts)]
+            heapq.heapify(h)
+        while h and h[0][0] < step:
+            self._credit += heapq.heappop(h)[1]
+        return self.slack + self._credit
+
     def join(self, step: int, reqs: list[Request]) -> list[int] | None:
         """Admit ``reqs`` (new requests the scheduler admits whole) at ``step``
-        (1-based) if their blocks to completion fit in the slack, and return
-        their last steps; else None (nothing changed)."""
+        (1-based) if their blocks to completion fit in the :meth:`room`, and
+        return their last steps; else None (nothing changed)."""
         bs = self.sched.limits.block_size
         need = 0
         for r in reqs:  # prompt + every decode slot written up to the finish
             need += -(-(r.num_prompt_tokens + r.num_output_tokens_target - 1) // bs)
-        if need > self.slack:
+        if need > self.room(step):
             return None
         self.slack -= need
         lasts = []
@@ -139,6 +165,7 @@ class DecodeSpan:
             admit(r, p)
             last = step + r.num_output_tokens_target - 1
             joins.append([step, r, last, p, 0])
+            heapq.heappush(self._returns, (last, -(-(p + r.num_output_tokens_target - 1) // bs)))
             lasts.append(last)
             if ne is not None:  # it holds its blocks to completion until its last step
                 t = self._blocks_to_completion(r)
@@ -160,7 +187,7 @@ class DecodeSpan:
             raise RuntimeError("a chunked join while another is prefilling, or with a no-evict headroom")
         bs = self.sched.limits.block_size
         need = -(-(req.num_prompt_tokens + req.num_output_tokens_target - 1) // bs)
-        if need > self.slack:
+        if need > self.room(step):
             return False
         self.slack -= need
         self.runs.admit_to_span(req, n)
@@ -185,6 +212,7 @@ class DecodeSpan:
         self.chunked_done.append((step, c, -(-c // bs)))
         last = step + r.num_output_tokens_target - 1
         self.joins.append([step, r, last, p, 0])
+        heapq.heappush(self._returns, (last, -(-(p + r.num_output_tokens_target - 1) // bs)))
         if last > self.k:
             self.k = last
         return last

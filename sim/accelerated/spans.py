@@ -366,7 +366,8 @@ class AcceleratedStepping:
                         num_decoding = clock.batch_at_next()
                         headroom = span.no_evict_headroom(s + 1) if span.no_evict_h0 is not None else None
                         reqs = runs.span_admissions_blocked(
-                            num_decoding, sched.limits.max_num_batched_tokens - num_decoding, span.slack, headroom)
+                            num_decoding, sched.limits.max_num_batched_tokens - num_decoding, span.room(s + 1),
+                            headroom)
                         if reqs is None:
                             break
                         if reqs:
