@@ -138,10 +138,12 @@ class DecodeSpan:
             raise RuntimeError(f"DecodeSpan.room: step {step} after step {self._credit_step}")
         self._credit_step = step
         h = self._returns
-        if h is None:  # step 1's members: after step 1, step i writes slot c + i − 2
+        if h is None:  # step 1's members: what they hold, and their growth as the plan counted it
             bs = self.sched.limits.block_size
-            h = self._returns = [(f, max(r.kv_capacity // bs, -(-(r.num_computed_tokens + f - 1) // bs)))
-                                 for r, f in zip(self.scheduled, self.lasts)]
+            h = self._returns = []
+            for r, f in zip(self.scheduled, self.lasts):
+                grow = r.num_computed_tokens + f - 1 - r.kv_capacity
+                h.append((f, r.kv_capacity // bs + (-(-grow // bs) if grow > 0 else 0)))
             heapq.heapify(h)
         while h and h[0][0] < step:
             self._credit += heapq.heappop(h)[1]
@@ -179,8 +181,8 @@ class DecodeSpan:
     def join_chunked(self, step: int, req: Request, n: int) -> bool:
         """Admit ``req`` (the waiting pass cuts its prompt at the budget:
         ``ChunkedRuns.span_chunk_admission``) at ``step`` with a first chunk of
-        ``n`` tokens, if its blocks to completion fit in the slack (else False,
-        nothing changed). Its later chunks come in the next steps' running
+        ``n`` tokens, if its blocks to completion fit in the :meth:`room` (else
+        False, nothing changed). Its later chunks come in the next steps' running
         passes (:meth:`chunk_more`); it decodes after the step that completes
         its prompt, where it becomes a join. Nobody else joins meanwhile."""
         if self.prefilling is not None or self._no_evict is not None:
