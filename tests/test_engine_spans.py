@@ -205,6 +205,27 @@ def test_finished_requests_blocks_make_room_for_joins(monkeypatch):
     _assert_same_run(fast, ref)
 
 
+def test_spans_take_no_join_past_their_step_cap(monkeypatch):
+    """A span takes joins up to ``DecodeSpan.max_join_step`` (its per-step
+    records stay bounded): past it the arrival ends the span, the engine loop
+    admits it and plans the next; results equal the reference mode's."""
+    from sim.accelerated.decode_span import DecodeSpan
+    from sim.accelerated.spans import AcceleratedStepping as Sim
+
+    lengths = []
+    done = Sim._span_done
+    monkeypatch.setattr(Sim, "_span_done", lambda self, rep, span, ends, j, start: lengths.append(j)
+                        or done(self, rep, span, ends, j, start))
+    monkeypatch.setattr(DecodeSpan, "max_join_step", 300)
+    cfg = JOIN_SCENARIOS["sparse"]
+    _, ref, _ = simulate(_fitted_cfg(exact_steps=True, **cfg))
+    _, fast, _ = simulate(_fitted_cfg(exact_steps=False, **cfg))
+    assert len(lengths) >= 5
+    # a span past the cap goes on only to its members' finishes (at most 600 output tokens)
+    assert max(lengths) <= 300 + 600
+    _assert_same_run(fast, ref)
+
+
 def test_sparse_arrivals_take_few_engine_events():
     """At 6 req/s nearly every arrival joins the span in progress, which sends
     it itself (one replica, open loop): events only where a span ends (an idle

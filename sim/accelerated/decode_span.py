@@ -77,6 +77,9 @@ class DecodeSpan:
     #: a join's prompt blocks show in the rows from its step on (0: prefilled in
     #: that step), or from the next (1: prefilled in a step of its own after it)
     prompt_blocks_after = 0
+    #: the last step at which a span takes joins (:meth:`room`): its records (a float
+    #: per step, kept until it ends) stay a few MB; a longer stretch is more spans
+    max_join_step = 1 << 16
 
     def __init__(self, runs, out: SchedulerOutput, lasts: list[int], slack: int = 0) -> None:
         self.runs = runs  # the policy's merged-run rules (sim.accelerated.policies)
@@ -133,9 +136,12 @@ class DecodeSpan:
         call) may take to its finish: the slack, plus what the members and
         joins whose last step came before ``step`` returned. Every later step
         keeps at least this many free blocks (a finish returns what it holds,
-        the slack counted it as taken), so no allocation inside the span fails."""
+        the slack counted it as taken), so no allocation inside the span fails.
+        −1 past :attr:`max_join_step`."""
         if step < self._credit_step:
             raise RuntimeError(f"DecodeSpan.room: step {step} after step {self._credit_step}")
+        if step > self.max_join_step:
+            return -1  # (no join: the span ends)
         self._credit_step = step
         h = self._returns
         if h is None:  # step 1's members: what they hold, and their growth as the plan counted it
