@@ -24,6 +24,7 @@ arguments override. A bad key or value raises :class:`ConfigError` naming it.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -125,7 +126,9 @@ def simulate(model: str | None = None, hardware: str | None = None, engine: str 
     from sim.runner import run_simulation
 
     cfg = _config(config, model, hardware, engine, workload, keys)
-    run = run_simulation(cfg, goodput=_goodput(goodput, "servesim.simulate()"))
+    slos = _goodput(goodput, "servesim.simulate()")
+    with _named_errors("servesim.simulate()"):  # (the deployment's: the model does not fit, ...)
+        run = run_simulation(cfg, goodput=slos)
     return Result(run.summary, run)
 
 
@@ -205,8 +208,22 @@ def compare(variants: Iterable[str] | Mapping[str, Mapping[str, Any]] | None = N
             if str(e).startswith("servesim."):
                 raise
             raise ConfigError(f"servesim.compare(variants=...): {e}") from None
-    runs = run_variants(base, vs, goodput=_goodput(goodput, "servesim.compare()"), workers=workers)
+    slos = _goodput(goodput, "servesim.compare()")
+    with _named_errors("servesim.compare()"):
+        runs = run_variants(base, vs, goodput=slos, workers=workers)
     return Comparison({name: Result(summary, result) for name, (summary, result) in runs.items()})
+
+
+@contextmanager
+def _named_errors(api: str):
+    """A :class:`ConfigError` or :class:`InfeasibleError` raised inside, named
+    as the call's (``servesim.simulate(): ...``), as the config's errors are."""
+    try:
+        yield
+    except (ConfigError, InfeasibleError) as e:
+        if str(e).startswith("servesim."):  # (named already: servesim.compare(variants=...): ...)
+            raise
+        raise type(e)(f"{api}: {e}") from None
 
 
 def _goodput(goodput, api: str) -> dict[str, float] | None:

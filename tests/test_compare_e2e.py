@@ -124,6 +124,27 @@ def test_compare_into_an_earlier_comparison_removes_its_stale_variants(tmp_path)
     assert (out / "chunked" / "summary.json").is_file()
 
 
+def test_a_config_file_without_workload_keys_compares_on_the_default_workload(tmp_path):
+    """``compare``'s workload is --workload, else the config file's, else 'code' (as
+    --help says): moving an unrelated key into a file does not change it."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from sim.cli.main import app
+
+    names = {}
+    for label, text in (("bare", "exact_steps: false\n"), ("named", "workload: chat\nexact_steps: false\n")):
+        cfg = tmp_path / f"{label}.yaml"
+        cfg.write_text(text)
+        out = tmp_path / label
+        r = CliRunner().invoke(app, ["compare", str(cfg), "--schedulers", "chunked", "--quiet", "--out", str(out),
+                                     "--set", "workload.num_requests=20"])
+        assert r.exit_code == 0, r.output
+        names[label] = json.loads((out / "chunked" / "summary.json").read_text())["config"]["workload"]["name"]
+    assert names == {"bare": "code", "named": "chat"}
+
+
 def test_compare_writes_the_winners_launch_command(tmp_path):
     """launch.sh: the variant winning the most metrics that its engine runs as simulated,
     in its engine's flags with the simulated values (kebab flags and aliases set the base)."""

@@ -188,6 +188,22 @@ def test_chunked_on_the_same_input_is_not_prefill_interference(budget):
     assert "prefill_interference" not in kinds(diagnose("chunked", v))
 
 
+def test_interference_advice_follows_whether_the_scheduler_chunks():
+    """Long prompts mixed whole with decodes (a budget as large as them): with a
+    chunking scheduler the advice is a smaller budget; with one that schedules
+    prompts whole (``mixed``, where a budget under max_model_len is refused) it
+    is chunked prefill."""
+    v = chunked(8192)
+    advice = {}
+    for name in ("chunked", "mixed"):
+        v.summary["config"] = {"scheduler": name, "max_num_batched_tokens": 8192}
+        [f] = [x for x in diagnose(name, v) if x.kind == "prefill_interference"]
+        advice[name] = f.cause
+    assert "a smaller max_num_batched_tokens" in advice["chunked"]
+    assert "mix decodes with whole prompts; chunked prefill" in advice["mixed"]
+    assert "a smaller max_num_batched_tokens" not in advice["mixed"]
+
+
 def test_continuous_with_short_prompts_is_not_prefill_interference():
     v = continuous_with(48, period_s=0.125, n=160)  # 8 req/s of 48-token prompts
     s = interference_stats(v)

@@ -115,6 +115,23 @@ def test_python_api_errors_name_the_function_and_key_path_not_cli_flags(kw, mess
     assert "--" not in str(e.value).split(":")[0]
 
 
+def test_python_api_deployment_errors_name_the_function_too():
+    """Errors found when the deployment is built (a preset's setting against a
+    key given, the KV cache too small for one sequence) name the call as the
+    config's errors do; an infeasible deployment is an InfeasibleError."""
+    import servesim
+
+    with pytest.raises(ConfigError, match=r"^servesim.simulate\(\): enable_prefix_caching: prefix caching needs "
+                                          r"kv_allocation 'paged'"):
+        servesim.simulate(engine="vllm", kv_allocation="contiguous", workload={"num_requests": 5})
+    with pytest.raises(servesim.InfeasibleError, match=r"^servesim.simulate\(\): one sequence of max_model_len "
+                                                       r"1024 needs 64 blocks"):
+        servesim.simulate(max_model_len=1024, num_gpu_blocks_override=10, workload={"num_requests": 5})
+    with pytest.raises(servesim.InfeasibleError, match=r"^servesim.compare\(\): one sequence"):
+        servesim.compare(["chunked"], max_model_len=1024, num_gpu_blocks_override=10,
+                         workload={"num_requests": 5})
+
+
 def test_python_compare_errors_name_compare():
     import servesim
 

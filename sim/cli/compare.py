@@ -12,6 +12,13 @@ from sim.config import build_config
 from sim.results.metrics import parse_goodput
 
 
+def _names_workload(config) -> bool:
+    """Whether a config file has workload keys (``workload:`` or ``workload.*``)."""
+    from sim.config import read_yaml
+
+    return any(str(k) == "workload" or str(k).startswith("workload.") for k in read_yaml(config))
+
+
 def run_compare(*, config, schedulers, variant_args, variants_file, model, hardware, workload, set_args, seed,
                 goodput, out: Path, workers, quiet: bool) -> Path:
     from sim.cli.common import DEFAULT_COMPARE_WORKLOAD, ensure_out_dir
@@ -29,7 +36,9 @@ def run_compare(*, config, schedulers, variant_args, variants_file, model, hardw
     slos = parse_goodput(goodput)
     ensure_out_dir(out)
     has_trace = any(s.startswith("workload.trace=") for s in (set_args or []))
-    wl = workload if workload is not None else (None if (has_trace or config) else DEFAULT_COMPARE_WORKLOAD)
+    # (the default workload unless a trace or the config file names one)
+    wl = workload if workload is not None else (None if (has_trace or (config and _names_workload(config)))
+                                                else DEFAULT_COMPARE_WORKLOAD)
     overrides = {k: v for k, v in {"model": model, "hardware": hardware, "seed": seed}.items() if v is not None}
     base = build_config(config, overrides, set_args, wl)
     vs = variants_from_args(schedulers, variant_args, variants_file, engine=base.engine)

@@ -113,11 +113,13 @@ def print_run_summary(s: dict, dep) -> None:
                   f"{_fmt(s['mean_decode_kv_wait_ms'])} / {_fmt(s['p99_decode_kv_wait_ms'])}")
     _console.print(t)
     n = s["completed"] + s["num_rejected"]
+    sim_s = s["simulated_time_s"]
+    # (the ratio to real time where something was simulated: every request rejected is none)
+    ratio = f"{sim_s / max(s['wall_time_s'], 1e-9):,.0f}x real time; " if s["num_engine_steps"] else ""
     _console.print(
-        f"simulated {n:,} request{'' if n == 1 else 's'} ({s['simulated_time_s']:.1f} s simulated) "
+        f"simulated {n:,} request{'' if n == 1 else 's'} ({sim_s:.1f} s simulated) "
         f"in {s['wall_time_s']:.2f} s wall: {s['sim_requests_per_wall_s']:,.0f} simulated req/s, "
-        f"{s['simulated_time_s'] / max(s['wall_time_s'], 1e-9):,.0f}x real time; "
-        f"{s['num_engine_steps']:,} engine steps in {s['num_events']:,} events"
+        f"{ratio}{s['num_engine_steps']:,} engine steps in {s['num_events']:,} events"
     )
 
 

@@ -1,7 +1,8 @@
 """Symptoms and likely causes of one variant's run, read from its numbers.
 
 :func:`diagnose` reads the requests, the engine steps and the ITL samples —
-never the scheduler's name — and names what a serving engineer would:
+never the scheduler's name (only, for the advice, whether it chunks prompts) —
+and names what a serving engineer would:
 
 1. **queueing / prefill capacity** — TTFT is mostly time in the waiting queue
    (mean queue time > ``QUEUE_SHARE`` of mean TTFT) and the TTFT tail is long
@@ -42,6 +43,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.results.metrics import weighted_percentile
+from sim.errors import ConfigError
+from sim.scheduler.registry import get_scheduler_class
 from sim.compare.variant_data import VariantData, num_replicas_of, step_timeseries
 
 QUEUE_SHARE = 0.5
@@ -277,9 +280,12 @@ def _interference(v: VariantData) -> Finding | None:
                 f"{_pct(s['delayed_token_share'])} of output tokens waited more than {STALL_FACTOR:.0f}× a decode "
                 f"step; ITL p99 {_ms(s['itl_p99_ms'])} vs median {_ms(s['itl_median_ms'])} ({_ratio(tail)}×), "
                 f"max {_ms(s['itl_max_ms'])}.")
-    if s["stall_with_decodes_share"] >= 0.5:
+    if s["stall_with_decodes_share"] >= 0.5 and _chunks_prompts(v) is not False:
         how = ("these steps already mix decodes with prefill chunks, but the token budget lets a step carry "
                "thousands of prefill tokens; a smaller max_num_batched_tokens (≈ 512–2048) bounds each step")
+    elif s["stall_with_decodes_share"] >= 0.5:  # (a budget under max_model_len would refuse whole prompts)
+        how = ("these steps mix decodes with whole prompts; chunked prefill with a bounded token budget "
+               "(max_num_batched_tokens ≈ 512–2048) splits prompts into short steps")
     else:
         how = ("decodes are paused entirely while whole prompts prefill; chunked prefill with a bounded token "
                "budget (max_num_batched_tokens ≈ 512–2048) splits prompts into short steps mixed with decodes")
@@ -287,6 +293,16 @@ def _interference(v: VariantData) -> Finding | None:
              f"streaming output stutters; {how}. Disaggregated prefill removes the interference entirely.")
     return Finding("prefill_interference", f"ITL spikes when long prompts arrive (max ITL {_ms(s['itl_max_ms'])})",
                    cause, evidence, sev)
+
+
+def _chunks_prompts(v: VariantData) -> bool | None:
+    """Whether the variant's scheduler splits prompts into chunks (its class's
+    ``chunked_prefill``), or None where the config does not say."""
+    name = (v.summary.get("config") or {}).get("scheduler")
+    try:
+        return bool(get_scheduler_class(name).chunked_prefill)
+    except ConfigError:  # (no scheduler named, or one this process does not know)
+        return None
 
 
 # --------------------------------------------------------------- KV capacity

@@ -349,9 +349,9 @@ def compute_kv_sizing(model: ModelSpec, hw: HardwareProfile, *, tensor_parallel_
             f"one sequence of max_model_len {max_model_len} needs {blocks_per_seq} blocks "
             + (f"over {len(groups.groups)} KV cache groups " if hybrid else "")
             +
-            f"({blocks_per_seq * block_bytes / GiB:.2f} GiB of KV cache per rank) but only "
+            f"({blocks_per_seq * block_bytes / GiB:.3g} GiB of KV cache per rank) but only "
             f"{num_blocks - 1} usable blocks ({num_blocks} less the null block; "
-            f"{num_blocks * block_bytes / GiB:.2f} GiB) fit on {hw.name} "
+            f"{(num_blocks - 1) * block_bytes / GiB:.3g} GiB) fit on {hw.name} "
             f"at TP {tp}; lower max_model_len or "
             + (f"raise num_gpu_blocks_override ({num_gpu_blocks_override} is set)" if num_gpu_blocks_override
                is not None else f"raise max_total_tokens ({max_total_tokens} is set)"
