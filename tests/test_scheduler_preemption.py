@@ -86,3 +86,22 @@ def test_bad_limits_and_unknown_scheduler_name_the_key():
         SchedulerLimits(max_num_seqs=4, max_num_batched_tokens=8, max_model_len=64, policy="lifo")
     with pytest.raises(ConfigError, match=r"scheduler.*valid values: chunked, continuous, mixed, prefill_first, prefill_first_mixed, prefill_first_whole, static"):
         get_scheduler_class("orca")
+
+
+def test_sglang_out_of_kv_with_one_request_left_is_the_engines_own_stop():
+    """SGLang's retract_decode keeps one request; with the rest of the pool held
+    by the request mid-prefill, that one has no room for its next token and
+    SGLang asserts ('No space left for only one request'): a clear
+    InfeasibleError naming the requests and blocks, not a crash."""
+    import servesim
+
+    with pytest.raises(servesim.InfeasibleError,
+                       match=r"one request left decoding: SGLang's retract_decode stops the server .*"
+                             r"Request 89 holds 1338 of the 2458 usable blocks; request 90, mid-prefill "
+                             r"\(1120 of 1247 prompt tokens\), holds 1120"):
+        servesim.simulate(
+            model="llama-3.1-8b", hardware="h200_sxm", engine="sglang", seed=5093, max_model_len=2048,
+            max_num_seqs=32, max_num_batched_tokens=32, num_gpu_blocks_override=2459,
+            workload={"num_requests": 117, "input_len": 370, "arrival": "poisson", "request_rate": 0.9077,
+                      "output_len": {"dist": "lognormal", "mean": 108, "sigma": 0.6, "min": 2, "max": 256},
+                      "conversation": {"fraction": 1.0, "num_turns": [2, 3], "think_time_s": [0.1, 1.0]}})

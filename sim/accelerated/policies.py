@@ -331,7 +331,7 @@ class PrefillFirstRuns(DecodeRuns):
             rem_input -= n
             if rem_chunk is not None:
                 rem_chunk -= n
-        if not out or need > span.slack:
+        if not out or need > span.room(d):
             return None
         return out, free, num_running
 

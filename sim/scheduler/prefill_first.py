@@ -51,6 +51,7 @@ blocks of ``block_size`` tokens (SGLang's page size; 1 in the preset).
 
 from __future__ import annotations
 
+from sim.errors import InfeasibleError
 from sim.request import Request, RequestStatus
 from sim.scheduler.base import Scheduler, SchedulerOutput
 
@@ -205,9 +206,25 @@ class PrefillFirstScheduler(Scheduler):
             self._ratio_steps += 1
         alloc = self.kv.allocate_slots
         for req in batch:
-            if alloc(req, 1) is None:  # retraction left room for every remaining request
-                raise RuntimeError("prefill_first: decode allocation failed after retraction")
+            if alloc(req, 1) is None:  # retraction leaves one request, which may find no room
+                raise self._no_room_for_one(req)
             self._add_scheduled(out, req, 1)
+
+    def _no_room_for_one(self, req: Request) -> InfeasibleError:
+        """The engine's own failure where retraction leaves one decoding request
+        and the KV pool has no room for its next token: SGLang's
+        ``ScheduleBatch.retract_decode`` asserts ``available_size() > 0``
+        ("No space left for only one request") and the server stops. Here the
+        rest of the pool is held by the request mid-prefill, or by the one
+        decoding request itself (a pool too small for its sequence)."""
+        kv, c = self.kv, self.chunked_req
+        held = (f"; request {c.request_id}, mid-prefill ({c.num_computed_tokens} of {c.num_prompt_tokens} prompt "
+                f"tokens), holds {kv.num_held_blocks(c)}" if c is not None else "")
+        return InfeasibleError(
+            f"the KV cache ran out with one request left decoding: SGLang's retract_decode stops the server "
+            f"here ('No space left for only one request'). Request {req.request_id} holds "
+            f"{kv.num_held_blocks(req)} of the {kv.num_usable_blocks} usable blocks{held}; raise the KV cache "
+            "(num_gpu_blocks_override, mem_fraction_static) or lower max_model_len")
 
     def _decode_blocks_needed(self, reqs, steps: int = 1) -> int:
         """Blocks the requests need to write ``steps`` more tokens each."""
