@@ -186,7 +186,7 @@ def _focus_chunked_spans(c: dict[str, Any], r: random.Random) -> None:
     threshold or TensorRT-LLM capacity policy, a budget of 32-512 tokens."""
     for k in ("engine", "policy", "long_prefill_token_threshold", "capacity_scheduler_policy", "router",
               "overlap_scheduling", "enable_chunked_prefill", "workload.max_concurrency", "client_think_time_s",
-              "client_start_spread_s", "workload.priority_classes", "workload.duration_s"):
+              "client_start_spread_s", "workload.priority_classes"):
         c.pop(k, None)
     c["scheduler"] = "chunked"
     c["num_replicas"] = 1

@@ -54,13 +54,10 @@ def _config(config, model, hardware, engine, workload, keys: dict, default_workl
         wl_name = str(workload)
     elif config is None and not any(k == "workload" or k.startswith("workload.") for k in keys):
         wl_name = default_workload
-    # errors name the function and the key path (``servesim.simulate(): max_num_seqs: ...``)
-    try:
+    # errors name the function and the key path (``servesim.simulate(): max_num_seqs: ...``); a config
+    # file's or a workload name's error is named as the call's too
+    with _named_errors(api):
         return build_config(config, {k: v for k, v in overrides.items() if v is not None}, None, wl_name, api=api)
-    except ConfigError as e:  # (a config file's or a workload name's error: named as the call's too)
-        if str(e).startswith(api):
-            raise
-        raise ConfigError(f"{api}: {e}") from None
 
 
 @dataclass

@@ -65,6 +65,11 @@ class SpanParts(NamedTuple):
     pooled: list[int]
     emitted: list[int] | None = None
 
+    @property
+    def tokens_emitted(self) -> list[int]:
+        """The tokens each part's steps emit (``emitted``, else ``batch``)."""
+        return self.batch if self.emitted is None else self.emitted
+
 
 class DecodeSpan:
     """A free-running span: ``scheduled`` (step 1's batch, running-list
@@ -98,10 +103,10 @@ class DecodeSpan:
         self._join_cols: tuple | None = None  # (_join_columns, for that many joins)
         # Chunked joins (``join_chunked``): the steps that prefilled a chunk without
         # completing its prompt, (step, tokens, blocks the chunk took); per completed
-        # chunked join, (its completion step, tokens prefilled before it, blocks taken
-        # before it); the one still prefilling, [request, tokens computed], or None
+        # chunked join, (its completion step, tokens prefilled before it); the one still
+        # prefilling, [request, tokens computed], or None
         self.chunks: list[tuple[int, int, int]] = []
-        self.chunked_done: list[tuple[int, int, int]] = []
+        self.chunked_done: list[tuple[int, int]] = []
         self.prefilling: list | None = None
         # room(): blocks returned by the requests finished before the step last asked
         # about, and (a heap) each other's (last step, blocks held at its finish)
@@ -155,25 +160,28 @@ class DecodeSpan:
             self._credit += heapq.heappop(h)[1]
         return self.slack + self._credit
 
+    def _held_at_finish(self, r: Request) -> int:
+        """Blocks a joining request holds at its finish: its prompt and every
+        decode slot written up to it (what it takes out of the :meth:`room`)."""
+        return -(-(r.num_prompt_tokens + r.num_output_tokens_target - 1) // self.sched.limits.block_size)
+
     def join(self, step: int, reqs: list[Request]) -> list[int] | None:
         """Admit ``reqs`` (new requests the scheduler admits whole) at ``step``
         (1-based) if their blocks to completion fit in the :meth:`room`, and
         return their last steps; else None (nothing changed)."""
-        bs = self.sched.limits.block_size
-        need = 0
-        for r in reqs:  # prompt + every decode slot written up to the finish
-            need += -(-(r.num_prompt_tokens + r.num_output_tokens_target - 1) // bs)
+        held = [self._held_at_finish(r) for r in reqs]
+        need = sum(held)
         if need > self.room(step):
             return None
         self.slack -= need
         lasts = []
         admit, joins, ne = self.runs.admit_to_span, self.joins, self._no_evict
-        for r in reqs:
+        for r, b in zip(reqs, held):
             p = r.num_prompt_tokens
             admit(r, p)
             last = step + r.num_output_tokens_target - 1
             joins.append([step, r, last, p, 0])
-            heapq.heappush(self._returns, (last, -(-(p + r.num_output_tokens_target - 1) // bs)))
+            heapq.heappush(self._returns, (last, b))
             lasts.append(last)
             if ne is not None:  # it holds its blocks to completion until its last step
                 t = self._blocks_to_completion(r)
@@ -194,7 +202,7 @@ class DecodeSpan:
         if self.prefilling is not None or self._no_evict is not None:
             raise RuntimeError("a chunked join while another is prefilling, or with a no-evict headroom")
         bs = self.sched.limits.block_size
-        need = -(-(req.num_prompt_tokens + req.num_output_tokens_target - 1) // bs)
+        need = self._held_at_finish(req)
         if need > self.room(step):
             return False
         self.slack -= need
@@ -217,10 +225,10 @@ class DecodeSpan:
         if c + n != p:
             raise RuntimeError(f"request {r.request_id}: a chunk past its prompt")
         self.prefilling = None
-        self.chunked_done.append((step, c, -(-c // bs)))
+        self.chunked_done.append((step, c))
         last = step + r.num_output_tokens_target - 1
         self.joins.append([step, r, last, p, 0])
-        heapq.heappush(self._returns, (last, -(-(p + r.num_output_tokens_target - 1) // bs)))
+        heapq.heappush(self._returns, (last, self._held_at_finish(r)))
         if last > self.k:
             self.k = last
         return last
@@ -245,8 +253,6 @@ class DecodeSpan:
         last_a = int64_array(self.lasts)
         held_a = int64_array([r.kv_capacity // bs for r in self.scheduled])
         once_at = once_n = int64_array([])
-        if self.chunks and not self.joins:  # (one prefilling, none completed)
-            once_at, once_n = self._chunk_takes(j)
         if self.joins:
             steps, lasts, prompts = self._join_columns()
             after = self.prompt_blocks_after
@@ -254,13 +260,13 @@ class DecodeSpan:
             steps, lasts, prompts = steps[ready], lasts[ready], prompts[ready]
             h = -(-prompts // bs)  # its prompt's blocks, taken at ``step`` (after it: the next step's row)
             once_at, once_n = steps + after, h
-            if self.chunks:  # chunked prompts: blocks taken at each chunk's step (less at the completion)
-                c_at, c_n = self._chunk_takes(j)
-                once_at, once_n = np.concatenate((once_at, c_at)), np.concatenate((once_n, c_n))
             # after its prefill at ``step``: step i writes slot p + i − step − 1
             first_a = np.concatenate((first_a, h * bs - prompts + steps + 1))
             last_a = np.concatenate((last_a, lasts))
             held_a = np.concatenate((held_a, h))
+        if self.chunks:  # chunked prompts: blocks taken at each chunk's step (less at the completion)
+            c_at, c_n = self._chunk_takes(j)
+            once_at, once_n = np.concatenate((once_at, c_at)), np.concatenate((once_n, c_n))
         end = np.minimum(last_a, j)
         # blocks taken from ``first`` on, one every ``bs`` steps, up to its last step (or j)
         n = np.where(first_a <= end, (end - first_a) // bs + 1, 0)
@@ -281,8 +287,9 @@ class DecodeSpan:
         """(step, blocks) taken by chunked prompts up to step ``j``: each
         chunk's new blocks at its step, and at a completion step minus the
         blocks taken before it (the join there counts the whole prompt's)."""
-        at = [c for c, _, _ in self.chunks] + [c for c, _, _ in self.chunked_done]
-        n = [b for _, _, b in self.chunks] + [-b for _, _, b in self.chunked_done]
+        bs = self.sched.limits.block_size
+        at = [s for s, _, _ in self.chunks] + [s for s, _ in self.chunked_done]
+        n = [b for _, _, b in self.chunks] + [t // -bs for _, t in self.chunked_done]  # (−ceil(t / bs))
         at_a, n_a = int64_array(at), int64_array(n)
         ready = at_a <= j
         return at_a[ready], n_a[ready]
@@ -400,8 +407,8 @@ class DecodeSpan:
             prefill = prefill + np.bincount(at, int64_array([n for _, n, _ in self.chunks]),
                                             minlength=len(bounds)).astype(np.int64)
         if self.chunked_done:  # a completing chunk prefills the prompt less what came before it
-            at = np.searchsorted(bounds, int64_array([c for c, _, _ in self.chunked_done]))
-            prefill = prefill - np.bincount(at, int64_array([n for _, n, _ in self.chunked_done]),
+            at = np.searchsorted(bounds, int64_array([c for c, _ in self.chunked_done]))
+            prefill = prefill - np.bincount(at, int64_array([n for _, n in self.chunked_done]),
                                             minlength=len(bounds)).astype(np.int64)
         parts = SpanParts(bounds.tolist(), batch.tolist(), decode.tolist(), prefill.tolist(),
                           [(f, finishing[f]) for f in fsteps.tolist()], [0] * len(bounds), alive,

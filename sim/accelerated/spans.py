@@ -470,8 +470,7 @@ class AcceleratedStepping:
             pi, np_ = 0, len(pauses)
             nxt = pauses[0][0] if pauses else 0
             i = 0
-            emitted = parts.batch if parts.emitted is None else parts.emitted
-            for e, b in zip(ends, np.repeat(emitted, counts).tolist()):
+            for e, b in zip(ends, np.repeat(parts.tokens_emitted, counts).tolist()):
                 f = (e if e > f else f) + tok * b
                 seen.append(f)
                 i += 1
@@ -734,8 +733,7 @@ class AcceleratedStepping:
             f = rep.frontend_done
             seen = []
             append = seen.append
-            emitted = parts.batch if parts.emitted is None else parts.emitted
-            for e, b in zip(ends, np.repeat(emitted, counts).tolist()):
+            for e, b in zip(ends, np.repeat(parts.tokens_emitted, counts).tolist()):
                 f = (e if e > f else f) + tok * b
                 append(f)
             rep.frontend_done = f
