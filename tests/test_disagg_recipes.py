@@ -525,20 +525,73 @@ def test_srt_slurms_frontend_topology():
     assert srt_num_frontends({}) is None
 
 
-def test_a_recorded_row_whose_entries_give_no_one_recipe_says_so():
+def test_a_recorded_row_matching_an_stp_and_an_mtp_entry_runs_the_stp_ones_file():
     """dsr1_gb200_trtllm_fp4_disagg_1024x1024_c12_cfg388: two entries with its worker
-    counts, an MTP one whose file is not transcribed and an STP one; neither is applied
-    and the warning names both files."""
+    counts, an MTP one (ctx1_gen4_tep8_batch8_eplb0_mtp3.yaml, not transcribed) and an STP
+    one (ctx1_gen4_tep8_batch32_eplb0_mtp0.yaml). The row records no speculative decoding
+    and is simulated without it, so the STP entry's file runs: decode max_batch_size 32 over
+    the recorded 3 clients per worker; the warning names the MTP file left out."""
+    url = ("https://github.com/csahithi/srt-slurm/blob/d2f5af03b5b161e9dc0e5895e595796ca63b40b2/recipes/trtllm/"
+           "gb200-fp4/1k1k/stp/ctx1_gen4_tep8_batch32_eplb0_mtp0.yaml")
     row = {**RECORDED_C27, "id": "dsr1_gb200_trtllm_fp4_disagg_1024x1024_c12_cfg388", "precision": "fp4",
            "concurrency": 12.0, "decode_num_workers": 4.0, "decode_batch_size": 3.0, "measured": "2026-02-05",
            "prefill_attention_dp_size": 4.0, "prefill_moe_ep_size": 4.0}
     pools = disagg_pools(row)
-    assert pools["decode"]["batch"] == 3 and pools["decode"]["keys"] == {}
+    assert pools["decode"]["batch"] == 32 and pools["decode"]["recipe"] == [url]
+    assert pools["notes"][0] == (
+        "harness entries with the row's worker counts that run speculative decoding (recipes/trtllm/gb200-fp4/1k1k/"
+        "mtp/ctx1_gen4_tep8_batch8_eplb0_mtp3.yaml) are left out: the row records none and is simulated without "
+        "it, with the engine arguments of the entries that run none")
+    assert pools["notes"][2] == (f"the row records decode batch 3, its recipe file ({url}) runs max batch 32 per "
+                                 "rank: the file's is simulated")
+
+
+def test_a_recorded_row_whose_only_entries_run_mtp_keeps_its_recorded_batch():
+    """dsr1_gb200_trtllm_fp4_disagg_1024x8192_c7_cfg423: the one entry with its worker
+    counts runs MTP (ctx1_gen7_tep8_batch1_eplb0_mtp3.yaml, not transcribed): no entry
+    without speculative decoding to take, so the recorded batch (1 client per worker) and
+    the engine's defaults run, and the warning says so."""
+    row = {**RECORDED_C27, "id": "dsr1_gb200_trtllm_fp4_disagg_1024x8192_c7_cfg423", "precision": "fp4",
+           "osl": 8192, "concurrency": 7.0, "decode_num_workers": 7.0, "decode_batch_size": 1.0,
+           "measured": "2026-03-23", "prefill_attention_dp_size": 4.0, "prefill_moe_ep_size": 4.0}
+    pools = disagg_pools(row)
+    assert pools["decode"]["batch"] == 1 and pools["decode"]["keys"] == {}
     assert pools["notes"] == [
-        "2 harness entries with the row's worker counts (recipes/trtllm/gb200-fp4/1k1k/mtp/"
-        "ctx1_gen4_tep8_batch8_eplb0_mtp3.yaml, recipes/trtllm/gb200-fp4/1k1k/stp/"
-        "ctx1_gen4_tep8_batch32_eplb0_mtp0.yaml) name a recipe file not transcribed: the row's recorded batch "
+        "1 harness entry with the row's worker counts (recipes/trtllm/gb200-fp4/1k8k/mtp/"
+        "ctx1_gen7_tep8_batch1_eplb0_mtp3.yaml) name a recipe file not transcribed: the row's recorded batch "
         "(the clients per worker) and the engine's defaults are simulated"]
+
+
+def test_entries_with_speculative_decoding_give_way_to_those_without():
+    """Of the harness entries with a recorded row's worker counts, those running speculative
+    decoding are left out where some run none; where all run it, all are kept (and the row
+    falls back to its recorded batch, as before)."""
+    from sim.validate.disagg_rows import _entries_with_workers, _mtp_entries_dropped
+
+    row = _row(prefill_num_workers=1.0, decode_num_workers=1.0)
+    pools = {"prefill": {"n": 1}, "decode": {"n": 1}}
+    img = row["image"]
+    stp, mtp = _recipe(url="https://recipe/stp", image=img), _recipe(spec="mtp", url="https://recipe/mtp", image=img)
+    assert _entries_with_workers(row, pools, [mtp, stp]) == [stp]
+    assert _entries_with_workers(row, pools, [mtp]) == [mtp]
+    assert _entries_with_workers(row, pools, [stp]) == [stp]
+    assert "(https://recipe/mtp) are left out" in _mtp_entries_dropped(row, pools, [mtp, stp])
+    assert _mtp_entries_dropped(row, pools, [mtp]) is None and _mtp_entries_dropped(row, pools, [stp]) is None
+
+
+def test_the_stp_files_of_recorded_low_concurrency_rows_cap_their_decode_slots():
+    """dsr1_h100_trtllm_fp8_disagg_1024x1024_c6_cfg494 (db-dump, 6 clients, 3 decode workers of
+    TEP 16): its STP entry's file ctx1_gen3_tep16_batch1_eplb0_mtp0.yaml (transcribed from the
+    harness's srt-slurm branch) runs decode max_batch_size 1: 3 slots for 6 clients, where the
+    recorded batch (2 clients per worker) gave 6. Measured TTFT 12.3 s, a decode's length."""
+    row = {**RECORDED_C27, "id": "dsr1_h100_trtllm_fp8_disagg_1024x1024_c6_cfg494", "system": "h100_sxm",
+           "concurrency": 6.0, "decode_num_workers": 3.0, "decode_batch_size": 2.0, "decode_tp_size": 16.0,
+           "decode_moe_ep_size": 16.0, "prefill_tp_size": 1.0, "prefill_attention_dp_size": 16.0,
+           "prefill_moe_ep_size": 16.0, "measured": "2026-02-08",
+           "image": "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.1.post3"}
+    pools = disagg_pools(row)
+    assert (pools["decode"]["n"], pools["decode"]["batch"]) == (3, 1)
+    assert pools["decode"]["recipe"][0].endswith("recipes/trtllm/h100-fp8/1k1k/stp/ctx1_gen3_tep16_batch1_eplb0_mtp0.yaml")
 
 
 def test_a_recorded_sglang_row_takes_its_files_reserved_decode_tokens_as_a_deployment_key():
@@ -565,3 +618,92 @@ def test_a_recorded_sglang_row_takes_its_files_reserved_decode_tokens_as_a_deplo
     assert "num_reserved_decode_tokens" not in pools["decode"]["keys"]
     ov = disagg_row_overrides(row, row_overrides({**row, "tp_size": 1}, ValidateOptions()), pools)
     assert build_deployment(build_config(overrides=ov)).cfg.disaggregation.num_reserved_decode_tokens == 112
+
+
+def _transcriber():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "transcribe_srt_recipes.py"
+    spec = importlib.util.spec_from_file_location("_transcribe_srt_recipes", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+SRT_TRT_FILE = """
+resources: {prefill_nodes: 2, prefill_workers: 1, decode_nodes: 6, decode_workers: 3, gpus_per_node: 4}
+frontend: {type: dynamo}
+backend:
+  trtllm_config:
+    prefill:
+      tensor_parallel_size: 8
+      moe_expert_parallel_size: 8
+      enable_attention_dp: true
+      pipeline_parallel_size: 1
+      max_batch_size: 16
+      max_num_tokens: 16384
+      disable_overlap_scheduler: true
+      cuda_graph_config: null
+      kv_cache_config: {dtype: fp8, enable_block_reuse: false, free_gpu_memory_fraction: 0.5}
+      moe_config: {backend: DEEPGEMM}
+    decode:
+      tensor_parallel_size: 8
+      moe_expert_parallel_size: 8
+      enable_attention_dp: false
+      max_batch_size: 1
+      max_num_tokens: 1
+      stream_interval: 100
+      num_postprocess_workers: 4
+      kv_cache_config: {dtype: fp8, free_gpu_memory_fraction: 0.9}
+      moe_config: {backend: TRTLLM, load_balancer: {num_slots: 288}}
+"""
+
+SRT_SGL_FILE = """
+resources: {prefill_nodes: 1, prefill_workers: 1, decode_nodes: 4, decode_workers: 1}
+frontend: {type: dynamo, enable_multiple_frontends: true, num_additional_frontends: 2}
+backend:
+  sglang_config:
+    prefill: {tp-size: 4, dp-size: 4, ep-size: 4, enable-dp-attention: true, max-running-requests: 512,
+              chunked-prefill-size: 32768, mem-fraction-static: 0.85, kv-cache-dtype: fp8_e4m3,
+              attention-backend: trtllm_mla}
+    decode: {tensor-parallel-size: 32, data-parallel-size: 32, expert-parallel-size: 32, enable-dp-attention: true,
+             max-running-requests: 4096, stream-interval: 50, num-reserved-decode-tokens: 112,
+             ep-num-redundant-experts: 32}
+"""
+
+
+def test_the_srt_recipe_transcriber_keeps_what_servesim_models():
+    """benchmarks/transcribe_srt_recipes.py: a TensorRT-LLM file keeps the parallelism, batch
+    and token limits, the KV fraction and dtype, the overlap switch, the decode server's
+    streaming and the expert slots (not the MoE backend, CUDA graphs or a pipeline size of
+    1); an SGLang file its flags under their long names, with the frontend section; both
+    print as flow mappings the data file's loader reads back unchanged."""
+    import yaml
+
+    t = _transcriber()
+    trt = t.transcribe(SRT_TRT_FILE)
+    assert trt == {
+        "format": "trtllm", "prefill_workers": 1, "decode_workers": 3, "nodes": [2, 6],
+        "prefill": {"tensor_parallel_size": 8, "moe_expert_parallel_size": 8, "enable_attention_dp": True,
+                    "max_batch_size": 16, "max_num_tokens": 16384, "disable_overlap_scheduler": True,
+                    "kv_cache_config": {"free_gpu_memory_fraction": 0.5, "dtype": "fp8"}},
+        "decode": {"tensor_parallel_size": 8, "moe_expert_parallel_size": 8, "enable_attention_dp": False,
+                   "max_batch_size": 1, "max_num_tokens": 1, "stream_interval": 100, "num_postprocess_workers": 4,
+                   "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "dtype": "fp8"},
+                   "moe_config": {"load_balancer": {"num_slots": 288}}}}
+    sgl = t.transcribe(SRT_SGL_FILE)
+    assert sgl["frontend"] == {"enable_multiple_frontends": True, "num_additional_frontends": 2}
+    assert sgl["prefill"] == {"tensor-parallel-size": 4, "data-parallel-size": 4, "expert-parallel-size": 4,
+                              "enable-dp-attention": True, "max-running-requests": 512,
+                              "chunked-prefill-size": 32768, "mem-fraction-static": 0.85,
+                              "kv-cache-dtype": "fp8_e4m3"}
+    assert sgl["decode"]["num-reserved-decode-tokens"] == 112 and sgl["decode"]["ep-num-redundant-experts"] == 32
+    for got in (trt, sgl):
+        e = {"format": got["format"], "url": "https://srt/x", "live": ["2026-01-27", "2026-03-24"],
+             **{k: v for k, v in got.items() if k != "format"}}
+        text = "recipes:\n" + t.dump("recipes/x.yaml", e) + "\n"
+        assert yaml.safe_load(text)["recipes"]["recipes/x.yaml"] == e
+    with pytest.raises(ValueError, match="neither trtllm_config nor sglang_config"):
+        t.transcribe("resources: {prefill_nodes: 1, prefill_workers: 1, decode_nodes: 1, decode_workers: 1}\n"
+                     "backend: {vllm_config: {}}\n")
