@@ -31,40 +31,26 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 DATA = REPO / "sim" / "validate" / "data" / "srt_slurm_recipes.yaml"
 URL = "https://github.com/csahithi/srt-slurm/blob/{commit}/{path}"
-
-#: transcribed options per format, in the data file's order (nested TensorRT-LLM options as paths)
-TRTLLM_KEYS = ("tensor_parallel_size", "moe_expert_parallel_size", "enable_attention_dp", "pipeline_parallel_size",
-               "max_batch_size", "max_num_tokens", "disable_overlap_scheduler", "stream_interval",
-               "num_postprocess_workers", "speculative_config")
-TRTLLM_NESTED = (("kv_cache_config", ("free_gpu_memory_fraction", "dtype", "max_tokens")),
-                 ("moe_config", ("load_balancer",)))
-SGLANG_KEYS = ("tensor-parallel-size", "data-parallel-size", "expert-parallel-size", "enable-dp-attention",
-               "pipeline-parallel-size", "max-running-requests", "chunked-prefill-size", "max-prefill-tokens",
-               "mem-fraction-static", "max-total-tokens", "kv-cache-dtype", "disable-overlap-schedule",
-               "stream-interval", "ep-num-redundant-experts", "num-reserved-decode-tokens", "speculative-algorithm")
-
 
 def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
-def _trtllm_pool(cfg: dict) -> dict:
-    out = {k: cfg[k] for k in TRTLLM_KEYS if cfg.get(k) is not None}
-    if int(out.get("pipeline_parallel_size", 1)) <= 1:
-        out.pop("pipeline_parallel_size", None)
-    for name, keys in TRTLLM_NESTED:
-        sub = cfg.get(name) or {}
-        if name == "moe_config":  # only the load balancer's expert slots are modelled
-            lb = sub.get("load_balancer")
-            if isinstance(lb, dict) and lb.get("num_slots") is not None:
-                out[name] = {"load_balancer": {"num_slots": lb["num_slots"]}}
-            continue
-        got = {k: sub[k] for k in keys if sub.get(k) is not None}
-        if got:
-            out[name] = got
-    return out
+def modelled_options(fmt: str) -> tuple[str, ...]:
+    """The options of one pool that ``sim/validate/disagg_rows.py`` reads (nested
+    TensorRT-LLM options as dotted paths): its parallelism, speculative-decoding, KV
+    dtype and overlap names (``SRT_FORMATS``), its flags, the decode server's streaming,
+    TensorRT-LLM's expert slots, SGLang's decode-server disaggregation flags."""
+    from sim.validate.disagg_rows import SGLANG_DISAGG_FLAGS, SRT_FORMATS, TRTLLM_NUM_SLOTS
+
+    names = SRT_FORMATS[fmt]
+    out = [names[k] for k in ("tp", "ep", "dp_attn", "dp", "pp", "spec", "kv_dtype", "no_overlap") if names[k]]
+    out += [*names["flags"], *names["stream"]]
+    out += [TRTLLM_NUM_SLOTS] if fmt == "trtllm" else [*SGLANG_DISAGG_FLAGS]
+    return tuple(dict.fromkeys(out))
 
 
 #: SGLang's short flag names, transcribed under the long ones
@@ -72,11 +58,23 @@ SGLANG_ALIASES = {"tp-size": "tensor-parallel-size", "dp-size": "data-parallel-s
                   "pp-size": "pipeline-parallel-size"}
 
 
-def _sglang_pool(cfg: dict) -> dict:
-    cfg = {SGLANG_ALIASES.get(k, k): v for k, v in cfg.items()}
-    out = {k: cfg[k] for k in SGLANG_KEYS if cfg.get(k) is not None}
-    if int(out.get("pipeline-parallel-size", 1)) <= 1:
-        out.pop("pipeline-parallel-size", None)
+def _pool(fmt: str, cfg: dict) -> dict:
+    """One pool's modelled options (:func:`modelled_options`), nested as in the file; a
+    pipeline-parallel size of 1 left out (it changes nothing)."""
+    from sim.validate.disagg_rows import SRT_FORMATS, _opt
+
+    if fmt == "sglang":
+        cfg = {SGLANG_ALIASES.get(k, k): v for k, v in cfg.items()}
+    out: dict = {}
+    for path in modelled_options(fmt):
+        v = _opt(cfg, path)
+        if v is None or (path == SRT_FORMATS[fmt]["pp"] and int(v) <= 1):
+            continue
+        *parents, leaf = path.split(".")
+        d = out
+        for part in parents:
+            d = d.setdefault(part, {})
+        d[leaf] = v
     return out
 
 
@@ -85,9 +83,9 @@ def transcribe(text: str) -> dict:
     doc = yaml.safe_load(text)
     res, backend = doc["resources"], doc.get("backend") or {}
     if "trtllm_config" in backend:
-        fmt, pools, pool = "trtllm", backend["trtllm_config"], _trtllm_pool
+        fmt, pools = "trtllm", backend["trtllm_config"]
     elif "sglang_config" in backend:
-        fmt, pools, pool = "sglang", backend["sglang_config"], _sglang_pool
+        fmt, pools = "sglang", backend["sglang_config"]
     else:
         raise ValueError("neither trtllm_config nor sglang_config under backend")
     out = {"format": fmt, "prefill_workers": int(res["prefill_workers"]), "decode_workers": int(res["decode_workers"]),
@@ -96,7 +94,7 @@ def transcribe(text: str) -> dict:
           if isinstance(doc.get("frontend"), dict) and k in doc["frontend"]}
     if fe:
         out["frontend"] = fe
-    out["prefill"], out["decode"] = pool(pools["prefill"]), pool(pools["decode"])
+    out["prefill"], out["decode"] = _pool(fmt, pools["prefill"]), _pool(fmt, pools["decode"])
     return out
 
 
@@ -133,8 +131,8 @@ def entry(repo: Path, head: str, check: str, live_end: str, path: str) -> dict:
         raise ValueError(f"{path}: absent at {check}") from None
     if later != got:
         raise ValueError(f"{path}: its values at {check} differ from those at the head: live end unknown")
-    return {**{"format": got["format"], "url": URL.format(commit=commit, path=path),
-               "live": [first.isoformat(), live_end]}, **{k2: v for k2, v in got.items() if k2 != "format"}}
+    return {"format": got["format"], "url": URL.format(commit=commit, path=path),
+            "live": [first.isoformat(), live_end], **got}
 
 
 def _meaning(v):
